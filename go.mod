@@ -1,0 +1,3 @@
+module knotless.dev/knotless
+
+go 1.26.0

@@ -1,0 +1,307 @@
+package api
+
+import "time"
+
+// Run states. A run moves queued → claimed → running → one final state;
+// errored runs may also be created final (a workflow that failed to parse).
+const (
+	StateQueued    = "queued"
+	StateClaimed   = "claimed"
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateCancelled = "cancelled"
+	StateErrored   = "errored"
+)
+
+// Reasons a run (or step) did not succeed.
+const (
+	ReasonExitCode   = "exit-code"
+	ReasonTimeout    = "timeout"
+	ReasonOOMKilled  = "oom-killed"
+	ReasonEvicted    = "evicted"
+	ReasonImagePull  = "image-pull"
+	ReasonRunnerLost = "runner-lost"
+	ReasonCancelled  = "cancelled"
+	// ReasonWorkflowInvalid: the workflow file failed to parse or validate;
+	// the run's setup log holds FILE:LINE:COL messages.
+	ReasonWorkflowInvalid = "workflow-invalid"
+	// ReasonCheckout: the runner could not fetch or check out the commit.
+	ReasonCheckout = "checkout"
+	// ReasonExecutor: the executor failed to prepare or run the environment.
+	ReasonExecutor = "executor"
+	// ReasonRunnerStopped: the runner was shut down before the run finished.
+	ReasonRunnerStopped = "runner-stopped"
+)
+
+// Step states.
+const (
+	StepPending   = "pending"
+	StepRunning   = "running"
+	StepSucceeded = "succeeded"
+	StepFailed    = "failed"
+	StepSkipped   = "skipped"
+	StepCancelled = "cancelled"
+)
+
+// SetupStep is the step index of a run's setup log: checkout, workflow
+// errors and messages of the runner. Workflow steps are numbered from 1.
+const SetupStep = 0
+
+// IsFinal reports whether state is one a run never leaves.
+func IsFinal(state string) bool {
+	switch state {
+	case StateSucceeded, StateFailed, StateCancelled, StateErrored:
+		return true
+	}
+	return false
+}
+
+// DescribeServerOutput is the answer of MethodDescribeServer.
+type DescribeServerOutput struct {
+	// DID is the server's service DID: the audience of runner JWTs.
+	DID     string `json:"did"`
+	Version string `json:"version"`
+}
+
+// Account is a user of the server.
+type Account struct {
+	Handle string `json:"handle"`
+	DID    string `json:"did"`
+	Admin  bool   `json:"admin"`
+}
+
+// CreateAccountInput is the body of MethodCreateAccount. DID is optional: a
+// did:key is made for the account when it is empty.
+type CreateAccountInput struct {
+	Handle string `json:"handle"`
+	DID    string `json:"did,omitempty"`
+	Admin  bool   `json:"admin,omitempty"`
+}
+
+// CreateAccountOutput carries the new account's API token, shown once.
+type CreateAccountOutput struct {
+	Account Account `json:"account"`
+	Token   string  `json:"token"`
+}
+
+// Repo is a repository "OWNER/NAME".
+type Repo struct {
+	Owner     string    `json:"owner"`
+	Name      string    `json:"name"`
+	CloneURL  string    `json:"cloneUrl"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// FullName returns "OWNER/NAME".
+func (r Repo) FullName() string { return r.Owner + "/" + r.Name }
+
+// CreateRepoInput is the body of MethodCreateRepo. Repo is "NAME" (owned by
+// the caller) or "OWNER/NAME" (admins, or the caller's own handle).
+type CreateRepoInput struct {
+	Repo string `json:"repo"`
+}
+
+// ListReposOutput is the answer of MethodListRepos.
+type ListReposOutput struct {
+	Repos []Repo `json:"repos"`
+}
+
+// Pipeline is the set of runs made by one trigger.
+type Pipeline struct {
+	ID        int64     `json:"id"`
+	Repo      string    `json:"repo"`
+	Ref       string    `json:"ref"` // full ref name, e.g. refs/heads/main
+	SHA       string    `json:"sha"`
+	Event     string    `json:"event"` // push, tag, manual
+	CreatedAt time.Time `json:"createdAt"`
+	Runs      []Run     `json:"runs"`
+}
+
+// Run is one workflow executing once for one pipeline.
+type Run struct {
+	ID           int64      `json:"id"`
+	Pipeline     int64      `json:"pipeline"`
+	Repo         string     `json:"repo"`
+	Ref          string     `json:"ref"`
+	SHA          string     `json:"sha"`
+	Event        string     `json:"event"`
+	Workflow     string     `json:"workflow"`     // the workflow's name
+	WorkflowPath string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
+	State        string     `json:"state"`
+	Reason       string     `json:"reason,omitempty"`
+	Message      string     `json:"message,omitempty"` // a person-readable detail of Reason
+	ExitCode     *int       `json:"exitCode,omitempty"`
+	Runner       string     `json:"runner,omitempty"` // name of the runner that claimed it
+	CreatedAt    time.Time  `json:"createdAt"`
+	StartedAt    *time.Time `json:"startedAt,omitempty"`
+	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
+	Steps        []Step     `json:"steps,omitempty"`
+}
+
+// Step is one step of a run as the server knows it. Index 0 (SetupStep) is
+// the setup log.
+type Step struct {
+	Index    int    `json:"index"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	LogSize  int64  `json:"logSize"` // bytes
+}
+
+// ListRunsOutput is the answer of MethodListRuns.
+type ListRunsOutput struct {
+	Runs []Run `json:"runs"`
+}
+
+// RunRef names a run.
+type RunRef struct {
+	Run int64 `json:"run"`
+}
+
+// TriggerInput is the body of MethodTriggerRun: a manual pipeline for the
+// commit Ref points at. Workflow, when set, limits it to the workflow with
+// that name or file path.
+type TriggerInput struct {
+	Repo     string `json:"repo"`
+	Ref      string `json:"ref"` // branch, tag or full ref; default the default branch
+	Workflow string `json:"workflow,omitempty"`
+}
+
+// SetSecretInput is the body of MethodSetSecret. Runner, when set, scopes the
+// secret to the runner of that name.
+type SetSecretInput struct {
+	Repo   string `json:"repo"`
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Runner string `json:"runner,omitempty"`
+}
+
+// Secret describes a stored secret. It never carries the value.
+type Secret struct {
+	Name      string    `json:"name"`
+	Runner    string    `json:"runner,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ListSecretsOutput is the answer of MethodListSecrets.
+type ListSecretsOutput struct {
+	Secrets []Secret `json:"secrets"`
+}
+
+// DeleteSecretInput is the body of MethodDeleteSecret.
+type DeleteSecretInput struct {
+	Repo   string `json:"repo"`
+	Name   string `json:"name"`
+	Runner string `json:"runner,omitempty"`
+}
+
+// Runner statuses.
+const (
+	RunnerPending  = "pending"
+	RunnerApproved = "approved"
+)
+
+// Runner is a registered knotless-run identity.
+type Runner struct {
+	Repo       string     `json:"repo"`
+	Name       string     `json:"name"`
+	DID        string     `json:"did"`
+	Labels     []string   `json:"labels"`
+	Status     string     `json:"status"` // pending, approved
+	CreatedAt  time.Time  `json:"createdAt"`
+	LastSeenAt *time.Time `json:"lastSeenAt,omitempty"`
+}
+
+// RegisterRunnerInput is the body of MethodRegisterRunner. The JWT's issuer
+// is the runner's DID; PublicKey (multibase) is needed only when that DID is
+// not a did:key.
+type RegisterRunnerInput struct {
+	Repo      string   `json:"repo"`
+	Name      string   `json:"name"`
+	Labels    []string `json:"labels"`
+	PublicKey string   `json:"publicKey,omitempty"`
+}
+
+// RunnerRef names a runner of a repository.
+type RunnerRef struct {
+	Repo string `json:"repo"`
+	Name string `json:"name"`
+}
+
+// ListRunnersOutput is the answer of MethodListRunners.
+type ListRunnersOutput struct {
+	Runners []Runner `json:"runners"`
+}
+
+// ClaimInput is the body of MethodClaim.
+type ClaimInput struct {
+	// Wait is how long the server may hold the request open, in seconds
+	// (0..60; 0 answers at once).
+	Wait int `json:"wait"`
+}
+
+// ClaimOutput is the answer of MethodClaim; Run is nil when nothing was
+// claimed within the wait.
+type ClaimOutput struct {
+	Run *ClaimedRun `json:"run,omitempty"`
+}
+
+// ClaimedRun is everything a runner needs to execute a run.
+type ClaimedRun struct {
+	Run Run `json:"run"`
+	// WorkflowSource is the workflow file's bytes at the run's commit.
+	WorkflowSource string `json:"workflowSource"`
+	// GitURL is the repository's smart-HTTP URL, relative to the server URL
+	// (e.g. "/alice/app.git").
+	GitURL string `json:"gitUrl"`
+	// RunToken is a credential that lets the runner fetch the repository
+	// (basic-auth password, any user name) while the run is not final.
+	RunToken string `json:"runToken"`
+	// Secrets holds the values of the workflow-level secrets that exist for
+	// the repository and this runner; a runner-scoped value wins over an
+	// unscoped one of the same name. Steps receive only those they list.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// LeaseSeconds is the lease's length; renew well before it lapses.
+	LeaseSeconds int `json:"leaseSeconds"`
+}
+
+// HeartbeatInput is the body of MethodHeartbeat.
+type HeartbeatInput struct {
+	Run int64 `json:"run"`
+}
+
+// HeartbeatOutput is the answer of MethodHeartbeat. Cancel is true once a user
+// asked to cancel the run. A run that is already final answers
+// ErrRunFinished instead.
+type HeartbeatOutput struct {
+	Cancel       bool `json:"cancel"`
+	LeaseSeconds int  `json:"leaseSeconds"`
+}
+
+// UpdateStepInput is the body of MethodUpdateStep. The first update with
+// State running also moves the run from claimed to running.
+type UpdateStepInput struct {
+	Run      int64  `json:"run"`
+	Step     int    `json:"step"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// AppendLogOutput is the answer of MethodAppendLog: the step log's size in
+// bytes after the append.
+type AppendLogOutput struct {
+	Size int64 `json:"size"`
+}
+
+// CompleteInput is the body of MethodComplete.
+type CompleteInput struct {
+	Run      int64  `json:"run"`
+	State    string `json:"state"` // a final state
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+}

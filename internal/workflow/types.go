@@ -1,0 +1,87 @@
+package workflow
+
+import "time"
+
+// Dir is where workflows live in a repository.
+const Dir = ".knotless/workflows"
+
+// DefaultTimeout is a run's timeout when the workflow sets none.
+const DefaultTimeout = time.Hour
+
+// Workflow is one parsed and validated workflow file: one job.
+type Workflow struct {
+	Path      string            // as given to Parse, used in messages
+	Name      string            // `name:` or the file name without extension
+	On        Triggers          // `on:`
+	Runners   []string          // `runners:`; empty = unlabelled work
+	Image     string            // `image:`
+	Env       map[string]string // `env:`
+	Secrets   []string          // `secrets:`
+	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted
+	Resources Resources         // `resources:`
+	Caches    []Cache           // `caches:`
+	Outputs   []string          // `outputs:`
+	Steps     []Step            // `steps:`, at least one
+}
+
+// Triggers is the `on:` section. A nil field means the event is not wanted.
+type Triggers struct {
+	Push   *PushTrigger
+	Pull   *PullTrigger
+	Manual bool
+}
+
+// PushTrigger selects pushes. Nil Branches means every branch; nil Tags
+// means no tags. Patterns are globs (path.Match syntax, `*` within one
+// segment, `**` across segments).
+type PushTrigger struct {
+	Branches []string
+	Tags     []string
+}
+
+// PullTrigger selects pull requests by target branch (nil = every branch).
+type PullTrigger struct {
+	Branches []string
+}
+
+// Resources are `resources:`; zero values mean the executor's default.
+type Resources struct {
+	CPUs        string // Kubernetes quantity syntax, e.g. "2", "500m"
+	MemoryBytes int64
+	DiskBytes   int64
+}
+
+// Cache is one entry of `caches:`.
+type Cache struct {
+	Key         string
+	RestoreKeys []string
+	Paths       []string
+}
+
+// Step is one entry of `steps:`: either Run or Uses is set.
+type Step struct {
+	Name            string // `name:`, default "step N" or the uses path
+	Run             string // `run:` script
+	Shell           string // `shell:`, e.g. "bash -eo pipefail"; empty = /bin/sh -e
+	Env             map[string]string
+	Secrets         []string
+	Timeout         time.Duration // 0 = bounded by the run's timeout only
+	ContinueOnError bool
+	Uses            string            // `uses:` shared step directory
+	With            map[string]string // `with:`
+}
+
+// Event is what happened to a repository.
+type Event struct {
+	Kind string // EventPush, EventManual or EventPull
+	// Ref is the full ref: refs/heads/NAME for branches, refs/tags/NAME for
+	// tags (EventPush), the target branch ref for EventPull.
+	Ref string
+}
+
+// Event kinds.
+const (
+	EventPush   = "push"
+	EventManual = "manual"
+	EventPull   = "pull"
+)
