@@ -1,0 +1,214 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+)
+
+const runnerCols = `x.id, x.repo_id, a.handle || '/' || r.name, x.name, x.did, x.public_key, x.labels,
+	x.status, x.created_at, x.last_seen_at`
+const runnerFrom = ` FROM runners x JOIN repos r ON r.id = x.repo_id JOIN accounts a ON a.id = r.owner_id`
+
+func scanRunner(row interface{ Scan(...any) error }) (store.Runner, error) {
+	var x store.Runner
+	var labels string
+	var created int64
+	var seen sql.NullInt64
+	err := row.Scan(&x.ID, &x.RepoID, &x.Repo, &x.Name, &x.DID, &x.PublicKey, &labels, &x.Status, &created, &seen)
+	x.Labels = parseList(labels)
+	x.CreatedAt, x.LastSeenAt = fromMS(created), nullTime(seen)
+	return x, err
+}
+
+func getRunner(ctx context.Context, q querier, where string, args ...any) (store.Runner, error) {
+	return scanRunner(q.QueryRowContext(ctx, `SELECT `+runnerCols+runnerFrom+` WHERE `+where, args...))
+}
+
+// RegisterRunner implements store.Store.
+func (d *DB) RegisterRunner(ctx context.Context, in store.Runner) (store.Runner, bool, error) {
+	if in.CreatedAt.IsZero() {
+		in.CreatedAt = time.Now()
+	}
+	var out store.Runner
+	var created bool
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		byDID, err := getRunner(ctx, tx, `x.did = ?`, in.DID)
+		switch {
+		case err == nil:
+			if byDID.RepoID != in.RepoID || byDID.Name != in.Name {
+				return fmt.Errorf("this key is already registered as runner %q of %s: %w",
+					byDID.Name, byDID.Repo, store.ErrConflict)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE runners SET labels = ? WHERE id = ?`,
+				jsonList(in.Labels), byDID.ID); err != nil {
+				return fmt.Errorf("update runner %s: %w", in.Name, err)
+			}
+			out, err = getRunner(ctx, tx, `x.id = ?`, byDID.ID)
+			return err
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("read runner: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO runners (repo_id, name, did, public_key, labels, status, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, in.RepoID, in.Name, in.DID, in.PublicKey, jsonList(in.Labels),
+			api.RunnerPending, ms(in.CreatedAt))
+		if err != nil {
+			if isUnique(err) {
+				return fmt.Errorf("runner name %q is taken by another key: %w", in.Name, store.ErrConflict)
+			}
+			return fmt.Errorf("insert runner %s: %w", in.Name, err)
+		}
+		id, _ := res.LastInsertId()
+		created = true
+		out, err = getRunner(ctx, tx, `x.id = ?`, id)
+		return err
+	})
+	return out, created, err
+}
+
+// RunnerByDID implements store.Store.
+func (d *DB) RunnerByDID(ctx context.Context, did string) (store.Runner, error) {
+	x, err := getRunner(ctx, d.db, `x.did = ?`, did)
+	if err != nil {
+		return x, notFound(err, "runner "+did)
+	}
+	return x, nil
+}
+
+// RunnerByName implements store.Store.
+func (d *DB) RunnerByName(ctx context.Context, repoID int64, name string) (store.Runner, error) {
+	x, err := getRunner(ctx, d.db, `x.repo_id = ? AND x.name = ?`, repoID, name)
+	if err != nil {
+		return x, notFound(err, "runner "+name)
+	}
+	return x, nil
+}
+
+// ListRunners implements store.Store.
+func (d *DB) ListRunners(ctx context.Context, repoID int64) ([]store.Runner, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+runnerCols+runnerFrom+` WHERE x.repo_id = ? ORDER BY x.name`, repoID)
+	if err != nil {
+		return nil, fmt.Errorf("list runners: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Runner
+	for rows.Next() {
+		x, err := scanRunner(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list runners: %w", err)
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// ApproveRunner implements store.Store.
+func (d *DB) ApproveRunner(ctx context.Context, id int64) (store.Runner, error) {
+	res, err := d.db.ExecContext(ctx, `UPDATE runners SET status = ? WHERE id = ?`, api.RunnerApproved, id)
+	if err != nil {
+		return store.Runner{}, fmt.Errorf("approve runner %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.Runner{}, fmt.Errorf("runner %d: %w", id, store.ErrNotFound)
+	}
+	x, err := getRunner(ctx, d.db, `x.id = ?`, id)
+	if err != nil {
+		return x, notFound(err, fmt.Sprintf("runner %d", id))
+	}
+	return x, nil
+}
+
+// RemoveRunner implements store.Store.
+func (d *DB) RemoveRunner(ctx context.Context, id int64) error {
+	res, err := d.db.ExecContext(ctx, `DELETE FROM runners WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("remove runner %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("runner %d: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// TouchRunner implements store.Store.
+func (d *DB) TouchRunner(ctx context.Context, id int64, at time.Time) error {
+	if _, err := d.db.ExecContext(ctx, `UPDATE runners SET last_seen_at = ? WHERE id = ?`, ms(at), id); err != nil {
+		return fmt.Errorf("record runner %d last seen: %w", id, err)
+	}
+	return nil
+}
+
+// SetSecret implements store.Store.
+func (d *DB) SetSecret(ctx context.Context, s store.Secret) error {
+	if s.UpdatedAt.IsZero() {
+		s.UpdatedAt = time.Now()
+	}
+	_, err := d.db.ExecContext(ctx, `INSERT INTO secrets (repo_id, name, runner, ciphertext, updated_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (repo_id, name, runner) DO UPDATE SET
+		ciphertext = excluded.ciphertext, updated_at = excluded.updated_at`,
+		s.RepoID, s.Name, s.Runner, s.Ciphertext, ms(s.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("store secret %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// ListSecrets implements store.Store.
+func (d *DB) ListSecrets(ctx context.Context, repoID int64) ([]store.Secret, error) {
+	return d.secrets(ctx, false, `WHERE repo_id = ? ORDER BY name, runner`, repoID)
+}
+
+// SecretsFor implements store.Store.
+func (d *DB) SecretsFor(ctx context.Context, repoID int64, names []string) ([]store.Secret, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	args := []any{repoID}
+	for _, n := range names {
+		args = append(args, n)
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(names)), ", ")
+	return d.secrets(ctx, true, `WHERE repo_id = ? AND name IN (`+marks+`) ORDER BY name, runner`, args...)
+}
+
+func (d *DB) secrets(ctx context.Context, withValue bool, where string, args ...any) ([]store.Secret, error) {
+	cols := `repo_id, name, runner, NULL, updated_at`
+	if withValue {
+		cols = `repo_id, name, runner, ciphertext, updated_at`
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT `+cols+` FROM secrets `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list secrets: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Secret
+	for rows.Next() {
+		var s store.Secret
+		var updated int64
+		if err := rows.Scan(&s.RepoID, &s.Name, &s.Runner, &s.Ciphertext, &updated); err != nil {
+			return nil, fmt.Errorf("list secrets: %w", err)
+		}
+		s.UpdatedAt = fromMS(updated)
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSecret implements store.Store.
+func (d *DB) DeleteSecret(ctx context.Context, repoID int64, name, runner string) error {
+	res, err := d.db.ExecContext(ctx, `DELETE FROM secrets WHERE repo_id = ? AND name = ? AND runner = ?`,
+		repoID, name, runner)
+	if err != nil {
+		return fmt.Errorf("delete secret %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("secret %s: %w", name, store.ErrNotFound)
+	}
+	return nil
+}

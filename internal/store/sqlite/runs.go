@@ -1,0 +1,415 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+)
+
+// CreatePipeline implements store.Store.
+func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pipeline, []store.Run, error) {
+	if np.CreatedAt.IsZero() {
+		np.CreatedAt = time.Now()
+	}
+	now := ms(np.CreatedAt)
+	var pid int64
+	ids := make([]int64, 0, len(np.Runs))
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			`INSERT INTO pipelines (repo_id, ref, sha, event, created_at) VALUES (?, ?, ?, ?, ?)`,
+			np.RepoID, np.Ref, np.SHA, np.Event, now)
+		if err != nil {
+			return fmt.Errorf("insert pipeline: %w", err)
+		}
+		pid, _ = res.LastInsertId()
+		for _, r := range np.Runs {
+			var finished any
+			if api.IsFinal(r.State) {
+				finished = now
+			}
+			res, err := tx.ExecContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
+				source, secrets, runners, state, reason, message, created_at, finished_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				pid, np.RepoID, r.Workflow, r.WorkflowPath, r.Source, jsonList(r.Secrets), jsonList(r.Runners),
+				r.State, r.Reason, r.Message, now, finished)
+			if err != nil {
+				return fmt.Errorf("insert run of %s: %w", r.WorkflowPath, err)
+			}
+			id, _ := res.LastInsertId()
+			ids = append(ids, id)
+			for _, s := range r.Steps {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
+					VALUES (?, ?, ?, ?, ?, ?, ?)`, id, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, now); err != nil {
+					return fmt.Errorf("insert step %d of run %d: %w", s.Index, id, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Pipeline{}, nil, err
+	}
+	p, err := d.Pipeline(ctx, pid)
+	if err != nil {
+		return p, nil, err
+	}
+	runs := make([]store.Run, 0, len(ids))
+	for _, id := range ids {
+		r, err := d.Run(ctx, id)
+		if err != nil {
+			return p, nil, err
+		}
+		runs = append(runs, r)
+	}
+	return p, runs, nil
+}
+
+// Pipeline implements store.Store.
+func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
+	var p store.Pipeline
+	var created int64
+	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.created_at
+		FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id
+		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &created)
+	if err != nil {
+		return p, notFound(err, fmt.Sprintf("pipeline %d", id))
+	}
+	p.CreatedAt = fromMS(created)
+	return p, nil
+}
+
+const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/' || repos.name,
+	p.ref, p.sha, p.event, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
+	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
+	r.claimed_at, r.started_at, r.finished_at, r.lease_expires`
+
+const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
+	JOIN repos ON repos.id = r.repo_id JOIN accounts a ON a.id = repos.owner_id`
+
+func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
+	var r store.Run
+	var secrets, runners string
+	var exit, runnerID, claimed, started, finished, lease sql.NullInt64
+	var created int64
+	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event,
+		&r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
+		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease)
+	if err != nil {
+		return r, err
+	}
+	r.Secrets, r.Runners = parseList(secrets), parseList(runners)
+	r.ExitCode = nullInt(exit)
+	r.RunnerID = runnerID.Int64
+	r.CreatedAt = fromMS(created)
+	r.ClaimedAt, r.StartedAt, r.FinishedAt, r.LeaseExpires = nullTime(claimed), nullTime(started), nullTime(finished), nullTime(lease)
+	return r, nil
+}
+
+func getRun(ctx context.Context, q querier, id int64) (store.Run, error) {
+	r, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.id = ?`, id))
+	if err != nil {
+		return r, notFound(err, fmt.Sprintf("run %d", id))
+	}
+	return r, nil
+}
+
+func listRuns(ctx context.Context, q querier, where string, args ...any) ([]store.Run, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+runCols+runFrom+` `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Run implements store.Store.
+func (d *DB) Run(ctx context.Context, id int64) (store.Run, error) { return getRun(ctx, d.db, id) }
+
+// RunSource implements store.Store.
+func (d *DB) RunSource(ctx context.Context, id int64) (string, error) {
+	var src string
+	if err := d.db.QueryRowContext(ctx, `SELECT source FROM runs WHERE id = ?`, id).Scan(&src); err != nil {
+		return "", notFound(err, fmt.Sprintf("run %d", id))
+	}
+	return src, nil
+}
+
+// Steps implements store.Store.
+func (d *DB) Steps(ctx context.Context, runID int64) ([]store.Step, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT idx, name, state, exit_code, reason, updated_at
+		FROM steps WHERE run_id = ? ORDER BY idx`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []store.Step
+	for rows.Next() {
+		var s store.Step
+		var exit sql.NullInt64
+		var updated int64
+		if err := rows.Scan(&s.Index, &s.Name, &s.State, &exit, &s.Reason, &updated); err != nil {
+			return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
+		}
+		s.ExitCode, s.UpdatedAt = nullInt(exit), fromMS(updated)
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// ListRuns implements store.Store.
+func (d *DB) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	where, args := "WHERE 1=1", []any{}
+	if f.RepoID != 0 {
+		where += " AND r.repo_id = ?"
+		args = append(args, f.RepoID)
+	}
+	if f.PipelineID != 0 {
+		where += " AND r.pipeline_id = ?"
+		args = append(args, f.PipelineID)
+	}
+	if f.OwnerID != 0 {
+		where += " AND repos.owner_id = ?"
+		args = append(args, f.OwnerID)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	return listRuns(ctx, d.db, where+" ORDER BY r.id DESC LIMIT ?", append(args, limit)...)
+}
+
+// QueuedRuns implements store.Store.
+func (d *DB) QueuedRuns(ctx context.Context, repoID int64) ([]store.Run, error) {
+	return listRuns(ctx, d.db, "WHERE r.repo_id = ? AND r.state = ? ORDER BY r.id", repoID, api.StateQueued)
+}
+
+// RunByToken implements store.Store.
+func (d *DB) RunByToken(ctx context.Context, tokenHash string) (store.Run, error) {
+	r, err := scanRun(d.db.QueryRowContext(ctx, `SELECT `+runCols+runFrom+` WHERE r.token_hash = ?`, tokenHash))
+	if err != nil {
+		return r, notFound(err, "run of token")
+	}
+	return r, nil
+}
+
+// ClaimRun implements store.Store. One conditional UPDATE is the
+// compare-and-set: only the statement that still sees state = queued
+// changes the row.
+func (d *DB) ClaimRun(ctx context.Context, id int64, c store.Claim) (store.Run, error) {
+	res, err := d.db.ExecContext(ctx, `UPDATE runs SET state = ?, runner_id = ?, runner_name = ?, token_hash = ?,
+		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ?`,
+		api.StateClaimed, c.RunnerID, c.RunnerName, c.TokenHash, ms(c.Now), ms(c.LeaseUntil), id, api.StateQueued)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("claim run %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.Run{}, fmt.Errorf("claim run %d: no longer queued: %w", id, store.ErrConflict)
+	}
+	return d.Run(ctx, id)
+}
+
+// RenewLease implements store.Store.
+func (d *DB) RenewLease(ctx context.Context, id, runnerID int64, until time.Time) (store.Run, error) {
+	var out store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if api.IsFinal(r.State) {
+			out = r
+			return fmt.Errorf("renew lease of run %d: %w", id, store.ErrRunFinished)
+		}
+		if r.RunnerID != runnerID || (r.State != api.StateClaimed && r.State != api.StateRunning) {
+			return fmt.Errorf("renew lease of run %d: not held by this runner: %w", id, store.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET lease_expires = ? WHERE id = ?`, ms(until), id); err != nil {
+			return fmt.Errorf("renew lease of run %d: %w", id, err)
+		}
+		out, err = getRun(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// stepFinal lists the step states an update to pending or running must not
+// overwrite (a retried early update arriving late).
+const stepFinal = `('succeeded', 'failed', 'skipped', 'cancelled')`
+
+// UpdateStep implements store.Store.
+func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.Run, error) {
+	if s.UpdatedAt.IsZero() {
+		s.UpdatedAt = time.Now()
+	}
+	var out store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (run_id, idx) DO UPDATE SET
+				name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE steps.name END,
+				state = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
+					THEN steps.state ELSE excluded.state END,
+				exit_code = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
+					THEN steps.exit_code ELSE excluded.exit_code END,
+				reason = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
+					THEN steps.reason ELSE excluded.reason END,
+				updated_at = excluded.updated_at`,
+			runID, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, ms(s.UpdatedAt)); err != nil {
+			return fmt.Errorf("update step %d of run %d: %w", s.Index, runID, err)
+		}
+		if s.State == api.StepRunning && r.State == api.StateClaimed {
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?)
+				WHERE id = ? AND state = ?`, api.StateRunning, ms(s.UpdatedAt), runID, api.StateClaimed); err != nil {
+				return fmt.Errorf("start run %d: %w", runID, err)
+			}
+		}
+		out, err = getRun(ctx, tx, runID)
+		return err
+	})
+	return out, err
+}
+
+// EnsureStep implements store.Store.
+func (d *DB) EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error {
+	_, err := d.db.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, updated_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO NOTHING`, runID, index, name, api.StepPending, ms(now))
+	if err != nil {
+		return fmt.Errorf("create step %d of run %d: %w", index, runID, err)
+	}
+	return nil
+}
+
+func sameExit(a, b *int) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+// CompleteRun implements store.Store.
+func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store.Run, error) {
+	if !api.IsFinal(f.State) {
+		return store.Run{}, fmt.Errorf("complete run %d: %q is not a final state", id, f.State)
+	}
+	if f.At.IsZero() {
+		f.At = time.Now()
+	}
+	var out store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if api.IsFinal(r.State) {
+			out = r
+			if r.State == f.State && r.Reason == f.Reason && sameExit(r.ExitCode, f.ExitCode) {
+				return nil
+			}
+			return fmt.Errorf("complete run %d: already %s: %w", id, r.State, store.ErrRunFinished)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, exit_code = ?,
+			finished_at = ?, token_hash = NULL, lease_expires = NULL WHERE id = ?`,
+			f.State, f.Reason, f.Message, intArg(f.ExitCode), ms(f.At), id); err != nil {
+			return fmt.Errorf("complete run %d: %w", id, err)
+		}
+		out, err = getRun(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// CancelRun implements store.Store.
+func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run, error) {
+	var out store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		out = r
+		switch {
+		case api.IsFinal(r.State):
+			return fmt.Errorf("cancel run %d: already %s: %w", id, r.State, store.ErrRunFinished)
+		case r.State == api.StateQueued:
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?
+				WHERE id = ?`, api.StateCancelled, api.ReasonCancelled, "cancelled before a runner claimed it", ms(now), id)
+		default:
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = 1 WHERE id = ?`, id)
+		}
+		if err != nil {
+			return fmt.Errorf("cancel run %d: %w", id, err)
+		}
+		out, err = getRun(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// ExpireLeases implements store.Store.
+func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, error) {
+	var out []store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		lapsed, err := listRuns(ctx, tx, `WHERE r.state IN (?, ?) AND r.lease_expires < ?`,
+			api.StateClaimed, api.StateRunning, ms(now))
+		if err != nil {
+			return err
+		}
+		for _, r := range lapsed {
+			heard := "never"
+			var last sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT last_seen_at FROM runners WHERE id = ?`, r.RunnerID).Scan(&last)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read runner of run %d: %w", r.ID, err)
+			}
+			if last.Valid {
+				heard = fromMS(last.Int64).Format(time.RFC3339)
+			}
+			state, reason := api.StateErrored, api.ReasonRunnerLost
+			msg := fmt.Sprintf("runner %s stopped renewing the lease (last heard from: %s; lease expired at %s)",
+				r.RunnerName, heard, r.LeaseExpires.Format(time.RFC3339))
+			if r.CancelRequested {
+				state, reason = api.StateCancelled, api.ReasonCancelled
+				msg = "cancelled; " + msg + " before confirming the cancel"
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
+				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
+				return fmt.Errorf("end run %d: %w", r.ID, err)
+			}
+			ended, err := getRun(ctx, tx, r.ID)
+			if err != nil {
+				return err
+			}
+			out = append(out, ended)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ExtendLeases implements store.Store.
+func (d *DB) ExtendLeases(ctx context.Context, until time.Time) (int, error) {
+	res, err := d.db.ExecContext(ctx, `UPDATE runs SET lease_expires = ? WHERE state IN (?, ?)`,
+		ms(until), api.StateClaimed, api.StateRunning)
+	if err != nil {
+		return 0, fmt.Errorf("extend leases: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}

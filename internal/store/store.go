@@ -1,0 +1,272 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors every implementation returns (possibly wrapped; test with errors.Is).
+var (
+	// ErrNotFound: the named account, repository, run, runner or secret
+	// does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique name is taken, or a compare-and-set lost (the
+	// run was no longer in the state the operation expected).
+	ErrConflict = errors.New("conflict")
+	// ErrRunFinished: the run is already in a final state and the operation
+	// would change it.
+	ErrRunFinished = errors.New("run already finished")
+)
+
+// Account is a user of the server.
+type Account struct {
+	ID        int64
+	Handle    string
+	DID       string
+	Admin     bool
+	CreatedAt time.Time
+}
+
+// Repo is a repository OWNER/NAME.
+type Repo struct {
+	ID        int64
+	OwnerID   int64
+	Owner     string // the owner's handle
+	Name      string
+	CreatedAt time.Time
+}
+
+// FullName returns "OWNER/NAME".
+func (r Repo) FullName() string { return r.Owner + "/" + r.Name }
+
+// Pipeline is the set of runs made by one trigger.
+type Pipeline struct {
+	ID        int64
+	RepoID    int64
+	Repo      string // OWNER/NAME
+	Ref       string // full ref, e.g. refs/heads/main
+	SHA       string // commit
+	Event     string // push, tag, manual
+	CreatedAt time.Time
+}
+
+// Run is one workflow executing once for one pipeline. Ref, SHA and Event
+// come from its pipeline; Repo and RepoOwnerID from its repository.
+type Run struct {
+	ID           int64
+	PipelineID   int64
+	RepoID       int64
+	RepoOwnerID  int64
+	Repo         string // OWNER/NAME
+	Ref          string
+	SHA          string
+	Event        string
+	Workflow     string   // the workflow's name
+	WorkflowPath string   // relative to the repository root
+	Secrets      []string // workflow-level `secrets:` names
+	Runners      []string // workflow-level `runners:` entries
+	State        string
+	Reason       string
+	Message      string
+	ExitCode     *int
+	RunnerID     int64 // 0 until claimed
+	RunnerName   string
+	// CancelRequested is set when a user cancelled a claimed or running run;
+	// the runner learns it from its next heartbeat.
+	CancelRequested bool
+	CreatedAt       time.Time
+	ClaimedAt       *time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	LeaseExpires    *time.Time
+}
+
+// Step is one step of a run; index 0 is the setup log.
+type Step struct {
+	Index     int
+	Name      string
+	State     string
+	ExitCode  *int
+	Reason    string
+	UpdatedAt time.Time
+}
+
+// NewRun is a run to create with its pipeline. State is queued, or a final
+// state for a run that cannot start (a workflow that failed to parse); Steps
+// are rows to create with it (e.g. the failed setup step).
+type NewRun struct {
+	Workflow     string
+	WorkflowPath string
+	Source       string // the workflow file's bytes at the pipeline's commit
+	Secrets      []string
+	Runners      []string
+	State        string
+	Reason       string
+	Message      string
+	Steps        []Step
+}
+
+// NewPipeline is a pipeline to create, with all its runs, in one transaction.
+type NewPipeline struct {
+	RepoID    int64
+	Ref       string
+	SHA       string
+	Event     string
+	CreatedAt time.Time
+	Runs      []NewRun
+}
+
+// RunFilter selects runs for ListRuns. Zero fields do not filter. Limit 0
+// means 50.
+type RunFilter struct {
+	RepoID     int64
+	PipelineID int64
+	OwnerID    int64 // only runs of repositories this account owns
+	Limit      int
+}
+
+// Claim is what ClaimRun records on a queued run.
+type Claim struct {
+	RunnerID   int64
+	RunnerName string
+	TokenHash  string // SHA-256 hex of the run token
+	Now        time.Time
+	LeaseUntil time.Time
+}
+
+// RunFinal is the final result of a run.
+type RunFinal struct {
+	State    string // a final state
+	Reason   string
+	Message  string
+	ExitCode *int
+	At       time.Time
+}
+
+// Runner is a registered runner identity of one repository.
+type Runner struct {
+	ID         int64
+	RepoID     int64
+	Repo       string // OWNER/NAME
+	Name       string
+	DID        string
+	PublicKey  string // multibase
+	Labels     []string
+	Status     string // pending, approved
+	CreatedAt  time.Time
+	LastSeenAt *time.Time
+}
+
+// Secret is a stored secret of a repository. Ciphertext is filled only by
+// SecretsFor; ListSecrets leaves it nil.
+type Secret struct {
+	RepoID     int64
+	Name       string
+	Runner     string // "" = every runner of the repository
+	Ciphertext []byte
+	UpdatedAt  time.Time
+}
+
+// Store is everything the server keeps in its database. Every method is safe
+// for concurrent use; a cancelled ctx aborts the call and rolls back any
+// transaction it had begun. Times are stored with millisecond precision.
+type Store interface {
+	// CreateAccount creates an account whose API token hashes to tokenHash
+	// (SHA-256 hex). ErrConflict when the handle or DID is taken.
+	CreateAccount(ctx context.Context, a Account, tokenHash string) (Account, error)
+	// AccountByHandle: ErrNotFound when there is none.
+	AccountByHandle(ctx context.Context, handle string) (Account, error)
+	// AccountByToken returns the account whose token hashes to tokenHash;
+	// ErrNotFound when there is none.
+	AccountByToken(ctx context.Context, tokenHash string) (Account, error)
+
+	// CreateRepo: ErrConflict when the owner already has a repository of
+	// that name.
+	CreateRepo(ctx context.Context, ownerID int64, name string, now time.Time) (Repo, error)
+	// RepoByName looks up OWNER/NAME; ErrNotFound when absent.
+	RepoByName(ctx context.Context, owner, name string) (Repo, error)
+	RepoByID(ctx context.Context, id int64) (Repo, error)
+	// ListRepos lists repositories of ownerID (0 = all), by full name.
+	ListRepos(ctx context.Context, ownerID int64) ([]Repo, error)
+
+	// CreatePipeline creates a pipeline and its runs (and their initial
+	// steps) atomically and returns them, runs in the order given.
+	CreatePipeline(ctx context.Context, p NewPipeline) (Pipeline, []Run, error)
+	// Pipeline: ErrNotFound when absent.
+	Pipeline(ctx context.Context, id int64) (Pipeline, error)
+	// Run: ErrNotFound when absent.
+	Run(ctx context.Context, id int64) (Run, error)
+	// RunSource returns the workflow file's bytes stored with the run.
+	RunSource(ctx context.Context, id int64) (string, error)
+	// Steps lists a run's step rows by index (possibly none).
+	Steps(ctx context.Context, runID int64) ([]Step, error)
+	// ListRuns lists runs newest first.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// QueuedRuns lists the queued runs of a repository, oldest first.
+	QueuedRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// RunByToken returns the run whose current run token hashes to
+	// tokenHash; ErrNotFound when none (tokens are cleared when a run ends).
+	RunByToken(ctx context.Context, tokenHash string) (Run, error)
+
+	// ClaimRun moves run id from queued to claimed for c.RunnerID, atomically:
+	// of two concurrent claims of one run exactly one succeeds, the other
+	// gets ErrConflict (as does a claim of a run that is not queued).
+	ClaimRun(ctx context.Context, id int64, c Claim) (Run, error)
+	// RenewLease extends the lease of a claimed or running run held by
+	// runnerID to until. ErrRunFinished when the run is final, ErrConflict
+	// when another runner holds it, ErrNotFound when absent.
+	RenewLease(ctx context.Context, id, runnerID int64, until time.Time) (Run, error)
+	// UpdateStep creates or updates a step row (idempotent). A step in state
+	// running moves a claimed run to running and sets its StartedAt.
+	UpdateStep(ctx context.Context, runID int64, s Step) (Run, error)
+	// EnsureStep creates a pending step row when none exists (idempotent).
+	EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error
+	// CompleteRun records a run's final result once and clears its run
+	// token. Repeating the same state, reason and exit code succeeds without
+	// change; a different result on a final run is ErrRunFinished.
+	CompleteRun(ctx context.Context, id int64, f RunFinal) (Run, error)
+	// CancelRun ends a queued run as cancelled at now, or marks a claimed or
+	// running run CancelRequested (idempotent). ErrRunFinished when final.
+	CancelRun(ctx context.Context, id int64, now time.Time) (Run, error)
+	// ExpireLeases ends every claimed or running run whose lease expired
+	// before now: errored/runner-lost, or cancelled when a cancel had been
+	// requested. It returns the runs it ended, in their new state.
+	ExpireLeases(ctx context.Context, now time.Time) ([]Run, error)
+	// ExtendLeases sets the lease of every claimed or running run to until
+	// and reports how many there were (used at server start).
+	ExtendLeases(ctx context.Context, until time.Time) (int, error)
+
+	// RegisterRunner creates a pending runner. Registering the same DID for
+	// the same repository and name again is idempotent (labels are updated;
+	// created is false). ErrConflict when the name is taken by another DID
+	// or the DID is registered under another repository or name.
+	RegisterRunner(ctx context.Context, r Runner) (out Runner, created bool, err error)
+	// RunnerByDID: ErrNotFound when absent.
+	RunnerByDID(ctx context.Context, did string) (Runner, error)
+	// RunnerByName: ErrNotFound when absent.
+	RunnerByName(ctx context.Context, repoID int64, name string) (Runner, error)
+	// ListRunners lists a repository's runners by name.
+	ListRunners(ctx context.Context, repoID int64) ([]Runner, error)
+	// ApproveRunner marks a runner approved (idempotent).
+	ApproveRunner(ctx context.Context, id int64) (Runner, error)
+	// RemoveRunner deletes a runner; ErrNotFound when absent. Runs it holds
+	// keep their lease and lapse.
+	RemoveRunner(ctx context.Context, id int64) error
+	// TouchRunner records that the runner was heard from at.
+	TouchRunner(ctx context.Context, id int64, at time.Time) error
+
+	// SetSecret creates or replaces the secret (repoID, name, runner).
+	SetSecret(ctx context.Context, s Secret) error
+	// ListSecrets lists a repository's secrets without ciphertexts, by name
+	// then runner.
+	ListSecrets(ctx context.Context, repoID int64) ([]Secret, error)
+	// DeleteSecret: ErrNotFound when absent.
+	DeleteSecret(ctx context.Context, repoID int64, name, runner string) error
+	// SecretsFor returns the secrets (with ciphertexts) of a repository whose
+	// names are in names, every runner scope included.
+	SecretsFor(ctx context.Context, repoID int64, names []string) ([]Secret, error)
+
+	// Close releases the database. Calls after Close fail.
+	Close() error
+}
