@@ -1,15 +1,167 @@
 package workflow
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
-// Parse parses and validates the workflow file at path (used in messages)
-// holding src. On any problem it returns a nil Workflow and an ErrorList
-// naming every problem as PATH:LINE:COL. It never panics.
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// MaxFileSize is the largest workflow file Parse accepts, in bytes.
+const MaxFileSize = 1 << 20
+
+// Parse parses and validates the workflow file at path (used in messages
+// and for the default name) holding src. On any problem it returns a nil
+// Workflow and an ErrorList naming every problem found as PATH:LINE:COL,
+// in file order. It never panics.
 func Parse(path string, src []byte) (*Workflow, error) {
-	return nil, errors.New("workflow.Parse: not implemented yet")
+	w, errs := parse(path, src)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return w, nil
 }
 
-// Matches reports whether the workflow's `on:` section selects ev.
-func (w *Workflow) Matches(ev Event) bool {
-	return false
+// LintFile returns every problem in the workflow file (nil if none), as
+// Parse would report them.
+func LintFile(path string, src []byte) ErrorList {
+	_, errs := parse(path, src)
+	return errs
+}
+
+type decoder struct {
+	path    string
+	errs    ErrorList
+	aliases map[*ast.AliasNode]*ast.AnchorNode
+}
+
+func (d *decoder) errorf(p pos, format string, args ...any) {
+	d.errs = append(d.errs, &Error{Path: d.path, Line: p.line, Col: p.col, Msg: fmt.Sprintf(format, args...)})
+}
+
+func parse(path string, src []byte) (*Workflow, ErrorList) {
+	d := &decoder{path: path}
+	root := d.document(src)
+	var w *Workflow
+	if root != nil && d.prepare(root) {
+		w = d.workflow(d.deref(root), nodePos(root))
+	}
+	if len(d.errs) == 0 {
+		return w, nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Col - b.Col
+	})
+	// The same node reached through two aliases reports the same problem
+	// twice; say it once.
+	return nil, slices.CompactFunc(d.errs, func(a, b *Error) bool { return *a == *b })
+}
+
+// document checks the bytes and the YAML syntax and returns the body of
+// the one document, or nil after reporting why there is none.
+func (d *decoder) document(src []byte) ast.Node {
+	if len(src) > MaxFileSize {
+		d.errorf(pos{1, 1}, "workflow file is %d bytes; the limit is %d", len(src), MaxFileSize)
+		return nil
+	}
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
+	if !utf8.Valid(src) {
+		d.errorf(invalidUTF8Pos(src), "workflow file is not valid UTF-8")
+		return nil
+	}
+	if i := bytes.IndexByte(src, 0); i >= 0 {
+		d.errorf(bytePos(src, i), "workflow file contains a NUL byte")
+		return nil
+	}
+	file, err := parseYAML(src)
+	if err != nil {
+		d.syntaxError(err)
+		return nil
+	}
+	var bodies []*ast.DocumentNode
+	for _, doc := range file.Docs {
+		if doc != nil && !isNil(doc.Body) {
+			bodies = append(bodies, doc)
+		}
+	}
+	switch {
+	case len(bodies) == 0:
+		d.errorf(pos{1, 1}, "workflow file is empty; expected a mapping with at least steps:")
+		return nil
+	case len(bodies) > 1:
+		p := nodePos(bodies[1].Body)
+		if bodies[1].Start != nil {
+			p = tokenPos(bodies[1].Start)
+		}
+		d.errorf(p, "a second YAML document starts here; a workflow file holds exactly one")
+		return nil
+	}
+	return bodies[0].Body
+}
+
+// parseYAML runs the YAML parser, turning a panic inside it into an error
+// so that no input can crash a caller.
+func parseYAML(src []byte) (f *ast.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, err = nil, fmt.Errorf("the YAML parser failed on this input: %v", r)
+		}
+	}()
+	// Duplicate keys are allowed here and reported by entries, together
+	// with every other problem, instead of stopping at the first.
+	return parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
+}
+
+func (d *decoder) syntaxError(err error) {
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		msg := ye.GetMessage()
+		if strings.Contains(msg, "'\t'") {
+			msg += " (indent YAML with spaces, not tabs)"
+		}
+		d.errorf(tokenPos(ye.GetToken()), "invalid YAML: %s", msg)
+		return
+	}
+	d.errorf(pos{1, 1}, "invalid YAML: %v", err)
+}
+
+func invalidUTF8Pos(src []byte) pos {
+	i := 0
+	for i < len(src) {
+		r, size := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
+	}
+	return bytePos(src, i)
+}
+
+// bytePos converts a byte offset into a line and a column in characters.
+func bytePos(src []byte, off int) pos {
+	line := 1 + bytes.Count(src[:off], []byte("\n"))
+	start := bytes.LastIndexByte(src[:off], '\n') + 1
+	return pos{line, 1 + utf8.RuneCount(src[start:off])}
+}
+
+// defaultName is the file name without directory and extension.
+func defaultName(p string) string {
+	base := path.Base(strings.ReplaceAll(p, "\\", "/"))
+	if ext := path.Ext(base); ext != "" && ext != base {
+		base = strings.TrimSuffix(base, ext)
+	}
+	if base == "" || base == "." || base == "/" {
+		return "workflow"
+	}
+	return base
 }
