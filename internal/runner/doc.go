@@ -1,0 +1,23 @@
+// Package runner is the core of knotless-run: the runner's state file and
+// registration (login), the claim loop with its heartbeats and capacity, the
+// bare git mirrors and per-run checkouts, the execution of a workflow's steps
+// through an executor.Executor (shared by `run` and the server-less `exec`),
+// and the on-disk spool from which logs, step updates and results are
+// shipped to the server.
+//
+// It knows executors only through the executor package's interfaces, so
+// docker and kube fit without touching it. It must never let a byte of step
+// output leave the runner unmasked, never put a secret or the run token in a
+// command line, a URL or a log, never drop a log byte or a result without a
+// visible marker, and never leave a workspace behind.
+//
+// Work directory layout (--work DIR):
+//
+//	DIR/.lock                        flock held by the one runner process using DIR
+//	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (fetched by SHA)
+//	DIR/runs/<run>/workspace         the run's checkout (removed after the run)
+//	DIR/runs/<run>/home              HOME of the run's steps (removed after the run)
+//	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
+//	DIR/spool/<run>/journal.jsonl    step updates and the final result, in order
+//	DIR/spool/<run>/shipped.json     what the server acknowledged so far
+package runner

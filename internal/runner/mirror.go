@@ -1,0 +1,178 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Mirrors keeps one bare git repository per server repository under Root
+// (Root/OWNER/NAME.git) and checks commits out of them into workspaces. It
+// fetches a commit by its exact SHA and only when the mirror lacks it. Safe
+// for concurrent use: runs of one repository take turns on its mirror.
+type Mirrors struct {
+	Root string
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// Fetch describes where a commit comes from.
+type Fetch struct {
+	Repo  string // OWNER/NAME
+	URL   string // the repository's smart-HTTP URL (no credentials in it)
+	SHA   string // full commit SHA
+	Token string // run token, sent as the basic-auth password; never in argv
+}
+
+var (
+	shaRE  = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+	partRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
+
+func (m *Mirrors) lock(repo string) *sync.Mutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.locks == nil {
+		m.locks = map[string]*sync.Mutex{}
+	}
+	l := m.locks[repo]
+	if l == nil {
+		l = &sync.Mutex{}
+		m.locks[repo] = l
+	}
+	return l
+}
+
+// Path returns the mirror's directory for repo ("OWNER/NAME").
+func (m *Mirrors) Path(repo string) (string, error) {
+	owner, name, ok := strings.Cut(repo, "/")
+	if !ok || !partRE.MatchString(owner) || !partRE.MatchString(name) || strings.HasSuffix(name, ".git") {
+		return "", fmt.Errorf("repository %q is not OWNER/NAME", repo)
+	}
+	return filepath.Join(m.Root, owner, name+".git"), nil
+}
+
+// Checkout makes dest (which must not exist) a checkout of f.SHA with a
+// detached HEAD, fetching the commit into the repository's mirror first if
+// it is missing. git's output goes to log. The workspace shares the
+// mirror's objects and needs no network.
+func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Writer) error {
+	if !shaRE.MatchString(f.SHA) {
+		return fmt.Errorf("commit %q is not a full SHA", f.SHA)
+	}
+	mirror, err := m.Path(f.Repo)
+	if err != nil {
+		return err
+	}
+	l := m.lock(f.Repo)
+	l.Lock()
+	defer l.Unlock()
+
+	if _, err := os.Stat(filepath.Join(mirror, "HEAD")); err != nil {
+		if err := os.MkdirAll(filepath.Dir(mirror), 0o700); err != nil {
+			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
+		}
+		_ = os.RemoveAll(mirror) // a half-made mirror of an earlier crash
+		if err := git(ctx, "", nil, log, "init", "-q", "--bare", mirror); err != nil {
+			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
+		}
+		// No automatic gc: workspaces borrow the mirror's objects while
+		// later fetches run.
+		if err := git(ctx, mirror, nil, log, "config", "gc.auto", "0"); err != nil {
+			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
+		}
+	}
+	if git(ctx, mirror, nil, io.Discard, "cat-file", "-e", f.SHA+"^{commit}") != nil {
+		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, f.URL)
+		auth := base64.StdEncoding.EncodeToString([]byte("knotless-run:" + f.Token))
+		env := []string{
+			"GIT_CONFIG_COUNT=1",
+			"GIT_CONFIG_KEY_0=http.extraHeader",
+			"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
+		}
+		// The ref keeps the commit reachable and gives later fetches a
+		// "have" to negotiate from.
+		refspec := f.SHA + ":refs/knotless/" + f.SHA
+		if err := git(ctx, mirror, env, log, "fetch", "--no-tags", "--no-write-fetch-head", "-q", f.URL, refspec); err != nil {
+			return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, err)
+		}
+	} else {
+		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
+	}
+	// Like `git clone --shared`: the workspace borrows the mirror's objects
+	// through alternates (cheap, and no network), without clone's warning
+	// about a mirror that has no branches.
+	if err := git(ctx, "", nil, log, "-c", "init.defaultBranch=main", "init", "-q", dest); err != nil {
+		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
+	}
+	alt := filepath.Join(dest, ".git", "objects", "info", "alternates")
+	if err := os.WriteFile(alt, []byte(filepath.Join(mirror, "objects")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
+	}
+	if err := git(ctx, dest, nil, log, "checkout", "-q", "--detach", f.SHA); err != nil {
+		return fmt.Errorf("check out %s: %w", f.SHA, err)
+	}
+	return nil
+}
+
+// git runs one git command in dir ("" = the current directory) with extra
+// environment entries, writing its output to out. The environment is the
+// runner's minus any GIT_* variable, plus GIT_TERMINAL_PROMPT=0: git never
+// asks for a password.
+func git(ctx context.Context, dir string, extra []string, out io.Writer, args ...string) error {
+	if dir != "" {
+		args = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "LC_ALL=C"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") && !strings.HasPrefix(kv, "LC_ALL=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, extra...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	if buf.Len() > 0 {
+		_, _ = out.Write(buf.Bytes())
+	}
+	if err != nil {
+		if msg := strings.TrimSpace(lastLine(buf.String())); msg != "" {
+			return fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
+		}
+		return fmt.Errorf("git %s: %w", subcommand(args), err)
+	}
+	return nil
+}
+
+// subcommand is the first argument of a git command line that is not an
+// option (or an option's value), for messages.
+func subcommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "-C" || args[i] == "-c":
+			i++
+		case !strings.HasPrefix(args[i], "-"):
+			return args[i]
+		}
+	}
+	return ""
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

@@ -1,0 +1,63 @@
+package runner
+
+import (
+	"io"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// StepUpdate is a step's change of state.
+type StepUpdate struct {
+	Step     int    // 1-based; 0 is the setup log
+	Name     string // the step's name
+	State    string // api.Step* state
+	ExitCode *int
+	Reason   string
+	Duration time.Duration // set on final states
+}
+
+// Result is how a run ended.
+type Result struct {
+	State    string // a final api.State*
+	Reason   string
+	Message  string
+	ExitCode *int
+}
+
+// Reporter receives everything a run produces, in order. Log bytes it gets
+// are already masked and capped. Execute calls it from one goroutine.
+type Reporter interface {
+	// Log opens step's log (0 = the setup log). Execute calls it once per
+	// step and closes the writer before the step's final update.
+	Log(step int) (io.WriteCloser, error)
+	// Step records a step's state change.
+	Step(u StepUpdate) error
+	// Done records the run's result; it is the last call.
+	Done(r Result) error
+}
+
+// SpoolReporter records a run into its spool, from which a Shipper
+// delivers it.
+type SpoolReporter struct {
+	Spool *Spool
+}
+
+// Log implements Reporter.
+func (r SpoolReporter) Log(step int) (io.WriteCloser, error) { return r.Spool.Log(step) }
+
+// Step implements Reporter.
+func (r SpoolReporter) Step(u StepUpdate) error {
+	return r.Spool.Append(JournalEntry{Step: &api.UpdateStepInput{
+		Run: r.Spool.Run(), Step: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason,
+	}})
+}
+
+// Done implements Reporter.
+func (r SpoolReporter) Done(res Result) error {
+	return r.Spool.Append(JournalEntry{Complete: &api.CompleteInput{
+		Run: r.Spool.Run(), State: res.State, Reason: res.Reason, Message: res.Message, ExitCode: res.ExitCode,
+	}})
+}
+
+func ptr[T any](v T) *T { return &v }

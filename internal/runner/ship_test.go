@@ -1,0 +1,355 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// logServer implements the runner-facing side of appendLog, updateStep and
+// complete with the server's semantics (idempotent appends by offset,
+// OffsetGap with the stored size), for unit tests of the shipper. It can be
+// switched down (503) to play an unreachable server.
+type logServer struct {
+	mu       sync.Mutex
+	logs     map[string][]byte // "run/step" → bytes
+	events   []string          // "log run/step size" | "step N state" | "complete state"
+	final    map[int64]string  // run → final state
+	down     bool
+	finished map[int64]bool // runs whose appends/updates answer RunFinished
+}
+
+func newLogServer() *logServer {
+	return &logServer{logs: map[string][]byte{}, final: map[int64]string{}, finished: map[int64]bool{}}
+}
+
+func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fail := func(status int, name string, size *int64) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(api.Error{Name: name, Size: size})
+	}
+	if s.down {
+		fail(http.StatusServiceUnavailable, "Unavailable", nil)
+		return
+	}
+	switch strings.TrimPrefix(r.URL.Path, "/xrpc/") {
+	case api.MethodAppendLog:
+		q := r.URL.Query()
+		run, _ := strconv.ParseInt(q.Get("run"), 10, 64)
+		off, _ := strconv.ParseInt(q.Get("offset"), 10, 64)
+		body, _ := io.ReadAll(r.Body)
+		if s.finished[run] {
+			fail(http.StatusConflict, api.ErrRunFinished, nil)
+			return
+		}
+		key := q.Get("run") + "/" + q.Get("step")
+		have := int64(len(s.logs[key]))
+		if off > have {
+			fail(http.StatusConflict, api.ErrOffsetGap, &have)
+			return
+		}
+		if skip := have - off; skip < int64(len(body)) {
+			s.logs[key] = append(s.logs[key], body[skip:]...)
+		}
+		s.events = append(s.events, fmt.Sprintf("log %s %d", key, len(s.logs[key])))
+		_ = json.NewEncoder(w).Encode(api.AppendLogOutput{Size: int64(len(s.logs[key]))})
+	case api.MethodUpdateStep:
+		var in api.UpdateStepInput
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		if s.finished[in.Run] {
+			fail(http.StatusConflict, api.ErrRunFinished, nil)
+			return
+		}
+		s.events = append(s.events, fmt.Sprintf("step %d %s", in.Step, in.State))
+		w.Write([]byte("{}"))
+	case api.MethodComplete:
+		var in api.CompleteInput
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		if s.finished[in.Run] {
+			fail(http.StatusConflict, api.ErrRunFinished, nil)
+			return
+		}
+		s.final[in.Run] = in.State
+		s.events = append(s.events, "complete "+in.State)
+		w.Write([]byte("{}"))
+	default:
+		fail(http.StatusNotFound, api.ErrNotImplemented, nil)
+	}
+}
+
+func (s *logServer) setDown(down bool) {
+	s.mu.Lock()
+	s.down = down
+	s.mu.Unlock()
+}
+
+func (s *logServer) log(run int64, step int) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.logs[fmt.Sprintf("%d/%d", run, step)]...)
+}
+
+func (s *logServer) finalState(run int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final[run]
+}
+
+func (s *logServer) eventList() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.events...)
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func startShipper(t *testing.T, srv *logServer, sp *Spool) (context.CancelFunc, chan error) {
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	sh := &Shipper{Client: &api.Client{BaseURL: hs.URL}, Spool: sp, Log: testLogger(t), MaxBackoff: 100 * time.Millisecond}
+	go func() { done <- sh.Run(ctx) }()
+	t.Cleanup(cancel)
+	return cancel, done
+}
+
+func TestShipper_DeliversLogsBeforeUpdatesAndCompleteLast(t *testing.T) {
+	srv := newLogServer()
+	sp, err := CreateSpool(t.TempDir(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, done := startShipper(t, srv, sp)
+	rep := SpoolReporter{Spool: sp}
+
+	setup, _ := rep.Log(0)
+	setup.Write([]byte("setup line\n"))
+	setup.Close()
+	rep.Step(StepUpdate{Step: 1, Name: "build", State: api.StepRunning})
+	w, _ := rep.Log(1)
+	var want bytes.Buffer
+	for i := range 2000 {
+		line := fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", i%300))
+		want.WriteString(line)
+		w.Write([]byte(line))
+	}
+	// 3 MiB more in one write: several chunks.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<16)
+	want.Write(big)
+	w.Write(big)
+	w.Close()
+	rep.Step(StepUpdate{Step: 1, Name: "build", State: api.StepSucceeded, ExitCode: ptr(0)})
+	rep.Done(Result{State: api.StateSucceeded})
+
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shipper: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("shipper did not finish")
+	}
+	if got := srv.log(7, 1); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("step log differs: got %d bytes, want %d", len(got), want.Len())
+	}
+	if got := string(srv.log(7, 0)); got != "setup line\n" {
+		t.Fatalf("setup log = %q", got)
+	}
+	ev := srv.eventList()
+	last := ev[len(ev)-1]
+	if last != "complete succeeded" {
+		t.Fatalf("last event %q, want complete: %v", last, ev)
+	}
+	// The step's final update comes after its last log byte.
+	iFinal, iLastLog := -1, -1
+	for i, e := range ev {
+		if e == "step 1 succeeded" {
+			iFinal = i
+		}
+		if e == fmt.Sprintf("log 7/1 %d", want.Len()) {
+			iLastLog = i
+		}
+	}
+	if iFinal < 0 || iLastLog < 0 || iFinal < iLastLog {
+		t.Fatalf("step update before its log was whole: %v", ev)
+	}
+	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
+		t.Fatalf("spool not removed after complete: %v", err)
+	}
+}
+
+func TestShipper_ServerDownKeepsEverythingAndDeliversLater(t *testing.T) {
+	srv := newLogServer()
+	srv.setDown(true)
+	sp, err := CreateSpool(t.TempDir(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, done := startShipper(t, srv, sp)
+	rep := SpoolReporter{Spool: sp}
+	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := rep.Log(1)
+	w.Write([]byte("before\n"))
+	time.Sleep(300 * time.Millisecond) // let a few retries fail (not a wait for a condition)
+	w.Write([]byte("during\n"))
+	w.Close()
+	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepFailed, ExitCode: ptr(3), Reason: api.ReasonExitCode})
+	rep.Done(Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(3)})
+	if srv.finalState(8) != "" {
+		t.Fatal("complete arrived while the server was down")
+	}
+	srv.setDown(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shipper: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("shipper did not finish after the server came back")
+	}
+	if got := string(srv.log(8, 1)); got != "before\nduring\n" {
+		t.Fatalf("log = %q", got)
+	}
+	if srv.finalState(8) != api.StateFailed {
+		t.Fatalf("final state %q", srv.finalState(8))
+	}
+}
+
+func TestShipper_OffsetGapResendsFromServerSize(t *testing.T) {
+	srv := newLogServer()
+	root := t.TempDir()
+	sp, err := CreateSpool(root, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := sp.Log(1)
+	w.Write([]byte("abcdefghij"))
+	w.Close()
+	// A cursor ahead of the server (as after the server lost its tail).
+	if err := sp.saveCursor(shipCursor{Logs: map[int]int64{1: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.logs["9/1"] = []byte("abc")
+	SpoolReporter{Spool: sp}.Done(Result{State: api.StateSucceeded})
+	sp.Close()
+	_, done := startShipper(t, srv, sp)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := string(srv.log(9, 1)); got != "abcdefghij" {
+		t.Fatalf("log = %q", got)
+	}
+}
+
+func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
+	srv := newLogServer()
+	root := t.TempDir()
+	sp, err := CreateSpool(root, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := SpoolReporter{Spool: sp}
+	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := rep.Log(1)
+	w.Write([]byte("first half\n"))
+	// A first process ships part of it, then dies.
+	cancel, done := startShipper(t, srv, sp)
+	waitFor(t, 5*time.Second, "first half shipped", func() bool { return len(srv.log(10, 1)) == 11 })
+	cancel()
+	<-done
+	w.Write([]byte("second half\n"))
+	w.Close()
+	sp.Close()
+
+	// A new process: reopen, finish the journal as a restart does, ship.
+	sp2, err := OpenSpool(sp.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := sp2.Completed(); ok {
+		t.Fatal("journal reports completion before Done")
+	}
+	SpoolReporter{Spool: sp2}.Done(Result{State: api.StateErrored, Reason: api.ReasonRunnerLost})
+	_, done2 := startShipper(t, srv, sp2)
+	if err := <-done2; err != nil {
+		t.Fatal(err)
+	}
+	if got := string(srv.log(10, 1)); got != "first half\nsecond half\n" {
+		t.Fatalf("log = %q", got)
+	}
+	running := 0
+	for _, e := range srv.eventList() {
+		if e == "step 1 running" {
+			running++
+		}
+	}
+	if running != 1 {
+		t.Fatalf("step update sent %d times: %v", running, srv.eventList())
+	}
+}
+
+func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
+	srv := newLogServer()
+	srv.finished[11] = true
+	sp, err := CreateSpool(t.TempDir(), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := SpoolReporter{Spool: sp}
+	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := rep.Log(1)
+	w.Write([]byte("x\n"))
+	w.Close()
+	rep.Done(Result{State: api.StateCancelled, Reason: api.ReasonCancelled})
+	_, done := startShipper(t, srv, sp)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shipper kept retrying a run the server ended")
+	}
+	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
+		t.Fatal("spool kept")
+	}
+}

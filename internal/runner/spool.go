@@ -1,0 +1,285 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// Spool is the on-disk record of one run on the runner: one log file per
+// step and a journal of step updates ending with the run's result. Writers
+// (the run) only append; a shipper reads and delivers it to the server, so
+// nothing is lost while the server is unreachable or the runner restarts.
+//
+// Files in the spool directory:
+//
+//	step-<N>.log    the masked log bytes of step N (0 = setup), append-only
+//	journal.jsonl   one JournalEntry per line, append-only
+//	shipped.json    the cursor of what the server acknowledged (shipCursor)
+//
+// A Spool is safe for concurrent use.
+type Spool struct {
+	dir string
+	run int64
+
+	mu      sync.Mutex
+	journal *os.File // nil once closed or for spools opened read-only
+	notify  chan struct{}
+}
+
+// JournalEntry is one line of a spool's journal: either a step update or the
+// run's final result (always the last entry).
+type JournalEntry struct {
+	Step     *api.UpdateStepInput `json:"step,omitempty"`
+	Complete *api.CompleteInput   `json:"complete,omitempty"`
+}
+
+const (
+	journalName = "journal.jsonl"
+	cursorName  = "shipped.json"
+)
+
+// CreateSpool makes the spool of run under root (root/<run>). It fails if
+// one exists already.
+func CreateSpool(root string, run int64) (*Spool, error) {
+	dir := filepath.Join(root, strconv.FormatInt(run, 10))
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("create spool of run %d: %w", run, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create spool of run %d: %w", run, err)
+	}
+	return openSpool(dir, run)
+}
+
+// OpenSpool opens the spool an earlier process left at dir (root/<run>).
+func OpenSpool(dir string) (*Spool, error) {
+	run, err := strconv.ParseInt(filepath.Base(dir), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("spool %s: not named after a run", dir)
+	}
+	return openSpool(dir, run)
+}
+
+func openSpool(dir string, run int64) (*Spool, error) {
+	f, err := os.OpenFile(filepath.Join(dir, journalName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
+	}
+	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1)}, nil
+}
+
+// Run is the run's ID.
+func (s *Spool) Run() int64 { return s.run }
+
+// Dir is the spool's directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// Changed is signalled (coalesced) whenever bytes or entries were added.
+func (s *Spool) Changed() <-chan struct{} { return s.notify }
+
+func (s *Spool) poke() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Spool) logPath(step int) string {
+	return filepath.Join(s.dir, fmt.Sprintf("step-%d.log", step))
+}
+
+// Log opens step's log file for appending. Every write is on disk (in the
+// page cache) before it returns and wakes the shipper.
+func (s *Spool) Log(step int) (io.WriteCloser, error) {
+	f, err := os.OpenFile(s.logPath(step), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)
+	}
+	return &spoolLog{f: f, s: s}, nil
+}
+
+type spoolLog struct {
+	f *os.File
+	s *Spool
+}
+
+func (l *spoolLog) Write(p []byte) (int, error) {
+	n, err := l.f.Write(p)
+	if n > 0 {
+		l.s.poke()
+	}
+	return n, err
+}
+
+func (l *spoolLog) Close() error { return l.f.Close() }
+
+// Append adds an entry to the journal. A Complete entry closes the journal:
+// later appends fail.
+func (s *Spool) Append(e JournalEntry) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode journal entry of run %d: %w", s.run, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journal == nil {
+		return fmt.Errorf("journal of run %d is closed", s.run)
+	}
+	if _, err := s.journal.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("append to journal of run %d: %w", s.run, err)
+	}
+	if e.Complete != nil {
+		// The result is the one record a person must never lose.
+		err = s.journal.Sync()
+		s.journal.Close()
+		s.journal = nil
+		if err != nil {
+			return fmt.Errorf("sync journal of run %d: %w", s.run, err)
+		}
+	}
+	s.poke()
+	return nil
+}
+
+// Close releases the journal without completing it.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.journal == nil {
+		return nil
+	}
+	err := s.journal.Close()
+	s.journal = nil
+	return err
+}
+
+// Entries reads the journal's complete lines from byte offset off and
+// returns them with the offset after the last one read. A torn last line (a
+// crash mid-write) is left for a later call.
+func (s *Spool) Entries(off int64) ([]JournalEntry, int64, error) {
+	f, err := os.Open(filepath.Join(s.dir, journalName))
+	if err != nil {
+		return nil, off, fmt.Errorf("read journal of run %d: %w", s.run, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, off, 1<<40))
+	if err != nil {
+		return nil, off, fmt.Errorf("read journal of run %d: %w", s.run, err)
+	}
+	var out []JournalEntry
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		line := data[:i]
+		data = data[i+1:]
+		off += int64(i + 1)
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var e JournalEntry
+		if err := json.Unmarshal(line, &e); err != nil {
+			return out, off, fmt.Errorf("journal of run %d: bad entry: %w", s.run, err)
+		}
+		out = append(out, e)
+	}
+	return out, off, nil
+}
+
+// Completed reports whether the journal holds the run's result.
+func (s *Spool) Completed() (bool, error) {
+	entries, _, err := s.Entries(0)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if e.Complete != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Steps lists the step indexes that have a log file, ascending.
+func (s *Spool) Steps() ([]int, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list spool of run %d: %w", s.run, err)
+	}
+	var steps []int
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "step-") || !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "step-"), ".log"))
+		if err == nil && n >= 0 {
+			steps = append(steps, n)
+		}
+	}
+	sort.Ints(steps)
+	return steps, nil
+}
+
+// shipCursor is what the server acknowledged: the number of journal entries
+// and the log bytes per step. Being behind the server is harmless (appends
+// are idempotent); it is only ever written after an acknowledgement.
+type shipCursor struct {
+	Entries int           `json:"entries"`
+	Logs    map[int]int64 `json:"logs"`
+}
+
+func (s *Spool) loadCursor() (shipCursor, error) {
+	c := shipCursor{Logs: map[int]int64{}}
+	data, err := os.ReadFile(filepath.Join(s.dir, cursorName))
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read ship cursor of run %d: %w", s.run, err)
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		// A torn cursor only costs resending: start over.
+		return shipCursor{Logs: map[int]int64{}}, nil
+	}
+	if c.Logs == nil {
+		c.Logs = map[int]int64{}
+	}
+	return c, nil
+}
+
+func (s *Spool) saveCursor(c shipCursor) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode ship cursor of run %d: %w", s.run, err)
+	}
+	tmp := filepath.Join(s.dir, cursorName+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, cursorName)); err != nil {
+		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+	}
+	return nil
+}
+
+// Remove deletes the spool once everything was delivered.
+func (s *Spool) Remove() error {
+	s.Close()
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("remove spool of run %d: %w", s.run, err)
+	}
+	return nil
+}

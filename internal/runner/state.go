@@ -1,0 +1,193 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/version"
+)
+
+// State is what `knotless-run login` writes and `knotless-run run` reads: the
+// runner's identity and where it belongs. The file is JSON, mode 0600, and
+// holds the runner's private key: it must never enter a job environment.
+type State struct {
+	Server     string   `json:"server"`     // server URL, e.g. "https://ci.example.com"
+	ServerDID  string   `json:"serverDid"`  // audience of the runner's JWTs
+	Repo       string   `json:"repo"`       // OWNER/NAME the runner serves
+	Name       string   `json:"name"`       // runner name, unique per repository
+	Labels     []string `json:"labels"`     // labels the runner advertises
+	DID        string   `json:"did"`        // runner DID (did:key of Key)
+	PrivateKey string   `json:"privateKey"` // P-256 private key, multibase
+
+	key atcrypto.PrivateKey
+}
+
+// LoadState reads and checks a state file. It refuses a file other users
+// can read, because it holds the runner's private key.
+func LoadState(path string) (*State, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read runner state: %w (run `knotless-run login` first)", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("runner state %s has mode %v: it holds a private key, run `chmod 600 %s`", path, fi.Mode().Perm(), path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read runner state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("parse runner state %s: %w", path, err)
+	}
+	if s.Server == "" || s.ServerDID == "" || s.Repo == "" || s.Name == "" || s.DID == "" || s.PrivateKey == "" {
+		return nil, fmt.Errorf("runner state %s is incomplete: run `knotless-run login` again", path)
+	}
+	k, err := svcauth.ParseKey(s.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("runner state %s: %w", path, err)
+	}
+	did, err := svcauth.DIDKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("runner state %s: %w", path, err)
+	}
+	if did != s.DID {
+		return nil, fmt.Errorf("runner state %s: the key does not match did %s", path, s.DID)
+	}
+	s.key = k
+	return &s, nil
+}
+
+// Client returns an XRPC client for the state's server whose requests carry
+// a fresh service-auth JWT signed by the runner's key. httpc may be nil.
+func (s *State) Client(httpc *http.Client) *api.Client {
+	signer := &svcauth.Signer{DID: s.DID, Audience: s.ServerDID, Key: s.key}
+	return &api.Client{
+		BaseURL:   s.Server,
+		HTTP:      httpc,
+		Auth:      signer.AuthFunc(),
+		UserAgent: "knotless-run/" + version.Version,
+	}
+}
+
+// ApproveCommand is what an owner of the repository runs to approve the
+// runner.
+func (s *State) ApproveCommand() string {
+	return fmt.Sprintf("knotless runner approve --repo %s %s", s.Repo, s.Name)
+}
+
+// LoginOptions are the inputs of Login.
+type LoginOptions struct {
+	Server string   // server URL
+	Repo   string   // OWNER/NAME
+	Name   string   // runner name
+	Labels []string // labels the runner advertises
+	State  string   // path of the state file to write
+	Force  bool     // overwrite an existing state file
+	HTTP   *http.Client
+}
+
+// Login registers a new runner identity with the server and writes its state
+// file (mode 0600). It makes a fresh P-256 key (the DID is its did:key),
+// asks the server for its DID, and calls MethodRegisterRunner, which leaves
+// the runner pending until an owner approves it. An existing state file is
+// kept unless opts.Force; on any error no state file is written.
+func Login(ctx context.Context, opts LoginOptions) (*State, error) {
+	if opts.Server == "" || opts.Repo == "" || opts.Name == "" || opts.State == "" {
+		return nil, errors.New("login needs --server, --repo, --name and --state")
+	}
+	if owner, name, ok := strings.Cut(opts.Repo, "/"); !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--repo %q: want OWNER/NAME", opts.Repo)
+	}
+	if !opts.Force {
+		if _, err := os.Lstat(opts.State); err == nil {
+			return nil, fmt.Errorf("state file %s exists: it is another runner identity; use --force to replace it", opts.State)
+		}
+	}
+	server := strings.TrimRight(opts.Server, "/")
+	var desc api.DescribeServerOutput
+	anon := &api.Client{BaseURL: server, HTTP: opts.HTTP, UserAgent: "knotless-run/" + version.Version}
+	if err := anon.Query(ctx, api.MethodDescribeServer, nil, &desc); err != nil {
+		return nil, fmt.Errorf("ask %s for its DID: %w", server, err)
+	}
+	if desc.DID == "" {
+		return nil, fmt.Errorf("ask %s for its DID: the answer has none", server)
+	}
+	key, err := svcauth.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	did, err := svcauth.DIDKey(key)
+	if err != nil {
+		return nil, err
+	}
+	labels := []string{}
+	for _, l := range opts.Labels {
+		if l = strings.TrimSpace(l); l != "" {
+			labels = append(labels, l)
+		}
+	}
+	st := &State{
+		Server: server, ServerDID: desc.DID, Repo: opts.Repo, Name: opts.Name,
+		Labels: labels, DID: did, PrivateKey: key.Multibase(), key: key,
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode runner state: %w", err)
+	}
+	// Write the state next to its final place first: if registration then
+	// fails nothing is left, and if it succeeds the rename cannot fail for
+	// lack of space.
+	dir := filepath.Dir(opts.State)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create directory of state file: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".knotless-run-state-*")
+	if err != nil {
+		return nil, fmt.Errorf("write runner state: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write runner state: %w", err)
+	}
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write runner state: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("write runner state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("write runner state: %w", err)
+	}
+
+	in := api.RegisterRunnerInput{Repo: opts.Repo, Name: opts.Name, Labels: labels}
+	if err := st.Client(opts.HTTP).Procedure(ctx, api.MethodRegisterRunner, in, nil); err != nil {
+		return nil, fmt.Errorf("register runner %s for %s: %w", opts.Name, opts.Repo, err)
+	}
+	if opts.Force {
+		err = os.Rename(tmp.Name(), opts.State)
+	} else {
+		err = os.Link(tmp.Name(), opts.State)
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("state file %s appeared meanwhile; use --force to replace it", opts.State)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runner %s is registered but its state was not saved (remove it with `knotless runner remove`): %w", opts.Name, err)
+	}
+	return st, nil
+}
