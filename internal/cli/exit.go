@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// Exit codes of the knotless command. They are documented in the root
+// command's help (exitCodesHelp); scripts rely on them.
+const (
+	ExitOK          = 0   // success
+	ExitFailed      = 1   // the thing failed: lint errors, a followed run did not succeed, a conflict
+	ExitUsage       = 2   // usage error: unknown command or flag, bad argument, invalid request
+	ExitUnavailable = 3   // server unreachable, or it answered 5xx
+	ExitAuth        = 4   // not logged in, token refused (401), or not allowed (403)
+	ExitNotFound    = 5   // the repository, run, secret or runner does not exist (404)
+	ExitInterrupted = 130 // interrupted by SIGINT/SIGTERM
+)
+
+const exitCodesHelp = `Exit codes:
+  0    success
+  1    the thing failed: lint errors, a followed run did not succeed, a conflict
+  2    usage error: unknown command or flag, bad argument, request refused as invalid
+  3    server unreachable, or it failed (HTTP 5xx)
+  4    not logged in, token refused, or not allowed (HTTP 401/403)
+  5    not found (HTTP 404)
+  130  interrupted`
+
+// exitError is an error with an exit code and a one-line message for
+// stderr. An empty msg means everything was already said (e.g. lint errors
+// were printed) and nothing more is printed.
+type exitError struct {
+	code int
+	msg  string
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.msg == "" && e.err != nil {
+		return e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf is a usage error (exit 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// failf is a failure of the thing asked for (exit 1).
+func failf(format string, args ...any) error {
+	return &exitError{code: ExitFailed, msg: fmt.Sprintf(format, args...)}
+}
+
+// errSilentFailure ends with exit 1 and prints nothing more.
+var errSilentFailure = &exitError{code: ExitFailed}
+
+// errNotLoggedIn is returned when no server or token is configured.
+var errNotLoggedIn = &exitError{code: ExitAuth,
+	msg: "not logged in: run knotless login --server URL (or set KNOTLESS_SERVER and KNOTLESS_TOKEN)"}
+
+// classify turns any error a command returned into an exit code and the one
+// line to print on stderr (empty: print nothing). server is the server URL
+// in use, if known, for messages. ranCommand is false when the error came
+// from cobra itself (unknown command, bad flag, wrong number of arguments).
+func classify(err error, server string, ranCommand bool) (int, string) {
+	if err == nil {
+		return ExitOK, ""
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code, oneLine(ee.Error())
+	}
+	if !ranCommand {
+		return ExitUsage, oneLine(err.Error())
+	}
+	if errors.Is(err, context.Canceled) {
+		return ExitInterrupted, "interrupted"
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		msg := oneLine(err.Error())
+		switch {
+		case ae.Status == http.StatusUnauthorized:
+			return ExitAuth, msg + ": the server refused the token: run knotless login --server " + orURL(server) + " with a valid token"
+		case ae.Status == http.StatusForbidden:
+			return ExitAuth, msg + ": not allowed: ask the repository owner or an admin"
+		case ae.Status == http.StatusNotFound:
+			return ExitNotFound, msg
+		case ae.Status == http.StatusBadRequest:
+			return ExitUsage, msg
+		case ae.Status >= 500:
+			return ExitUnavailable, msg + ": the server failed: try again, or check the server's log"
+		default:
+			return ExitFailed, msg
+		}
+	}
+	if errors.Is(err, errTimedOut) || errors.Is(err, errTransfer) {
+		return ExitUnavailable, oneLine(err.Error()) + ": check the server (knotless whoami)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) {
+		cause := err.Error()
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			cause = oe.Err.Error()
+		} else if ue != nil {
+			cause = ue.Err.Error()
+		}
+		return ExitUnavailable, oneLine(fmt.Sprintf("cannot reach the server at %s: %s: check that knotless-server is running and the URL is right (knotless login --server URL)", orURL(server), cause))
+	}
+	return ExitFailed, oneLine(err.Error())
+}
+
+func orURL(server string) string {
+	if server == "" {
+		return "URL"
+	}
+	return server
+}
+
+// oneLine folds a message onto one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.ReplaceAll(s, "\r", "")
+	return strings.ReplaceAll(s, "\n", "; ")
+}

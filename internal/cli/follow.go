@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/runlog"
+)
+
+// errTransfer marks a log transfer cut off mid-body; following retries it.
+var errTransfer = errors.New("log transfer interrupted")
+
+// transient reports whether err may pass on its own: the server is
+// unreachable, restarting, failing (5xx, 429), slow, or a transfer broke.
+func transient(err error) bool {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return false
+	}
+	if errors.Is(err, errTimedOut) || errors.Is(err, errTransfer) {
+		return true
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return api.Retryable(ae)
+	}
+	var ue *url.Error
+	return errors.As(err, &ue) && !errors.Is(err, context.Canceled)
+}
+
+// retrier repeats calls that fail transiently, for up to followRetryFor of
+// consecutive failure, telling the user once on stderr.
+type retrier struct {
+	s       *session
+	failing bool
+	since   int64 // unix nanoseconds of the first failure in a row
+	attempt int
+}
+
+func (rt *retrier) do(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			if rt.failing {
+				fmt.Fprintln(rt.s.stderr(), "knotless: the server answers again, following on")
+			}
+			rt.failing, rt.attempt = false, 0
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !transient(err) {
+			return err
+		}
+		now := rt.s.now().UnixNano()
+		if !rt.failing {
+			rt.failing, rt.since = true, now
+			fmt.Fprintf(rt.s.stderr(), "knotless: %s; retrying for up to %s\n", oneLine(err.Error()), followRetryFor)
+		} else if now-rt.since > int64(followRetryFor) {
+			return err
+		}
+		if err := sleep(ctx, api.Backoff(rt.attempt, 5*pollInterval)); err != nil {
+			return err
+		}
+		rt.attempt++
+	}
+}
+
+// followRun prints the logs of run id as they grow, step after step, until
+// the run is final and every log is done; then the summary line. only ≥ 0
+// follows just that step, without the summary. It returns the run as last
+// seen and whether it (or the one step) succeeded.
+func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, bool, error) {
+	rt := &retrier{s: s}
+	var run api.Run
+	refresh := func() error {
+		return rt.do(ctx, func() error {
+			r, err := s.getRun(ctx, id)
+			if err == nil {
+				run = r
+			}
+			return err
+		})
+	}
+	if err := refresh(); err != nil {
+		return run, false, err
+	}
+	if run.State == api.StateQueued {
+		fmt.Fprintf(s.stderr(), "Run %d is queued: waiting for a runner to claim it (see knotless runner list --repo %s).\n", id, run.Repo)
+	}
+
+	if only >= 0 {
+		for {
+			st, ok := stepOf(run, only)
+			if ok {
+				if err := s.followStep(ctx, rt, &run, refresh, st, true); err != nil {
+					return run, false, err
+				}
+				st, _ = stepOf(run, only)
+				return run, st.State == api.StepSucceeded, nil
+			}
+			if api.IsFinal(run.State) {
+				return run, false, &exitError{code: ExitNotFound, msg: fmt.Sprintf("run %d has no step %d (it has %d steps; 0 is the setup log)", id, only, workflowSteps(run))}
+			}
+			if err := sleep(ctx, pollInterval); err != nil {
+				return run, false, err
+			}
+			if err := refresh(); err != nil {
+				return run, false, err
+			}
+		}
+	}
+
+	last := -1
+	for {
+		next, ok := api.Step{}, false
+		for _, st := range sortedSteps(run) {
+			if st.Index > last {
+				next, ok = st, true
+				break
+			}
+		}
+		if ok {
+			if err := s.followStep(ctx, rt, &run, refresh, next, false); err != nil {
+				return run, false, err
+			}
+			last = next.Index
+			continue
+		}
+		if api.IsFinal(run.State) {
+			break
+		}
+		// The run goes on but lists no further step yet.
+		if err := sleep(ctx, pollInterval); err != nil {
+			return run, false, err
+		}
+		if err := refresh(); err != nil {
+			return run, false, err
+		}
+	}
+	fmt.Fprint(s.stdout(), runlog.RunSummary(run))
+	return run, run.State == api.StateSucceeded, nil
+}
+
+// followStep prints one step's log as it grows, framed by header and
+// footer, and returns when the log is done. A server that never says a log
+// is done is covered too: once the step (or the run) is final, or for the
+// setup log once a later step started, one more quiet poll ends it. The
+// setup log's frame is printed only when it has bytes, unless force.
+func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, refresh func() error, st api.Step, force bool) error {
+	sw := &stepWriter{w: s.stdout()}
+	head := runlog.StepHeader(st.Index, workflowSteps(*run), st.Name)
+	lazy := st.Index == api.SetupStep && !force
+	if lazy {
+		sw.header = head
+	} else {
+		io.WriteString(s.stdout(), head)
+	}
+	var offset int64
+	ending := false // the step or run is final: the next quiet poll ends the log
+	for {
+		wait := logWait
+		if ending {
+			wait = 1
+		}
+		start := s.now()
+		var n, size int64
+		var done bool
+		err := rt.do(ctx, func() error {
+			k, sz, d, err := s.fetchLog(ctx, sw, run.ID, st.Index, offset, wait)
+			offset += k
+			n += k
+			size, done = sz, d
+			if api.IsError(err, api.ErrNotFound) {
+				size, done = -1, false // no log yet
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if done && (size < 0 || offset >= size) {
+			break
+		}
+		if n > 0 {
+			continue
+		}
+		if ending {
+			break
+		}
+		if err := refresh(); err != nil {
+			return err
+		}
+		cur, _ := stepOf(*run, st.Index)
+		ending = api.IsFinal(run.State) || stepDone(cur.State) || (st.Index == api.SetupStep && laterStepStarted(*run))
+		if d := pollInterval - s.now().Sub(start); d > 0 && !ending {
+			if err := sleep(ctx, d); err != nil {
+				return err
+			}
+		}
+	}
+	if err := refresh(); err != nil {
+		return err
+	}
+	cur, ok := stepOf(*run, st.Index)
+	if !ok {
+		cur = st
+	}
+	s.endStep(sw, cur, !lazy)
+	return nil
+}
+
+// laterStepStarted reports whether a workflow step of r has left pending.
+func laterStepStarted(r api.Run) bool {
+	for _, st := range r.Steps {
+		if st.Index > api.SetupStep && st.State != api.StepPending && st.State != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+func (s *session) loginCmd() *cobra.Command {
+	var server, tokenFile string
+	cmd := &cobra.Command{
+		Use:   "login --server URL [--token-file FILE]",
+		Short: "Save the server URL and your API token after checking them",
+		Long: `Log in to a Knotless server: check the API token with the server, then save
+the server URL and the token to the config file (mode 0600).
+
+The token is read from --token-file, else from stdin when stdin is not a
+terminal, else from a prompt that does not echo. It is never taken from a
+command-line argument (those are visible to every user of the machine).
+
+The first admin token of a new server is in DATA/admin.token; other
+accounts get theirs from ` + "`knotless account create`" + `.`,
+		Example: `  knotless login --server https://ci.example.com --token-file ~/knotless.token
+  knotless login --server http://127.0.0.1:8080 < /var/lib/knotless/admin.token
+  knotless login --server https://ci.example.com          # asks for the token`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if server == "" {
+				server = s.getenv(EnvServer)
+			}
+			server = strings.TrimRight(strings.TrimSpace(server), "/")
+			if server == "" {
+				return usageErrorf("login needs --server URL, e.g. knotless login --server https://ci.example.com")
+			}
+			if err := checkServerURL(server); err != nil {
+				return usageErrorf("--server %q: %v", server, err)
+			}
+			path, err := s.configPath()
+			if err != nil {
+				return err
+			}
+			tok, err := s.readToken(tokenFile)
+			if err != nil {
+				return err
+			}
+			s.client = s.newClient(server, tok)
+			acct, err := s.whoami(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("check token with %s: %w", server, err)
+			}
+			if err := SaveConfig(path, Config{Server: server, Token: tok}); err != nil {
+				return err
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), acct)
+			}
+			fmt.Fprintf(s.stdout(), "Logged in to %s as %s%s.\nSaved to %s.\n", server, acct.Handle, adminNote(acct), path)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "", "server URL, e.g. https://ci.example.com (default $"+EnvServer+")")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read the API token from this file (default: stdin, or a prompt on a terminal)")
+	return cmd
+}
+
+func adminNote(a api.Account) string {
+	if a.Admin {
+		return " (admin)"
+	}
+	return ""
+}
+
+func (s *session) whoami(ctx context.Context) (api.Account, error) {
+	var acct api.Account
+	err := s.query(ctx, api.MethodWhoAmI, nil, &acct)
+	return acct, err
+}
+
+func (s *session) whoamiCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "whoami",
+		Short: "Show the account your token belongs to",
+		Long: `Show the handle, DID and role of the account the configured token belongs
+to, and the server it is for. Use it to check a login or the KNOTLESS_SERVER
+and KNOTLESS_TOKEN variables.`,
+		Example: `  knotless whoami
+  knotless whoami --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			acct, err := s.whoami(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("whoami: %w", err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), acct)
+			}
+			fmt.Fprintf(s.stdout(), "%s%s\nDID:    %s\nserver: %s\n", acct.Handle, adminNote(acct), acct.DID, s.server)
+			return nil
+		},
+	}
+}
+
+func (s *session) accountCmd() *cobra.Command {
+	cmd := group("account", "Manage accounts (admins)", "Manage the server's accounts. Only admins may create accounts.")
+	var admin bool
+	var did string
+	create := &cobra.Command{
+		Use:   "create HANDLE [--admin] [--did DID]",
+		Short: "Create an account and print its API token once",
+		Long: `Create an account (admins only) and print its new API token. The token is
+shown this one time and stored hashed by the server: hand it to the person
+over a safe channel; they log in with it (` + "`knotless login`" + `).
+
+Without --did the server makes a did:key for the account.`,
+		Example: `  knotless account create bob
+  knotless account create carol --admin
+  knotless account create dave --json | jq -r .token > dave.token`,
+		Args: exactArgs(1, "one HANDLE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out api.CreateAccountOutput
+			in := api.CreateAccountInput{Handle: args[0], DID: did, Admin: admin}
+			if err := s.procedure(cmd.Context(), api.MethodCreateAccount, in, &out); err != nil {
+				return fmt.Errorf("create account %s: %w", args[0], err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), out)
+			}
+			w := s.stdout()
+			fmt.Fprintf(w, "Created account %s%s (%s).\n", out.Account.Handle, adminNote(out.Account), out.Account.DID)
+			fmt.Fprintf(w, "API token (shown only this once):\n\n  %s\n\n", out.Token)
+			fmt.Fprintf(w, "They log in with: knotless login --server %s --token-file FILE\n", s.server)
+			return nil
+		},
+	}
+	create.Flags().BoolVar(&admin, "admin", false, "make the account an admin (may create accounts, sees every repository)")
+	create.Flags().StringVar(&did, "did", "", "the account's DID (default: the server makes a did:key)")
+	cmd.AddCommand(create)
+	return cmd
+}

@@ -1,0 +1,437 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/runlog"
+)
+
+// Following logs.
+const (
+	// logWait is the long-poll wait (seconds) of getLog while a step runs.
+	logWait = 10
+	// pollInterval spaces calls that found nothing new.
+	pollInterval = time.Second
+	// followRetryFor is how long following keeps retrying while the server
+	// is unreachable or failing (e.g. restarting) before giving up.
+	followRetryFor = 2 * time.Minute
+)
+
+type logsOptions struct {
+	follow  bool
+	step    int
+	repo    string
+	latest  bool
+	after   int64
+	timeout time.Duration
+}
+
+func (s *session) runLogsCmd() *cobra.Command {
+	var o logsOptions
+	cmd := &cobra.Command{
+		Use:   "logs (ID | --repo R --latest) [-f] [--step N]",
+		Short: "Print or follow a run's logs, step by step",
+		Long: `Print the logs of a run: the setup log (checkout, workflow errors, runner
+messages) and then each step, framed by a header and a footer with the step's
+state and exit code, and a summary line. Step output is printed byte for
+byte.
+
+-f follows the run while it is going: it waits for new output, and ends when
+the run is final and every log is done. Then the exit code is 0 if the run
+succeeded and 1 otherwise.
+
+--step N prints (or follows) only step N; 0 is the setup log.
+
+--latest takes every run of the newest pipeline of --repo, one after the
+other. With -f, or with --after PIPELINE, it first waits (up to --timeout)
+for a pipeline newer than PIPELINE to appear: use it right after a git push.`,
+		Example: `  knotless run logs 42
+  knotless run logs 42 -f
+  knotless run logs 42 --step 2
+  git push knotless HEAD:main && knotless run logs --repo alice/app --latest -f
+  knotless run logs --repo alice/app --latest -f --after 17 --timeout 2m`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.step = -1
+			if f := cmd.Flags().Lookup("step"); f.Changed {
+				o.step, _ = strconv.Atoi(f.Value.String())
+				if o.step < 0 {
+					return usageErrorf("--step %d: want 0 (setup) or a step number", o.step)
+				}
+			}
+			return s.runLogs(cmd, args, o)
+		},
+	}
+	s.addRepoFlag(cmd, &o.repo)
+	f := cmd.Flags()
+	f.BoolVarP(&o.follow, "follow", "f", false, "follow until the run ends; exit 1 unless it succeeded")
+	f.Int("step", 0, "only this step (0: the setup log)")
+	f.BoolVar(&o.latest, "latest", false, "every run of the newest pipeline of --repo")
+	f.Int64Var(&o.after, "after", 0, "with --latest: wait for a pipeline newer than this id")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "with --latest: how long to wait for the pipeline to appear")
+	return cmd
+}
+
+func (s *session) runLogs(cmd *cobra.Command, args []string, o logsOptions) error {
+	ctx := cmd.Context()
+	if s.jsonOut {
+		return usageErrorf("run logs prints raw logs and has no --json; use knotless run show ID --json for the run's data")
+	}
+	switch {
+	case len(args) > 1:
+		return usageErrorf("run logs takes one run ID, got %d arguments", len(args))
+	case len(args) == 1 && o.latest:
+		return usageErrorf("give a run ID or --latest, not both")
+	case len(args) == 0 && !o.latest:
+		return usageErrorf("run logs needs a run ID, or --repo R --latest (see knotless run logs --help)")
+	case !o.latest && (cmd.Flags().Changed("after") || cmd.Flags().Changed("timeout")):
+		return usageErrorf("--after and --timeout go with --latest")
+	case o.latest && o.step >= 0:
+		return usageErrorf("--step goes with a run ID, not --latest")
+	}
+	if !o.latest {
+		id, err := parseRunID(args[0])
+		if err != nil {
+			return err
+		}
+		if !o.follow {
+			return s.printLogs(ctx, id, o.step)
+		}
+		run, ok, err := s.followRun(ctx, id, o.step)
+		if err != nil {
+			return err
+		}
+		_ = run
+		if !ok {
+			return errSilentFailure
+		}
+		return nil
+	}
+
+	repo, err := s.repoArg(ctx, o.repo, true)
+	if err != nil {
+		return err
+	}
+	var pid int64
+	if o.follow || o.after > 0 {
+		pid, err = s.waitPipeline(ctx, repo, o.after, o.timeout)
+	} else {
+		pid, err = s.latestPipeline(ctx, repo)
+		if err == nil && pid == 0 {
+			err = &exitError{code: ExitNotFound, msg: "no pipelines yet in " + repo + ": push a commit, or use -f to wait for one"}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	runs, err := s.pipelineRuns(ctx, repo, pid)
+	if err != nil {
+		return err
+	}
+	if !o.follow {
+		for i, r := range runs {
+			if len(runs) > 1 {
+				if i > 0 {
+					fmt.Fprintln(s.stdout())
+				}
+				fmt.Fprint(s.stdout(), runBanner(r))
+			}
+			if err := s.printLogs(ctx, r.ID, -1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s.followRuns(ctx, runs)
+}
+
+func runBanner(r api.Run) string {
+	return fmt.Sprintf("══ run %d: %s (%s at %s %s) ══\n", r.ID, r.Workflow, r.WorkflowPath, shortRef(r.Ref), shortSHA(r.SHA))
+}
+
+// waitPipeline polls the runs of repo until a pipeline newer than after
+// appears (any pipeline when after is 0), at most timeout.
+func (s *session) waitPipeline(ctx context.Context, repo string, after int64, timeout time.Duration) (int64, error) {
+	deadline := s.now().Add(timeout)
+	told := false
+	for {
+		pid, err := s.latestPipeline(ctx, repo)
+		if err != nil {
+			return 0, err
+		}
+		if pid > after {
+			return pid, nil
+		}
+		if !s.now().Before(deadline) {
+			what := "no pipeline"
+			if after > 0 {
+				what = fmt.Sprintf("no pipeline newer than %d", after)
+			}
+			return 0, failf("%s appeared in %s within %s: check that the push reached the server and that a workflow matches it (knotless run list --repo %s)", what, repo, timeout, repo)
+		}
+		if !told {
+			fmt.Fprintf(s.stderr(), "Waiting for a pipeline of %s…\n", repo)
+			told = true
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// followRuns follows runs one after the other and fails (exit 1, silently:
+// the summaries say why) unless every one succeeded.
+func (s *session) followRuns(ctx context.Context, runs []api.Run) error {
+	runs = append([]api.Run(nil), runs...)
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
+	var final []api.Run
+	allOK := true
+	for i, r := range runs {
+		if len(runs) > 1 {
+			if i > 0 {
+				fmt.Fprintln(s.stdout())
+			}
+			fmt.Fprint(s.stdout(), runBanner(r))
+		}
+		fr, ok, err := s.followRun(ctx, r.ID, -1)
+		if err != nil {
+			return err
+		}
+		final = append(final, fr)
+		allOK = allOK && ok
+	}
+	if len(final) > 1 {
+		n := 0
+		fmt.Fprintln(s.stdout())
+		for _, r := range final {
+			if r.State == api.StateSucceeded {
+				n++
+			}
+			fmt.Fprint(s.stdout(), runlog.RunSummary(r))
+		}
+		fmt.Fprintf(s.stdout(), "pipeline %d: %d of %d runs succeeded\n", final[0].Pipeline, n, len(final))
+	}
+	if !allOK {
+		return errSilentFailure
+	}
+	return nil
+}
+
+// sortedSteps returns the run's steps by index, with a setup step (index 0)
+// first even when the server lists none.
+func sortedSteps(r api.Run) []api.Step {
+	steps := append([]api.Step(nil), r.Steps...)
+	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
+	if len(steps) == 0 || steps[0].Index != api.SetupStep {
+		setup := api.Step{Index: api.SetupStep, Name: "setup", State: "done"}
+		if !api.IsFinal(r.State) {
+			setup.State = api.StepRunning
+		}
+		steps = append([]api.Step{setup}, steps...)
+	}
+	return steps
+}
+
+// stepOf finds step index in r (the synthetic setup step included).
+func stepOf(r api.Run, index int) (api.Step, bool) {
+	for _, st := range sortedSteps(r) {
+		if st.Index == index {
+			return st, true
+		}
+	}
+	return api.Step{}, false
+}
+
+// workflowSteps counts the run's workflow steps (index ≥ 1).
+func workflowSteps(r api.Run) int {
+	n := 0
+	for _, st := range r.Steps {
+		if st.Index > api.SetupStep {
+			n++
+		}
+	}
+	return n
+}
+
+// stepDone reports whether a step's state is one it never leaves.
+func stepDone(state string) bool {
+	switch state {
+	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
+		return true
+	}
+	return false
+}
+
+// printLogs prints the logs of run id as they are now: the setup log (when
+// not empty), every step framed by runlog headers and footers, and the
+// summary line. only ≥ 0 prints just that step, without the summary.
+func (s *session) printLogs(ctx context.Context, id int64, only int) error {
+	run, err := s.getRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	total := workflowSteps(run)
+	found := false
+	for _, st := range sortedSteps(run) {
+		if only >= 0 && st.Index != only {
+			continue
+		}
+		found = true
+		sw := &stepWriter{w: s.stdout()}
+		head := runlog.StepHeader(st.Index, total, st.Name)
+		if st.Index == api.SetupStep && only < 0 {
+			sw.header = head // only when the setup log is not empty
+		} else {
+			io.WriteString(s.stdout(), head)
+		}
+		var offset int64
+		for {
+			n, size, _, err := s.fetchLog(ctx, sw, id, st.Index, offset, 0)
+			if api.IsError(err, api.ErrNotFound) && st.Index == api.SetupStep {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			offset += n
+			if n == 0 || size < 0 || offset >= size {
+				break
+			}
+		}
+		s.endStep(sw, st, st.Index != api.SetupStep || only >= 0)
+	}
+	if !found {
+		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("run %d has no step %d (it has %d steps; 0 is the setup log)", id, only, total)}
+	}
+	if only < 0 {
+		fmt.Fprint(s.stdout(), runlog.RunSummary(run))
+	}
+	return nil
+}
+
+// endStep ends a step's output with a newline when it lacks one, and prints
+// its footer when its header was printed (or force).
+func (s *session) endStep(sw *stepWriter, st api.Step, force bool) {
+	if sw.wrote && sw.last != '\n' {
+		io.WriteString(s.stdout(), "\n")
+	}
+	if sw.header == "" || force {
+		io.WriteString(s.stdout(), runlog.StepFooter(st, 0))
+	}
+}
+
+// stepWriter passes a step's log bytes through, writing header before the
+// first byte, and remembers the last byte written.
+type stepWriter struct {
+	w      io.Writer
+	header string // written before the first byte, then cleared
+	wrote  bool
+	last   byte
+}
+
+func (sw *stepWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if sw.header != "" {
+		if _, err := io.WriteString(sw.w, sw.header); err != nil {
+			return 0, err
+		}
+		sw.header = ""
+	}
+	n, err := sw.w.Write(p)
+	if n > 0 {
+		sw.wrote, sw.last = true, p[n-1]
+	}
+	return n, err
+}
+
+// fetchLog copies the log of step of run id from offset to w, waiting up
+// to wait seconds for bytes when there are none yet. It returns how many
+// bytes it copied, the log's stored size (-1 when the server did not say),
+// and whether the log is done. The response must start within
+// requestTimeout+wait and may pause at most requestTimeout between reads.
+func (s *session) fetchLog(ctx context.Context, w io.Writer, id int64, step int, offset int64, wait int) (n, size int64, done bool, err error) {
+	c, err := s.api()
+	if err != nil {
+		return 0, -1, false, err
+	}
+	p := url.Values{
+		"run":    {strconv.FormatInt(id, 10)},
+		"step":   {strconv.Itoa(step)},
+		"offset": {strconv.FormatInt(offset, 10)},
+	}
+	if wait > 0 {
+		p.Set("wait", strconv.Itoa(wait))
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(requestTimeout+time.Duration(wait)*time.Second, cancel)
+	defer timer.Stop()
+	resp, err := c.Do(rctx, http.MethodGet, api.MethodGetRunLog, p, "", nil)
+	if err != nil {
+		return 0, -1, false, timeoutErr(ctx, rctx, fmt.Sprintf("get log of run %d step %d", id, step), err)
+	}
+	defer resp.Body.Close()
+	size = -1
+	if v := resp.Header.Get(api.LogSizeHeader); v != "" {
+		if sz, perr := strconv.ParseInt(v, 10, 64); perr == nil {
+			size = sz
+		}
+	}
+	done = resp.Header.Get(api.LogDoneHeader) == "true"
+	timer.Reset(requestTimeout)
+	n, err = io.Copy(w, &idleReader{r: resp.Body, timer: timer})
+	if err != nil {
+		if ctx.Err() != nil {
+			return n, size, false, ctx.Err()
+		}
+		return n, size, false, fmt.Errorf("read log of run %d step %d: %w: %v", id, step, errTransfer, err)
+	}
+	return n, size, done, nil
+}
+
+// timeoutErr tells a request cancelled by its own timer (a timeout, worth
+// retrying) from one cancelled by the caller.
+func timeoutErr(parent, req context.Context, what string, err error) error {
+	if parent.Err() == nil && req.Err() != nil {
+		return fmt.Errorf("%s: %w", what, errTimedOut)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+var errTimedOut = errors.New("the server did not answer in time")
+
+// idleReader resets timer on every read, so a transfer may take long as
+// long as bytes keep coming.
+type idleReader struct {
+	r     io.Reader
+	timer *time.Timer
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	ir.timer.Reset(requestTimeout)
+	return n, err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

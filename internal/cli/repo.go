@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// addRepoFlag adds --repo, defaulting to $KNOTLESS_REPO.
+func (s *session) addRepoFlag(cmd *cobra.Command, repo *string) {
+	cmd.Flags().StringVarP(repo, "repo", "R", "", "repository OWNER/NAME, or NAME for one of yours (default $"+EnvRepo+")")
+}
+
+// repoArg resolves --repo: the flag, else $KNOTLESS_REPO; a bare NAME gets
+// the caller's handle as owner. required makes a missing value a usage error;
+// otherwise "" is returned.
+func (s *session) repoArg(ctx context.Context, flag string, required bool) (string, error) {
+	r := strings.TrimSpace(flag)
+	if r == "" {
+		r = strings.TrimSpace(s.getenv(EnvRepo))
+	}
+	if r == "" {
+		if required {
+			return "", usageErrorf("no repository: give --repo OWNER/NAME or set %s", EnvRepo)
+		}
+		return "", nil
+	}
+	owner, name, ok := strings.Cut(r, "/")
+	if !ok {
+		acct, err := s.whoami(ctx)
+		if err != nil {
+			return "", fmt.Errorf("find the owner of repository %q: %w", r, err)
+		}
+		return acct.Handle + "/" + r, nil
+	}
+	if owner == "" || name == "" || strings.Contains(name, "/") {
+		return "", usageErrorf("repository %q: want OWNER/NAME", r)
+	}
+	return r, nil
+}
+
+// cloneURL makes a repository's clone URL absolute against the server URL.
+func (s *session) cloneURL(r api.Repo) string {
+	u := r.CloneURL
+	if u == "" {
+		u = "/" + r.FullName() + ".git"
+	}
+	if strings.HasPrefix(u, "/") && s.server != "" {
+		if base, err := url.Parse(s.server); err == nil {
+			if ref, err := url.Parse(u); err == nil {
+				return base.ResolveReference(ref).String()
+			}
+		}
+	}
+	return u
+}
+
+func (s *session) repoCmd() *cobra.Command {
+	cmd := group("repo", "Create and list repositories", `Create and list repositories. A repository is OWNER/NAME and is served over
+git smart HTTP; pushing to it runs its workflows (.knotless/workflows/).`)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "create NAME|OWNER/NAME",
+		Short: "Create a repository and show how to push to it",
+		Long: `Create a repository. NAME makes it yours; OWNER/NAME is for admins (or your
+own handle as OWNER). Prints its clone URL and how to push an existing
+checkout to it.`,
+		Example: `  knotless repo create app
+  knotless repo create alice/app
+  knotless repo create app --json`,
+		Args: exactArgs(1, "one NAME or OWNER/NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r api.Repo
+			if err := s.procedure(cmd.Context(), api.MethodCreateRepo, api.CreateRepoInput{Repo: args[0]}, &r); err != nil {
+				return fmt.Errorf("create repository %s: %w", args[0], err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), r)
+			}
+			u := s.cloneURL(r)
+			fmt.Fprintf(s.stdout(), `Created repository %s.
+Clone URL: %s
+
+Push an existing checkout (git asks for a password: give your API token,
+any user name):
+  git remote add knotless %s
+  git push knotless HEAD:refs/heads/main
+
+Then follow its pipeline:
+  knotless run logs --repo %s --latest -f
+`, r.FullName(), u, u, r.FullName())
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the repositories you own (admins: all)",
+		Long:  `List the repositories you own; admins see every repository.`,
+		Example: `  knotless repo list
+  knotless repo list --json | jq -r '.repos[].cloneUrl'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var out api.ListReposOutput
+			if err := s.query(cmd.Context(), api.MethodListRepos, nil, &out); err != nil {
+				return fmt.Errorf("list repositories: %w", err)
+			}
+			if out.Repos == nil {
+				out.Repos = []api.Repo{}
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), out)
+			}
+			if len(out.Repos) == 0 {
+				fmt.Fprintln(s.stdout(), "No repositories yet: create one with knotless repo create NAME.")
+				return nil
+			}
+			now := s.now()
+			t := newTable(s.stdout(), "REPO", "CLONE URL", "CREATED")
+			for _, r := range out.Repos {
+				t.row(r.FullName(), s.cloneURL(r), ago(r.CreatedAt, now))
+			}
+			return t.flush()
+		},
+	})
+	return cmd
+}

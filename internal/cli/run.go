@@ -1,0 +1,336 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+func (s *session) runCmd() *cobra.Command {
+	cmd := group("run", "List, show, follow, cancel and trigger runs", `Work with runs. A push (or `+"`knotless run trigger`"+`) makes a pipeline: one run per
+matching workflow. A run is queued, claimed by a runner, running, then ends
+succeeded, failed, cancelled or errored, with a reason when it did not
+succeed.`)
+	cmd.AddCommand(s.runListCmd(), s.runShowCmd(), s.runLogsCmd(), s.runCancelCmd(), s.runTriggerCmd())
+	return cmd
+}
+
+// parseRunID reads a run id argument.
+func parseRunID(arg string) (int64, error) {
+	id, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageErrorf("run id %q: want a positive number (see knotless run list)", arg)
+	}
+	return id, nil
+}
+
+func (s *session) getRun(ctx context.Context, id int64) (api.Run, error) {
+	var r api.Run
+	err := s.query(ctx, api.MethodGetRun, url.Values{"run": {strconv.FormatInt(id, 10)}}, &r)
+	if err != nil {
+		return r, fmt.Errorf("get run %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// listRuns calls run.list; repo "" and pipeline 0 mean any, limit 0 the
+// server's default.
+func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, limit int) ([]api.Run, error) {
+	p := url.Values{}
+	if repo != "" {
+		p.Set("repo", repo)
+	}
+	if pipeline > 0 {
+		p.Set("pipeline", strconv.FormatInt(pipeline, 10))
+	}
+	if limit > 0 {
+		p.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.ListRunsOutput
+	if err := s.query(ctx, api.MethodListRuns, p, &out); err != nil {
+		if repo != "" {
+			return nil, fmt.Errorf("list runs of %s: %w", repo, err)
+		}
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	return out.Runs, nil
+}
+
+// latestPipeline is the id of the newest pipeline (of repo, if set), 0 when
+// there is none.
+func (s *session) latestPipeline(ctx context.Context, repo string) (int64, error) {
+	runs, err := s.listRuns(ctx, repo, 0, 20)
+	if err != nil {
+		return 0, err
+	}
+	var max int64
+	for _, r := range runs {
+		if r.Pipeline > max {
+			max = r.Pipeline
+		}
+	}
+	return max, nil
+}
+
+// pipelineRuns lists the runs of one pipeline, oldest first.
+func (s *session) pipelineRuns(ctx context.Context, repo string, pipeline int64) ([]api.Run, error) {
+	runs, err := s.listRuns(ctx, repo, pipeline, 0)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
+	return runs, nil
+}
+
+func (s *session) runListCmd() *cobra.Command {
+	var repo, pipeline string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [--repo R] [--pipeline N|latest] [--limit N]",
+		Short: "List runs, newest first",
+		Long: `List runs, newest first: of one repository with --repo (or $KNOTLESS_REPO),
+else of every repository you can see. --pipeline narrows to one pipeline;
+"latest" is the newest one.`,
+		Example: `  knotless run list --repo alice/app
+  knotless run list --repo alice/app --pipeline latest
+  knotless run list --limit 5 --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			r, err := s.repoArg(ctx, repo, false)
+			if err != nil {
+				return err
+			}
+			if limit < 0 {
+				return usageErrorf("--limit %d: want 0 (server default) or more", limit)
+			}
+			var pid int64
+			switch pipeline {
+			case "":
+			case "latest":
+				if pid, err = s.latestPipeline(ctx, r); err != nil {
+					return err
+				}
+				if pid == 0 {
+					return &exitError{code: ExitNotFound, msg: "no pipelines yet" + inRepo(r) + ": push a commit or run knotless run trigger"}
+				}
+			default:
+				if pid, err = strconv.ParseInt(pipeline, 10, 64); err != nil || pid <= 0 {
+					return usageErrorf("--pipeline %q: want a pipeline id or latest", pipeline)
+				}
+			}
+			runs, err := s.listRuns(ctx, r, pid, limit)
+			if err != nil {
+				return err
+			}
+			if runs == nil {
+				runs = []api.Run{}
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs})
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
+				return nil
+			}
+			return s.printRuns(s.stdout(), runs)
+		},
+	}
+	s.addRepoFlag(cmd, &repo)
+	cmd.Flags().StringVar(&pipeline, "pipeline", "", "only runs of this pipeline id, or latest")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many runs (0: the server's default)")
+	return cmd
+}
+
+func inRepo(repo string) string {
+	if repo == "" {
+		return ""
+	}
+	return " in " + repo
+}
+
+// printRuns prints a table of runs.
+func (s *session) printRuns(w io.Writer, runs []api.Run) error {
+	now := s.now()
+	t := newTable(w, "RUN", "PIPELINE", "REPO", "WORKFLOW", "REF", "COMMIT", "STATE", "CREATED", "DURATION")
+	for _, r := range runs {
+		t.row(strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.Pipeline, 10), r.Repo, r.Workflow,
+			shortRef(r.Ref), shortSHA(r.SHA), stateText(r.State, r.Reason), ago(r.CreatedAt, now), runDuration(r, now))
+	}
+	return t.flush()
+}
+
+func (s *session) runShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a run and its steps",
+		Long:  `Show one run: repository, commit, workflow, state, reason, runner, times, and a table of its steps (index 0 is the setup log).`,
+		Example: `  knotless run show 42
+  knotless run show 42 --json | jq .state`,
+		Args: exactArgs(1, "one run ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			r, err := s.getRun(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), r)
+			}
+			return s.printRun(s.stdout(), r)
+		},
+	}
+}
+
+func (s *session) printRun(w io.Writer, r api.Run) error {
+	now := s.now()
+	fmt.Fprintf(w, "Run %d: %s\n", r.ID, stateText(r.State, r.Reason))
+	kv := newTable(w, "Repository:", r.Repo)
+	kv.row("Pipeline:", fmt.Sprintf("%d (%s)", r.Pipeline, r.Event))
+	kv.row("Workflow:", fmt.Sprintf("%s (%s)", r.Workflow, r.WorkflowPath))
+	kv.row("Commit:", fmt.Sprintf("%s at %s", shortSHA(r.SHA), shortRef(r.Ref)))
+	if r.ExitCode != nil {
+		kv.row("Exit code:", exitText(r.ExitCode))
+	}
+	if r.Message != "" {
+		kv.row("Message:", r.Message)
+	}
+	kv.row("Runner:", r.Runner)
+	kv.row("Created:", ago(r.CreatedAt, now))
+	kv.row("Started:", agoPtr(r.StartedAt, now))
+	kv.row("Duration:", runDuration(r, now))
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(r.Steps) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	steps := append([]api.Step(nil), r.Steps...)
+	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
+	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "LOG")
+	for _, st := range steps {
+		name := st.Name
+		if st.Index == api.SetupStep && name == "" {
+			name = "setup"
+		}
+		t.row(strconv.Itoa(st.Index), name, stateText(st.State, st.Reason), exitText(st.ExitCode), size(st.LogSize))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nLogs: knotless run logs %d\n", r.ID)
+	return nil
+}
+
+func (s *session) runCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a queued or running run",
+		Long: `Ask the server to cancel a run. A queued run ends at once; a running one ends
+when its runner hears of it (within seconds): the step gets SIGTERM, then
+SIGKILL after a grace period, and the run ends cancelled. Cancelling a
+finished run changes nothing.`,
+		Example: `  knotless run cancel 42`,
+		Args:    exactArgs(1, "one run ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			var r api.Run
+			if err := s.procedure(cmd.Context(), api.MethodCancelRun, api.RunRef{Run: id}, &r); err != nil {
+				return fmt.Errorf("cancel run %d: %w", id, err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), r)
+			}
+			switch {
+			case r.State == api.StateCancelled:
+				fmt.Fprintf(s.stdout(), "Run %d cancelled.\n", id)
+			case api.IsFinal(r.State):
+				fmt.Fprintf(s.stdout(), "Run %d had already finished: %s.\n", id, stateText(r.State, r.Reason))
+			default:
+				fmt.Fprintf(s.stdout(), "Cancelling run %d (%s); its runner stops it within seconds. Watch: knotless run logs %d -f\n", id, r.State, id)
+			}
+			return nil
+		},
+	}
+}
+
+func (s *session) runTriggerCmd() *cobra.Command {
+	var repo, ref, wf string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "trigger --repo R [--ref REF] [--workflow W] [-f]",
+		Short: "Start a manual pipeline for a branch or tag",
+		Long: `Start a manual pipeline: one run for each workflow whose on: section has
+manual, at the commit REF points at (default: the default branch). --workflow
+limits it to the workflow with that name or file path. Prints the pipeline's
+runs; with -f follows their logs to the end and exits 0 only if every run
+succeeded.`,
+		Example: `  knotless run trigger --repo alice/app
+  knotless run trigger --repo alice/app --ref release/1.2 --workflow deploy -f`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if follow && s.jsonOut {
+				return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
+			}
+			r, err := s.repoArg(ctx, repo, true)
+			if err != nil {
+				return err
+			}
+			var p api.Pipeline
+			in := api.TriggerInput{Repo: r, Ref: ref, Workflow: wf}
+			if err := s.procedure(ctx, api.MethodTriggerRun, in, &p); err != nil {
+				return fmt.Errorf("trigger %s: %w", r, err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), p)
+			}
+			fmt.Fprintf(s.stdout(), "Pipeline %d of %s at %s (%s): %d %s.\n", p.ID, p.Repo, shortRef(p.Ref), shortSHA(p.SHA),
+				len(p.Runs), plural(len(p.Runs), "run", "runs"))
+			if len(p.Runs) == 0 {
+				return failf("no workflow of %s at %s has a manual trigger (on: manual)%s", r, orDefault(ref), forWorkflow(wf))
+			}
+			if err := s.printRuns(s.stdout(), p.Runs); err != nil {
+				return err
+			}
+			if !follow {
+				return nil
+			}
+			fmt.Fprintln(s.stdout())
+			return s.followRuns(ctx, p.Runs)
+		},
+	}
+	s.addRepoFlag(cmd, &repo)
+	cmd.Flags().StringVar(&ref, "ref", "", "branch, tag or full ref to run (default: the default branch)")
+	cmd.Flags().StringVarP(&wf, "workflow", "w", "", "only the workflow with this name or file path")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
+	return cmd
+}
+
+func orDefault(ref string) string {
+	if ref == "" {
+		return "the default branch"
+	}
+	return ref
+}
+
+func forWorkflow(wf string) string {
+	if wf == "" {
+		return ""
+	}
+	return " named " + wf
+}

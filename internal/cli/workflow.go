@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// LintProblem is one problem `workflow lint --json` reports.
+type LintProblem struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Col     int    `json:"col"`
+	Message string `json:"message"`
+}
+
+// LintOutput is what `workflow lint --json` prints.
+type LintOutput struct {
+	Files    []string      `json:"files"`
+	Problems []LintProblem `json:"problems"`
+}
+
+func (s *session) workflowCmd() *cobra.Command {
+	cmd := group("workflow", "Check workflow files", `Work with workflow files (.knotless/workflows/*.yml). These commands need no
+server and no login.`)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "lint [FILES...]",
+		Short: "Check workflow files and print every problem as FILE:LINE:COL",
+		Long: `Parse and validate workflow files exactly as the server does, and print every
+problem as FILE:LINE:COL: message. Without FILES it checks
+.knotless/workflows/*.yml and *.yaml in the current directory.
+
+Exits 1 when any file has a problem, else prints "N workflows OK" and
+exits 0. Needs no server.`,
+		Example: `  knotless workflow lint
+  knotless workflow lint .knotless/workflows/ci.yml other.yml
+  knotless workflow lint --json`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return s.lint(args)
+		},
+	})
+	return cmd
+}
+
+func (s *session) lint(files []string) error {
+	base := s.app.Dir
+	if len(files) == 0 {
+		dir := filepath.Join(base, workflow.Dir)
+		for _, pat := range []string{"*.yml", "*.yaml"} {
+			m, err := filepath.Glob(filepath.Join(dir, pat))
+			if err != nil {
+				return fmt.Errorf("find workflows: %w", err)
+			}
+			for _, f := range m {
+				rel, err := filepath.Rel(base, f)
+				if base == "" || err != nil {
+					rel = f
+				}
+				files = append(files, rel)
+			}
+		}
+		sort.Strings(files)
+		if len(files) == 0 {
+			return failf("no workflows found in %s/ (*.yml, *.yaml): run in a repository's root or name the FILES", workflow.Dir)
+		}
+	}
+	out := LintOutput{Files: files, Problems: []LintProblem{}}
+	bad := 0
+	for _, f := range files {
+		p := f
+		if base != "" && !filepath.IsAbs(p) {
+			p = filepath.Join(base, p)
+		}
+		probs := lintFile(f, p)
+		if len(probs) > 0 {
+			bad++
+		}
+		out.Problems = append(out.Problems, probs...)
+	}
+	if s.jsonOut {
+		if err := writeJSON(s.stdout(), out); err != nil {
+			return err
+		}
+	} else {
+		for _, pr := range out.Problems {
+			if pr.Line > 0 {
+				fmt.Fprintf(s.stdout(), "%s:%d:%d: %s\n", pr.File, pr.Line, pr.Col, pr.Message)
+			} else {
+				fmt.Fprintf(s.stdout(), "%s: %s\n", pr.File, pr.Message)
+			}
+		}
+	}
+	if bad > 0 {
+		return failf("%d problem(s) in %d of %d workflow(s)", len(out.Problems), bad, len(files))
+	}
+	if !s.jsonOut {
+		fmt.Fprintf(s.stdout(), "%d %s OK\n", len(files), plural(len(files), "workflow", "workflows"))
+	}
+	return nil
+}
+
+// lintFile parses one file; name is what messages call it, path where it
+// is read from.
+func lintFile(name, path string) []LintProblem {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			msg = "cannot read: " + pe.Err.Error()
+		}
+		return []LintProblem{{File: name, Message: msg}}
+	}
+	_, err = workflow.Parse(name, src)
+	if err == nil {
+		return nil
+	}
+	var list workflow.ErrorList
+	var one *workflow.Error
+	switch {
+	case errors.As(err, &list):
+		probs := make([]LintProblem, 0, len(list))
+		for _, e := range list {
+			probs = append(probs, LintProblem{File: orName(e.Path, name), Line: e.Line, Col: e.Col, Message: e.Msg})
+		}
+		return probs
+	case errors.As(err, &one):
+		return []LintProblem{{File: orName(one.Path, name), Line: one.Line, Col: one.Col, Message: one.Msg}}
+	}
+	return []LintProblem{{File: name, Message: err.Error()}}
+}
+
+func orName(p, name string) string {
+	if p == "" {
+		return name
+	}
+	return p
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
