@@ -98,7 +98,7 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 		for {
 			st, ok := stepOf(run, only)
 			if ok {
-				if err := s.followStep(ctx, rt, &run, refresh, st, true); err != nil {
+				if _, err := s.followStep(ctx, rt, &run, refresh, st, true, 0); err != nil {
 					return run, false, err
 				}
 				st, _ = stepOf(run, only)
@@ -117,6 +117,7 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 	}
 
 	last := -1
+	var setupOffset int64
 	for {
 		next, ok := api.Step{}, false
 		for _, st := range sortedSteps(run) {
@@ -126,8 +127,12 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 			}
 		}
 		if ok {
-			if err := s.followStep(ctx, rt, &run, refresh, next, false); err != nil {
+			off, err := s.followStep(ctx, rt, &run, refresh, next, false, 0)
+			if err != nil {
 				return run, false, err
+			}
+			if next.Index == api.SetupStep {
+				setupOffset = off
 			}
 			last = next.Index
 			continue
@@ -143,6 +148,13 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 			return run, false, err
 		}
 	}
+	// The runner may have added to the setup log after the steps began
+	// (e.g. cleaning up); print what came after what was shown.
+	if setup, ok := stepOf(run, api.SetupStep); ok && last > api.SetupStep {
+		if _, err := s.followStep(ctx, rt, &run, refresh, setup, false, setupOffset); err != nil {
+			return run, false, err
+		}
+	}
 	fmt.Fprint(s.stdout(), runlog.RunSummary(run))
 	return run, run.State == api.StateSucceeded, nil
 }
@@ -151,17 +163,17 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 // footer, and returns when the log is done. A server that never says a log
 // is done is covered too: once the step (or the run) is final, or for the
 // setup log once a later step started, one more quiet poll ends it. The
-// setup log's frame is printed only when it has bytes, unless force.
-func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, refresh func() error, st api.Step, force bool) error {
+// setup log's frame is printed only when it has bytes, unless force. It
+// starts at byte offset and returns the offset it reached.
+func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, refresh func() error, st api.Step, force bool, offset int64) (int64, error) {
 	sw := &stepWriter{w: s.stdout()}
-	head := runlog.StepHeader(st.Index, workflowSteps(*run), st.Name)
+	head := runlog.StepHeader(st.Index, max(workflowSteps(*run), st.Index), st.Name)
 	lazy := st.Index == api.SetupStep && !force
 	if lazy {
 		sw.header = head
 	} else {
 		io.WriteString(s.stdout(), head)
 	}
-	var offset int64
 	ending := false // the step or run is final: the next quiet poll ends the log
 	for {
 		wait := logWait
@@ -183,7 +195,7 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 			return err
 		})
 		if err != nil {
-			return err
+			return offset, err
 		}
 		if done && (size < 0 || offset >= size) {
 			break
@@ -195,25 +207,25 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 			break
 		}
 		if err := refresh(); err != nil {
-			return err
+			return offset, err
 		}
 		cur, _ := stepOf(*run, st.Index)
 		ending = api.IsFinal(run.State) || stepDone(cur.State) || (st.Index == api.SetupStep && laterStepStarted(*run))
 		if d := pollInterval - s.now().Sub(start); d > 0 && !ending {
 			if err := sleep(ctx, d); err != nil {
-				return err
+				return offset, err
 			}
 		}
 	}
 	if err := refresh(); err != nil {
-		return err
+		return offset, err
 	}
 	cur, ok := stepOf(*run, st.Index)
 	if !ok {
 		cur = st
 	}
 	s.endStep(sw, cur, !lazy)
-	return nil
+	return offset, nil
 }
 
 // laterStepStarted reports whether a workflow step of r has left pending.

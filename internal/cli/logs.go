@@ -326,6 +326,10 @@ func (s *session) endStep(sw *stepWriter, st api.Step, force bool) {
 		io.WriteString(s.stdout(), "\n")
 	}
 	if sw.header == "" || force {
+		if st.Index == api.SetupStep && st.State != api.StepFailed && st.State != api.StepCancelled {
+			// Runners need not report a state for the setup log.
+			st.State = "done"
+		}
 		io.WriteString(s.stdout(), runlog.StepFooter(st, 0))
 	}
 }

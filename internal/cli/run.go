@@ -81,7 +81,7 @@ func (s *session) latestPipeline(ctx context.Context, repo string) (int64, error
 
 // pipelineRuns lists the runs of one pipeline, oldest first.
 func (s *session) pipelineRuns(ctx context.Context, repo string, pipeline int64) ([]api.Run, error) {
-	runs, err := s.listRuns(ctx, repo, pipeline, 0)
+	runs, err := s.listRuns(ctx, repo, pipeline, 1000)
 	if err != nil {
 		return nil, err
 	}
@@ -239,8 +239,8 @@ func (s *session) runCancelCmd() *cobra.Command {
 		Short: "Cancel a queued or running run",
 		Long: `Ask the server to cancel a run. A queued run ends at once; a running one ends
 when its runner hears of it (within seconds): the step gets SIGTERM, then
-SIGKILL after a grace period, and the run ends cancelled. Cancelling a
-finished run changes nothing.`,
+SIGKILL after a grace period, and the run ends cancelled. A run that has
+already finished cannot be cancelled (exit 1).`,
 		Example: `  knotless run cancel 42`,
 		Args:    exactArgs(1, "one run ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
