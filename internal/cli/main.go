@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	buildversion "knotless.dev/knotless/internal/version"
 )
 
 // requestTimeout bounds one ordinary API call; long polls add their wait.
@@ -174,12 +174,7 @@ func checkServerURL(raw string) error {
 	return nil
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+func version() string { return buildversion.Version }
 
 func (s *session) newRoot() *cobra.Command {
 	root := &cobra.Command{
