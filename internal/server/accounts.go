@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+)
+
+var (
+	handleRE = regexp.MustCompile(`^[a-z0-9.-]{1,63}$`)
+	repoRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+	// runner names and labels
+	runnerRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+	secretRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)
+
+func validHandle(h string) error {
+	if !handleRE.MatchString(h) {
+		return badRequest("handle %q: use 1-63 characters of lowercase a-z, 0-9, '.' and '-'", h)
+	}
+	return nil
+}
+
+func validRepoName(n string) error {
+	if !repoRE.MatchString(n) || n == "." || n == ".." || strings.HasSuffix(strings.ToLower(n), ".git") {
+		return badRequest("repository name %q: use 1-100 characters of A-Z, a-z, 0-9, '.', '_' and '-', not ending in .git", n)
+	}
+	return nil
+}
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	return writeJSON(w, apiAccount(a))
+}
+
+func apiAccount(a store.Account) api.Account {
+	return api.Account{Handle: a.Handle, DID: a.DID, Admin: a.Admin}
+}
+
+func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller store.Account) error {
+	if !caller.Admin {
+		return forbidden("only admins create accounts")
+	}
+	var in api.CreateAccountInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if err := validHandle(in.Handle); err != nil {
+		return err
+	}
+	did := in.DID
+	if did == "" {
+		var err error
+		if did, err = freshDID(); err != nil {
+			return err
+		}
+	} else if _, err := syntax.ParseDID(did); err != nil {
+		return badRequest("did %q is not a DID: %v", did, err)
+	}
+	token, err := newToken(accountTokenPrefix)
+	if err != nil {
+		return err
+	}
+	a, err := s.store.CreateAccount(r.Context(), store.Account{Handle: in.Handle, DID: did, Admin: in.Admin, CreatedAt: time.Now()},
+		hashToken(token))
+	if errors.Is(err, store.ErrConflict) {
+		return xerr(http.StatusConflict, api.ErrConflict, "an account with handle %q or DID %s exists", in.Handle, did)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("account created", "handle", a.Handle, "did", a.DID, "admin", a.Admin, "by", caller.Handle)
+	return writeJSON(w, api.CreateAccountOutput{Account: apiAccount(a), Token: token})
+}
+
+func (s *Server) apiRepo(r store.Repo) api.Repo {
+	return api.Repo{Owner: r.Owner, Name: r.Name, CloneURL: s.cfg.URL + "/" + r.Owner + "/" + r.Name + ".git", CreatedAt: r.CreatedAt}
+}
+
+func (s *Server) createRepo(w http.ResponseWriter, r *http.Request, caller store.Account) error {
+	var in api.CreateRepoInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	ownerHandle, name := caller.Handle, in.Repo
+	if o, n, ok := strings.Cut(in.Repo, "/"); ok {
+		ownerHandle, name = o, n
+	}
+	if err := validRepoName(name); err != nil {
+		return err
+	}
+	owner := caller
+	if ownerHandle != caller.Handle {
+		if !caller.Admin {
+			return forbidden("you may create repositories only under your own handle %q", caller.Handle)
+		}
+		var err error
+		owner, err = s.store.AccountByHandle(r.Context(), ownerHandle)
+		if errors.Is(err, store.ErrNotFound) {
+			return xerr(http.StatusNotFound, api.ErrNotFound, "no account %q", ownerHandle)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.initBare(r.Context(), owner.Handle, name); err != nil {
+		return err
+	}
+	repo, err := s.store.CreateRepo(r.Context(), owner.ID, name, time.Now())
+	if errors.Is(err, store.ErrConflict) {
+		return xerr(http.StatusConflict, api.ErrConflict, "repository %s/%s exists", owner.Handle, name)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("repository created", "repo", repo.FullName(), "by", caller.Handle)
+	return writeJSON(w, s.apiRepo(repo))
+}
+
+func (s *Server) listRepos(w http.ResponseWriter, r *http.Request, caller store.Account) error {
+	owner := caller.ID
+	if caller.Admin {
+		owner = 0
+	}
+	repos, err := s.store.ListRepos(r.Context(), owner)
+	if err != nil {
+		return err
+	}
+	out := api.ListReposOutput{Repos: []api.Repo{}}
+	for _, repo := range repos {
+		out.Repos = append(out.Repos, s.apiRepo(repo))
+	}
+	return writeJSON(w, out)
+}
+
+// repoByFullName resolves "OWNER/NAME" (404 when absent).
+func (s *Server) repoByFullName(ctx context.Context, full string) (store.Repo, error) {
+	owner, name, ok := strings.Cut(full, "/")
+	if !ok || owner == "" || name == "" {
+		return store.Repo{}, badRequest("repo %q: want OWNER/NAME", full)
+	}
+	repo, err := s.store.RepoByName(ctx, owner, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return repo, xerr(http.StatusNotFound, api.ErrNotFound, "no repository %s", full)
+	}
+	return repo, err
+}
+
+// canManage reports whether a may manage repo: its owner or an admin.
+func canManage(a store.Account, repo store.Repo) bool { return a.Admin || a.ID == repo.OwnerID }
+
+// managedRepo resolves "OWNER/NAME" and checks the caller owns it or is an
+// admin.
+func (s *Server) managedRepo(ctx context.Context, a store.Account, full string) (store.Repo, error) {
+	repo, err := s.repoByFullName(ctx, full)
+	if err != nil {
+		return repo, err
+	}
+	if !canManage(a, repo) {
+		return repo, forbidden("only the owner of %s or an admin may do this", full)
+	}
+	return repo, nil
+}

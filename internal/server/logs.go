@@ -1,0 +1,101 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// logFiles keeps step logs as files: DIR/logs/<run>/<step>.log. A log's
+// size is its file's size; appends to one log are serialized.
+type logFiles struct {
+	dir string
+	mu  [64]sync.Mutex
+}
+
+// errGap: an append would leave a hole; size is what the log holds.
+type errGap struct{ size int64 }
+
+func (e *errGap) Error() string { return fmt.Sprintf("offset past the log's size %d", e.size) }
+
+func (l *logFiles) path(run int64, step int) string {
+	return filepath.Join(l.dir, strconv.FormatInt(run, 10), strconv.Itoa(step)+".log")
+}
+
+func (l *logFiles) lock(run int64, step int) *sync.Mutex {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d", run, step)
+	return &l.mu[h.Sum32()%uint32(len(l.mu))]
+}
+
+// size returns the log's size in bytes (0 when it does not exist).
+func (l *logFiles) size(run int64, step int) (int64, error) {
+	fi, err := os.Stat(l.path(run, step))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stat log of run %d step %d: %w", run, step, err)
+	}
+	return fi.Size(), nil
+}
+
+// append writes data, which starts at byte offset of the log: bytes the log
+// already holds ([offset, size)) are skipped, never written twice. An
+// offset past the size fails with *errGap. It returns the size before and
+// after the append.
+func (l *logFiles) append(run int64, step int, offset int64, data []byte) (before, after int64, err error) {
+	mu := l.lock(run, step)
+	mu.Lock()
+	defer mu.Unlock()
+	p := l.path(run, step)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return 0, 0, fmt.Errorf("create log directory of run %d: %w", run, err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, 0, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", run, step, err)
+	}
+	size := fi.Size()
+	if offset > size {
+		return size, size, &errGap{size: size}
+	}
+	skip := size - offset
+	if skip >= int64(len(data)) {
+		return size, size, nil
+	}
+	n, err := f.Write(data[skip:])
+	if err != nil {
+		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", run, step, err)
+	}
+	return size, size + int64(n), f.Close()
+}
+
+// open returns the log for reading; os.ErrNotExist when nothing was written.
+func (l *logFiles) open(run int64, step int) (*os.File, error) {
+	return os.Open(l.path(run, step))
+}
+
+// copyRange writes bytes [offset, end) of the log to w.
+func (l *logFiles) copyRange(w io.Writer, run int64, step int, offset, end int64) error {
+	if end <= offset {
+		return nil
+	}
+	f, err := l.open(run, step)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, io.NewSectionReader(f, offset, end-offset))
+	return err
+}

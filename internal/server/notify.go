@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// hub wakes goroutines waiting for something to change under a key (a
+// repository's queue, a run's logs and state) without polling: wait returns
+// a channel that notify closes. Waiters subscribe before they look, so no
+// change between looking and waiting is missed.
+type hub struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+func newHub() *hub { return &hub{ch: map[string]chan struct{}{}} }
+
+// wait returns a channel closed by the next notify(key).
+func (h *hub) wait(key string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.ch[key]
+	if c == nil {
+		c = make(chan struct{})
+		h.ch[key] = c
+	}
+	return c
+}
+
+// notify wakes every current waiter of key.
+func (h *hub) notify(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.ch[key]; c != nil {
+		close(c)
+		delete(h.ch, key)
+	}
+}
+
+func repoKey(id int64) string { return "repo:" + strconv.FormatInt(id, 10) }
+func runKey(id int64) string  { return "run:" + strconv.FormatInt(id, 10) }
+
+// sweep ends runs whose lease lapsed, a few times per lease (at most every
+// second), until Close.
+func (s *Server) sweep() {
+	defer close(s.sweepDone)
+	every := s.cfg.Lease / 4
+	every = min(max(every, 50*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.sweepStop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		lost, err := s.store.ExpireLeases(ctx, time.Now())
+		cancel()
+		if err != nil {
+			s.log.Error("expire leases", "err", err)
+			continue
+		}
+		for _, r := range lost {
+			s.log.Warn("run finished", "run", r.ID, "repo", r.Repo, "workflow", r.Workflow,
+				"state", r.State, "reason", r.Reason, "runner", r.RunnerName, "message", r.Message)
+			s.hub.notify(runKey(r.ID))
+		}
+	}
+}
+
+// touchRunner records that a runner was heard from, writing at most every
+// two seconds per runner.
+func (s *Server) touchRunner(ctx context.Context, id int64) {
+	now := time.Now()
+	s.seenMu.Lock()
+	last, ok := s.seen[id]
+	if ok && now.Sub(last) < 2*time.Second {
+		s.seenMu.Unlock()
+		return
+	}
+	s.seen[id] = now
+	s.seenMu.Unlock()
+	if err := s.store.TouchRunner(ctx, id, now); err != nil {
+		s.log.Warn("record runner last seen", "runner", id, "err", err)
+	}
+}

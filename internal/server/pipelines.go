@@ -1,0 +1,350 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// maxWorkflowSize caps a workflow file the server reads.
+const maxWorkflowSize = 1 << 20
+
+// workflowFile is one file under .knotless/workflows at a commit.
+type workflowFile struct {
+	Path   string // relative to the repository root
+	Source []byte
+}
+
+// parsedWorkflow is a workflow file and the result of parsing it.
+type parsedWorkflow struct {
+	workflowFile
+	WF  *workflow.Workflow // nil when Err is set
+	Err error
+}
+
+// workflowsAt lists and reads the workflow files (*.yml, *.yaml directly
+// under .knotless/workflows) at commit sha.
+func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFile, error) {
+	out, err := s.git(ctx, dir, "ls-tree", "-z", sha, "--", workflow.Dir+"/")
+	if err != nil {
+		return nil, fmt.Errorf("list %s at %s: %w", workflow.Dir, sha, err)
+	}
+	var files []workflowFile
+	for _, entry := range bytes.Split(out, []byte{0}) {
+		meta, p, ok := strings.Cut(string(entry), "\t")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(meta) // mode type oid
+		if len(f) != 3 || f[1] != "blob" {
+			continue
+		}
+		if ext := path.Ext(p); ext != ".yml" && ext != ".yaml" {
+			continue
+		}
+		src, err := s.git(ctx, dir, "cat-file", "blob", f[2])
+		if err != nil {
+			return nil, fmt.Errorf("read %s at %s: %w", p, sha, err)
+		}
+		if len(src) > maxWorkflowSize {
+			src = src[:maxWorkflowSize]
+		}
+		files = append(files, workflowFile{Path: p, Source: src})
+	}
+	slices.SortFunc(files, func(a, b workflowFile) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
+}
+
+// parseAll parses every file; a file that fails never stops the others.
+func parseAll(files []workflowFile) []parsedWorkflow {
+	out := make([]parsedWorkflow, 0, len(files))
+	for _, f := range files {
+		pw := parsedWorkflow{workflowFile: f}
+		pw.WF, pw.Err = safeParse(f.Path, f.Source)
+		if pw.Err == nil && pw.WF == nil {
+			pw.Err = fmt.Errorf("%s:1:1: workflow parser returned nothing", f.Path)
+		}
+		out = append(out, pw)
+	}
+	return out
+}
+
+// safeParse is workflow.Parse that turns a panic into an error: a broken
+// workflow must never take the server down.
+func safeParse(p string, src []byte) (wf *workflow.Workflow, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			wf, err = nil, fmt.Errorf("%s:1:1: workflow parser failed: %v", p, v)
+		}
+	}()
+	return workflow.Parse(p, src)
+}
+
+// errorLines renders a parse error as FILE:LINE:COL lines.
+func errorLines(p string, err error) []string {
+	var list workflow.ErrorList
+	if errors.As(err, &list) && len(list) > 0 {
+		lines := make([]string, 0, len(list))
+		for _, e := range list {
+			lines = append(lines, e.Error())
+		}
+		return lines
+	}
+	var one *workflow.Error
+	if errors.As(err, &one) {
+		return []string{one.Error()}
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, p+":") {
+		msg = p + ":1:1: " + msg
+	}
+	return strings.Split(msg, "\n")
+}
+
+// workflowName is a workflow's name, or its file name without extension
+// when it did not parse.
+func workflowName(pw parsedWorkflow) string {
+	if pw.WF != nil && pw.WF.Name != "" {
+		return pw.WF.Name
+	}
+	base := path.Base(pw.Path)
+	return strings.TrimSuffix(base, path.Ext(base))
+}
+
+// plannedRun is a run to create and, for an errored one, its setup log.
+type plannedRun struct {
+	store.NewRun
+	setupLog []byte
+}
+
+// planRuns selects the runs of one pipeline: a queued run per workflow that
+// matches ev, an errored run per file that failed to parse (when keepBroken
+// says so).
+func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWorkflow) bool) []plannedRun {
+	var out []plannedRun
+	for _, pw := range parsed {
+		if !keep(pw) {
+			continue
+		}
+		if pw.Err != nil {
+			lines := errorLines(pw.Path, pw.Err)
+			msg := lines[0]
+			if len(lines) > 1 {
+				msg += fmt.Sprintf(" (and %d more)", len(lines)-1)
+			}
+			out = append(out, plannedRun{
+				NewRun: store.NewRun{
+					Workflow: workflowName(pw), WorkflowPath: pw.Path, Source: string(pw.Source),
+					State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: msg,
+					Steps: []store.Step{{Index: api.SetupStep, Name: "setup", State: api.StepFailed,
+						Reason: api.ReasonWorkflowInvalid}},
+				},
+				setupLog: []byte(strings.Join(lines, "\n") + "\n"),
+			})
+			continue
+		}
+		if !pw.WF.Matches(ev) {
+			continue
+		}
+		out = append(out, plannedRun{NewRun: store.NewRun{
+			Workflow: workflowName(pw), WorkflowPath: pw.Path, Source: string(pw.Source),
+			Secrets: pw.WF.Secrets, Runners: pw.WF.Runners, State: api.StateQueued,
+		}})
+	}
+	return out
+}
+
+// createPipeline stores a pipeline with its runs, writes the setup logs of
+// errored runs and wakes runners waiting for work.
+func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, planned []plannedRun) (store.Pipeline, []store.Run, error) {
+	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, CreatedAt: time.Now()}
+	for _, p := range planned {
+		np.Runs = append(np.Runs, p.NewRun)
+	}
+	p, runs, err := s.store.CreatePipeline(ctx, np)
+	if err != nil {
+		return p, nil, fmt.Errorf("create pipeline for %s %s: %w", repo.FullName(), ref, err)
+	}
+	ids := make([]int64, len(runs))
+	for i, run := range runs {
+		ids[i] = run.ID
+		if len(planned[i].setupLog) > 0 {
+			if _, _, err := s.logs.append(run.ID, api.SetupStep, 0, planned[i].setupLog); err != nil {
+				s.log.Error("write setup log", "run", run.ID, "err", err)
+			}
+		}
+	}
+	s.log.Info("pipeline created", "pipeline", p.ID, "repo", repo.FullName(), "ref", ref, "sha", sha,
+		"event", event, "runs", ids)
+	for _, run := range runs {
+		if run.State == api.StateErrored {
+			s.log.Warn("run finished", "run", run.ID, "repo", repo.FullName(), "workflow", run.Workflow,
+				"state", run.State, "reason", run.Reason, "message", run.Message)
+		}
+	}
+	s.hub.notify(repoKey(repo.ID))
+	return p, runs, nil
+}
+
+// commitOf peels an object id (a tag object, say) to its commit; ok is
+// false when it is not a commit.
+func (s *Server) commitOf(ctx context.Context, dir, oid string) (string, bool) {
+	out, err := s.git(ctx, dir, "rev-parse", "--verify", "--quiet", oid+"^{commit}")
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(out)), true
+}
+
+// afterPush makes one pipeline per branch or tag a push created or updated.
+func (s *Server) afterPush(ctx context.Context, repo store.Repo, before, after map[string]string) {
+	dir := s.repoDir(repo.Owner, repo.Name)
+	var changed []string
+	for ref, oid := range after {
+		if before[ref] != oid && (strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/")) {
+			changed = append(changed, ref)
+		}
+	}
+	slices.Sort(changed)
+	s.fixHead(ctx, dir, after, changed)
+	for _, ref := range changed {
+		sha, ok := s.commitOf(ctx, dir, after[ref])
+		if !ok {
+			continue
+		}
+		event := "push"
+		if strings.HasPrefix(ref, "refs/tags/") {
+			event = "tag"
+		}
+		files, err := s.workflowsAt(ctx, dir, sha)
+		if err != nil {
+			s.log.Error("read workflows after push", "repo", repo.FullName(), "ref", ref, "err", err)
+			continue
+		}
+		planned := planRuns(parseAll(files), workflow.Event{Kind: workflow.EventPush, Ref: ref},
+			func(parsedWorkflow) bool { return true })
+		if len(planned) == 0 {
+			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha)
+			continue
+		}
+		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, planned); err != nil {
+			s.log.Error("create pipeline after push", "repo", repo.FullName(), "ref", ref, "err", err)
+		}
+	}
+}
+
+// fixHead points an unborn HEAD at a pushed branch (main if pushed), so
+// clones check something out and triggers have a default branch.
+func (s *Server) fixHead(ctx context.Context, dir string, refs map[string]string, changed []string) {
+	out, err := s.git(ctx, dir, "symbolic-ref", "HEAD")
+	if err != nil {
+		return
+	}
+	if _, ok := refs[strings.TrimSpace(string(out))]; ok {
+		return
+	}
+	target := ""
+	for _, ref := range changed {
+		if ref == "refs/heads/main" || ref == "refs/heads/master" {
+			target = ref
+			break
+		}
+		if target == "" && strings.HasPrefix(ref, "refs/heads/") {
+			target = ref
+		}
+	}
+	if target != "" {
+		if _, err := s.git(ctx, dir, "symbolic-ref", "HEAD", target); err != nil {
+			s.log.Warn("set default branch", "dir", dir, "err", err)
+		}
+	}
+}
+
+// resolveRef turns a branch, tag or full ref (default: HEAD's branch) into a
+// full ref and its commit.
+func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, string, error) {
+	var candidates []string
+	switch {
+	case ref == "":
+		out, err := s.git(ctx, dir, "symbolic-ref", "HEAD")
+		if err != nil {
+			return "", "", badRequest("the repository has no default branch; name a ref")
+		}
+		candidates = []string{strings.TrimSpace(string(out))}
+	case strings.HasPrefix(ref, "refs/"):
+		candidates = []string{ref}
+	default:
+		candidates = []string{"refs/heads/" + ref, "refs/tags/" + ref}
+	}
+	for _, c := range candidates {
+		out, err := s.git(ctx, dir, "rev-parse", "--verify", "--quiet", c)
+		if err != nil {
+			continue
+		}
+		if sha, ok := s.commitOf(ctx, dir, strings.TrimSpace(string(out))); ok {
+			return c, sha, nil
+		}
+	}
+	if ref == "" {
+		ref = strings.TrimPrefix(candidates[0], "refs/heads/")
+	}
+	return "", "", xerr(http.StatusNotFound, api.ErrNotFound, "no branch or tag %q in the repository (push it first)", ref)
+}
+
+func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	ctx := r.Context()
+	var in api.TriggerInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	repo, err := s.managedRepo(ctx, a, in.Repo)
+	if err != nil {
+		return err
+	}
+	dir := s.repoDir(repo.Owner, repo.Name)
+	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
+	if err != nil {
+		return err
+	}
+	files, err := s.workflowsAt(ctx, dir, sha)
+	if err != nil {
+		return err
+	}
+	parsed := parseAll(files)
+	named := func(pw parsedWorkflow) bool {
+		return in.Workflow == "" || in.Workflow == pw.Path || in.Workflow == path.Base(pw.Path) ||
+			in.Workflow == workflowName(pw)
+	}
+	if in.Workflow != "" && !slices.ContainsFunc(parsed, named) {
+		return xerr(http.StatusNotFound, api.ErrNotFound, "no workflow %q in %s at %s", in.Workflow, workflow.Dir, ref)
+	}
+	planned := planRuns(parsed, workflow.Event{Kind: workflow.EventManual, Ref: ref}, named)
+	if len(planned) == 0 {
+		if in.Workflow != "" {
+			return badRequest("workflow %q at %s has no `manual` trigger; add `manual: {}` under `on:` to allow triggering it",
+				in.Workflow, ref)
+		}
+		return badRequest("no workflow in %s at %s has a `manual` trigger; add `manual: {}` under `on:` to allow triggering",
+			workflow.Dir, ref)
+	}
+	p, runs, err := s.createPipeline(ctx, repo, ref, sha, workflow.EventManual, planned)
+	if err != nil {
+		return err
+	}
+	out := api.Pipeline{ID: p.ID, Repo: p.Repo, Ref: p.Ref, SHA: p.SHA, Event: p.Event, CreatedAt: p.CreatedAt,
+		Runs: make([]api.Run, 0, len(runs))}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, apiRun(run, nil))
+	}
+	return writeJSON(w, out)
+}

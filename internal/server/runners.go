@@ -1,0 +1,448 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/svcauth"
+)
+
+func apiRunner(x store.Runner) api.Runner {
+	labels := x.Labels
+	if labels == nil {
+		labels = []string{}
+	}
+	return api.Runner{Repo: x.Repo, Name: x.Name, DID: x.DID, Labels: labels, Status: x.Status,
+		CreatedAt: x.CreatedAt, LastSeenAt: x.LastSeenAt}
+}
+
+func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	tok, ok := bearer(r)
+	if !ok || !isJWT(tok) {
+		return xerr(http.StatusUnauthorized, api.ErrAuthRequired,
+			"registering a runner takes a service-auth JWT signed by the runner's key")
+	}
+	var in api.RegisterRunnerInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if !runnerRE.MatchString(in.Name) {
+		return badRequest("runner name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", in.Name)
+	}
+	for _, l := range in.Labels {
+		if !runnerRE.MatchString(l) {
+			return badRequest("label %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", l)
+		}
+	}
+	repo, err := s.repoByFullName(ctx, in.Repo)
+	if err != nil {
+		return err
+	}
+	// The key that must have signed the token: the one already registered
+	// for this DID, else the one inside a did:key, else the one given.
+	var key atcrypto.PublicKey
+	lookup := func(ctx context.Context, did string) (atcrypto.PublicKey, error) {
+		if x, err := s.store.RunnerByDID(ctx, did); err == nil {
+			key, err = parsePublicKey(x.PublicKey)
+			return key, err
+		}
+		if strings.HasPrefix(did, "did:key:") {
+			key, err = svcauth.DIDKeyLookup(ctx, did)
+			if err == nil && in.PublicKey != "" && in.PublicKey != key.Multibase() {
+				return nil, errors.New("publicKey does not match the did:key")
+			}
+			return key, err
+		}
+		if in.PublicKey == "" {
+			return nil, errors.New("publicKey is required for a DID that is not a did:key")
+		}
+		key, err = parsePublicKey(in.PublicKey)
+		return key, err
+	}
+	did, err := s.verify(ctx, tok, api.MethodRegisterRunner, lookup)
+	if err != nil {
+		return err
+	}
+	labels := slices.Clone(in.Labels)
+	slices.Sort(labels)
+	labels = slices.Compact(labels)
+	x, created, err := s.store.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: in.Name, DID: did,
+		PublicKey: key.Multibase(), Labels: labels, CreatedAt: time.Now()})
+	if errors.Is(err, store.ErrConflict) {
+		return xerr(http.StatusConflict, api.ErrConflict, "%s", strings.TrimPrefix(err.Error(), "conflict: "))
+	}
+	if err != nil {
+		return err
+	}
+	if created {
+		s.log.Info("runner registered", "repo", x.Repo, "runner", x.Name, "did", x.DID, "labels", strings.Join(x.Labels, ","))
+	}
+	return writeJSON(w, apiRunner(x))
+}
+
+func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	repo, err := s.managedRepo(r.Context(), a, r.URL.Query().Get("repo"))
+	if err != nil {
+		return err
+	}
+	xs, err := s.store.ListRunners(r.Context(), repo.ID)
+	if err != nil {
+		return err
+	}
+	out := api.ListRunnersOutput{Runners: []api.Runner{}}
+	for _, x := range xs {
+		out.Runners = append(out.Runners, apiRunner(x))
+	}
+	return writeJSON(w, out)
+}
+
+// namedRunner resolves a RunnerRef the caller may manage.
+func (s *Server) namedRunner(r *http.Request, a store.Account) (store.Runner, error) {
+	var in api.RunnerRef
+	if err := decodeInput(r, &in); err != nil {
+		return store.Runner{}, err
+	}
+	repo, err := s.managedRepo(r.Context(), a, in.Repo)
+	if err != nil {
+		return store.Runner{}, err
+	}
+	x, err := s.store.RunnerByName(r.Context(), repo.ID, in.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return x, xerr(http.StatusNotFound, api.ErrNotFound, "no runner %q of %s", in.Name, in.Repo)
+	}
+	return x, err
+}
+
+func (s *Server) approveRunner(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	x, err := s.namedRunner(r, a)
+	if err != nil {
+		return err
+	}
+	was := x.Status
+	if x, err = s.store.ApproveRunner(r.Context(), x.ID); err != nil {
+		return err
+	}
+	if was != api.RunnerApproved {
+		s.log.Info("runner approved", "repo", x.Repo, "runner", x.Name, "did", x.DID, "by", a.Handle)
+	}
+	return writeJSON(w, apiRunner(x))
+}
+
+func (s *Server) removeRunner(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	x, err := s.namedRunner(r, a)
+	if err != nil {
+		return err
+	}
+	if err := s.store.RemoveRunner(r.Context(), x.ID); err != nil {
+		return err
+	}
+	s.log.Info("runner removed", "repo", x.Repo, "runner", x.Name, "did", x.DID, "by", a.Handle)
+	return writeJSON(w, empty)
+}
+
+// qualifies reports whether runner x may take a run: every entry of the
+// workflow's `runners:` is x's name or one of its labels.
+func qualifies(x store.Runner, run store.Run) bool {
+	for _, want := range run.Runners {
+		if want != x.Name && !slices.Contains(x.Labels, want) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	ctx := r.Context()
+	var in api.ClaimInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	wait := time.Duration(min(max(in.Wait, 0), 60)) * time.Second
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		queued := s.hub.wait(repoKey(x.RepoID)) // subscribe before looking
+		got, err := s.tryClaim(ctx, x)
+		if err != nil || got != nil {
+			if err != nil {
+				return err
+			}
+			return writeJSON(w, api.ClaimOutput{Run: got})
+		}
+		if wait == 0 {
+			return writeJSON(w, api.ClaimOutput{})
+		}
+		select {
+		case <-queued:
+		case <-deadline.C:
+			return writeJSON(w, api.ClaimOutput{})
+		case <-s.closing:
+			return writeJSON(w, api.ClaimOutput{})
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// tryClaim claims the oldest queued run of x's repository that x qualifies
+// for, or returns nil.
+func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	// The runner may have been removed while it waited.
+	x, err := s.store.RunnerByDID(ctx, x.DID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner was removed")
+	}
+	if err != nil {
+		return nil, err
+	}
+	queued, err := s.store.QueuedRuns(ctx, x.RepoID)
+	if err != nil {
+		return nil, err
+	}
+	for _, run := range queued {
+		if !qualifies(x, run) {
+			continue
+		}
+		token, err := newToken(runTokenPrefix)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		run, err = s.store.ClaimRun(ctx, run.ID, store.Claim{RunnerID: x.ID, RunnerName: x.Name,
+			TokenHash: hashToken(token), Now: now, LeaseUntil: now.Add(s.cfg.Lease)})
+		if errors.Is(err, store.ErrConflict) {
+			continue // another runner was faster
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.touchRunner(ctx, x.ID)
+		s.hub.notify(runKey(run.ID))
+		out, err := s.claimed(ctx, run, x, token)
+		if err != nil {
+			// The runner will never see this run: end it so nobody waits.
+			msg := fmt.Sprintf("server could not hand the run to runner %s: %v", x.Name, err)
+			if _, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
+				State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now()}); cerr != nil {
+				s.log.Error("end unclaimable run", "run", run.ID, "err", cerr)
+			}
+			s.hub.notify(runKey(run.ID))
+			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
+		}
+		s.log.Info("run claimed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
+			"runner", x.Name, "secrets", len(out.Secrets))
+		return out, nil
+	}
+	return nil, nil
+}
+
+// claimed assembles what the runner needs for a run it just claimed.
+func (s *Server) claimed(ctx context.Context, run store.Run, x store.Runner, token string) (*api.ClaimedRun, error) {
+	src, err := s.store.RunSource(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := s.runSecrets(ctx, run, x)
+	if err != nil {
+		return nil, err
+	}
+	owner, name, _ := strings.Cut(run.Repo, "/")
+	return &api.ClaimedRun{
+		Run:            apiRun(run, nil),
+		WorkflowSource: src,
+		GitURL:         "/" + owner + "/" + name + ".git",
+		RunToken:       token,
+		Secrets:        secrets,
+		LeaseSeconds:   s.leaseSeconds(),
+	}, nil
+}
+
+func (s *Server) leaseSeconds() int {
+	return max(int((s.cfg.Lease+time.Second-1)/time.Second), 1)
+}
+
+// heldRun loads a run and checks that runner x claimed it.
+func (s *Server) heldRun(ctx context.Context, x store.Runner, id int64) (store.Run, error) {
+	if id <= 0 {
+		return store.Run{}, badRequest("run is required")
+	}
+	run, err := s.store.Run(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return run, xerr(http.StatusNotFound, api.ErrNotFound, "no run %d", id)
+	}
+	if err != nil {
+		return run, err
+	}
+	if run.RunnerID != x.ID || run.RepoID != x.RepoID {
+		return run, forbidden("run %d is not held by runner %s", id, x.Name)
+	}
+	return run, nil
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	var in api.HeartbeatInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r.Context(), x, in.Run); err != nil {
+		return err
+	}
+	run, err := s.store.RenewLease(r.Context(), in.Run, x.ID, time.Now().Add(s.cfg.Lease))
+	if errors.Is(err, store.ErrRunFinished) {
+		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s %s", in.Run, run.State, run.Reason)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		return forbidden("run %d is not held by runner %s", in.Run, x.Name)
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, api.HeartbeatOutput{Cancel: run.CancelRequested, LeaseSeconds: s.leaseSeconds()})
+}
+
+func validStepState(st string) bool {
+	switch st {
+	case api.StepPending, api.StepRunning, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
+		return true
+	}
+	return false
+}
+
+func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	var in api.UpdateStepInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if in.Step < 0 {
+		return badRequest("step must be >= 0")
+	}
+	if !validStepState(in.State) {
+		return badRequest("step state %q: want pending, running, succeeded, failed, skipped or cancelled", in.State)
+	}
+	before, err := s.heldRun(r.Context(), x, in.Run)
+	if err != nil {
+		return err
+	}
+	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: in.Name, State: in.State,
+		ExitCode: in.ExitCode, Reason: in.Reason, UpdatedAt: time.Now()})
+	if err != nil {
+		return err
+	}
+	if before.State == api.StateClaimed && run.State == api.StateRunning {
+		s.log.Info("run started", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow, "runner", x.Name)
+	}
+	s.hub.notify(runKey(run.ID))
+	return writeJSON(w, empty)
+}
+
+// maxLogChunk caps one appendLog body.
+const maxLogChunk = 8 << 20
+
+func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	ctx := r.Context()
+	id, err := requiredInt(r, "run")
+	if err != nil {
+		return err
+	}
+	step, err := intParam(r, "step", -1)
+	if err != nil {
+		return err
+	}
+	offset, err := intParam(r, "offset", -1)
+	if err != nil {
+		return err
+	}
+	if step < 0 || step > 1<<20 || offset < 0 {
+		return badRequest("parameters step and offset are required and must be >= 0")
+	}
+	if _, err := s.heldRun(ctx, x, id); err != nil {
+		return err
+	}
+	data, err := readLimited(r, maxLogChunk)
+	if err != nil {
+		return err
+	}
+	before, after, err := s.logs.append(id, int(step), offset, data)
+	var gap *errGap
+	if errors.As(err, &gap) {
+		size := gap.size
+		return &api.Error{Status: http.StatusConflict, Name: api.ErrOffsetGap, Size: &size,
+			Message: fmt.Sprintf("offset %d is past the %d bytes stored for run %d step %d; resend from %d",
+				offset, size, id, step, size)}
+	}
+	if err != nil {
+		return err
+	}
+	if before == 0 && after > 0 {
+		name := ""
+		if step == api.SetupStep {
+			name = "setup"
+		}
+		if err := s.store.EnsureStep(ctx, id, int(step), name, time.Now()); err != nil {
+			return err
+		}
+	}
+	if after > before {
+		s.hub.notify(runKey(id))
+	}
+	return writeJSON(w, api.AppendLogOutput{Size: after})
+}
+
+// readLimited reads a request body of at most limit bytes.
+func readLimited(r *http.Request, limit int64) ([]byte, error) {
+	tooLarge := xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest,
+		"body exceeds the limit of %d bytes per request; send smaller chunks", limit)
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest("read body: %v", err)
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	var in api.CompleteInput
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if !api.IsFinal(in.State) {
+		return badRequest("state %q is not final: want succeeded, failed, cancelled or errored", in.State)
+	}
+	before, err := s.heldRun(r.Context(), x, in.Run)
+	if err != nil {
+		return err
+	}
+	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: in.Reason,
+		Message: in.Message, ExitCode: in.ExitCode, At: time.Now()})
+	if errors.Is(err, store.ErrRunFinished) {
+		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s %s", in.Run, run.State, run.Reason)
+	}
+	if err != nil {
+		return err
+	}
+	if !api.IsFinal(before.State) {
+		s.log.Info("run finished", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
+			"state", run.State, "reason", run.Reason, "runner", x.Name)
+	}
+	s.hub.notify(runKey(run.ID))
+	return writeJSON(w, empty)
+}

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+)
+
+// maxListLimit caps dev.knotless.run.list's limit.
+const maxListLimit = 1000
+
+// apiRun converts a stored run; steps may be nil.
+func apiRun(r store.Run, steps []api.Step) api.Run {
+	return api.Run{
+		ID: r.ID, Pipeline: r.PipelineID, Repo: r.Repo, Ref: r.Ref, SHA: r.SHA, Event: r.Event,
+		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
+		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps,
+	}
+}
+
+// runSteps returns a run's steps with their log sizes.
+func (s *Server) runSteps(ctx context.Context, id int64) ([]api.Step, error) {
+	rows, err := s.store.Steps(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Step, 0, len(rows))
+	for _, st := range rows {
+		size, err := s.logs.size(id, st.Index)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, api.Step{Index: st.Index, Name: st.Name, State: st.State, ExitCode: st.ExitCode,
+			Reason: st.Reason, LogSize: size})
+	}
+	return out, nil
+}
+
+// visibleRun loads a run the caller may read (its repository's owner or an
+// admin).
+func (s *Server) visibleRun(ctx context.Context, a store.Account, id int64) (store.Run, error) {
+	run, err := s.store.Run(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return run, xerr(http.StatusNotFound, api.ErrNotFound, "no run %d", id)
+	}
+	if err != nil {
+		return run, err
+	}
+	if !a.Admin && a.ID != run.RepoOwnerID {
+		return run, forbidden("run %d belongs to %s; only its owner or an admin may see or change it", id, run.Repo)
+	}
+	return run, nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	ctx := r.Context()
+	f := store.RunFilter{}
+	limit, err := intParam(r, "limit", 50)
+	if err != nil {
+		return err
+	}
+	if limit <= 0 || limit > maxListLimit {
+		return badRequest("limit must be 1..%d", maxListLimit)
+	}
+	f.Limit = int(limit)
+	if full := r.URL.Query().Get("repo"); full != "" {
+		repo, err := s.managedRepo(ctx, a, full)
+		if err != nil {
+			return err
+		}
+		f.RepoID = repo.ID
+	}
+	if f.PipelineID, err = intParam(r, "pipeline", 0); err != nil {
+		return err
+	}
+	if f.PipelineID != 0 {
+		p, err := s.store.Pipeline(ctx, f.PipelineID)
+		if errors.Is(err, store.ErrNotFound) {
+			return xerr(http.StatusNotFound, api.ErrNotFound, "no pipeline %d", f.PipelineID)
+		}
+		if err != nil {
+			return err
+		}
+		repo, err := s.store.RepoByID(ctx, p.RepoID)
+		if err != nil {
+			return err
+		}
+		if !canManage(a, repo) {
+			return forbidden("pipeline %d belongs to %s; only its owner or an admin may see it", p.ID, repo.FullName())
+		}
+	}
+	if !a.Admin {
+		f.OwnerID = a.ID
+	}
+	runs, err := s.store.ListRuns(ctx, f)
+	if err != nil {
+		return err
+	}
+	out := api.ListRunsOutput{Runs: []api.Run{}}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, apiRun(run, nil))
+	}
+	return writeJSON(w, out)
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	id, err := requiredInt(r, "run")
+	if err != nil {
+		return err
+	}
+	run, err := s.visibleRun(r.Context(), a, id)
+	if err != nil {
+		return err
+	}
+	steps, err := s.runSteps(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, apiRun(run, steps))
+}
+
+// stepDone reports whether a step's log will not grow: the step reached a
+// final state, or the run did.
+func stepDone(run store.Run, steps []store.Step, index int) bool {
+	if api.IsFinal(run.State) {
+		return true
+	}
+	for _, st := range steps {
+		if st.Index == index {
+			switch st.State {
+			case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	ctx := r.Context()
+	id, err := requiredInt(r, "run")
+	if err != nil {
+		return err
+	}
+	step, err := intParam(r, "step", api.SetupStep)
+	if err != nil {
+		return err
+	}
+	offset, err := intParam(r, "offset", 0)
+	if err != nil {
+		return err
+	}
+	wait, err := intParam(r, "wait", 0)
+	if err != nil {
+		return err
+	}
+	if step < 0 || step > 1<<20 || offset < 0 || wait < 0 || wait > 60 {
+		return badRequest("step and offset must be >= 0, wait 0..60 seconds")
+	}
+	if _, err := s.visibleRun(ctx, a, id); err != nil {
+		return err
+	}
+	deadline := time.NewTimer(time.Duration(wait) * time.Second)
+	defer deadline.Stop()
+	for {
+		changed := s.hub.wait(runKey(id)) // subscribe before looking
+		run, err := s.store.Run(ctx, id)
+		if err != nil {
+			return err
+		}
+		steps, err := s.store.Steps(ctx, id)
+		if err != nil {
+			return err
+		}
+		done := stepDone(run, steps, int(step))
+		size, err := s.logs.size(id, int(step))
+		if err != nil {
+			return err
+		}
+		if size > offset || done || wait == 0 {
+			return s.writeLog(w, id, int(step), offset, size, done)
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			wait = 0
+		case <-s.closing:
+			wait = 0
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Server) writeLog(w http.ResponseWriter, run int64, step int, offset, size int64, done bool) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set(api.LogSizeHeader, strconv.FormatInt(size, 10))
+	h.Set(api.LogDoneHeader, strconv.FormatBool(done))
+	n := max(size-offset, 0)
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusOK)
+	if n == 0 {
+		return nil
+	}
+	if err := s.logs.copyRange(w, run, step, offset, size); err != nil {
+		s.log.Warn("send log", "run", run, "step", step, "err", err)
+	}
+	return nil
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	var in api.RunRef
+	if err := decodeInput(r, &in); err != nil {
+		return err
+	}
+	if _, err := s.visibleRun(r.Context(), a, in.Run); err != nil {
+		return err
+	}
+	run, err := s.store.CancelRun(r.Context(), in.Run, time.Now())
+	if errors.Is(err, store.ErrRunFinished) {
+		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s", in.Run, run.State)
+	}
+	if err != nil {
+		return err
+	}
+	if run.State == api.StateCancelled {
+		s.log.Info("run finished", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
+			"state", run.State, "reason", run.Reason, "by", a.Handle)
+	} else {
+		s.log.Info("run cancel requested", "run", run.ID, "repo", run.Repo, "runner", run.RunnerName, "by", a.Handle)
+	}
+	s.hub.notify(runKey(run.ID))
+	steps, err := s.runSteps(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, apiRun(run, steps))
+}

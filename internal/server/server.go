@@ -1,0 +1,341 @@
+package server
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/sqlite"
+	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/version"
+)
+
+// Defaults of Config, printed by knotless-server --help.
+const (
+	DefaultDataDir = "./knotless-data"
+	DefaultListen  = "127.0.0.1:8080"
+	DefaultLease   = 30 * time.Second
+)
+
+// Names of files and directories inside Config.DataDir.
+const (
+	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm)
+	LogsDir        = "logs"        // logs/<run>/<step>.log
+	ReposDir       = "repos"       // repos/<owner>/<name>.git (bare)
+	TmpDir         = "tmp"         // spooled request bodies
+	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
+	ServerKeyFile  = "server.key"  // P-256 private key (multibase), the server DID's key, 0600
+	AdminTokenFile = "admin.token" // the admin account's API token, written on first start, 0600
+)
+
+// AdminHandle is the handle of the account made on first start.
+const AdminHandle = "admin"
+
+// Config is every setting of a server. Zero fields take the defaults above.
+type Config struct {
+	// DataDir holds the database, logs, repositories and keys (see the
+	// *File and *Dir constants); created with mode 0700 if missing.
+	DataDir string
+	// Listen is the address knotless-server listens on (host:port); the
+	// server itself uses it only to default URL.
+	Listen string
+	// URL is the public base URL clients and runners use, e.g.
+	// "https://ci.example.com"; default "http://" + Listen. Clone URLs are
+	// made from it.
+	URL string
+	// Lease is how long a claim lasts without a heartbeat.
+	Lease time.Duration
+	// Logger receives one line per event; default slog.Default().
+	Logger *slog.Logger
+	// Git is the git program; default "git" found in PATH.
+	Git string
+}
+
+func (c *Config) fill() error {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.URL == "" {
+		c.URL = "http://" + c.Listen
+	}
+	c.URL = strings.TrimRight(c.URL, "/")
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Git == "" {
+		c.Git = "git"
+	}
+	p, err := exec.LookPath(c.Git)
+	if err != nil {
+		return fmt.Errorf("find git program %q (install git): %w", c.Git, err)
+	}
+	c.Git = p
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("data directory %s: %w", c.DataDir, err)
+	}
+	c.DataDir = abs
+	return nil
+}
+
+// Server is a running knotless-server. Its methods are safe for concurrent
+// use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	did     string // the server's DID: the audience of runner JWTs
+	aead    cipher.AEAD
+	replay  svcauth.ReplayCache
+	hub     *hub
+	logs    *logFiles
+	repoMu  [64]sync.Mutex // serializes receive-pack per repository (striped by id)
+	handler http.Handler
+
+	seenMu sync.Mutex
+	seen   map[int64]time.Time // runner id → last time lastSeenAt was written
+
+	closing   chan struct{} // closed by Close and by Serve's shutdown: ends long polls
+	closeOnce sync.Once
+	sweepStop chan struct{}
+	sweepDone chan struct{}
+}
+
+// New prepares the data directory (creating keys, the database and, on
+// first start, the admin account and DIR/admin.token), extends the lease
+// of every active run (runners could not renew while the server was down)
+// and starts the lease sweeper. The caller must Close the server.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		replay:    svcauth.NewMemoryReplayCache(),
+		hub:       newHub(),
+		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
+		seen:      map[int64]time.Time{},
+		closing:   make(chan struct{}),
+		sweepStop: make(chan struct{}),
+		sweepDone: make(chan struct{}),
+	}
+	for _, d := range []string{"", LogsDir, ReposDir, TmpDir} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create data directory: %w", err)
+		}
+	}
+	secretKey, err := loadOrCreate(filepath.Join(cfg.DataDir, SecretKeyFile), func() ([]byte, error) {
+		k := make([]byte, 32)
+		_, err := rand.Read(k)
+		return k, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(secretKey) != 32 {
+		return nil, fmt.Errorf("%s: want 32 bytes, found %d (restore it from a backup; secrets cannot be read without it)",
+			filepath.Join(cfg.DataDir, SecretKeyFile), len(secretKey))
+	}
+	block, err := aes.NewCipher(secretKey)
+	if err != nil {
+		return nil, fmt.Errorf("secret key: %w", err)
+	}
+	if s.aead, err = cipher.NewGCM(block); err != nil {
+		return nil, fmt.Errorf("secret key: %w", err)
+	}
+	keyText, err := loadOrCreate(filepath.Join(cfg.DataDir, ServerKeyFile), func() ([]byte, error) {
+		k, err := svcauth.GenerateKey()
+		if err != nil {
+			return nil, err
+		}
+		return []byte(k.Multibase() + "\n"), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	serverKey, err := svcauth.ParseKey(string(keyText))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(cfg.DataDir, ServerKeyFile), err)
+	}
+	if s.did, err = svcauth.DIDKey(serverKey); err != nil {
+		return nil, err
+	}
+	db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, DBFile))
+	if err != nil {
+		return nil, err
+	}
+	s.store = db
+	if err := s.ensureAdmin(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if n, err := s.store.ExtendLeases(ctx, time.Now().Add(cfg.Lease)); err != nil {
+		db.Close()
+		return nil, err
+	} else if n > 0 {
+		s.log.Info("extended leases of active runs after start", "runs", n, "lease", cfg.Lease)
+	}
+	s.handler = s.routes()
+	go s.sweep()
+	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
+	return s, nil
+}
+
+// DID returns the server's service DID (a did:key), the audience of runner
+// JWTs.
+func (s *Server) DID() string { return s.did }
+
+// Config returns the settings in effect (defaults filled in).
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the HTTP handler of the whole server: /xrpc/ and git.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers requests on ln until ctx is cancelled, then stops accepting,
+// ends long polls, waits up to 30 s for requests in flight and returns nil.
+// It does not Close the server.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "addr", ln.Addr().String())
+	s.closeOnce.Do(func() { close(s.closing) })
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	<-errc
+	return nil
+}
+
+// Close ends long polls, stops the lease sweeper and closes the database.
+// Call it after Serve returned.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	select {
+	case <-s.sweepStop:
+	default:
+		close(s.sweepStop)
+	}
+	<-s.sweepDone
+	return s.store.Close()
+}
+
+// loadOrCreate reads path, or creates it (mode 0600, never replacing an
+// existing file) with the bytes gen returns.
+func loadOrCreate(path string, gen func() ([]byte, error)) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	b, err = gen()
+	if err != nil {
+		return nil, fmt.Errorf("make %s: %w", path, err)
+	}
+	if err := writeNew(path, b); err != nil {
+		if errors.Is(err, os.ErrExist) { // made by a concurrent start
+			return os.ReadFile(path)
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeNew writes a new file with mode 0600, failing if it exists.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ensureAdmin creates the admin account on first start and writes its token
+// to DIR/admin.token.
+func (s *Server) ensureAdmin(ctx context.Context) error {
+	_, err := s.store.AccountByHandle(ctx, AdminHandle)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("look up admin account: %w", err)
+	}
+	did, err := freshDID()
+	if err != nil {
+		return err
+	}
+	token, err := newToken(accountTokenPrefix)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.cfg.DataDir, AdminTokenFile)
+	os.Remove(path) // a stale file from a deleted database must not linger
+	if err := writeNew(path, []byte(token+"\n")); err != nil {
+		return err
+	}
+	if _, err := s.store.CreateAccount(ctx, store.Account{Handle: AdminHandle, DID: did, Admin: true, CreatedAt: time.Now()},
+		hashToken(token)); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("create admin account: %w", err)
+	}
+	s.log.Info("admin account created; admin token written to "+path, "handle", AdminHandle, "path", path)
+	return nil
+}
+
+// freshDID makes a did:key for an account that brings no DID of its own.
+func freshDID() (string, error) {
+	k, err := svcauth.GenerateKey()
+	if err != nil {
+		return "", err
+	}
+	return svcauth.DIDKey(k)
+}
+
+// parsePublicKey reads a multibase public key.
+func parsePublicKey(mb string) (atcrypto.PublicKey, error) {
+	return atcrypto.ParsePublicMultibase(mb)
+}

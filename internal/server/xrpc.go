@@ -1,0 +1,355 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/version"
+)
+
+// Token prefixes: account API tokens and run tokens (git fetch of one run).
+const (
+	accountTokenPrefix = "knl_"
+	runTokenPrefix     = "knr_"
+)
+
+// maxJSONBody caps a procedure's JSON input.
+const maxJSONBody = 1 << 20
+
+// authKind says who may call a method.
+type authKind int
+
+const (
+	authNone     authKind = iota
+	authUser              // account API token
+	authRunner            // service-auth JWT of an approved runner
+	authRegister          // service-auth JWT of the key being registered
+)
+
+// method is one XRPC method: its HTTP verb, its caller and its handler.
+// Exactly one handler field is set, matching auth.
+type method struct {
+	verb   string
+	auth   authKind
+	public func(w http.ResponseWriter, r *http.Request) error
+	user   func(w http.ResponseWriter, r *http.Request, a store.Account) error
+	runner func(w http.ResponseWriter, r *http.Request, x store.Runner) error
+}
+
+func (s *Server) methods() map[string]method {
+	q, p := http.MethodGet, http.MethodPost
+	user := func(verb string, f func(http.ResponseWriter, *http.Request, store.Account) error) method {
+		return method{verb: verb, auth: authUser, user: f}
+	}
+	runner := func(f func(http.ResponseWriter, *http.Request, store.Runner) error) method {
+		return method{verb: p, auth: authRunner, runner: f}
+	}
+	return map[string]method{
+		api.MethodDescribeServer: {verb: q, auth: authNone, public: s.describe},
+		api.MethodWhoAmI:         user(q, s.whoami),
+		api.MethodCreateAccount:  user(p, s.createAccount),
+		api.MethodCreateRepo:     user(p, s.createRepo),
+		api.MethodListRepos:      user(q, s.listRepos),
+		api.MethodListRuns:       user(q, s.listRuns),
+		api.MethodGetRun:         user(q, s.getRun),
+		api.MethodGetRunLog:      user(q, s.getLog),
+		api.MethodCancelRun:      user(p, s.cancelRun),
+		api.MethodTriggerRun:     user(p, s.triggerRun),
+		api.MethodSetSecret:      user(p, s.setSecret),
+		api.MethodListSecrets:    user(q, s.listSecrets),
+		api.MethodDeleteSecret:   user(p, s.deleteSecret),
+		api.MethodRegisterRunner: {verb: p, auth: authRegister, public: s.registerRunner},
+		api.MethodListRunners:    user(q, s.listRunners),
+		api.MethodApproveRunner:  user(p, s.approveRunner),
+		api.MethodRemoveRunner:   user(p, s.removeRunner),
+		api.MethodClaim:          runner(s.claim),
+		api.MethodHeartbeat:      runner(s.heartbeat),
+		api.MethodUpdateStep:     runner(s.updateStep),
+		api.MethodAppendLog:      runner(s.appendLog),
+		api.MethodComplete:       runner(s.complete),
+	}
+}
+
+func (s *Server) routes() http.Handler {
+	table := s.methods()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/xrpc/{nsid}", func(w http.ResponseWriter, r *http.Request) {
+		s.serveXRPC(w, r, table)
+	})
+	mux.HandleFunc("/", s.serveRoot)
+	return mux
+}
+
+func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
+	if owner, name, rest, ok := gitPath(r.URL.Path); ok {
+		s.serveGit(w, r, owner, name, rest)
+		return
+	}
+	if r.URL.Path == "/" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "knotless-server\nXRPC API: %s/xrpc/%s\n", s.cfg.URL, api.MethodDescribeServer)
+		return
+	}
+	http.NotFound(w, r)
+}
+
+func (s *Server) serveXRPC(w http.ResponseWriter, r *http.Request, table map[string]method) {
+	nsid := r.PathValue("nsid")
+	m, ok := table[nsid]
+	if !ok {
+		writeError(w, xerr(http.StatusNotImplemented, api.ErrNotImplemented, "method %q is not served here", nsid))
+		return
+	}
+	if r.Method != m.verb && !(m.verb == http.MethodGet && r.Method == http.MethodHead) {
+		kind := "a query; use GET"
+		if m.verb == http.MethodPost {
+			kind = "a procedure; use POST"
+		}
+		w.Header().Set("Allow", m.verb)
+		writeError(w, xerr(http.StatusMethodNotAllowed, api.ErrInvalidRequest, "%s is %s", nsid, kind))
+		return
+	}
+	var err error
+	switch m.auth {
+	case authNone, authRegister:
+		err = m.public(w, r)
+	case authUser:
+		var a store.Account
+		if a, err = s.authUser(r); err == nil {
+			err = m.user(w, r, a)
+		}
+	case authRunner:
+		var x store.Runner
+		if x, err = s.authRunner(r, nsid); err == nil {
+			err = m.runner(w, r, x)
+		}
+	}
+	if err != nil {
+		s.writeErr(w, r, nsid, err)
+	}
+}
+
+// xerr makes an XRPC error answer.
+func xerr(status int, name, format string, args ...any) *api.Error {
+	return &api.Error{Status: status, Name: name, Message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) *api.Error {
+	return xerr(http.StatusBadRequest, api.ErrInvalidRequest, format, args...)
+}
+
+func forbidden(format string, args ...any) *api.Error {
+	return xerr(http.StatusForbidden, api.ErrForbidden, format, args...)
+}
+
+// writeErr answers err: an *api.Error as is, store errors by kind, anything
+// else as a 500 whose details go only to the log.
+func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, err error) {
+	var e *api.Error
+	switch {
+	case errors.As(err, &e):
+	case errors.Is(err, store.ErrNotFound):
+		e = xerr(http.StatusNotFound, api.ErrNotFound, "%s", err.Error())
+	case errors.Is(err, store.ErrRunFinished):
+		e = xerr(http.StatusConflict, api.ErrRunFinished, "%s", err.Error())
+	case errors.Is(err, store.ErrConflict):
+		e = xerr(http.StatusConflict, api.ErrConflict, "%s", err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return // the client went away
+	default:
+		s.log.Error("request failed", "method", nsid, "err", err)
+		e = xerr(http.StatusInternalServerError, api.ErrInternal, "internal error; see the server log")
+	}
+	writeError(w, e)
+}
+
+func writeError(w http.ResponseWriter, e *api.Error) {
+	status := e.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="knotless"`)
+	}
+	writeJSONStatus(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	writeJSONStatus(w, http.StatusOK, v)
+	return nil
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"InternalServerError","message":"encode answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// empty is the answer of procedures without output.
+var empty = struct{}{}
+
+// decodeInput reads a procedure's JSON body into v.
+func decodeInput(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		return badRequest("read body: %v", err)
+	}
+	if len(body) > maxJSONBody {
+		return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest, "body larger than %d bytes", maxJSONBody)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return badRequest("a JSON body is required")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("invalid JSON body: %v", err)
+	}
+	return nil
+}
+
+// intParam reads an integer query parameter; def when absent.
+func intParam(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, badRequest("parameter %s: %q is not an integer", name, v)
+	}
+	return n, nil
+}
+
+// requiredInt reads a required positive integer query parameter.
+func requiredInt(r *http.Request, name string) (int64, error) {
+	if r.URL.Query().Get(name) == "" {
+		return 0, badRequest("parameter %s is required", name)
+	}
+	n, err := intParam(r, name, 0)
+	if err == nil && n <= 0 {
+		err = badRequest("parameter %s must be positive", name)
+	}
+	return n, err
+}
+
+// bearer returns the token of an "Authorization: Bearer X" header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// isJWT reports whether a bearer token has the three parts of a JWT.
+func isJWT(tok string) bool { return strings.Count(tok, ".") == 2 }
+
+func (s *Server) authUser(r *http.Request) (store.Account, error) {
+	tok, ok := bearer(r)
+	if !ok {
+		return store.Account{}, xerr(http.StatusUnauthorized, api.ErrAuthRequired,
+			"an account API token is required (Authorization: Bearer TOKEN)")
+	}
+	if isJWT(tok) {
+		return store.Account{}, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"this method takes an account API token, not a runner token")
+	}
+	a, err := s.store.AccountByToken(r.Context(), hashToken(tok))
+	if errors.Is(err, store.ErrNotFound) {
+		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token")
+	}
+	return a, err
+}
+
+// authRunner verifies a runner's service-auth JWT for nsid against the key
+// it registered, and refuses runners not yet approved.
+func (s *Server) authRunner(r *http.Request, nsid string) (store.Runner, error) {
+	tok, ok := bearer(r)
+	if !ok {
+		return store.Runner{}, xerr(http.StatusUnauthorized, api.ErrAuthRequired,
+			"a runner service-auth token is required (Authorization: Bearer JWT)")
+	}
+	if !isJWT(tok) {
+		return store.Runner{}, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"runner methods take a service-auth JWT signed by the runner's key")
+	}
+	var found store.Runner
+	lookup := func(ctx context.Context, did string) (atcrypto.PublicKey, error) {
+		x, err := s.store.RunnerByDID(ctx, did)
+		if err != nil {
+			return nil, err
+		}
+		found = x
+		return parsePublicKey(x.PublicKey)
+	}
+	if _, err := s.verify(r.Context(), tok, nsid, lookup); err != nil {
+		return store.Runner{}, err
+	}
+	if found.Status != api.RunnerApproved {
+		return found, xerr(http.StatusForbidden, api.ErrNotApproved,
+			"runner %s of %s is not approved yet; the owner approves it with: knotless runner approve --repo %s %s",
+			found.Name, found.Repo, found.Repo, found.Name)
+	}
+	s.touchRunner(r.Context(), found.ID)
+	return found, nil
+}
+
+// verify checks a runner JWT and maps failures to XRPC errors: ExpiredToken
+// for an expired one, InvalidToken for anything else.
+func (s *Server) verify(ctx context.Context, tok, nsid string, keys svcauth.KeyLookup) (string, error) {
+	v := &svcauth.Verifier{Audience: s.did, Keys: keys, Replay: s.replay}
+	did, err := v.Verify(ctx, tok, nsid)
+	switch {
+	case err == nil:
+		return did, nil
+	case errors.Is(err, svcauth.ErrExpired):
+		return "", xerr(http.StatusUnauthorized, api.ErrExpiredToken, "runner token expired; check the runner's clock")
+	case errors.Is(err, svcauth.ErrWrongMethod):
+		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was issued for another method")
+	case errors.Is(err, svcauth.ErrReplayed):
+		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was already used")
+	case errors.Is(err, svcauth.ErrTooLong):
+		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token lives longer than %s", svcauth.MaxTTL)
+	default:
+		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"runner token invalid (unknown runner, wrong audience or bad signature)")
+	}
+}
+
+// newToken returns prefix + 32 random bytes in unpadded base64url.
+func newToken(prefix string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("make token: %w", err)
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// hashToken is how tokens are stored: SHA-256, hex.
+func hashToken(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
+}
+
+func (s *Server) describe(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, api.DescribeServerOutput{DID: s.did, Version: version.Version})
+}
