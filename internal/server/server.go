@@ -182,7 +182,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.did, err = svcauth.DIDKey(serverKey); err != nil {
 		return nil, err
 	}
-	db, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, DBFile))
+	// SQLite gives the -wal and -shm files the database file's mode.
+	dbPath := filepath.Join(cfg.DataDir, DBFile)
+	if f, err := os.OpenFile(dbPath, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
+	db, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		return nil, err
 	}
