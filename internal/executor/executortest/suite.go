@@ -247,7 +247,7 @@ func backgroundPids(t *testing.T, out *output) (shell, bg int) {
 
 func testTimeoutIgnoringTERM(t *testing.T, s executor.Session, env Env) {
 	step := executor.Step{
-		Script:  "trap '' TERM\nsleep 1000 &\necho \"pids $$ $!\"\nwait\nwait\necho survived\n",
+		Script: "trap '' TERM\nsleep 1000 &\necho \"pids $$ $!\"\nwait\nwait\necho survived\n",
 		// The timeout must not fire before the trap is set, also on a
 		// loaded machine; the shell reaches it within milliseconds.
 		Timeout: 1500 * time.Millisecond,
