@@ -177,6 +177,11 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 	ending := false // the step or run is final: the next quiet poll ends the log
 	for {
 		wait := logWait
+		if st.Index == api.SetupStep {
+			// The server calls the setup log done only when the run ends,
+			// and a step starting does not wake this poll: look often.
+			wait = setupWait
+		}
 		if ending {
 			wait = 1
 		}
@@ -200,10 +205,10 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 		if done && (size < 0 || offset >= size) {
 			break
 		}
-		if n > 0 {
+		if n > 0 && (ending || st.Index != api.SetupStep) {
 			continue
 		}
-		if ending {
+		if n == 0 && ending {
 			break
 		}
 		if err := refresh(); err != nil {
@@ -211,7 +216,7 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 		}
 		cur, _ := stepOf(*run, st.Index)
 		ending = api.IsFinal(run.State) || stepDone(cur.State) || (st.Index == api.SetupStep && laterStepStarted(*run))
-		if d := pollInterval - s.now().Sub(start); d > 0 && !ending {
+		if d := pollInterval - s.now().Sub(start); d > 0 && !ending && n == 0 {
 			if err := sleep(ctx, d); err != nil {
 				return offset, err
 			}

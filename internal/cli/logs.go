@@ -21,6 +21,8 @@ import (
 const (
 	// logWait is the long-poll wait (seconds) of getLog while a step runs.
 	logWait = 10
+	// setupWait is the long-poll wait (seconds) of the setup log.
+	setupWait = 2
 	// pollInterval spaces calls that found nothing new.
 	pollInterval = time.Second
 	// followRetryFor is how long following keeps retrying while the server
