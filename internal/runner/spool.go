@@ -62,13 +62,26 @@ func CreateSpool(root string, run int64) (*Spool, error) {
 	return openSpool(dir, run)
 }
 
-// OpenSpool opens the spool an earlier process left at dir (root/<run>).
+// OpenSpool opens the spool an earlier process left at dir (root/<run>). A
+// journal line torn by a crash is ended, so later entries stay readable.
 func OpenSpool(dir string) (*Spool, error) {
 	run, err := strconv.ParseInt(filepath.Base(dir), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("spool %s: not named after a run", dir)
 	}
-	return openSpool(dir, run)
+	s, err := openSpool(dir, run)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, journalName))
+	if err == nil && len(data) > 0 && data[len(data)-1] != '\n' {
+		_, err = s.journal.Write([]byte("\n"))
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
+	}
+	return s, nil
 }
 
 func openSpool(dir string, run int64) (*Spool, error) {
@@ -191,7 +204,9 @@ func (s *Spool) Entries(off int64) ([]JournalEntry, int64, error) {
 		}
 		var e JournalEntry
 		if err := json.Unmarshal(line, &e); err != nil {
-			return out, off, fmt.Errorf("journal of run %d: bad entry: %w", s.run, err)
+			// A line torn by a crash and ended by the next process: it
+			// carried nothing that was acknowledged, skip it.
+			continue
 		}
 		out = append(out, e)
 	}

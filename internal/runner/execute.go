@@ -1,0 +1,499 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/logmask"
+	"knotless.dev/knotless/internal/version"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// Causes a run's context is cancelled with (context.CancelCauseFunc); they
+// decide the run's reason.
+var (
+	// ErrCancelled: a person cancelled the run.
+	ErrCancelled = errors.New("the run was cancelled")
+	// ErrRunnerStopped: the runner is shutting down and stopped waiting.
+	ErrRunnerStopped = errors.New("the runner was stopped before the run finished")
+	// ErrRunFinished: the server ended the run already (e.g. runner-lost).
+	ErrRunFinished = errors.New("the server ended the run")
+
+	errRunTimeout = errors.New("the run reached its timeout")
+)
+
+// Job is one run to execute: what the server's claim says (or what `exec`
+// found locally) plus where it executes on this host.
+type Job struct {
+	Run            int64
+	Pipeline       int64
+	Repo           string // OWNER/NAME
+	Ref            string // full ref, e.g. refs/heads/main
+	SHA            string
+	WorkflowPath   string // e.g. .knotless/workflows/ci.yml (for messages)
+	WorkflowSource []byte
+	// ID is the executor environment's ID; default "run-<Run>".
+	ID string
+	// Workspace is the checkout on this host; Checkout (when set) fills it.
+	Workspace string
+	// Home is a writable directory for HOME (shell executor).
+	Home string
+	// Secrets are the values the run received, by name. Every value is
+	// masked in every log; steps get only those they list.
+	Secrets map[string]string
+	// Labels identify the environment to the executor (never secrets).
+	Labels map[string]string
+	// LogLimit caps each step's log in bytes; 0 means DefaultLogLimit.
+	LogLimit int64
+	// Grace is the SIGTERM-to-SIGKILL wait of a cancelled step; 0 means the
+	// executor's default.
+	Grace time.Duration
+	// Checkout, when set, puts the commit at Workspace; it writes git's
+	// output to log (the setup log). An error ends the run errored/checkout.
+	Checkout func(ctx context.Context, log io.Writer) error
+	// Cleanup, when set, removes what the run left on this host (the
+	// workspace); it runs after the session's cleanup and before the result
+	// is reported, whatever happened. Its error goes to the setup log.
+	Cleanup func() error
+	// Logger receives one line per event; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Execute runs job's workflow through ex and reports everything to rep: it
+// parses the workflow (errored/workflow-invalid), checks the commit out
+// (errored/checkout), prepares a session (errored/executor), executes the
+// steps in order (failed/exit-code, failed/timeout, ...), cleans the session
+// up whatever happened, and reports the result, which it also returns.
+//
+// Canceling ctx stops the run; context.Cause(ctx) picks the reason:
+// ErrRunnerStopped gives cancelled/runner-stopped, anything else
+// cancelled/cancelled.
+func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) Result {
+	log := job.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("run", job.Run)
+	secrets := make([]string, 0, len(job.Secrets))
+	for _, v := range job.Secrets {
+		if v != "" {
+			secrets = append(secrets, v)
+		}
+	}
+	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets}
+	res := e.run(ctx)
+	if job.Cleanup != nil {
+		if err := job.Cleanup(); err != nil {
+			log.Error("remove workspace", "err", err)
+			e.setup.printf("removing the workspace failed: %v\n", err)
+		}
+	}
+	if err := e.setup.close(); err != nil {
+		log.Warn("close setup log", "err", err)
+	}
+	if err := rep.Done(res); err != nil {
+		log.Error("record run result", "err", err)
+	}
+	log.Info("run finished", "state", res.State, "reason", res.Reason, "exit_code", intAttr(res.ExitCode))
+	return res
+}
+
+type execution struct {
+	job     Job
+	ex      executor.Executor
+	rep     Reporter
+	log     *slog.Logger
+	secrets []string
+	setup   *setupLog
+	wf      *workflow.Workflow
+}
+
+func (e *execution) run(ctx context.Context) Result {
+	e.setup = openSetupLog(e.rep, e.secrets, e.job.LogLimit, e.log)
+	sl := e.setup
+	commit := e.job.SHA
+	if commit == "" {
+		commit = "(none)"
+	}
+	if e.job.Ref != "" {
+		commit += " (" + e.job.Ref + ")"
+	}
+	sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)
+
+	wf, err := workflow.Parse(e.job.WorkflowPath, e.job.WorkflowSource)
+	if err != nil {
+		sl.printf("%s\n", err.Error())
+		sl.printf("the workflow is invalid: fix it and push again\n")
+		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(err.Error())}
+	}
+	e.wf = wf
+	for i, st := range wf.Steps {
+		e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})
+	}
+	if len(wf.Caches) > 0 {
+		sl.printf("caches are not supported by this runner yet: running cold\n")
+	}
+	if len(wf.Outputs) > 0 {
+		sl.printf("outputs are not supported by this runner yet: outputs not collected\n")
+	}
+	for _, name := range sortedKeys(e.job.Secrets) {
+		if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
+			sl.printf("warning: secret %s is too short to be masked reliably in logs\n", name)
+		}
+	}
+
+	timeout := wf.Timeout
+	if timeout <= 0 {
+		timeout = workflow.DefaultTimeout
+	}
+	runCtx, cancelRun := context.WithTimeoutCause(ctx, timeout, errRunTimeout)
+	defer cancelRun()
+
+	if e.job.Checkout != nil {
+		sl.printf("checking out %s\n", e.job.SHA)
+		if err := e.job.Checkout(runCtx, sl); err != nil {
+			if res, stopped := e.stopped(runCtx, 0); stopped {
+				return res
+			}
+			sl.printf("checkout failed: %v\n", err)
+			return Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}
+		}
+	}
+
+	id := e.job.ID
+	if id == "" {
+		id = "run-" + strconv.FormatInt(e.job.Run, 10)
+	}
+	sess, err := e.ex.Prepare(runCtx, executor.Spec{
+		ID:          id,
+		Image:       wf.Image,
+		Workspace:   e.job.Workspace,
+		Home:        e.job.Home,
+		CPUs:        wf.Resources.CPUs,
+		MemoryBytes: wf.Resources.MemoryBytes,
+		DiskBytes:   wf.Resources.DiskBytes,
+		Timeout:     timeout,
+		Labels:      e.job.Labels,
+		Log:         sl,
+	})
+	if err != nil {
+		if res, stopped := e.stopped(runCtx, 0); stopped {
+			return res
+		}
+		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), err)
+		return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if err := sess.Cleanup(cctx); err != nil {
+			e.log.Error("clean up session", "err", err)
+			sl.printf("cleanup of the environment failed: %v\n", err)
+		}
+	}()
+	return e.steps(runCtx, sess, timeout)
+}
+
+// steps executes the workflow's steps in order and returns the run's result.
+func (e *execution) steps(ctx context.Context, sess executor.Session, timeout time.Duration) Result {
+	wf := e.wf
+	res := Result{State: api.StateSucceeded}
+	ended := false
+	for i, st := range wf.Steps {
+		idx, name := i+1, stepName(st, i)
+		if ended {
+			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
+			continue
+		}
+		if r, stopped := e.stopped(ctx, timeout); stopped {
+			res, ended = r, true
+			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
+			continue
+		}
+		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
+		e.report(upd)
+		if fails && !ended {
+			res, ended = stepRes, true
+		}
+	}
+	return res
+}
+
+// step executes one step. It returns the step's final update and, when the
+// step ends the run, the run's result.
+func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st workflow.Step, runTimeout time.Duration) (StepUpdate, Result, bool) {
+	name := stepName(st, idx-1)
+	log := e.log.With("step", idx, "name", name)
+	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
+	log.Info("step started")
+	start := time.Now()
+
+	out, closeOut, err := e.stepLog(idx)
+	if err != nil {
+		log.Error("open step log", "err", err)
+		return StepUpdate{Step: idx, Name: name, State: api.StepFailed, Reason: api.ReasonExecutor, Duration: time.Since(start)},
+			Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: err.Error()}, true
+	}
+	xs, problem := e.buildStep(sess, st, name, out)
+	var r executor.Result
+	if problem == nil {
+		r, err = sess.Exec(ctx, xs, out)
+	}
+	if cerr := closeOut(); cerr != nil {
+		log.Error("close step log", "err", cerr)
+	}
+	upd := StepUpdate{Step: idx, Name: name, Duration: time.Since(start)}
+	if r.ExitCode >= 0 && problem == nil && err == nil {
+		upd.ExitCode = ptr(r.ExitCode)
+	}
+	defer func() {
+		log.Info("step ended", "state", upd.State, "reason", upd.Reason, "exit_code", intAttr(upd.ExitCode), "duration", upd.Duration.Round(time.Millisecond))
+	}()
+
+	if res, stopped := e.stopped(ctx, runTimeout); stopped {
+		upd.State, upd.Reason = api.StepCancelled, res.Reason
+		if res.Reason == api.ReasonTimeout {
+			upd.State = api.StepFailed
+		}
+		return upd, res, true
+	}
+	switch {
+	case problem != nil:
+		upd.State, upd.Reason = api.StepFailed, api.ReasonWorkflowInvalid
+		return upd, Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(problem.Error())}, true
+	case err != nil:
+		fmt.Fprintf(e.setup, "step %d (%s) could not be executed: %v\n", idx, name, err)
+		e.setup.flush()
+		upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+		return upd, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}, true
+	case r.Reason == api.ReasonCancelled:
+		// The executor saw a cancel the run's context did not carry.
+		upd.State, upd.Reason = api.StepCancelled, api.ReasonCancelled
+		return upd, Result{State: api.StateCancelled, Reason: api.ReasonCancelled}, true
+	case r.Reason != "":
+		upd.State, upd.Reason = api.StepFailed, r.Reason
+		msg := fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)
+		if r.Reason == api.ReasonTimeout {
+			msg = fmt.Sprintf("step %d (%s) reached its timeout of %s", idx, name, st.Timeout)
+		}
+		return upd, Result{State: api.StateFailed, Reason: r.Reason, Message: msg}, !st.ContinueOnError
+	case r.ExitCode != 0:
+		upd.State, upd.Reason = api.StepFailed, api.ReasonExitCode
+		return upd, Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(r.ExitCode),
+			Message: fmt.Sprintf("step %d (%s) exited with %d", idx, name, r.ExitCode)}, !st.ContinueOnError
+	}
+	upd.State = api.StepSucceeded
+	return upd, Result{}, false
+}
+
+// stopped reports whether the run's context ended, and the run's result if
+// so: failed/timeout for the run's timeout, cancelled/runner-stopped when
+// the runner stops, cancelled/cancelled otherwise.
+func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result, bool) {
+	if ctx.Err() == nil {
+		return Result{}, false
+	}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errRunTimeout):
+		msg := "the run reached its timeout"
+		if timeout > 0 {
+			msg = fmt.Sprintf("the run reached its timeout of %s", timeout)
+		}
+		return Result{State: api.StateFailed, Reason: api.ReasonTimeout, Message: msg}, true
+	case errors.Is(cause, ErrRunnerStopped):
+		return Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped, Message: ErrRunnerStopped.Error()}, true
+	case errors.Is(cause, ErrRunFinished):
+		return Result{State: api.StateCancelled, Reason: api.ReasonCancelled, Message: ErrRunFinished.Error()}, true
+	}
+	return Result{State: api.StateCancelled, Reason: api.ReasonCancelled}, true
+}
+
+// buildStep turns a workflow step into an executor step. Notes for the
+// person reading the log go to out. A problem (a broken shared step) means
+// the step cannot run.
+func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
+	env := map[string]string{
+		"CI":                 "true",
+		"KNOTLESS":           "true",
+		"KNOTLESS_REPO":      e.job.Repo,
+		"KNOTLESS_REF":       e.job.Ref,
+		"KNOTLESS_SHA":       e.job.SHA,
+		"KNOTLESS_PIPELINE":  strconv.FormatInt(e.job.Pipeline, 10),
+		"KNOTLESS_RUN":       strconv.FormatInt(e.job.Run, 10),
+		"KNOTLESS_WORKFLOW":  e.wf.Name,
+		"KNOTLESS_WORKSPACE": sess.Workdir(),
+	}
+	if e.job.Home != "" {
+		env["HOME"] = e.job.Home
+	}
+	for k, v := range e.wf.Env {
+		env[k] = v
+	}
+	script, shell := st.Run, st.Shell
+	if st.Uses != "" {
+		shared, err := LoadSharedStep(e.job.Workspace, st.Uses)
+		if err == nil {
+			var inputs map[string]string
+			inputs, err = shared.InputEnv(st.With)
+			if err == nil {
+				for k, v := range shared.Env {
+					env[k] = v
+				}
+				for k, v := range inputs {
+					env[k] = v
+				}
+				env["KNOTLESS_STEP_DIR"] = joinWorkdir(sess.Workdir(), shared.Dir)
+				script = shared.Run
+				if shell == "" {
+					shell = shared.Shell
+				}
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(out, "[knotless: %v]\n", err)
+			return executor.Step{}, err
+		}
+	}
+	for k, v := range st.Env {
+		env[k] = v
+	}
+	secrets := map[string]string{}
+	for _, n := range st.Secrets {
+		if v, ok := e.job.Secrets[n]; ok {
+			secrets[n] = v
+		} else {
+			fmt.Fprintf(out, "[knotless: secret %s has no value for this run; the step runs without it]\n", n)
+		}
+	}
+	return executor.Step{
+		Name:    name,
+		Script:  script,
+		Shell:   strings.Fields(shell),
+		Env:     env,
+		Secrets: secrets,
+		Timeout: st.Timeout,
+		Grace:   e.job.Grace,
+	}, nil
+}
+
+// stepLog opens step idx's log through the masker and the cap. close
+// flushes the masker and closes the reporter's writer.
+func (e *execution) stepLog(idx int) (io.Writer, func() error, error) {
+	w, err := e.rep.Log(idx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cw := newCapWriter(w, e.job.LogLimit)
+	m := logmask.New(cw, e.secrets)
+	return m, func() error {
+		err := m.Close()
+		if cw.err != nil {
+			e.log.Error("step log lost bytes", "step", idx, "err", cw.err)
+		}
+		return errors.Join(err, w.Close())
+	}, nil
+}
+
+func (e *execution) report(u StepUpdate) {
+	if err := e.rep.Step(u); err != nil {
+		e.log.Error("record step update", "step", u.Step, "state", u.State, "err", err)
+	}
+}
+
+// setupLog is the run's setup log (step 0), masked and capped like a step's.
+// Every printf is flushed through the masker at once.
+type setupLog struct {
+	w      io.WriteCloser
+	cw     *capWriter
+	m      *logmask.Writer
+	log    *slog.Logger
+	closed bool
+}
+
+func openSetupLog(rep Reporter, secrets []string, limit int64, log *slog.Logger) *setupLog {
+	w, err := rep.Log(api.SetupStep)
+	if err != nil {
+		log.Error("open setup log", "err", err)
+		w = nopWriteCloser{io.Discard}
+	}
+	cw := newCapWriter(w, limit)
+	return &setupLog{w: w, cw: cw, m: logmask.New(cw, secrets), log: log}
+}
+
+func (s *setupLog) Write(p []byte) (int, error) {
+	if s.closed {
+		return len(p), nil
+	}
+	return s.m.Write(p)
+}
+
+func (s *setupLog) printf(format string, args ...any) {
+	fmt.Fprintf(s, format, args...)
+	s.flush()
+}
+
+func (s *setupLog) flush() {
+	if s.closed {
+		return
+	}
+	if err := s.m.Flush(); err != nil {
+		s.log.Warn("flush setup log", "err", err)
+	}
+}
+
+func (s *setupLog) close() error {
+	if s == nil || s.closed {
+		return nil
+	}
+	s.closed = true
+	return errors.Join(s.m.Close(), s.w.Close())
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func stepName(st workflow.Step, i int) string {
+	switch {
+	case st.Name != "":
+		return st.Name
+	case st.Uses != "":
+		return st.Uses
+	}
+	return fmt.Sprintf("step %d", i+1)
+}
+
+func joinWorkdir(workdir, rel string) string {
+	return strings.TrimRight(workdir, "/") + "/" + strings.TrimPrefix(rel, "./")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func intAttr(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -1,0 +1,420 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/shell"
+)
+
+// memReporter keeps everything a run reports, for assertions.
+type memReporter struct {
+	mu      sync.Mutex
+	logs    map[int]*bytes.Buffer
+	updates []StepUpdate
+	result  *Result
+}
+
+func newMemReporter() *memReporter { return &memReporter{logs: map[int]*bytes.Buffer{}} }
+
+type memLog struct {
+	r    *memReporter
+	step int
+}
+
+func (l memLog) Write(p []byte) (int, error) {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.r.logs[l.step].Write(p)
+}
+func (memLog) Close() error { return nil }
+
+func (r *memReporter) Log(step int) (io.WriteCloser, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.logs[step] == nil {
+		r.logs[step] = &bytes.Buffer{}
+	}
+	return memLog{r, step}, nil
+}
+
+func (r *memReporter) Step(u StepUpdate) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.updates = append(r.updates, u)
+	return nil
+}
+
+func (r *memReporter) Done(res Result) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.result = &res
+	return nil
+}
+
+func (r *memReporter) log(step int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.logs[step] == nil {
+		return ""
+	}
+	return r.logs[step].String()
+}
+
+// final returns each step's last state.
+func (r *memReporter) final() map[int]StepUpdate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[int]StepUpdate{}
+	for _, u := range r.updates {
+		out[u.Step] = u
+	}
+	return out
+}
+
+// testJob makes a job whose workspace and home are fresh directories.
+func testJob(t *testing.T, workflowYAML string) Job {
+	t.Helper()
+	dir := t.TempDir()
+	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
+	for _, d := range []string{ws, home} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Job{
+		Run: 42, Pipeline: 7, Repo: "alice/app", Ref: "refs/heads/main", SHA: strings.Repeat("a", 40),
+		WorkflowPath: ".knotless/workflows/ci.yml", WorkflowSource: []byte(workflowYAML),
+		Workspace: ws, Home: home, Grace: time.Second, Logger: testLogger(t),
+	}
+}
+
+func testShell(t *testing.T) *shell.Executor {
+	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Logger: testLogger(t)})
+}
+
+func execute(t *testing.T, ctx context.Context, job Job) (*memReporter, Result) {
+	t.Helper()
+	rep := newMemReporter()
+	res := Execute(ctx, job, testShell(t), rep)
+	if rep.result == nil || *rep.result != res {
+		t.Fatalf("Done got %+v, Execute returned %+v", rep.result, res)
+	}
+	return rep, res
+}
+
+func TestExecute_FailingStepFailsRunAndSkipsTheRest(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+env: {WF: wf, BOTH: from-workflow}
+steps:
+  - name: env
+    env: {BOTH: from-step}
+    run: |
+      echo "CI=$CI KNOTLESS=$KNOTLESS repo=$KNOTLESS_REPO ref=$KNOTLESS_REF sha=$KNOTLESS_SHA"
+      echo "pipeline=$KNOTLESS_PIPELINE run=$KNOTLESS_RUN workflow=$KNOTLESS_WORKFLOW"
+      echo "ws=$KNOTLESS_WORKSPACE pwd=$(pwd) home=$HOME wf=$WF both=$BOTH"
+  - name: soft
+    continue-on-error: true
+    run: exit 5
+  - name: hard
+    run: |
+      echo before
+      exit 3
+  - name: later
+    run: echo never
+`)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateFailed || res.Reason != api.ReasonExitCode || res.ExitCode == nil || *res.ExitCode != 3 {
+		t.Fatalf("result %+v, want failed/exit-code/3", res)
+	}
+	out := rep.log(1)
+	for _, want := range []string{
+		"CI=true KNOTLESS=true repo=alice/app ref=refs/heads/main sha=" + job.SHA,
+		"pipeline=7 run=42 workflow=ci",
+		"ws=" + job.Workspace + " pwd=" + job.Workspace + " home=" + job.Home + " wf=wf both=from-step",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("step 1 log lacks %q:\n%s", want, out)
+		}
+	}
+	f := rep.final()
+	if f[1].State != api.StepSucceeded || f[2].State != api.StepFailed || f[3].State != api.StepFailed || f[4].State != api.StepSkipped {
+		t.Fatalf("step states %+v", f)
+	}
+	if f[2].ExitCode == nil || *f[2].ExitCode != 5 || f[3].Reason != api.ReasonExitCode {
+		t.Fatalf("step results %+v %+v", f[2], f[3])
+	}
+	if rep.log(3) != "before\n" {
+		t.Fatalf("step 3 log %q", rep.log(3))
+	}
+	if rep.log(4) != "" {
+		t.Fatalf("skipped step has a log: %q", rep.log(4))
+	}
+}
+
+func TestExecute_InvalidWorkflowIsErroredWithPosition(t *testing.T) {
+	job := testJob(t, "on: {push: {}}\nsteps:\n  - name: x\n    runn: echo\n")
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateErrored || res.Reason != api.ReasonWorkflowInvalid {
+		t.Fatalf("result %+v", res)
+	}
+	if !strings.Contains(rep.log(0), ".knotless/workflows/ci.yml:4:5") {
+		t.Fatalf("setup log lacks FILE:LINE:COL:\n%s", rep.log(0))
+	}
+}
+
+func TestExecute_StepTimeoutFailsWithReasonTimeout(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+steps:
+  - name: slow
+    timeout: 1s
+    run: sleep 30
+`)
+	start := time.Now()
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateFailed || res.Reason != api.ReasonTimeout {
+		t.Fatalf("result %+v, want failed/timeout", res)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	if f := rep.final(); f[1].State != api.StepFailed || f[1].Reason != api.ReasonTimeout {
+		t.Fatalf("step %+v", f[1])
+	}
+}
+
+func TestExecute_RunTimeoutBoundsAllSteps(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+timeout: 2s
+steps:
+  - run: sleep 1
+  - run: sleep 30
+  - run: echo never
+`)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateFailed || res.Reason != api.ReasonTimeout {
+		t.Fatalf("result %+v, want failed/timeout", res)
+	}
+	f := rep.final()
+	if f[1].State != api.StepSucceeded || f[2].Reason != api.ReasonTimeout || f[3].State != api.StepSkipped {
+		t.Fatalf("steps %+v", f)
+	}
+}
+
+func TestExecute_CancelEndsRunCancelledWithinSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		cause  error
+		reason string
+	}{{ErrCancelled, api.ReasonCancelled}, {ErrRunnerStopped, api.ReasonRunnerStopped}} {
+		t.Run(tc.reason, func(t *testing.T) {
+			job := testJob(t, `
+on: {push: {}}
+steps:
+  - run: echo started; sleep 60
+  - run: echo never
+`)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			rep := newMemReporter()
+			done := make(chan Result, 1)
+			go func() { done <- Execute(ctx, job, testShell(t), rep) }()
+			waitFor(t, 10*time.Second, "step output", func() bool { return strings.Contains(rep.log(1), "started") })
+			start := time.Now()
+			cancel(tc.cause)
+			res := <-done
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("cancel took %s", d)
+			}
+			if res.State != api.StateCancelled || res.Reason != tc.reason {
+				t.Fatalf("result %+v, want cancelled/%s", res, tc.reason)
+			}
+			if f := rep.final(); f[1].State != api.StepCancelled || f[2].State != api.StepSkipped {
+				t.Fatalf("steps %+v", f)
+			}
+		})
+	}
+}
+
+func TestExecute_SecretsOnlyForStepsThatListThemAndMasked(t *testing.T) {
+	const value = "s3cr3t-value-123"
+	job := testJob(t, `
+on: {push: {}}
+secrets: [TOKEN, ABSENT]
+steps:
+  - name: asks
+    secrets: [TOKEN, ABSENT]
+    run: |
+      echo "token=$TOKEN"
+      printf '%s' "$TOKEN" | base64
+      printf 's3cr3t-'; printf 'value-123\n'
+      echo "absent=${ABSENT-unset}"
+  - name: does-not-ask
+    run: echo "token=${TOKEN-unset}"
+`)
+	job.Secrets = map[string]string{"TOKEN": value}
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v\n%s", res, rep.log(0))
+	}
+	out := rep.log(1)
+	b64 := base64.StdEncoding.EncodeToString([]byte(value))
+	if strings.Contains(out, value) || strings.Contains(out, b64) || strings.Contains(out, "s3cr3t-value") {
+		t.Fatalf("secret leaked:\n%s", out)
+	}
+	if !strings.Contains(out, "token=***") || !strings.Contains(out, "absent=unset") {
+		t.Fatalf("step 1 log:\n%s", out)
+	}
+	if !strings.Contains(out, "secret ABSENT has no value") {
+		t.Fatalf("missing secret not noted:\n%s", out)
+	}
+	if got := rep.log(2); got != "token=unset\n" {
+		t.Fatalf("a step that did not list the secret got it: %q", got)
+	}
+}
+
+func TestExecute_LogCapWritesMarkerAndStepKeepsRunning(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+steps:
+  - run: |
+      head -c 5000 /dev/zero | tr '\0' 'x'
+      echo done > marker-file
+`)
+	job.LogLimit = 1000
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v", res)
+	}
+	want := strings.Repeat("x", 1000) + "\n" + TruncatedMarker(1000)
+	if got := rep.log(1); got != want {
+		t.Fatalf("log is %d bytes, ends %q", len(got), got[max(0, len(got)-80):])
+	}
+	if _, err := os.Stat(filepath.Join(job.Workspace, "marker-file")); err != nil {
+		t.Fatal("the step stopped at the cap")
+	}
+}
+
+func TestExecute_SharedStepWithInputs(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+steps:
+  - uses: ./.knotless/steps/greet
+    with: {who: world}
+`)
+	dir := filepath.Join(job.Workspace, ".knotless", "steps", "greet")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "step.yml"), []byte(`
+name: greet
+inputs:
+  who: {required: true}
+  punct: {default: "!"}
+env: {GREETING: hello}
+run: |
+  echo "$GREETING $KNOTLESS_INPUT_WHO$KNOTLESS_INPUT_PUNCT"
+  cat "$KNOTLESS_STEP_DIR/data.txt"
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "data.txt"), []byte("from the step's directory\n"), 0o644)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v\n%s", res, rep.log(1))
+	}
+	if got := rep.log(1); got != "hello world!\nfrom the step's directory\n" {
+		t.Fatalf("log %q", got)
+	}
+}
+
+func TestExecute_BrokenSharedStepErrorsTheRun(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+steps:
+  - uses: ./.knotless/steps/missing
+  - run: echo never
+`)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateErrored || res.Reason != api.ReasonWorkflowInvalid {
+		t.Fatalf("result %+v", res)
+	}
+	if !strings.Contains(rep.log(1), "no step.yml") {
+		t.Fatalf("step log %q", rep.log(1))
+	}
+	if f := rep.final(); f[1].State != api.StepFailed || f[2].State != api.StepSkipped {
+		t.Fatalf("steps %+v", f)
+	}
+}
+
+func TestExecute_CachesAndOutputsAreAnnouncedAsUnsupported(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+caches:
+  - key: k
+    paths: [x]
+outputs: [dist/]
+steps:
+  - run: "true"
+`)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v", res)
+	}
+	setup := rep.log(0)
+	if !strings.Contains(setup, "running cold") || !strings.Contains(setup, "outputs not collected") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+}
+
+func TestExecute_CheckoutFailureIsErroredCheckout(t *testing.T) {
+	job := testJob(t, "on: {push: {}}\nsteps:\n  - run: echo never\n")
+	job.Checkout = func(ctx context.Context, log io.Writer) error {
+		io.WriteString(log, "fatal: remote error: not our ref\n")
+		return os.ErrNotExist
+	}
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateErrored || res.Reason != api.ReasonCheckout {
+		t.Fatalf("result %+v", res)
+	}
+	if !strings.Contains(rep.log(0), "not our ref") {
+		t.Fatalf("git's error not in the setup log:\n%s", rep.log(0))
+	}
+}
+
+func TestCapWriter_MarkerOnItsOwnLine(t *testing.T) {
+	var b bytes.Buffer
+	c := newCapWriter(&b, 10)
+	c.Write([]byte("0123"))
+	c.Write([]byte("456789abc"))
+	c.Write([]byte("more"))
+	if want := "0123456789\n" + TruncatedMarker(10); b.String() != want {
+		t.Fatalf("got %q want %q", b.String(), want)
+	}
+}
+
+func TestConsoleReporter_FramesStepsAndSummary(t *testing.T) {
+	var b bytes.Buffer
+	c := &ConsoleReporter{Out: &b, Workflow: "ci"}
+	setup, _ := c.Log(0)
+	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepPending})
+	c.Step(StepUpdate{Step: 2, Name: "test", State: api.StepPending})
+	setup.Write([]byte("preparing\n"))
+	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepRunning})
+	l1, _ := c.Log(1)
+	l1.Write([]byte("no newline"))
+	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepFailed, ExitCode: ptr(2), Reason: api.ReasonExitCode})
+	c.Step(StepUpdate{Step: 2, Name: "test", State: api.StepSkipped})
+	c.Done(Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(2)})
+	want := "── setup ──\npreparing\n── step 1/2: build ──\nno newline\n── failed, exit 2 ──\n" +
+		"── step 2/2: test ──\n── skipped ──\nrun 0 (ci): failed, exit-code, exit 2\n"
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}

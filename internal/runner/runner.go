@@ -1,0 +1,445 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+)
+
+// Defaults of Config, also printed by `knotless-run run --help`.
+const (
+	DefaultCapacity     = 1
+	DefaultStopWait     = 10 * time.Minute
+	DefaultClaimWait    = 30 * time.Second
+	DefaultHeartbeat    = 2 * time.Second
+	DefaultShipWait     = 30 * time.Second
+	DefaultApprovalPoll = 5 * time.Second
+)
+
+// Config configures a Runner. Zero durations and sizes mean the defaults
+// above.
+type Config struct {
+	State    *State            // identity and server, from LoadState
+	Executor executor.Executor // where runs execute
+	WorkDir  string            // --work DIR (see the package doc for its layout)
+	Capacity int               // runs at once
+	// StopWait is how long a stopping runner lets running runs finish
+	// before it cancels them (reason runner-stopped).
+	StopWait time.Duration
+	// LogLimit caps each step's log in bytes (DefaultLogLimit).
+	LogLimit int64
+	// ClaimWait is how long one claim long-polls.
+	ClaimWait time.Duration
+	// Heartbeat is the interval of lease renewals, which also carry cancels.
+	Heartbeat time.Duration
+	// ShipWait bounds how long a stopping runner keeps delivering spools;
+	// what is left is delivered by the next start.
+	ShipWait time.Duration
+	// ApprovalPoll is the wait between claims while the runner is not
+	// approved yet.
+	ApprovalPoll time.Duration
+	// Grace is a cancelled step's SIGTERM-to-SIGKILL wait (0: executor's).
+	Grace time.Duration
+	// MaxBackoff caps retry waits after errors; 0 means 15 s.
+	MaxBackoff time.Duration
+	HTTP       *http.Client
+	Logger     *slog.Logger
+}
+
+// Runner claims runs from its server and executes them.
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *api.Client
+	mirrors *Mirrors
+
+	shippers sync.WaitGroup
+}
+
+// New checks cfg and fills in defaults.
+func New(cfg Config) (*Runner, error) {
+	if cfg.State == nil || cfg.Executor == nil || cfg.WorkDir == "" {
+		return nil, errors.New("runner: State, Executor and WorkDir are required")
+	}
+	abs, err := filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	cfg.WorkDir = abs
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	def(&cfg.StopWait, DefaultStopWait)
+	def(&cfg.ClaimWait, DefaultClaimWait)
+	def(&cfg.Heartbeat, DefaultHeartbeat)
+	def(&cfg.ShipWait, DefaultShipWait)
+	def(&cfg.ApprovalPoll, DefaultApprovalPoll)
+	def(&cfg.MaxBackoff, 15*time.Second)
+	if cfg.LogLimit <= 0 {
+		cfg.LogLimit = DefaultLogLimit
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Runner{
+		cfg:     cfg,
+		log:     log.With("runner", cfg.State.Name),
+		client:  cfg.State.Client(cfg.HTTP),
+		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
+	}, nil
+}
+
+func (r *Runner) path(parts ...string) string {
+	return filepath.Join(append([]string{r.cfg.WorkDir}, parts...)...)
+}
+
+// Run claims and executes runs until ctx ends, then stops gracefully: it
+// claims no more, lets running runs finish for up to StopWait, cancels the
+// rest (cancelled/runner-stopped), and keeps delivering spools for up to
+// ShipWait. It returns nil after a graceful stop, an error only when it
+// cannot start (work directory in use or unusable).
+func (r *Runner) Run(ctx context.Context) error {
+	unlock, err := r.prepareWorkDir(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopShipping()
+	r.recoverSpools(shipCtx)
+
+	runsCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRuns(ErrRunnerStopped)
+	var active sync.WaitGroup
+	slots := make(chan struct{}, r.cfg.Capacity)
+
+	r.log.Info("runner started", "server", r.cfg.State.Server, "repo", r.cfg.State.Repo,
+		"executor", r.cfg.Executor.Name(), "capacity", r.cfg.Capacity, "work", r.cfg.WorkDir)
+	r.claimLoop(ctx, slots, func(cr *api.ClaimedRun) {
+		active.Add(1)
+		go func() {
+			defer active.Done()
+			defer func() { <-slots }()
+			r.handle(runsCtx, shipCtx, cr)
+		}()
+	})
+
+	// Stopping.
+	done := make(chan struct{})
+	go func() { active.Wait(); close(done) }()
+	if len(slots) == 0 { // the claim loop has returned its own slot
+		<-done
+	}
+	select {
+	case <-done:
+	default:
+		r.log.Info("stopping: letting running runs finish", "runs", len(slots), "stop_wait", r.cfg.StopWait)
+		select {
+		case <-done:
+		case <-time.After(r.cfg.StopWait):
+			r.log.Warn("stop wait is over: cancelling running runs", "reason", api.ReasonRunnerStopped)
+			stopRuns(ErrRunnerStopped)
+			<-done
+		}
+	}
+	shipped := make(chan struct{})
+	go func() { r.shippers.Wait(); close(shipped) }()
+	select {
+	case <-shipped:
+	case <-time.After(r.cfg.ShipWait):
+		r.log.Warn("stopping with undelivered spools; the next start delivers them", "spool", r.path("spool"))
+		stopShipping()
+		<-shipped
+	}
+	r.log.Info("runner stopped")
+	return nil
+}
+
+// prepareWorkDir creates the work directory, takes its lock, and sweeps
+// what an earlier process left: workspaces and executor environments.
+func (r *Runner) prepareWorkDir(ctx context.Context) (func(), error) {
+	for _, d := range []string{"", "mirrors", "runs", "spool"} {
+		if err := os.MkdirAll(r.path(d), 0o700); err != nil {
+			return nil, fmt.Errorf("create work directory: %w", err)
+		}
+	}
+	lf, err := os.OpenFile(r.path(".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock work directory: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("work directory %s is in use by another knotless-run process: %w", r.cfg.WorkDir, err)
+	}
+	unlock := func() { lf.Close() }
+
+	ents, err := os.ReadDir(r.path("runs"))
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("sweep work directory: %w", err)
+	}
+	for _, e := range ents {
+		r.log.Info("removing workspace left by an earlier process", "dir", r.path("runs", e.Name()))
+		if err := removeAll(r.path("runs", e.Name())); err != nil {
+			r.log.Error("remove leftover workspace", "err", err)
+		}
+	}
+	if err := r.cfg.Executor.Sweep(ctx, nil); err != nil {
+		r.log.Error("sweep executor environments", "err", err)
+	}
+	return unlock, nil
+}
+
+// recoverSpools starts shipping every spool an earlier process left. A run
+// whose journal has no result was interrupted: its result is recorded as
+// errored/runner-lost (the server may have said so already).
+func (r *Runner) recoverSpools(ctx context.Context) {
+	ents, err := os.ReadDir(r.path("spool"))
+	if err != nil {
+		r.log.Error("list spools", "err", err)
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		sp, err := OpenSpool(r.path("spool", e.Name()))
+		if err != nil {
+			r.log.Error("open spool left by an earlier process", "dir", e.Name(), "err", err)
+			continue
+		}
+		done, err := sp.Completed()
+		if err != nil {
+			r.log.Error("read spool left by an earlier process", "run", sp.Run(), "err", err)
+		}
+		if !done {
+			err := SpoolReporter{Spool: sp}.Done(Result{State: api.StateErrored, Reason: api.ReasonRunnerLost,
+				Message: "the runner process stopped during the run"})
+			if err != nil {
+				r.log.Error("record lost run", "run", sp.Run(), "err", err)
+			}
+		}
+		sp.Close()
+		r.log.Info("delivering spool left by an earlier process", "run", sp.Run(), "interrupted", !done)
+		r.ship(ctx, sp)
+	}
+}
+
+func (r *Runner) ship(ctx context.Context, sp *Spool) {
+	sh := &Shipper{Client: r.client, Spool: sp, Log: r.log, MaxBackoff: r.cfg.MaxBackoff}
+	r.shippers.Add(1)
+	go func() {
+		defer r.shippers.Done()
+		if err := sh.Run(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("shipping stopped", "run", sp.Run(), "err", err)
+		}
+	}()
+}
+
+// claimLoop long-polls for runs while a slot is free, until ctx ends.
+func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(*api.ClaimedRun)) {
+	failures := 0
+	approvalLogged := time.Time{}
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		cr, err := r.claim(ctx)
+		if cr != nil {
+			failures = 0
+			start(cr)
+			continue
+		}
+		<-slots
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch {
+		case err == nil:
+			failures = 0
+			continue
+		case api.IsError(err, api.ErrNotApproved):
+			if time.Since(approvalLogged) > time.Minute {
+				r.log.Warn("waiting for approval: ask an owner to run: " + r.cfg.State.ApproveCommand())
+				approvalLogged = time.Now()
+			}
+			wait = r.cfg.ApprovalPoll
+		case api.Retryable(err):
+			wait = api.Backoff(failures, r.cfg.MaxBackoff)
+			failures++
+			r.log.Warn("claim failed, will retry", "err", err, "retry", failures, "wait", wait)
+		default:
+			wait = max(r.cfg.MaxBackoff, 30*time.Second)
+			r.log.Error("claim refused", "err", err, "wait", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (r *Runner) claim(ctx context.Context) (*api.ClaimedRun, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.ClaimWait+30*time.Second)
+	defer cancel()
+	var out api.ClaimOutput
+	err := r.client.Procedure(cctx, api.MethodClaim, api.ClaimInput{Wait: int(r.cfg.ClaimWait / time.Second)}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return out.Run, nil
+}
+
+// handle executes one claimed run and starts shipping its spool.
+func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
+	run := cr.Run
+	log := r.log.With("run", run.ID)
+	log.Info("claimed run", "repo", run.Repo, "workflow", run.WorkflowPath, "sha", run.SHA, "ref", run.Ref)
+
+	sp, err := CreateSpool(r.path("spool"), run.ID)
+	if err != nil {
+		log.Error("cannot record the run; reporting it errored", "err", err)
+		ctx, cancel := context.WithTimeout(shipCtx, 30*time.Second)
+		defer cancel()
+		_ = r.client.Procedure(ctx, api.MethodComplete, api.CompleteInput{Run: run.ID, State: api.StateErrored,
+			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()}, nil)
+		return
+	}
+	r.ship(shipCtx, sp)
+
+	ctx, cancel := context.WithCancelCause(runsCtx)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	hbStopped := make(chan struct{})
+	go func() {
+		defer close(hbStopped)
+		r.heartbeat(ctx, run.ID, cancel, hbDone)
+	}()
+
+	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
+	workspace, home := filepath.Join(runDir, "workspace"), filepath.Join(runDir, "home")
+	removed := false
+	cleanup := func() error {
+		removed = true
+		return removeAll(runDir)
+	}
+	defer func() {
+		if !removed {
+			if err := cleanup(); err != nil {
+				log.Error("remove workspace", "err", err)
+			}
+		}
+	}()
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		log.Error("create run directory", "err", err)
+	}
+	job := Job{
+		Run:            run.ID,
+		Pipeline:       run.Pipeline,
+		Repo:           run.Repo,
+		Ref:            run.Ref,
+		SHA:            run.SHA,
+		WorkflowPath:   run.WorkflowPath,
+		WorkflowSource: []byte(cr.WorkflowSource),
+		Workspace:      workspace,
+		Home:           home,
+		Secrets:        cr.Secrets,
+		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
+		LogLimit:       r.cfg.LogLimit,
+		Grace:          r.cfg.Grace,
+		Logger:         r.log,
+		Cleanup:        cleanup,
+		Checkout: func(ctx context.Context, w io.Writer) error {
+			return r.mirrors.Checkout(ctx, Fetch{
+				Repo: run.Repo, URL: strings.TrimRight(r.cfg.State.Server, "/") + cr.GitURL, SHA: run.SHA, Token: cr.RunToken,
+			}, workspace, w)
+		},
+	}
+	Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp})
+	close(hbDone)
+	<-hbStopped
+}
+
+// heartbeat renews run's lease every Heartbeat until done closes; a cancel
+// from the server cancels the run (ErrCancelled), and a run the server ended
+// already is stopped (ErrRunFinished).
+func (r *Runner) heartbeat(ctx context.Context, run int64, cancel context.CancelCauseFunc, done <-chan struct{}) {
+	log := r.log.With("run", run)
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	failing := false
+	cancelled := false
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.Heartbeat*5, 10*time.Second))
+		var out api.HeartbeatOutput
+		err := r.client.Procedure(hctx, api.MethodHeartbeat, api.HeartbeatInput{Run: run}, &out)
+		hcancel()
+		switch {
+		case err == nil:
+			if failing {
+				log.Info("heartbeats get through again")
+				failing = false
+			}
+			if out.Cancel && !cancelled {
+				cancelled = true
+				log.Info("cancel requested: stopping the run")
+				cancel(ErrCancelled)
+			}
+		case api.IsError(err, api.ErrRunFinished) || api.IsError(err, api.ErrNotFound):
+			if !cancelled {
+				cancelled = true
+				log.Warn("the server ended the run already: stopping it here", "err", err)
+				cancel(ErrRunFinished)
+			}
+		default:
+			if !failing {
+				log.Warn("heartbeat failed; the lease may lapse if this lasts", "err", err)
+				failing = true
+			}
+		}
+	}
+}
+
+// removeAll removes dir like os.RemoveAll, also when steps left read-only
+// directories in it (Go's module cache does).
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
