@@ -1,0 +1,304 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server/servertest"
+)
+
+// appendLog sends data at offset to a step log.
+func appendLog(r *servertest.Runner, run int64, step int, offset int64, data string) (int64, error) {
+	resp, err := r.Client.Do(context.Background(), http.MethodPost, api.MethodAppendLog,
+		url.Values{"run": {fmt.Sprint(run)}, "step": {fmt.Sprint(step)}, "offset": {fmt.Sprint(offset)}},
+		"application/octet-stream", strings.NewReader(data))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out struct{ Size int64 }
+	b, _ := io.ReadAll(resp.Body)
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), `{"size":%d}`, &out.Size); err != nil {
+		return 0, fmt.Errorf("decode %q: %w", b, err)
+	}
+	return out.Size, nil
+}
+
+// claimedRun pushes a workflow and has an approved runner claim its run.
+func claimedRun(t *testing.T, f *fixture) (*servertest.Runner, *api.ClaimedRun) {
+	t.Helper()
+	queueOne(t, f, "")
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	c := claim(t, r, 0)
+	if c == nil {
+		t.Fatal("no run claimed")
+	}
+	return r, c
+}
+
+func procedure(t *testing.T, r *servertest.Runner, nsid string, in, out any) {
+	t.Helper()
+	if err := r.Client.Procedure(context.Background(), nsid, in, out); err != nil {
+		t.Fatalf("%s: %v", nsid, err)
+	}
+}
+
+func TestLease_LapsedRunEndsErroredRunnerLost(t *testing.T) {
+	f := newFixture(t, servertest.Options{Lease: time.Second})
+	_, c := claimedRun(t, f)
+	if c.LeaseSeconds != 1 {
+		t.Errorf("LeaseSeconds = %d, want 1", c.LeaseSeconds)
+	}
+	run := f.WaitRun(t, c.Run.ID, 10*time.Second, func(r api.Run) bool { return api.IsFinal(r.State) })
+	if run.State != api.StateErrored || run.Reason != api.ReasonRunnerLost || !strings.Contains(run.Message, "r1") ||
+		!strings.Contains(run.Message, "last heard") {
+		t.Fatalf("run = %s/%s %q; want errored/runner-lost naming runner r1 and when it was last heard", run.State, run.Reason, run.Message)
+	}
+}
+
+func TestLease_HeartbeatsKeepRunAliveAndCarryCancel(t *testing.T) {
+	f := newFixture(t, servertest.Options{Lease: time.Second})
+	r, c := claimedRun(t, f)
+	ctx := context.Background()
+	// Three lease lengths of heartbeats: the run stays claimed.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		var hb api.HeartbeatOutput
+		procedure(t, r, api.MethodHeartbeat, api.HeartbeatInput{Run: c.Run.ID}, &hb)
+		if hb.Cancel {
+			t.Fatal("heartbeat says cancel; nobody cancelled")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var run api.Run
+	if err := f.alice().Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(c.Run.ID)}}, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.State != api.StateClaimed {
+		t.Fatalf("run with heartbeats is %s/%s, want claimed", run.State, run.Reason)
+	}
+	// Cancel: the heartbeat carries it; the runner completes as cancelled.
+	if err := f.alice().Procedure(ctx, api.MethodCancelRun, api.RunRef{Run: c.Run.ID}, &run); err != nil {
+		t.Fatal(err)
+	}
+	var hb api.HeartbeatOutput
+	procedure(t, r, api.MethodHeartbeat, api.HeartbeatInput{Run: c.Run.ID}, &hb)
+	if !hb.Cancel {
+		t.Fatal("heartbeat after cancel does not say cancel")
+	}
+	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: c.Run.ID, State: api.StateCancelled, Reason: api.ReasonCancelled}, nil)
+	err := r.Client.Procedure(ctx, api.MethodHeartbeat, api.HeartbeatInput{Run: c.Run.ID}, nil)
+	if !api.IsError(err, api.ErrRunFinished) {
+		t.Errorf("heartbeat of a final run: err = %v, want RunFinished", err)
+	}
+	err = f.alice().Procedure(ctx, api.MethodCancelRun, api.RunRef{Run: c.Run.ID}, nil)
+	if !api.IsError(err, api.ErrRunFinished) {
+		t.Errorf("cancel of a final run: err = %v, want RunFinished", err)
+	}
+}
+
+func TestLease_CancelledRunWhoseRunnerVanishesEndsCancelled(t *testing.T) {
+	f := newFixture(t, servertest.Options{Lease: time.Second})
+	_, c := claimedRun(t, f)
+	if err := f.alice().Procedure(context.Background(), api.MethodCancelRun, api.RunRef{Run: c.Run.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	run := f.WaitRun(t, c.Run.ID, 10*time.Second, func(r api.Run) bool { return api.IsFinal(r.State) })
+	if run.State != api.StateCancelled || run.Reason != api.ReasonCancelled {
+		t.Fatalf("run = %s/%s, want cancelled/cancelled", run.State, run.Reason)
+	}
+}
+
+func TestCancel_QueuedRunEndsAtOnce(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	queued := queueOne(t, f, "")
+	var run api.Run
+	if err := f.alice().Procedure(context.Background(), api.MethodCancelRun, api.RunRef{Run: queued.ID}, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.State != api.StateCancelled || run.Reason != api.ReasonCancelled || run.FinishedAt == nil {
+		t.Fatalf("cancelled queued run = %+v", run)
+	}
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	if c := claim(t, r, 0); c != nil {
+		t.Fatal("a cancelled run was claimed")
+	}
+}
+
+func TestAppendLog_RetriesAndOverlapsNeverDuplicateAndGapsAreRefused(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	mustSize := func(want int64, offset int64, data string) {
+		t.Helper()
+		got, err := appendLog(r, id, 1, offset, data)
+		if err != nil || got != want {
+			t.Fatalf("append %q at %d: size %d, err %v; want size %d", data, offset, got, err, want)
+		}
+	}
+	mustSize(6, 0, "hello ")
+	mustSize(6, 0, "hello ")    // retry of the same chunk
+	mustSize(11, 3, "lo world") // overlaps 3 bytes
+	mustSize(11, 6, "world")    // entirely held
+	mustSize(12, 11, "\n")      // next chunk
+	_, err := appendLog(r, id, 1, 20, "gap")
+	var e *api.Error
+	if !errorAs(err, &e) || e.Name != api.ErrOffsetGap || e.Status != http.StatusConflict || e.Size == nil || *e.Size != 12 {
+		t.Fatalf("append past the end: err = %v, want 409 OffsetGap with size 12", err)
+	}
+	if log := f.runLog(t, id, 1); log != "hello world\n" {
+		t.Fatalf("log = %q, want %q", log, "hello world\n")
+	}
+	// Complete, then a late chunk from the claiming runner still lands.
+	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: id, State: api.StateSucceeded}, nil)
+	mustSize(17, 12, "late\n")
+	// Another runner of the repository may not write to it.
+	other := f.RegisterRunner(t, f.repo, "r2", nil, true)
+	if _, err := appendLog(other, id, 1, 17, "x"); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("append by a runner that does not hold the run: err = %v, want Forbidden", err)
+	}
+}
+
+func TestComplete_RecordedOnce(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	ctx := context.Background()
+	one := 1
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: c.Run.ID, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: c.Run.ID, Step: 1, Name: "build", State: api.StepFailed, ExitCode: &one, Reason: api.ReasonExitCode}, nil)
+	// A late duplicate "running" must not undo the final step state.
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: c.Run.ID, Step: 1, State: api.StepRunning}, nil)
+	final := api.CompleteInput{Run: c.Run.ID, State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &one}
+	procedure(t, r, api.MethodComplete, final, nil)
+	procedure(t, r, api.MethodComplete, final, nil) // same again: fine
+	err := r.Client.Procedure(ctx, api.MethodComplete, api.CompleteInput{Run: c.Run.ID, State: api.StateSucceeded}, nil)
+	if !api.IsError(err, api.ErrRunFinished) {
+		t.Fatalf("a different final state: err = %v, want RunFinished", err)
+	}
+	var run api.Run
+	if err := f.alice().Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(c.Run.ID)}}, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.State != api.StateFailed || run.ExitCode == nil || *run.ExitCode != 1 || run.StartedAt == nil || run.FinishedAt == nil {
+		t.Fatalf("run = %+v, want failed with exit 1, started and finished", run)
+	}
+	if len(run.Steps) != 1 || run.Steps[0].State != api.StepFailed || run.Steps[0].Name != "build" {
+		t.Fatalf("steps = %+v, want step 1 build failed", run.Steps)
+	}
+}
+
+func TestGetLog_WaitReturnsWhenBytesArrive(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	type answer struct {
+		body       string
+		size, done string
+		err        error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := f.alice().Do(context.Background(), http.MethodGet, api.MethodGetRunLog,
+			url.Values{"run": {itoa(id)}, "step": {"1"}, "offset": {"0"}, "wait": {"30"}}, "", nil)
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		got <- answer{string(b), resp.Header.Get(api.LogSizeHeader), resp.Header.Get(api.LogDoneHeader), err}
+	}()
+	// Give the request time to start waiting; the answer is correct either way.
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if _, err := appendLog(r, id, 1, 0, "first bytes\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		if a.err != nil || a.body != "first bytes\n" || a.size != "12" || a.done != "false" {
+			t.Fatalf("getLog = %+v, want the 12 new bytes, not done", a)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("getLog answered %s after the bytes arrived", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("getLog with wait did not return when bytes arrived")
+	}
+	// From the end of a finished step: done at once, no bytes.
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: id, Step: 1, State: api.StepSucceeded}, nil)
+	resp, err := f.alice().Do(context.Background(), http.MethodGet, api.MethodGetRunLog,
+		url.Values{"run": {itoa(id)}, "step": {"1"}, "offset": {"12"}, "wait": {"30"}}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readBody(t, resp)
+	if b != "" || resp.Header.Get(api.LogDoneHeader) != "true" {
+		t.Fatalf("getLog at the end of a done step: %q done=%s", b, resp.Header.Get(api.LogDoneHeader))
+	}
+}
+
+func TestRestart_RunSurvivesAndCompletesWithWholeLog(t *testing.T) {
+	f := newFixture(t, servertest.Options{Lease: 2 * time.Second})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: id, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	if _, err := appendLog(r, id, 1, 0, "before restart\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Stop()
+	// Down for longer than the lease: the runner cannot renew meanwhile.
+	time.Sleep(2500 * time.Millisecond)
+	f.Restart()
+	var run api.Run
+	if err := f.alice().Query(context.Background(), api.MethodGetRun, url.Values{"run": {itoa(id)}}, &run); err != nil {
+		t.Fatal(err)
+	}
+	if run.State != api.StateRunning {
+		t.Fatalf("after restart the run is %s/%s %q, want running (lease extended at start)", run.State, run.Reason, run.Message)
+	}
+	var hb api.HeartbeatOutput
+	procedure(t, r, api.MethodHeartbeat, api.HeartbeatInput{Run: id}, &hb)
+	if _, err := appendLog(r, id, 1, 15, "after restart\n"); err != nil {
+		t.Fatal(err)
+	}
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: id, Step: 1, State: api.StepSucceeded}, nil)
+	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: id, State: api.StateSucceeded}, nil)
+	if log := f.runLog(t, id, 1); log != "before restart\nafter restart\n" {
+		t.Fatalf("log = %q, want both halves", log)
+	}
+	run = f.WaitRun(t, id, 5*time.Second, func(r api.Run) bool { return api.IsFinal(r.State) })
+	if run.State != api.StateSucceeded {
+		t.Fatalf("run = %s/%s, want succeeded", run.State, run.Reason)
+	}
+}
+
+func TestRuns_OnlyOwnerOrAdminSeesThem(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	run := queueOne(t, f, "")
+	bob := f.Client(f.CreateAccount(t, "bob"))
+	ctx := context.Background()
+	if err := bob.Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("get run by another account: err = %v, want Forbidden", err)
+	}
+	if err := bob.Query(ctx, api.MethodGetRunLog, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("get log by another account: err = %v, want Forbidden", err)
+	}
+	if err := bob.Procedure(ctx, api.MethodCancelRun, api.RunRef{Run: run.ID}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("cancel by another account: err = %v, want Forbidden", err)
+	}
+	var list api.ListRunsOutput
+	if err := bob.Query(ctx, api.MethodListRuns, nil, &list); err != nil || len(list.Runs) != 0 {
+		t.Errorf("bob's run list = %+v, %v; want empty", list.Runs, err)
+	}
+	if err := f.Admin().Query(ctx, api.MethodListRuns, url.Values{"pipeline": {itoa(run.Pipeline)}}, &list); err != nil || len(list.Runs) != 1 {
+		t.Errorf("admin's list of the pipeline = %+v, %v; want the run", list.Runs, err)
+	}
+}
