@@ -107,18 +107,27 @@ func classify(err error, server string, ranCommand bool) (int, string) {
 	if errors.Is(err, errTimedOut) || errors.Is(err, errTransfer) {
 		return ExitUnavailable, oneLine(err.Error()) + ": check the server (knotless whoami)"
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) {
-		cause := err.Error()
-		var oe *net.OpError
-		if errors.As(err, &oe) {
-			cause = oe.Err.Error()
-		} else if ue != nil {
-			cause = ue.Err.Error()
-		}
+	if cause, ok := transportCause(err); ok {
 		return ExitUnavailable, oneLine(fmt.Sprintf("cannot reach the server at %s: %s: check that knotless-server is running and the URL is right (knotless login --server URL)", orURL(server), cause))
 	}
 	return ExitFailed, oneLine(err.Error())
+}
+
+// transportCause returns the short cause of a failure to talk to the server
+// at all (e.g. "connect: connection refused"), and whether err is one.
+func transportCause(err error) (string, bool) {
+	var ue *url.Error
+	if !errors.As(err, &ue) && !errors.Is(err, context.DeadlineExceeded) {
+		return "", false
+	}
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe):
+		return oe.Err.Error(), true
+	case ue != nil:
+		return ue.Err.Error(), true
+	}
+	return err.Error(), true
 }
 
 func orURL(server string) string {

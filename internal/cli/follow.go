@@ -60,7 +60,11 @@ func (rt *retrier) do(ctx context.Context, f func() error) error {
 		now := rt.s.now().UnixNano()
 		if !rt.failing {
 			rt.failing, rt.since = true, now
-			fmt.Fprintf(rt.s.stderr(), "knotless: %s; retrying for up to %s\n", oneLine(err.Error()), followRetryFor)
+			why := oneLine(err.Error())
+			if cause, ok := transportCause(err); ok {
+				why = "cannot reach the server at " + rt.s.server + ": " + cause
+			}
+			fmt.Fprintf(rt.s.stderr(), "knotless: %s; retrying for up to %s\n", why, followRetryFor)
 		} else if now-rt.since > int64(followRetryFor) {
 			return err
 		}
