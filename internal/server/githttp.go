@@ -199,6 +199,7 @@ func (s *Server) httpBackend(w http.ResponseWriter, r *http.Request, user string
 			return
 		}
 		r.Body, r.ContentLength, r.TransferEncoding = f, n, nil
+		s.log.Debug("git: spooled chunked request body", "bytes", n)
 	}
 	h := &cgi.Handler{
 		Path: s.cfg.Git,

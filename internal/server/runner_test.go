@@ -195,8 +195,8 @@ func TestClaim_SecretsScopedToOtherRunnerOrUnlistedAreNotSent(t *testing.T) {
 	set("UNLISTED", "unlisted-value", "")
 
 	dir := newWorkTree(t, map[string]string{
-		".knotless/workflows/one.yml": queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
-		".knotless/workflows/two.yml": queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
+		".knotless/workflows/one.yml":  queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
+		".knotless/workflows/two.yml":  queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
 		".knotless/workflows/bare.yml": queuedWorkflow(""),
 	})
 	f.push(t, dir, "main")
