@@ -19,12 +19,12 @@ import (
 	"knotless.dev/knotless/internal/executor"
 )
 
-// Timing of the end of a step. Variables so tests can see them; not
-// configuration.
+// DefaultGrace is the time between SIGTERM and SIGKILL when Step.Grace is
+// zero.
+const DefaultGrace = 10 * time.Second
+
+// Timing of the end of a step; fixed, not configuration.
 var (
-	// DefaultGrace is the time between SIGTERM and SIGKILL when Step.Grace
-	// is zero.
-	DefaultGrace = 10 * time.Second
 	// groupGoneWait bounds the wait for a killed process group to die.
 	groupGoneWait = 10 * time.Second
 	// drainIdle is how long the output pipe may stay silent after the step's
