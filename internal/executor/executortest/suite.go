@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"TimeoutKillsStepIgnoringTERM", testTimeoutIgnoringTERM},
 	{"CancelGivesCancelled", testCancel},
 	{"CancelTrappedExitZeroStillCancelled", testCancelTrapped},
+	{"ContextDeadlineGivesTimeout", testContextDeadline},
 	{"BackgroundProcessDoesNotHoldStep", testBackgroundRedirected},
 	{"BackgroundProcessHoldingOutputDoesNotHoldStep", testBackgroundHoldingOutput},
 	{"LargeOutputByteExact", testLargeOutput},
@@ -298,6 +299,20 @@ func testCancelTrapped(t *testing.T, s executor.Session, env Env) {
 		t.Errorf("the step's TERM trap did not run: %q", out.Bytes())
 	}
 	if env.Procs != nil {
+		assertGone(t, env, []int{shell, bg}, []int{shell})
+	}
+}
+
+// testContextDeadline: a run's timeout reaches Exec as ctx's deadline and
+// must end the step as a timeout, not as a cancel.
+func testContextDeadline(t *testing.T, s executor.Session, env Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var out output
+	res := await(t, start(ctx, s, executor.Step{Script: "sleep 1000 &\necho \"pids $$ $!\"\nwait\n", Grace: 20 * time.Second}, &out))
+	assertResult(t, res, 143, api.ReasonTimeout, out.Bytes())
+	if env.Procs != nil {
+		shell, bg := backgroundPids(t, &out)
 		assertGone(t, env, []int{shell, bg}, []int{shell})
 	}
 }

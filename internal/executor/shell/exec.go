@@ -53,9 +53,10 @@ var defaultShell = []string{"/bin/sh", "-e"}
 // for a second when a process that left the group (setsid) still holds it,
 // in which case a marker line says the output was cut.
 //
-// Step.Timeout and canceling ctx send SIGTERM to the group, then SIGKILL
+// Step.Timeout and the end of ctx send SIGTERM to the group, then SIGKILL
 // after Step.Grace (default DefaultGrace); Reason is then api.ReasonTimeout
-// or api.ReasonCancelled. Cleanup during Exec kills the group at once
+// (Step.Timeout, or ctx's deadline passed: the run's timeout) or
+// api.ReasonCancelled (ctx canceled). Cleanup during Exec kills the group at once
 // (Reason cancelled). ExitCode is the shell's exit status, or 128+N when a
 // signal N killed it. Exec returns only when the group is gone (bounded: a
 // process that survives SIGKILL for 10 s is logged and left).
@@ -64,7 +65,7 @@ var defaultShell = []string{"/bin/sh", "-e"}
 // variable name, a NUL byte in a value, session cleaned up; ExitCode is then
 // -1) and also when writing to out failed, in which case the step still ran
 // to its end (its remaining output was discarded) and Result is valid. A ctx
-// already canceled gives Reason cancelled, ExitCode -1 and no error.
+// already ended gives its Reason, ExitCode -1 and no error.
 func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (executor.Result, error) {
 	start := time.Now()
 	res := executor.Result{ExitCode: -1}
@@ -73,8 +74,11 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		return res, fmt.Errorf("run step %q: %w", step.Name, err)
 	}
 	defer s.endExec(done)
-	if ctx.Err() != nil {
+	if err := ctx.Err(); err != nil {
 		res.Reason = api.ReasonCancelled
+		if errors.Is(err, context.DeadlineExceeded) {
+			res.Reason = api.ReasonTimeout
+		}
 		return res, nil
 	}
 	if out == nil {
@@ -183,7 +187,13 @@ func (s *session) supervise(ctx context.Context, pgid int, step executor.Step) (
 		case <-timeout:
 			stop(api.ReasonTimeout)
 		case <-ctxDone:
-			stop(api.ReasonCancelled)
+			// A deadline on ctx is the run's timeout; any other end of
+			// ctx is a cancel.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				stop(api.ReasonTimeout)
+			} else {
+				stop(api.ReasonCancelled)
+			}
 		case <-graceC:
 			graceC = nil
 			signalGroup(pgid, syscall.SIGKILL)
