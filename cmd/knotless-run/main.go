@@ -64,7 +64,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &ue), errors.Is(err, runner.ErrUsage):
+	case errors.As(err, &ue), errors.Is(err, runner.ErrUsage), strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(stderr, "knotless-run: %v\n", err)
 		return exitUsage
 	}
@@ -104,6 +104,7 @@ Every flag can also be set by the environment variable named in its help.`,
 			return applyEnv(cmd)
 		},
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -118,7 +119,7 @@ func envFlag(fs *pflag.FlagSet, name, env string) {
 	_ = fs.SetAnnotation(name, "env", []string{env})
 }
 
-func envNote(env string) string { return " (env " + env + ")" }
+func envNote(env string) string { return " [env " + env + "]" }
 
 // applyEnv sets every flag the command line left alone from its
 // environment variable, when that is set.
@@ -221,7 +222,8 @@ unreachable; a later start delivers what an earlier process left.
 
 Started before its approval, the runner waits and retries. On SIGTERM or SIGINT
 it stops claiming, lets running runs finish for up to --stop-wait, then cancels
-them (reason runner-stopped), delivers its spools and exits 0.
+them (reason runner-stopped), delivers its spools and exits 0. A second signal
+cancels running runs at once.
 
 Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
@@ -234,11 +236,11 @@ Work directory layout:
 				return usagef("run needs --state FILE and --work DIR")
 			}
 			log := g.logger()
-			st, err := runner.LoadState(statePath)
+			ex, err := newExecutor(execName, work, log)
 			if err != nil {
 				return err
 			}
-			ex, err := newExecutor(execName, work, log)
+			st, err := runner.LoadState(statePath)
 			if err != nil {
 				return err
 			}
@@ -248,8 +250,20 @@ Work directory layout:
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
+			// The first SIGTERM/SIGINT stops gracefully, a second one
+			// cancels running runs at once.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				sig := <-sigs
+				log.Info("signal received: stopping", "signal", sig.String())
+				cancel()
+				<-sigs
+				r.StopNow()
+			}()
 			return r.Run(ctx)
 		},
 	}
@@ -258,7 +272,7 @@ Work directory layout:
 	f.StringVar(&execName, "executor", shell.Name, "where runs execute: shell"+envNote("KNOTLESS_EXECUTOR"))
 	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools"+envNote("KNOTLESS_WORK"))
 	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once"+envNote("KNOTLESS_CAPACITY"))
-	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled"+envNote("KNOTLESS_STOP_WAIT"))
+	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "executor": "KNOTLESS_EXECUTOR", "work": "KNOTLESS_WORK",

@@ -100,6 +100,17 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	if err := e.setup.close(); err != nil {
 		log.Warn("close setup log", "err", err)
 	}
+	if !e.setupEnded {
+		// The run ended before its first step: setup is where it failed.
+		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason}
+		switch res.State {
+		case api.StateSucceeded:
+			u.State, u.Reason = api.StepSucceeded, ""
+		case api.StateCancelled:
+			u.State = api.StepCancelled
+		}
+		e.report(u)
+	}
 	if err := rep.Done(res); err != nil {
 		log.Error("record run result", "err", err)
 	}
@@ -107,19 +118,24 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	return res
 }
 
+// SetupName is the name the setup log (step 0) is reported under.
+const SetupName = "setup"
+
 type execution struct {
-	job     Job
-	ex      executor.Executor
-	rep     Reporter
-	log     *slog.Logger
-	secrets []string
-	setup   *setupLog
-	wf      *workflow.Workflow
+	setupEnded bool // setup's final update was reported
+	job        Job
+	ex         executor.Executor
+	rep        Reporter
+	log        *slog.Logger
+	secrets    []string
+	setup      *setupLog
+	wf         *workflow.Workflow
 }
 
 func (e *execution) run(ctx context.Context) Result {
 	e.setup = openSetupLog(e.rep, e.secrets, e.job.LogLimit, e.log)
 	sl := e.setup
+	e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepRunning})
 	commit := e.job.SHA
 	if commit == "" {
 		commit = "(none)"
@@ -207,6 +223,12 @@ func (e *execution) run(ctx context.Context) Result {
 func (e *execution) steps(ctx context.Context, sess executor.Session, timeout time.Duration) Result {
 	wf := e.wf
 	res := Result{State: api.StateSucceeded}
+	if _, stopped := e.stopped(ctx, timeout); !stopped {
+		// Later setup-log lines (cleanup) are still shipped; the CLI
+		// prints what comes after the steps.
+		e.setupEnded = true
+		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepSucceeded})
+	}
 	ended := false
 	for i, st := range wf.Steps {
 		idx, name := i+1, stepName(st, i)

@@ -148,7 +148,7 @@ steps:
 		}
 	}
 	f := rep.final()
-	if f[1].State != api.StepSucceeded || f[2].State != api.StepFailed || f[3].State != api.StepFailed || f[4].State != api.StepSkipped {
+	if f[0].State != api.StepSucceeded || f[1].State != api.StepSucceeded || f[2].State != api.StepFailed || f[3].State != api.StepFailed || f[4].State != api.StepSkipped {
 		t.Fatalf("step states %+v", f)
 	}
 	if f[2].ExitCode == nil || *f[2].ExitCode != 5 || f[3].Reason != api.ReasonExitCode {
@@ -167,6 +167,9 @@ func TestExecute_InvalidWorkflowIsErroredWithPosition(t *testing.T) {
 	rep, res := execute(t, context.Background(), job)
 	if res.State != api.StateErrored || res.Reason != api.ReasonWorkflowInvalid {
 		t.Fatalf("result %+v", res)
+	}
+	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonWorkflowInvalid || f[0].Name != SetupName {
+		t.Fatalf("setup step %+v", f[0])
 	}
 	if !strings.Contains(rep.log(0), ".knotless/workflows/ci.yml:4:5") {
 		t.Fatalf("setup log lacks FILE:LINE:COL:\n%s", rep.log(0))

@@ -67,6 +67,15 @@ type Runner struct {
 	mirrors *Mirrors
 
 	shippers sync.WaitGroup
+	hurry    chan struct{} // closed by StopNow
+	hurryMu  sync.Once
+}
+
+// StopNow makes a stopping runner cancel its running runs at once instead
+// of waiting for StopWait (a second SIGTERM). Safe to call at any time and
+// more than once; it has effect once Run's context has ended.
+func (r *Runner) StopNow() {
+	r.hurryMu.Do(func() { close(r.hurry) })
 }
 
 // New checks cfg and fills in defaults.
@@ -105,6 +114,7 @@ func New(cfg Config) (*Runner, error) {
 		log:     log.With("runner", cfg.State.Name),
 		client:  cfg.State.Client(cfg.HTTP),
 		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
+		hurry:   make(chan struct{}),
 	}, nil
 }
 
@@ -158,6 +168,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-done:
 		case <-time.After(r.cfg.StopWait):
 			r.log.Warn("stop wait is over: cancelling running runs", "reason", api.ReasonRunnerStopped)
+			stopRuns(ErrRunnerStopped)
+			<-done
+		case <-r.hurry:
+			r.log.Warn("told to stop now: cancelling running runs", "reason", api.ReasonRunnerStopped)
 			stopRuns(ErrRunnerStopped)
 			<-done
 		}

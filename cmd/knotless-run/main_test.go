@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server/servertest"
+)
+
+// The test binary doubles as knotless-run: with KNOTLESS_RUN_AS_MAIN=1 it
+// runs Main, so process-level tests need no separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("KNOTLESS_RUN_AS_MAIN") == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// command returns knotless-run as a process with env added to a clean
+// environment.
+func command(dir string, env []string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"KNOTLESS_RUN_AS_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	return cmd, &out, &errb
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("run: %v", err)
+	return -1
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// checkout makes a git work tree holding the workflow file ci.yml.
+func checkout(t *testing.T, workflowYAML string) string {
+	t.Helper()
+	dir := t.TempDir()
+	git(t, dir, "init", "-q", "-b", "main")
+	os.MkdirAll(filepath.Join(dir, ".knotless", "workflows"), 0o755)
+	if err := os.WriteFile(filepath.Join(dir, ".knotless", "workflows", "ci.yml"), []byte(workflowYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "init")
+	return dir
+}
+
+func TestHelp_EveryCommandExplainsItself(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"login", "--help"}, {"run", "--help"}, {"exec", "--help"}} {
+		cmd, out, _ := command(t.TempDir(), nil, args...)
+		if code := exitCode(t, cmd.Run()); code != 0 {
+			t.Fatalf("%v: exit %d", args, code)
+		}
+		if !strings.Contains(out.String(), "Usage:") {
+			t.Fatalf("%v printed:\n%s", args, out.String())
+		}
+	}
+	cmd, out, _ := command(t.TempDir(), nil, "run", "--help")
+	cmd.Run()
+	for _, want := range []string{"KNOTLESS_STATE", "KNOTLESS_WORK", "KNOTLESS_CAPACITY", "KNOTLESS_STOP_WAIT", "KNOTLESS_LOG_LIMIT", "KNOTLESS_EXECUTOR", "DIR/spool"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("run --help does not mention %s", want)
+		}
+	}
+}
+
+func TestUsageErrors_ExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"run", "--nope"},
+		{"run"},
+		{"login", "--server", "http://x"},
+		{"exec"},
+		{"exec", "a.yml", "b.yml"},
+		{"exec", "missing.yml"},
+		{"run", "--state", "s", "--work", "w", "--executor", "nope"},
+	} {
+		cmd, _, errb := command(t.TempDir(), nil, args...)
+		if code := exitCode(t, cmd.Run()); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
+
+func TestExec_ExitCodesAndFramedMaskedOutput(t *testing.T) {
+	dir := checkout(t, `on: {push: {}}
+secrets: [TOKEN]
+steps:
+  - name: hello
+    secrets: [TOKEN]
+    run: |
+      echo "hello from $KNOTLESS_WORKFLOW in $(pwd)"
+      echo "token $TOKEN"
+  - name: fail
+    run: exit 4
+`)
+	wf := filepath.Join(dir, ".knotless", "workflows", "ci.yml")
+	cmd, out, errb := command(dir, []string{"TOKEN=very-secret-value"}, "exec", wf, "--secret", "TOKEN")
+	if code := exitCode(t, cmd.Run()); code != 1 {
+		t.Fatalf("failing run: exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"── step 1/2: hello ──\nhello from ci in " + dir + "\ntoken ***\n── succeeded, exit 0",
+		"── step 2/2: fail ──\n── failed, exit 4",
+		"run 0 (ci): failed, exit-code, exit 4",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got+errb.String(), "very-secret-value") {
+		t.Fatal("secret printed")
+	}
+
+	// A missing secret value: error before running.
+	cmd, out, _ = command(dir, nil, "exec", wf, "--secret", "TOKEN")
+	if code := exitCode(t, cmd.Run()); code != 2 || strings.Contains(out.String(), "hello") {
+		t.Fatalf("missing secret: exit %d, output %q", code, out.String())
+	}
+
+	ok := checkout(t, "on: {push: {}}\nsteps:\n  - run: echo fine\n")
+	cmd, out, _ = command(ok, nil, "exec", ".knotless/workflows/ci.yml")
+	if code := exitCode(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "run 0 (ci): succeeded") {
+		t.Fatalf("succeeding run: exit %d\n%s", code, out.String())
+	}
+}
+
+// TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero drives the real
+// program: login, approval, a push, a run in progress, SIGTERM.
+func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and the runner as a process")
+	}
+	srv := servertest.Start(t, servertest.Options{})
+	tok := srv.CreateAccount(t, "alice")
+	srv.CreateRepo(t, tok, "app")
+	tmp := t.TempDir()
+	state := filepath.Join(tmp, "state.json")
+
+	cmd, out, errb := command(tmp, nil, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r1", "--labels", "linux", "--state", state)
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("login: exit %d\n%s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "knotless runner approve --repo alice/app r1") {
+		t.Fatalf("login output:\n%s", out.String())
+	}
+	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v", fi.Mode(), err)
+	}
+	cmd, _, _ = command(tmp, nil, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r2", "--state", state)
+	if code := exitCode(t, cmd.Run()); code != 1 {
+		t.Fatalf("login over an existing state file: exit %d, want 1", code)
+	}
+	if err := srv.Client(tok).Procedure(context.Background(), api.MethodApproveRunner, api.RunnerRef{Repo: "alice/app", Name: "r1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	run, logs, runErr := command(tmp, []string{"KNOTLESS_STATE=" + state, "KNOTLESS_WORK=" + filepath.Join(tmp, "work"), "KNOTLESS_STOP_WAIT=1s"}, "run")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	t.Cleanup(func() { run.Process.Kill() })
+
+	src := checkout(t, "on: {push: {}}\nsteps:\n  - run: echo started; sleep 120\n")
+	git(t, src, "push", "-q", srv.GitURL("alice/app", tok), "main")
+	var id int64
+	deadline := time.Now().Add(30 * time.Second)
+	for id == 0 {
+		var list api.ListRunsOutput
+		if err := srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {"alice/app"}}, &list); err == nil && len(list.Runs) > 0 && list.Runs[0].State == api.StateRunning {
+			id = list.Runs[0].ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running run; runner log:\n%s%s", logs.String(), runErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if code := exitCode(t, err); code != 0 {
+			t.Fatalf("runner exit %d after SIGTERM\n%s", code, runErr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("runner did not exit after SIGTERM\n%s", runErr.String())
+	}
+	final := srv.WaitRun(t, id, 5*time.Second, func(r api.Run) bool { return api.IsFinal(r.State) })
+	if final.State != api.StateCancelled || final.Reason != api.ReasonRunnerStopped {
+		t.Fatalf("run %+v", final)
+	}
+	for _, want := range []string{"claimed run", "stop wait is over", "runner stopped"} {
+		if !strings.Contains(runErr.String(), want) {
+			t.Errorf("runner log lacks %q:\n%s", want, runErr.String())
+		}
+	}
+}
