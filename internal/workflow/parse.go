@@ -11,11 +11,21 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 )
 
-// MaxFileSize is the largest workflow file Parse accepts, in bytes.
-const MaxFileSize = 1 << 20
+// Limits on what Parse reads. The YAML parser takes time quadratic in the
+// number of entries of a collection and worse in the depth of flow
+// nesting, so the input is bounded before it is parsed: a hostile file
+// costs the server well under a second. Real workflows stay far below.
+const (
+	MaxFileSize  = 128 << 10 // bytes
+	maxEntries   = 2500      // keys and list entries (":", "-", "?", ",")
+	maxTokens    = 30000     // YAML tokens of any kind
+	maxFlowDepth = 32        // nesting of [ ] and { }
+)
 
 // Parse parses and validates the workflow file at path (used in messages
 // and for the default name) holding src. On any problem it returns a nil
@@ -83,9 +93,13 @@ func (d *decoder) document(src []byte) ast.Node {
 		d.errorf(bytePos(src, i), "workflow file contains a NUL byte")
 		return nil
 	}
-	file, err := parseYAML(src)
+	tokens := lexer.Tokenize(string(src))
+	if !d.checkTokens(tokens) {
+		return nil
+	}
+	file, err := parseYAML(tokens)
 	if err != nil {
-		d.syntaxError(err)
+		d.syntaxError(err, nil)
 		return nil
 	}
 	var bodies []*ast.DocumentNode
@@ -111,7 +125,7 @@ func (d *decoder) document(src []byte) ast.Node {
 
 // parseYAML runs the YAML parser, turning a panic inside it into an error
 // so that no input can crash a caller.
-func parseYAML(src []byte) (f *ast.File, err error) {
+func parseYAML(tokens token.Tokens) (f *ast.File, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			f, err = nil, fmt.Errorf("the YAML parser failed on this input: %v", r)
@@ -119,20 +133,57 @@ func parseYAML(src []byte) (f *ast.File, err error) {
 	}()
 	// Duplicate keys are allowed here and reported by entries, together
 	// with every other problem, instead of stopping at the first.
-	return parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey())
+	return parser.Parse(tokens, 0, parser.AllowDuplicateMapKey())
 }
 
-func (d *decoder) syntaxError(err error) {
+// checkTokens enforces the limits on the token stream before parsing.
+func (d *decoder) checkTokens(tokens token.Tokens) bool {
+	if tk := tokens.InvalidToken(); tk != nil {
+		d.syntaxError(errors.New(tk.Error), tk)
+		return false
+	}
+	entries, depth := 0, 0
+	for i, tk := range tokens {
+		if tk == nil {
+			continue
+		}
+		if i >= maxTokens {
+			d.errorf(tokenPos(tk), "workflow file has more than %d YAML tokens; split it up", maxTokens)
+			return false
+		}
+		switch tk.Type {
+		case token.MappingValueType, token.SequenceEntryType, token.MappingKeyType, token.CollectEntryType:
+			if entries++; entries > maxEntries {
+				d.errorf(tokenPos(tk), "workflow file has more than %d keys and list entries; split it up", maxEntries)
+				return false
+			}
+		case token.SequenceStartType, token.MappingStartType:
+			if depth++; depth > maxFlowDepth {
+				d.errorf(tokenPos(tk), "[ ] and { } nest deeper than %d levels", maxFlowDepth)
+				return false
+			}
+		case token.SequenceEndType, token.MappingEndType:
+			depth = max(depth-1, 0)
+		}
+	}
+	return true
+}
+
+// syntaxError reports a YAML syntax error at its token (or at tk when the
+// error carries none).
+func (d *decoder) syntaxError(err error, tk *token.Token) {
+	msg := err.Error()
 	var ye yaml.Error
 	if errors.As(err, &ye) {
-		msg := ye.GetMessage()
-		if strings.Contains(msg, "'\t'") {
-			msg += " (indent YAML with spaces, not tabs)"
+		msg = ye.GetMessage()
+		if ye.GetToken() != nil {
+			tk = ye.GetToken()
 		}
-		d.errorf(tokenPos(ye.GetToken()), "invalid YAML: %s", msg)
-		return
 	}
-	d.errorf(pos{1, 1}, "invalid YAML: %v", err)
+	if strings.Contains(msg, "'\t'") {
+		msg += " (indent YAML with spaces, not tabs)"
+	}
+	d.errorf(tokenPos(tk), "invalid YAML: %s", msg)
 }
 
 func invalidUTF8Pos(src []byte) pos {

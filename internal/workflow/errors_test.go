@@ -1,0 +1,147 @@
+package workflow
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// Each case lists every error Parse must report, as "LINE:COL: substring
+// of the message", in order. Positions are exact: a message that points
+// at the wrong place is a bug.
+var errorCases = []struct {
+	name string
+	src  string
+	want []string
+}{
+	{"EmptyFile", "", []string{"1:1: workflow file is empty"}},
+	{"OnlyComments", "# nothing\n\n", []string{"1:1: workflow file is empty"}},
+	{"TopLevelList", "- run: x\n", []string{"1:1: the workflow file must be a mapping (key: value); got a list"}},
+	{"TopLevelScalar", "\n  hello\n", []string{"2:3: the workflow file must be a mapping (key: value); got a string"}},
+	{"TwoDocuments", "steps: [{run: x}]\n---\nsteps: [{run: y}]\n", []string{"2:1: a second YAML document starts here"}},
+	{"SyntaxUnclosedFlow", "steps: [{run: x}\n", []string{"1:8: invalid YAML: sequence end token ']' not found"}},
+	{"SyntaxTabIndent", "steps:\n\t- run: x\n", []string{"2:1: cannot start any token (indent YAML with spaces, not tabs)"}},
+	{"InvalidUTF8", "steps:\n  - run: é\xff\n", []string{"2:11: workflow file is not valid UTF-8"}},
+	{"NULByte", "steps:\n  - run: a\x00\n", []string{"2:11: workflow file contains a NUL byte"}},
+	{"UnknownTopKeySuggests", "name: x\nstpes:\n  - run: x\n", []string{
+		"1:1: missing steps",
+		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, runners, image, env, secrets, timeout, resources, caches, outputs, steps)`,
+	}},
+	{"UnknownKeyNoSuggestion", "steps: [{run: x}]\nversion: 1\n", []string{`2:1: unknown key "version" in the workflow; expected one of: name,`}},
+	{"UnknownStepKey", "steps:\n  - run: x\n    continue_on_error: true\n", []string{`3:5: unknown key "continue_on_error" in step 1; did you mean "continue-on-error"?`}},
+	{"UnknownOnKey", "on:\n  puhs: {}\nsteps: [{run: x}]\n", []string{"1:1: on selects no event", `2:3: unknown key "puhs" in on; did you mean "push"?`}},
+	{"UnknownPushKey", "on:\n  push:\n    branch: [main]\nsteps: [{run: x}]\n", []string{`3:5: unknown key "branch" in on.push; did you mean "branches"?`}},
+	{"UnknownResourceKey", "resources: {cpu: 2}\nsteps: [{run: x}]\n", []string{`1:13: unknown key "cpu" in resources; did you mean "cpus"?`}},
+	{"UnknownCacheKey", "caches:\n  - key: k\n    path: [a]\nsteps: [{run: x}]\n", []string{
+		"2:5: cache 1 has no paths:",
+		`3:5: unknown key "path" in cache 1; did you mean "paths"?`,
+	}},
+	{"DuplicateKey", "steps: [{run: x}]\nname: a\nname: b\n", []string{`3:1: duplicate key "name" in the workflow file (first at 2:1)`}},
+	{"DuplicateStepKey", "steps:\n  - run: a\n    run: b\n", []string{`3:5: duplicate key "run" in step 1 (first at 2:5)`}},
+	{"StepsMissing", "\nname: x\n", []string{"2:1: missing steps"}},
+	{"StepsEmptyList", "steps: []\n", []string{"1:8: steps is empty"}},
+	{"StepsNull", "steps:\n", []string{"1:1: steps is empty"}},
+	{"StepsNotAList", "steps: {run: x}\n", []string{"1:8: steps must be a list"}},
+	{"StepNotAMapping", "steps:\n  - make test\n", []string{"2:5: step 1 must be a mapping (key: value); got a string"}},
+	{"StepEmptyEntry", "steps:\n  - run: x\n  -\n", []string{"3:3: step 2 must be a mapping (key: value); got null"}},
+	{"StepNeitherRunNorUses", "steps:\n  - run: a\n  - name: b\n    timeout: 1m\n", []string{"3:5: step 2 needs run (a script) or uses (a shared step)"}},
+	{"StepBothRunAndUses", "steps:\n  - uses: ./s\n    run: a\n", []string{"3:5: step 1 has both run and uses"}},
+	{"WithWithoutUses", "steps:\n  - run: a\n    with: {x: y}\n", []string{"3:5: step 1 with is only for shared steps (uses)"}},
+	{"ShellWithUses", "steps:\n  - uses: ./s\n    shell: bash\n", []string{"3:5: step 1 shell is only for scripts (run)"}},
+	{"RunEmpty", "steps:\n  - run: \"  \"\n", []string{"2:10: step 1 run is empty"}},
+	{"RunNumber", "steps:\n  - run: 42\n", []string{`2:10: step 1 run must be a string; got a number, quote it: "42"`}},
+	{"UsesNotLocal", "steps:\n  - uses: actions/checkout@v4\n", []string{`2:11: step 1 uses: "actions/checkout@v4" must be a directory of the repository starting with ./`}},
+	{"UsesEscapes", "steps:\n  - uses: ./../x\n", []string{`2:11: step 1 uses: "./../x" leaves the repository`}},
+	{"WithValueNumber", "steps:\n  - uses: ./s\n    with:\n      level: 3\n", []string{`4:14: step 1 with level must be a string; got a number, quote it: "3"`}},
+	{"EnvValueNumber", "env:\n  CGO_ENABLED: 0\nsteps: [{run: x}]\n", []string{`2:16: env variable CGO_ENABLED must be a string; got a number, quote it: "0"`}},
+	{"EnvValueBool", "env: {DEBUG: true}\nsteps: [{run: x}]\n", []string{`1:14: env variable DEBUG must be a string; got a boolean, quote it: "true"`}},
+	{"EnvValueNull", "env:\n  EMPTY:\nsteps: [{run: x}]\n", []string{"2:3: env variable EMPTY has no value; expected a string"}},
+	{"EnvValueMapping", "env:\n  X: {a: b}\nsteps: [{run: x}]\n", []string{"2:6: env variable X must be a string; got a mapping"}},
+	{"EnvBadName", "env:\n  my-var: x\nsteps: [{run: x}]\n", []string{`2:3: "my-var" in env is not a valid variable name`}},
+	{"EnvReservedName", "env:\n  KNOTLESS_REF: x\nsteps: [{run: x}]\n", []string{"2:3: KNOTLESS_REF in env is reserved"}},
+	{"EnvNotAMapping", "env: [A=1]\nsteps: [{run: x}]\n", []string{"1:6: env must be a mapping (key: value); got a list"}},
+	{"StepEnvNumber", "steps:\n  - run: x\n    env: {N: 1.5}\n", []string{`3:14: step 1 env variable N must be a string; got a number, quote it: "1.5"`}},
+	{"SecretNotAtWorkflowLevel", "secrets: [A]\nsteps:\n  - run: x\n    secrets: [A, B]\n", []string{
+		"4:18: secret B is not listed in the workflow's secrets; add it there too (secrets: [B])",
+	}},
+	{"SecretBadName", "secrets: [ok, 9lives]\nsteps: [{run: x}]\n", []string{`1:15: secret name "9lives" in secrets is not a valid variable name`}},
+	{"SecretListedTwice", "secrets:\n  - A\n  - A\nsteps: [{run: x}]\n", []string{`3:5: secrets lists "A" twice (first at 2:5)`}},
+	{"SecretAlsoEnv", "secrets: [TOKEN]\nenv:\n  TOKEN: x\nsteps: [{run: x}]\n", []string{"3:3: TOKEN is both a secret and an env variable of the workflow"}},
+	{"StepSecretAlsoStepEnv", "secrets: [T]\nsteps:\n  - run: x\n    secrets: [T]\n    env: {T: y}\n", []string{"5:11: T is both a secret and an env variable of step 1"}},
+	{"SecretsNotAList", "secrets: TOKEN\nsteps: [{run: x}]\n", []string{"1:10: secrets must be a list, like [CODECOV_TOKEN]; got a string"}},
+	{"TimeoutNoUnit", "timeout: 30\nsteps: [{run: x}]\n", []string{"1:10: timeout 30 has no unit; write a Go duration like 30m or 30s"}},
+	{"TimeoutBad", "timeout: 1d\nsteps: [{run: x}]\n", []string{`1:10: timeout: invalid duration "1d"`}},
+	{"TimeoutZero", "timeout: 0s\nsteps: [{run: x}]\n", []string{`1:10: timeout: duration "0s" must be greater than zero`}},
+	{"StepTimeoutNegative", "steps:\n  - run: x\n    timeout: -5m\n", []string{`3:14: step 1 timeout: duration "-5m" must be greater than zero`}},
+	{"ContinueOnErrorString", "steps:\n  - run: x\n    continue-on-error: \"yes\"\n", []string{"3:24: step 1 continue-on-error must be true or false; got a string"}},
+	{"MemoryBad", "resources:\n  memory: 4GB\nsteps: [{run: x}]\n", []string{`2:11: resources.memory: unknown size suffix "GB"`}},
+	{"DiskFractionalBytes", "resources:\n  disk: 1.5\nsteps: [{run: x}]\n", []string{`2:9: resources.disk: size "1.5" is not a whole number of bytes`}},
+	{"CPUsBad", "resources:\n  cpus: \"2 cores\"\nsteps: [{run: x}]\n", []string{`2:9: resources.cpus: unknown CPU suffix " cores"`}},
+	{"CPUsZero", "resources: {cpus: 0}\nsteps: [{run: x}]\n", []string{`1:19: resources.cpus: cpus "0" must be greater than zero`}},
+	{"ResourcesNotAMapping", "resources: big\nsteps: [{run: x}]\n", []string{"1:12: resources must be a mapping"}},
+	{"OnNull", "on:\nsteps: [{run: x}]\n", []string{"1:1: on has no value"}},
+	{"OnEmpty", "on: {}\nsteps: [{run: x}]\n", []string{"1:1: on selects no event"}},
+	{"OnList", "on: [push]\nsteps: [{run: x}]\n", []string{"1:5: on must be a mapping (key: value); got a list"}},
+	{"ManualWithSettings", "on:\n  manual: {inputs: x}\nsteps: [{run: x}]\n", []string{"2:11: on.manual takes no settings"}},
+	{"BranchesNotAList", "on:\n  push:\n    branches: main\nsteps: [{run: x}]\n", []string{`3:15: on.push.branches must be a list, like [main, "release/*"]; got a string`}},
+	{"BranchBadGlob", "on:\n  push:\n    branches: [main, \"rel[ease\"]\nsteps: [{run: x}]\n", []string{"3:22: invalid glob in on.push.branches: pattern \"rel[ease\": missing ]"}},
+	{"BranchWithRefsPrefix", "on:\n  push:\n    branches:\n      - refs/heads/main\nsteps: [{run: x}]\n", []string{`4:9: on.push.branches names refs without their prefix: write "main", not "refs/heads/main"`}},
+	{"TagBadGlob", "on:\n  push:\n    tags: [\"v[]\"]\nsteps: [{run: x}]\n", []string{"3:12: invalid glob in on.push.tags"}},
+	{"PullBranchNumber", "on:\n  pull:\n    branches: [1]\nsteps: [{run: x}]\n", []string{`3:16: an entry of on.pull.branches must be a string; got a number, quote it: "1"`}},
+	{"CacheKeyBadTemplate", "caches:\n  - key: k-{{ hashFiles }\n    paths: [a]\nsteps: [{run: x}]\n", []string{"2:10: cache 1 key: invalid template"}},
+	{"CacheKeyOtherAction", "caches:\n  - key: 'k-{{ .Env.X }}'\n    paths: [a]\nsteps: [{run: x}]\n", []string{"2:10: cache 1 key: {{.Env.X}} is not allowed"}},
+	{"CacheNoKey", "caches:\n  - paths: [a]\nsteps: [{run: x}]\n", []string{"2:5: cache 1 has no key:"}},
+	{"CachePathsEmpty", "caches:\n  - key: k\n    paths: []\nsteps: [{run: x}]\n", []string{"3:12: cache 1 paths is empty"}},
+	{"OutputAbsolute", "outputs: [dist/, /etc/passwd]\nsteps: [{run: x}]\n", []string{`1:18: outputs: "/etc/passwd" is absolute`}},
+	{"OutputEscapes", "outputs:\n  - ../x\nsteps: [{run: x}]\n", []string{`2:5: outputs: "../x" leaves the checkout`}},
+	{"OutputEmptyEntry", "outputs: [a, \"\"]\nsteps: [{run: x}]\n", []string{"1:14: an entry of outputs is empty"}},
+	{"RunnersWithComma", "runners: [\"a,b\"]\nsteps: [{run: x}]\n", []string{`1:11: "a,b" in runners contains white space or a comma`}},
+	{"ImageWithSpace", "image: golang 1.26\nsteps: [{run: x}]\n", []string{`1:8: image "golang 1.26" contains white space`}},
+	{"NameEmpty", "name: \"\"\nsteps: [{run: x}]\n", []string{"1:7: name is empty"}},
+	{"NameMultiline", "name: |\n  a\n  b\nsteps: [{run: x}]\n", []string{"1:7: name must be one line of text"}},
+	{"UnknownAlias", "steps:\n  - run: *nope\n", []string{"2:10: alias *nope names no anchor defined before it"}},
+	{"AliasInsideItself", "a: &x [*x]\nsteps: [{run: x}]\n", []string{"1:8: alias *x is inside the node it refers to"}},
+	{"CustomTag", "name: !secret x\nsteps: [{run: x}]\n", []string{"1:7: unsupported tag !secret"}},
+	{"NonStringKey", "steps: [{run: x}]\n[a]: b\n", []string{"2:4: invalid YAML:"}},
+	{"ErrorInsideAnchorNamesEachUse", "base: &b {run: 1}\nsteps: [*b, *b]\n", []string{
+		`1:1: unknown key "base" in the workflow`,
+		`1:16: step 1 run must be a string`,
+		`1:16: step 2 run must be a string`,
+	}},
+}
+
+func TestParse_ErrorsNameTheirLineAndColumn(t *testing.T) {
+	for _, tc := range errorCases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := Parse("w.yml", []byte(tc.src))
+			if err == nil {
+				t.Fatalf("no error; parsed %+v", w)
+			}
+			if w != nil {
+				t.Errorf("Parse returned a Workflow together with an error")
+			}
+			var list ErrorList
+			if !errors.As(err, &list) {
+				t.Fatalf("error is %T, want ErrorList", err)
+			}
+			var got []string
+			for _, e := range list {
+				if e.Path != "w.yml" {
+					t.Errorf("Path = %q", e.Path)
+				}
+				got = append(got, fmt.Sprintf("%d:%d: %s", e.Line, e.Col, e.Msg))
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d errors, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i := range got {
+				want := tc.want[i]
+				at, msg, _ := strings.Cut(want, ": ")
+				if !strings.HasPrefix(got[i], at+": ") || !strings.Contains(got[i], msg) {
+					t.Errorf("error %d = %q\nwant at %s containing %q", i, got[i], at, msg)
+				}
+			}
+		})
+	}
+}
