@@ -93,11 +93,12 @@ type Step struct {
 
 // Result is how a step ended.
 type Result struct {
-	// ExitCode is the step process's exit status; -1 when it was killed by a
-	// signal or never started.
+	// ExitCode is the step process's exit status: 128+N when signal N
+	// killed it (as a shell reports it), -1 when it never started.
 	ExitCode int
-	// Reason is empty when ExitCode decides, else one of api.ReasonTimeout,
-	// api.ReasonCancelled, api.ReasonOOMKilled, ...
+	// Reason is empty when ExitCode decides, else one of api.ReasonTimeout
+	// (Step.Timeout or the context's deadline passed), api.ReasonCancelled
+	// (the context was cancelled), api.ReasonOOMKilled, ...
 	Reason string
 	// Duration is the step's wall-clock time.
 	Duration time.Duration
