@@ -220,6 +220,9 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
+	if in.Run <= 0 {
+		return badRequest("run is required")
+	}
 	if _, err := s.visibleRun(r.Context(), a, in.Run); err != nil {
 		return err
 	}

@@ -207,7 +207,8 @@ func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 // empty is the answer of procedures without output.
 var empty = struct{}{}
 
-// decodeInput reads a procedure's JSON body into v.
+// decodeInput reads a procedure's JSON body into v. An empty body leaves v
+// as it is; handlers check the fields they need.
 func decodeInput(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 	if err != nil {
@@ -217,7 +218,7 @@ func decodeInput(r *http.Request, v any) error {
 		return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest, "body larger than %d bytes", maxJSONBody)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return badRequest("a JSON body is required")
+		return nil // no body: every field takes its zero value
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return badRequest("invalid JSON body: %v", err)

@@ -1,0 +1,56 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server/servertest"
+)
+
+// cpuTime is the CPU time (user + system) this process has used.
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("registers 200 runners")
+	}
+	f := newFixture(t, servertest.Options{})
+	const n = 200
+	runners := make([]*servertest.Runner, n)
+	for i := range runners {
+		runners[i] = f.RegisterRunner(t, f.repo, fmt.Sprintf("r%03d", i), nil, true)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out api.ClaimOutput
+			r.Client.Procedure(ctx, api.MethodClaim, api.ClaimInput{Wait: 60}, &out)
+		}()
+	}
+	time.Sleep(time.Second) // the polls arrive and settle; what follows is measured
+	const window = 3 * time.Second
+	before := cpuTime(t)
+	time.Sleep(window)
+	used := cpuTime(t) - before
+	t.Logf("%d idle long polls: %s CPU in %s", n, used, window)
+	if used > window/10 {
+		t.Errorf("%d idle long polls used %s CPU in %s; want near zero (no polling)", n, used, window)
+	}
+	cancel()
+	wg.Wait()
+}
