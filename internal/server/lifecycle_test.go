@@ -302,3 +302,31 @@ func TestRuns_OnlyOwnerOrAdminSeesThem(t *testing.T) {
 		t.Errorf("admin's list of the pipeline = %+v, %v; want the run", list.Runs, err)
 	}
 }
+
+func TestShutdown_EndsLongPollsAtOnce(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	done := make(chan error, 1)
+	go func() {
+		var out api.ClaimOutput
+		err := r.Client.Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 60}, &out)
+		if err == nil && out.Run != nil {
+			err = fmt.Errorf("claimed run %d from nothing", out.Run.Run.ID)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let the poll start; the outcome does not depend on it
+	start := time.Now()
+	f.Stop()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("shutdown took %s with a long poll in flight", d)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("long poll during shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long poll still open after shutdown")
+	}
+}

@@ -364,6 +364,16 @@ func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run,
 
 // ExpireLeases implements store.Store.
 func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, error) {
+	// A read first: the sweeper calls this every second and usually finds
+	// nothing, which must not take the write lock.
+	var lapsed bool
+	if err := d.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE state IN (?, ?) AND lease_expires < ?)`,
+		api.StateClaimed, api.StateRunning, ms(now)).Scan(&lapsed); err != nil {
+		return nil, fmt.Errorf("look for lapsed leases: %w", err)
+	}
+	if !lapsed {
+		return nil, nil
+	}
 	var out []store.Run
 	err := d.tx(ctx, func(tx *sql.Tx) error {
 		lapsed, err := listRuns(ctx, tx, `WHERE r.state IN (?, ?) AND r.lease_expires < ?`,
