@@ -91,6 +91,7 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	}
 	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets}
 	res := e.run(ctx)
+	res.Message = logmask.String(res.Message, secrets) // it leaves the runner too
 	if job.Cleanup != nil {
 		if err := job.Cleanup(); err != nil {
 			log.Error("remove workspace", "err", err)

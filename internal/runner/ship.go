@@ -38,6 +38,7 @@ type Shipper struct {
 	seen       int            // journal entries read so far
 	pending    []JournalEntry // read, not yet acknowledged
 	logsClosed bool           // the server refuses further log bytes (run final)
+	buf        []byte         // one chunk
 }
 
 // errShipped ends a Shipper's work: the spool is delivered (or the server
@@ -206,7 +207,10 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 			_ = sh.Spool.saveCursor(sh.cur) // behind is harmless; the next save catches up
 		}
 	}()
-	buf := make([]byte, MaxChunk)
+	if sh.buf == nil {
+		sh.buf = make([]byte, MaxChunk)
+	}
+	buf := sh.buf
 	for _, step := range steps {
 		f, err := os.Open(sh.Spool.logPath(step))
 		if err != nil {
