@@ -508,3 +508,37 @@ func TestIntegration_RestartDeliversSpoolOfEarlierProcess(t *testing.T) {
 	}
 	w.assertCleanedUp(run.ID)
 }
+
+func TestIntegration_CapacityRunsTwoAtOnce(t *testing.T) {
+	w := newWorld(t, true)
+	w.startRunner(func(c *Config) { c.Capacity = 2 })
+	// Two workflows, one push: two runs of one repository, each waiting
+	// until both have started (they share the mirror).
+	wf := wfHead + `
+steps:
+  - run: |
+      touch "$HOME/../../started-$KNOTLESS_RUN"
+      n=0
+      while [ "$(ls "$HOME/../.." | grep -c '^started-')" -lt 2 ]; do
+        sleep 0.05; n=$((n+1)); [ $n -lt 400 ] || exit 9
+      done
+      echo together
+`
+	w.push(map[string]string{".knotless/workflows/a.yml": wf, ".knotless/workflows/b.yml": wf})
+	var runs []api.Run
+	waitFor(t, 10*time.Second, "two runs", func() bool {
+		var out api.ListRunsOutput
+		w.srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {w.repo}}, &out)
+		runs = out.Runs
+		return len(runs) == 2
+	})
+	for _, r := range runs {
+		final := w.waitFinal(r.ID, 60*time.Second)
+		if final.State != api.StateSucceeded {
+			t.Fatalf("run %d: %+v\n%s", r.ID, final, w.stepLog(r.ID, 1))
+		}
+		if got := string(w.stepLog(r.ID, 1)); got != "together\n" {
+			t.Fatalf("run %d log %q", r.ID, got)
+		}
+	}
+}
