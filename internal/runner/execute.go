@@ -89,7 +89,7 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 			secrets = append(secrets, v)
 		}
 	}
-	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets}
+	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets, ended: map[int]bool{}}
 	res := e.run(ctx)
 	res.Message = logmask.String(res.Message, secrets) // it leaves the runner too
 	if job.Cleanup != nil {
@@ -101,7 +101,15 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	if err := e.setup.close(); err != nil {
 		log.Warn("close setup log", "err", err)
 	}
-	if !e.setupEnded {
+	if e.wf != nil {
+		// Steps the run never reached (it ended in setup) are skipped.
+		for i, st := range e.wf.Steps {
+			if !e.ended[i+1] {
+				e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
+			}
+		}
+	}
+	if !e.ended[api.SetupStep] {
 		// The run ended before its first step: setup is where it failed.
 		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason}
 		switch res.State {
@@ -123,14 +131,14 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 const SetupName = "setup"
 
 type execution struct {
-	setupEnded bool // setup's final update was reported
-	job        Job
-	ex         executor.Executor
-	rep        Reporter
-	log        *slog.Logger
-	secrets    []string
-	setup      *setupLog
-	wf         *workflow.Workflow
+	ended   map[int]bool // steps whose final state was reported
+	job     Job
+	ex      executor.Executor
+	rep     Reporter
+	log     *slog.Logger
+	secrets []string
+	setup   *setupLog
+	wf      *workflow.Workflow
 }
 
 func (e *execution) run(ctx context.Context) Result {
@@ -164,7 +172,7 @@ func (e *execution) run(ctx context.Context) Result {
 	}
 	for _, name := range sortedKeys(e.job.Secrets) {
 		if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
-			sl.printf("warning: secret %s is too short to be masked reliably in logs\n", name)
+			sl.printf("warning: secret %s is shorter than %d bytes or blank: it is NOT masked in logs\n", name, logmask.MinSecretLen)
 		}
 	}
 
@@ -178,7 +186,7 @@ func (e *execution) run(ctx context.Context) Result {
 	if e.job.Checkout != nil {
 		sl.printf("checking out %s\n", e.job.SHA)
 		if err := e.job.Checkout(runCtx, sl); err != nil {
-			if res, stopped := e.stopped(runCtx, 0); stopped {
+			if res, stopped := e.stopped(runCtx, timeout); stopped {
 				return res
 			}
 			sl.printf("checkout failed: %v\n", err)
@@ -203,7 +211,7 @@ func (e *execution) run(ctx context.Context) Result {
 		Log:         sl,
 	})
 	if err != nil {
-		if res, stopped := e.stopped(runCtx, 0); stopped {
+		if res, stopped := e.stopped(runCtx, timeout); stopped {
 			return res
 		}
 		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), err)
@@ -227,7 +235,6 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 	if _, stopped := e.stopped(ctx, timeout); !stopped {
 		// Later setup-log lines (cleanup) are still shipped; the CLI
 		// prints what comes after the steps.
-		e.setupEnded = true
 		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepSucceeded})
 	}
 	ended := false
@@ -428,6 +435,11 @@ func (e *execution) stepLog(idx int) (io.Writer, func() error, error) {
 }
 
 func (e *execution) report(u StepUpdate) {
+	switch u.State {
+	case api.StepPending, api.StepRunning:
+	default:
+		e.ended[u.Step] = true
+	}
 	if err := e.rep.Step(u); err != nil {
 		e.log.Error("record step update", "step", u.Step, "state", u.State, "err", err)
 	}

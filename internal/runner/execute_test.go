@@ -389,6 +389,9 @@ func TestExecute_CheckoutFailureIsErroredCheckout(t *testing.T) {
 	if !strings.Contains(rep.log(0), "not our ref") {
 		t.Fatalf("git's error not in the setup log:\n%s", rep.log(0))
 	}
+	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonCheckout || f[1].State != api.StepSkipped {
+		t.Fatalf("steps %+v", f)
+	}
 }
 
 func TestCapWriter_MarkerOnItsOwnLine(t *testing.T) {
