@@ -20,4 +20,9 @@
 //	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
 //	DIR/spool/<run>/journal.jsonl    step updates and the final result, in order
 //	DIR/spool/<run>/shipped.json     what the server acknowledged so far
+//	DIR/shell/                       the shell executor's private files (scripts)
+//
+// A spool is removed once the server acknowledged the run's result; a
+// runner that starts delivers every spool an earlier process left, and
+// removes every DIR/runs/* and executor environment it left.
 package runner
