@@ -109,11 +109,10 @@ func (s *session) runLogs(cmd *cobra.Command, args []string, o logsOptions) erro
 		if !o.follow {
 			return s.printLogs(ctx, id, o.step)
 		}
-		run, ok, err := s.followRun(ctx, id, o.step)
+		_, ok, err := s.followRun(ctx, id, o.step)
 		if err != nil {
 			return err
 		}
-		_ = run
 		if !ok {
 			return errSilentFailure
 		}

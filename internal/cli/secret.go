@@ -47,7 +47,17 @@ value is refused.`,
 				return fmt.Errorf("set secret %s of %s: %w", args[0], r, err)
 			}
 			if s.jsonOut {
-				return writeJSON(s.stdout(), api.Secret{Name: args[0], Runner: runner, UpdatedAt: s.now().UTC()})
+				// The server answers set with nothing: print its listing of it.
+				var out api.ListSecretsOutput
+				if err := s.query(cmd.Context(), api.MethodListSecrets, url.Values{"repo": {r}}, &out); err != nil {
+					return fmt.Errorf("list secrets of %s: %w", r, err)
+				}
+				for _, sec := range out.Secrets {
+					if sec.Name == args[0] && sec.Runner == runner {
+						return writeJSON(s.stdout(), sec)
+					}
+				}
+				return fmt.Errorf("secret %s of %s was set but is not listed", args[0], r)
 			}
 			fmt.Fprintf(s.stdout(), "Set secret %s of %s%s (%d bytes).\n", args[0], r, scopeNote(runner), len(v))
 			return nil

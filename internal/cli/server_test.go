@@ -233,7 +233,12 @@ func TestSecret_SetFromStdinListShowsNoValueRemove(t *testing.T) {
 		t.Fatalf("secret set printed the value: %q %q", r.stdout, r.stderr)
 	}
 	// KNOTLESS_REPO and a bare NAME (owner = the caller) work too.
-	mustRun(t, e.with(EnvRepo, "app"), ExitOK, strings.NewReader(value), "secret", "set", "DEPLOY_KEY", "--runner", "build-1")
+	r = mustRun(t, e.with(EnvRepo, "app"), ExitOK, strings.NewReader(value), "secret", "set", "DEPLOY_KEY", "--runner", "build-1", "--json")
+	var set api.Secret
+	decodeJSON(t, r.stdout, &set)
+	if set.Name != "DEPLOY_KEY" || set.Runner != "build-1" || set.UpdatedAt.IsZero() || strings.Contains(r.stdout, value) {
+		t.Errorf("secret set --json: %s", r.stdout)
+	}
 
 	r = mustRun(t, e, ExitOK, nil, "secret", "list", "--repo", "admin/app", "--json")
 	if strings.Contains(r.stdout, value) {
