@@ -411,14 +411,16 @@ func TestConsoleReporter_FramesStepsAndSummary(t *testing.T) {
 	setup, _ := c.Log(0)
 	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepPending})
 	c.Step(StepUpdate{Step: 2, Name: "test", State: api.StepPending})
+	c.Step(StepUpdate{Step: 0, Name: SetupName, State: api.StepRunning})
 	setup.Write([]byte("preparing\n"))
+	c.Step(StepUpdate{Step: 0, Name: SetupName, State: api.StepSucceeded})
 	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepRunning})
 	l1, _ := c.Log(1)
 	l1.Write([]byte("no newline"))
 	c.Step(StepUpdate{Step: 1, Name: "build", State: api.StepFailed, ExitCode: ptr(2), Reason: api.ReasonExitCode})
 	c.Step(StepUpdate{Step: 2, Name: "test", State: api.StepSkipped})
 	c.Done(Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(2)})
-	want := "── setup ──\npreparing\n── step 1/2: build ──\nno newline\n── failed, exit 2 ──\n" +
+	want := "── setup ──\npreparing\n── done ──\n── step 1/2: build ──\nno newline\n── failed, exit 2 ──\n" +
 		"── step 2/2: test ──\n── skipped ──\nrun 0 (ci): failed, exit-code, exit 2\n"
 	if b.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)

@@ -217,9 +217,11 @@ func (c *ConsoleReporter) Step(u StepUpdate) error {
 	}
 	c.enter(u.Step)
 	c.endLine()
-	_, err := io.WriteString(c.Out, runlog.StepFooter(api.Step{
-		Index: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason,
-	}, u.Duration))
+	st := api.Step{Index: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason}
+	if u.Step == api.SetupStep && u.State == api.StepSucceeded {
+		st.State = "done" // as `knotless run logs` prints it
+	}
+	_, err := io.WriteString(c.Out, runlog.StepFooter(st, u.Duration))
 	c.current = -1
 	return err
 }
