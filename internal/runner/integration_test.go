@@ -254,10 +254,13 @@ steps:
 
 func TestIntegration_RunnerStartedBeforeApprovalClaimsOnceApproved(t *testing.T) {
 	w := newWorld(t, false)
-	w.startRunner(nil)
+	log, rec := recordingLogger(t)
+	w.startRunner(func(c *Config) { c.Logger = log })
 	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo approved\n"})
+	waitFor(t, 10*time.Second, "the runner asking for approval", func() bool {
+		return rec.contains("waiting for approval: ask an owner to run: knotless runner approve --repo alice/app r1")
+	})
 	// Not approved: the run stays queued.
-	time.Sleep(500 * time.Millisecond) // a few claim attempts (asserting an absence)
 	if r := w.getRun(run.ID); r.State != api.StateQueued {
 		t.Fatalf("unapproved runner took run: %s", r.State)
 	}

@@ -29,6 +29,7 @@ type logServer struct {
 	events   []string          // "log run/step size" | "step N state" | "complete state"
 	final    map[int64]string  // run → final state
 	down     bool
+	downHits int            // requests answered while down
 	finished map[int64]bool // runs whose appends/updates answer RunFinished
 }
 
@@ -45,6 +46,7 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(api.Error{Name: name, Size: size})
 	}
 	if s.down {
+		s.downHits++
 		fail(http.StatusServiceUnavailable, "Unavailable", nil)
 		return
 	}
@@ -130,15 +132,38 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(&testWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+// recordingLogger is testLogger that also keeps the lines, for tests that
+// wait for an event the runner logs.
+func recordingLogger(t *testing.T) (*slog.Logger, *testWriter) {
+	w := &testWriter{t: t, keep: true}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})), w
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
+type testWriter struct {
+	t    *testing.T
+	keep bool
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
+	if w.keep {
+		w.mu.Lock()
+		w.buf.Write(p)
+		w.mu.Unlock()
+	}
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+func (w *testWriter) contains(s string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Contains(w.buf.String(), s)
 }
 
 func startShipper(t *testing.T, srv *logServer, sp *Spool) (context.CancelFunc, chan error) {
@@ -229,7 +254,11 @@ func TestShipper_ServerDownKeepsEverythingAndDeliversLater(t *testing.T) {
 	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
 	w, _ := rep.Log(1)
 	w.Write([]byte("before\n"))
-	time.Sleep(300 * time.Millisecond) // let a few retries fail (not a wait for a condition)
+	waitFor(t, 10*time.Second, "failed deliveries", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.downHits >= 3
+	})
 	w.Write([]byte("during\n"))
 	w.Close()
 	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepFailed, ExitCode: ptr(3), Reason: api.ReasonExitCode})
