@@ -5,7 +5,7 @@ import "slices"
 // automaton is an Aho–Corasick automaton over the patterns. Following it
 // byte by byte tells, after each byte, the longest pattern ending there
 // (to mask it) and how many trailing bytes are still the start of some
-// pattern (which is exactly what must be held back).
+// longer pattern occurrence (which is exactly what must be held back).
 //
 // Memory is linear in the total length of the patterns: the root has a
 // dense transition table, other states a sorted edge list.
@@ -22,6 +22,9 @@ type acNode struct {
 	fail   int32 // longest proper suffix that is a state
 	depth  int32 // length of the string this state stands for
 	out    int32 // longest pattern that is a suffix of it (0 = none)
+	// hold is the length of the longest suffix of this state's string
+	// that a longer pattern could still continue: what must be held back.
+	hold int32
 }
 
 type acEdge struct {
@@ -85,6 +88,9 @@ func newAutomaton(pats [][]byte) *automaton {
 	queue := make([]int32, 0, len(trie))
 	for _, e := range a.edges[a.nodes[0].lo:a.nodes[0].hi] {
 		queue = append(queue, e.to) // depth 1: fail = root
+		if n := &a.nodes[e.to]; n.hi > n.lo {
+			n.hold = 1
+		}
 	}
 	for len(queue) > 0 {
 		s := queue[0]
@@ -95,6 +101,11 @@ func newAutomaton(pats [][]byte) *automaton {
 			n.fail = f
 			if n.out == 0 {
 				n.out = a.nodes[f].out
+			}
+			if n.hi > n.lo {
+				n.hold = n.depth
+			} else {
+				n.hold = a.nodes[f].hold
 			}
 			queue = append(queue, e.to)
 		}

@@ -9,6 +9,7 @@ import (
 // for any input, any secrets and any way of splitting the input.
 func FuzzWriter(f *testing.F) {
 	f.Add([]byte("pw=hunter2hunter2."), "hunter2hunter2", "", []byte{3, 9})
+	f.Add([]byte("s3cr3t-value plain s3cr3t-value"), "s3cr3t-value", "", []byte{12, 7})
 	f.Add([]byte("1abcdefghi2aaaaaa"), "abcdef", "defghi", []byte{4, 1, 1})
 	f.Add([]byte("aGVsbG8+PndvcmxkPz8= x"), "hello>>world??", "aaaa", []byte{0, 7})
 	f.Add([]byte("line-two\nline-one\n"), "line-one\nline-two", "x", []byte{9})

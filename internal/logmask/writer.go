@@ -111,6 +111,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if direct {
 		n := int(w.frontier() - w.src.pAt)
 		w.emitted += int64(n)
+		if n > 0 {
+			w.prevHidden = false
+		}
 		w.keepHeld()
 		return w.writeOut(p[:n], len(p))
 	}
@@ -119,9 +122,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 }
 
 // frontier is the stream offset before which every byte is decided: the
-// bytes after it are the longest tail that starts some pattern.
+// bytes after it are the longest tail that some pattern could continue.
 func (w *Writer) frontier() int64 {
-	return w.pos - int64(w.ac.nodes[w.state].depth)
+	return w.pos - int64(w.ac.nodes[w.state].hold)
 }
 
 // scan runs the automaton over b, recording the spans to hide.

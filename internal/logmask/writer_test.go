@@ -39,6 +39,21 @@ func refMask(data []byte, secrets []string) []byte {
 	return out
 }
 
+// minimalHold is the length of the longest suffix of stream that is a
+// proper prefix of some pattern: what a Writer must hold back, and no more.
+func minimalHold(stream []byte, secrets []string) int {
+	best := 0
+	for _, p := range patterns(secrets) {
+		for n := min(len(p)-1, len(stream)); n > best; n-- {
+			if bytes.HasSuffix(stream, p[:n]) {
+				best = n
+				break
+			}
+		}
+	}
+	return best
+}
+
 // streamMask writes data to a Writer in pieces cut at the given offsets.
 func streamMask(t testing.TB, data []byte, secrets []string, cuts ...int) []byte {
 	t.Helper()
@@ -50,6 +65,9 @@ func streamMask(t testing.TB, data []byte, secrets []string, cuts ...int) []byte
 		n, err := w.Write(data[prev:c])
 		if err != nil || n != c-prev {
 			t.Fatalf("Write(%d bytes) = %d, %v", c-prev, n, err)
+		}
+		if want := minimalHold(data[:c], secrets); len(w.held) != want {
+			t.Fatalf("after %d bytes: holding %d bytes, want %d (the longest tail a pattern could continue)", c, len(w.held), want)
 		}
 		prev = c
 	}
@@ -310,5 +328,25 @@ func TestWriter_ConcurrentWritesKeepEveryLine(t *testing.T) {
 	w.Close()
 	if got, want := out.String(), strings.Repeat("line *** end\n", 2000); got != want {
 		t.Fatalf("got %d bytes, want %d", len(got), len(want))
+	}
+}
+
+// A Write passed through unchanged must still end the previous hidden run,
+// or the next secret would vanish without its "***".
+func TestWriter_MarkerAfterPassThroughWrite(t *testing.T) {
+	data := []byte("s3cr3t-value plain s3cr3t-value")
+	if got := streamMask(t, data, []string{"s3cr3t-value"}, 12, 19); string(got) != "*** plain ***" {
+		t.Fatalf("%q", got)
+	}
+}
+
+// A whole secret at the end of a Write can not grow into a longer match,
+// so its "***" goes out at once instead of waiting for the next Write.
+func TestWriter_CompleteSecretAtEndOfWriteIsNotHeld(t *testing.T) {
+	var out bytes.Buffer
+	w := New(&out, []string{"s3cr3t-value"})
+	w.Write([]byte("token s3cr3t-value"))
+	if out.String() != "token ***" {
+		t.Fatalf("out = %q, want %q before any further Write", out.String(), "token ***")
 	}
 }
