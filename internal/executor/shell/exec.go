@@ -108,13 +108,16 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		return res, fmt.Errorf("run step %q: output pipe: %w", step.Name, err)
 	}
 	cmd := &exec.Cmd{
-		Path:        shellPath,
-		Args:        append(slices.Clip(argv), script),
-		Env:         env,
-		Dir:         s.workdir,
-		Stdout:      w, // one pipe for both keeps their order
-		Stderr:      w,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		Path:   shellPath,
+		Args:   append(slices.Clip(argv), script),
+		Env:    env,
+		Dir:    s.workdir,
+		Stdout: w, // one pipe for both keeps their order
+		Stderr: w,
+		// Pdeathsig: if the runner dies without cleaning up (SIGKILL),
+		// the kernel kills the shell; what the shell started is killed by
+		// the next runner's Sweep from the group record.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	err = cmd.Start()
 	_ = w.Close()
@@ -123,6 +126,9 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		return res, fmt.Errorf("run step %q: start %s: %w", step.Name, argv[0], err)
 	}
 	pgid := cmd.Process.Pid
+	if err := recordGroup(s.dir, pgid); err != nil {
+		s.exe.log.Warn("could not record the step's process group; a crashed runner may leave its processes behind", "run", s.id, "step", step.Name, "err", err)
+	}
 
 	p := &pump{r: r, out: out, done: make(chan struct{})}
 	go p.run()
@@ -134,6 +140,9 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	res.ExitCode = exitCode(cmd.ProcessState)
 
 	gone := waitGroupGone(pgid, groupGoneWait)
+	if gone {
+		forgetGroup(s.dir)
+	}
 	if !gone {
 		s.exe.log.Warn("processes of a step survived SIGKILL", "run", s.id, "step", step.Name, "pgid", pgid)
 	}

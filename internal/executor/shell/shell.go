@@ -197,7 +197,9 @@ func (e *Executor) Recover(ctx context.Context, id string) (executor.Session, er
 }
 
 // Sweep removes every session directory under Config.Dir whose name is not
-// in keep and that no live session of this executor owns. A missing
+// in keep and that no live session of this executor owns, after killing
+// (SIGKILL) the process group its step had recorded, when an earlier
+// runner process died mid-step and left processes running. A missing
 // Config.Dir is not an error. Errors of single removals are joined.
 func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 	if e.cfg.Dir == "" {
@@ -220,6 +222,13 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 		name := ent.Name()
 		if slices.Contains(keep, name) || e.live[name] != nil {
 			continue
+		}
+		if !ent.IsDir() {
+			// not a session
+		} else if killed, err := killRecordedGroup(filepath.Join(e.cfg.Dir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("sweep shell session %s: %w", name, err))
+		} else if killed {
+			e.log.Info("killed processes an earlier runner process left running", "session", name)
 		}
 		if err := os.RemoveAll(filepath.Join(e.cfg.Dir, name)); err != nil {
 			errs = append(errs, fmt.Errorf("sweep shell session %s: %w", name, err))
