@@ -209,6 +209,7 @@ func newRun(g *globals) *cobra.Command {
 		statePath, execName, work string
 		cfg                       runner.Config
 		logLimit                  = sizeValue(runner.DefaultLogLimit)
+		envs                      = &envValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "run --state FILE --executor shell --work DIR",
@@ -246,6 +247,7 @@ Work directory layout:
 			}
 			cfg.State, cfg.Executor, cfg.WorkDir, cfg.Logger = st, ex, work, log
 			cfg.LogLimit = int64(logLimit)
+			cfg.Env = envs.m
 			r, err := runner.New(cfg)
 			if err != nil {
 				return err
@@ -275,6 +277,7 @@ Work directory layout:
 	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "executor": "KNOTLESS_EXECUTOR", "work": "KNOTLESS_WORK",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "log-limit": "KNOTLESS_LOG_LIMIT"} {
 		envFlag(f, flag, env)
@@ -287,6 +290,7 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 		execName, work string
 		secrets        []string
 		logLimit       = sizeValue(runner.DefaultLogLimit)
+		envs           = &envValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "exec FILE [--executor shell] [--secret NAME]...",
@@ -336,7 +340,7 @@ cancelled, 2 when the command line was wrong.`,
 			defer stop()
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Home: home, Executor: ex, Out: stdout,
-				LogLimit: int64(logLimit), Logger: log,
+				LogLimit: int64(logLimit), Env: envs.m, Logger: log,
 			})
 			if err != nil {
 				return err
@@ -353,6 +357,7 @@ cancelled, 2 when the command line was wrong.`,
 	f.StringVar(&work, "work", "", "directory for HOME and the executor's files (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	envFlag(f, "executor", "KNOTLESS_EXECUTOR")
 	envFlag(f, "work", "KNOTLESS_WORK")
 	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
@@ -363,5 +368,22 @@ func noArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(args, " "))
 	}
+	return nil
+}
+
+// envValue is a repeatable NAME=VALUE flag.
+type envValue struct{ m map[string]string }
+
+func (e *envValue) String() string { return "" }
+func (e *envValue) Type() string   { return "NAME=VALUE" }
+func (e *envValue) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" || strings.ContainsAny(name, " \t\x00") {
+		return fmt.Errorf("want NAME=VALUE, got %q", s)
+	}
+	if e.m == nil {
+		e.m = map[string]string{}
+	}
+	e.m[name] = value
 	return nil
 }

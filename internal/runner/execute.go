@@ -47,6 +47,10 @@ type Job struct {
 	Workspace string
 	// Home is a writable directory for HOME (shell executor).
 	Home string
+	// Env holds the runner operator's variables (--env) for every step;
+	// the KNOTLESS_* variables, HOME, the workflow's and the step's env win
+	// over them. Not secrets: they are not masked.
+	Env map[string]string
 	// Secrets are the values the run received, by name. Every value is
 	// masked in every log; steps get only those they list.
 	Secrets map[string]string
@@ -352,7 +356,11 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 // person reading the log go to out. A problem (a broken shared step) means
 // the step cannot run.
 func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
-	env := map[string]string{
+	env := make(map[string]string, len(e.job.Env)+16)
+	for k, v := range e.job.Env {
+		env[k] = v
+	}
+	for k, v := range map[string]string{
 		"CI":                 "true",
 		"KNOTLESS":           "true",
 		"KNOTLESS_REPO":      e.job.Repo,
@@ -362,6 +370,8 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		"KNOTLESS_RUN":       strconv.FormatInt(e.job.Run, 10),
 		"KNOTLESS_WORKFLOW":  e.wf.Name,
 		"KNOTLESS_WORKSPACE": sess.Workdir(),
+	} {
+		env[k] = v
 	}
 	if e.job.Home != "" {
 		env["HOME"] = e.job.Home

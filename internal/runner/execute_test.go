@@ -426,3 +426,19 @@ func TestConsoleReporter_FramesStepsAndSummary(t *testing.T) {
 		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+func TestExecute_OperatorEnvReachesStepsAndWorkflowEnvWins(t *testing.T) {
+	job := testJob(t, `
+env: {SHARED: from-workflow}
+steps:
+  - run: echo "cache=$GOCACHE shared=$SHARED run=$KNOTLESS_RUN"
+`)
+	job.Env = map[string]string{"GOCACHE": "/var/cache/go", "SHARED": "from-runner", "KNOTLESS_RUN": "999"}
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v", res)
+	}
+	if got, want := rep.log(1), "cache=/var/cache/go shared=from-workflow run=42\n"; got != want {
+		t.Fatalf("step log %q, want %q", got, want)
+	}
+}

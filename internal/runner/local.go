@@ -46,7 +46,9 @@ type LocalOptions struct {
 	Out io.Writer
 	// LogLimit caps each step's log (DefaultLogLimit).
 	LogLimit int64
-	Logger   *slog.Logger
+	// Env holds extra variables for every step (--env), as Job.Env.
+	Env    map[string]string
+	Logger *slog.Logger
 }
 
 // LocalCheckout finds the checkout a workflow file belongs to: the git
@@ -117,6 +119,7 @@ func ExecLocal(ctx context.Context, opts LocalOptions) (Result, error) {
 		ID:             fmt.Sprintf("exec-%d", os.Getpid()),
 		Workspace:      root,
 		Home:           opts.Home,
+		Env:            opts.Env,
 		Secrets:        secrets,
 		Labels:         map[string]string{"knotless.dev/exec": fmt.Sprint(os.Getpid())},
 		LogLimit:       opts.LogLimit,

@@ -41,6 +41,9 @@ type Config struct {
 	StopWait time.Duration
 	// LogLimit caps each step's log in bytes (DefaultLogLimit).
 	LogLimit int64
+	// Env holds variables the operator gives every step (--env), e.g. a
+	// shared GOCACHE; the workflow's own variables win over them.
+	Env map[string]string
 	// ClaimWait is how long one claim long-polls.
 	ClaimWait time.Duration
 	// Heartbeat is the interval of lease renewals, which also carry cancels.

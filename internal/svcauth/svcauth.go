@@ -61,8 +61,8 @@ func DIDKey(k atcrypto.PrivateKey) (string, error) {
 
 // Signer makes tokens for one issuer and audience. Safe for concurrent use.
 type Signer struct {
-	DID      string             // issuer: the runner's DID
-	Audience string             // the server's DID
+	DID      string // issuer: the runner's DID
+	Audience string // the server's DID
 	Key      atcrypto.PrivateKey
 	TTL      time.Duration // 0 means DefaultTTL
 }
