@@ -3,7 +3,15 @@
 // pipelines made from pushes and manual triggers, run scheduling (long-poll
 // claims, leases and their sweeper), step logs as files, and encrypted
 // secrets. Everything persistent goes through store.Store or the data
-// directory (see Config.DataDir for its layout).
+// directory:
+//
+//	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600
+//	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size
+//	DIR/repos/<owner>/<name>.git bare repositories
+//	DIR/tmp/                 spooled chunked git request bodies
+//	DIR/secret.key           32 random bytes: AES-256-GCM key of secrets, 0600
+//	DIR/server.key           P-256 private key (multibase); the server DID is its did:key, 0600
+//	DIR/admin.token          the admin account's API token (first start), 0600
 //
 // It must never log, return or store in plaintext an API token, a run token
 // or a secret value; and it never dials a runner: runners come to it.
