@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -38,7 +39,8 @@ func newCommand() *cobra.Command {
 git repositories at /OWNER/NAME.git, pipelines, runs, runners, secrets and logs.
 
 On first start it creates the data directory, an "admin" account, and writes
-the admin's API token to DATA/admin.token (mode 0600).
+the admin's API token to DATA/admin.token (mode 0600). While it runs,
+DATA/server.url holds the URL it answers at (handy with --listen 127.0.0.1:0).
 
 Every flag can also be set with the environment variable named after it,
 e.g. KNOTLESS_DATA for --data; a flag on the command line wins.`,
@@ -111,6 +113,15 @@ func run(ctx context.Context, cfg server.Config) error {
 		ln.Close()
 		return err
 	}
+	// Scripts and tests that start the server with --listen HOST:0 read the
+	// real address from here; it is removed on a clean stop.
+	urlFile := filepath.Join(cfg.DataDir, URLFile)
+	if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
+		srv.Close()
+		ln.Close()
+		return fmt.Errorf("write %s: %w", urlFile, err)
+	}
+	defer os.Remove(urlFile)
 	serveErr := srv.Serve(ctx, ln)
 	if err := srv.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("close: %w", err)
@@ -119,4 +130,18 @@ func run(ctx context.Context, cfg server.Config) error {
 		cfg.Logger.Info("server stopped")
 	}
 	return serveErr
+}
+
+// URLFile is the file in the data directory holding the URL the running
+// server answers at, e.g. "http://127.0.0.1:41234\n".
+const URLFile = "server.url"
+
+// writeFileAtomic writes data to name through a temporary file and a rename,
+// so a reader never sees a partial file.
+func writeFileAtomic(name string, data []byte) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
 }
