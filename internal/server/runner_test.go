@@ -384,3 +384,23 @@ func readBody(t *testing.T, resp *http.Response) string {
 	}
 	return b.String()
 }
+
+func TestRemoveRunner_RemovedRunnerCannotClaim(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	ctx := context.Background()
+	bob := f.Client(f.CreateAccount(t, "bob"))
+	if err := bob.Procedure(ctx, api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Fatalf("remove by another account: err = %v, want Forbidden", err)
+	}
+	if err := f.alice().Procedure(ctx, api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	queueOne(t, f, "")
+	if err := r.Client.Procedure(ctx, api.MethodClaim, api.ClaimInput{}, nil); !api.IsError(err, api.ErrInvalidToken) {
+		t.Fatalf("claim by a removed runner: err = %v, want InvalidToken", err)
+	}
+	if err := f.alice().Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Fatalf("approve of a removed runner: err = %v, want NotFound", err)
+	}
+}

@@ -209,6 +209,9 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun,
 	if err != nil {
 		return nil, err
 	}
+	if x.Status != api.RunnerApproved {
+		return nil, xerr(http.StatusForbidden, api.ErrNotApproved, "runner %s of %s is no longer approved", x.Name, x.Repo)
+	}
 	queued, err := s.store.QueuedRuns(ctx, x.RepoID)
 	if err != nil {
 		return nil, err
