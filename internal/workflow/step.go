@@ -12,12 +12,12 @@ import (
 )
 
 // DefaultShell is the command that runs a step's script when the step
-// sets no `shell:`; the script is given on its standard input.
+// sets no `shell:`.
 var DefaultShell = []string{"/bin/sh", "-e"}
 
-// ShellCommand is the step's `shell:` split on white space, or
-// DefaultShell when it has none. The runner appends nothing: the script
-// goes to the shell's standard input, never into its arguments.
+// ShellCommand is the step's `shell:` split on white space, or a copy of
+// DefaultShell when it has none. The script itself is never one of these
+// words: executors hand it over as a file (see internal/executor).
 func (s *Step) ShellCommand() []string {
 	if f := strings.Fields(s.Shell); len(f) > 0 {
 		return f
