@@ -3,5 +3,8 @@
 // triggers against an event. See docs/workflow.md (design: WORKFLOW.md).
 //
 // It never executes anything and never reads files itself: callers pass the
-// path (for messages) and the bytes.
+// path (for messages) and the bytes. It must never panic or take long on
+// any input, since the server parses whatever a push contains: input is
+// bounded (MaxFileSize and token limits) before the YAML parser sees it,
+// and FuzzParse guards the rest.
 package workflow
