@@ -89,3 +89,54 @@ func TestXRPC_ErrorsHaveNameMessageAndStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestAccountsAndRepos_ValidationAndPermissions(t *testing.T) {
+	s := servertest.Start(t, servertest.Options{})
+	ctx := context.Background()
+	alice := s.Client(s.CreateAccount(t, "alice"))
+	if err := alice.Procedure(ctx, api.MethodCreateAccount, api.CreateAccountInput{Handle: "eve"}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("account creation by a non-admin: err = %v, want Forbidden", err)
+	}
+	for _, h := range []string{"Alice", "", "a_b", strings.Repeat("a", 64)} {
+		if err := s.Admin().Procedure(ctx, api.MethodCreateAccount, api.CreateAccountInput{Handle: h}, nil); !api.IsError(err, api.ErrInvalidRequest) {
+			t.Errorf("handle %q: err = %v, want InvalidRequest", h, err)
+		}
+	}
+	if err := s.Admin().Procedure(ctx, api.MethodCreateAccount, api.CreateAccountInput{Handle: "alice"}, nil); !api.IsError(err, api.ErrConflict) {
+		t.Errorf("duplicate handle: err = %v, want Conflict", err)
+	}
+	var repo api.Repo
+	if err := alice.Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: "app"}, &repo); err != nil {
+		t.Fatal(err)
+	}
+	if repo.Owner != "alice" || repo.CloneURL != s.URL+"/alice/app.git" {
+		t.Errorf("repo = %+v", repo)
+	}
+	if err := alice.Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: "alice/app"}, nil); !api.IsError(err, api.ErrConflict) {
+		t.Errorf("duplicate repo: err = %v, want Conflict", err)
+	}
+	for _, n := range []string{"x.git", "a/b/c", "sp ace", "..", ""} {
+		if err := alice.Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: n}, nil); !api.IsError(err, api.ErrInvalidRequest) {
+			t.Errorf("repo name %q: err = %v, want InvalidRequest", n, err)
+		}
+	}
+	if err := alice.Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: "admin/app"}, nil); !api.IsError(err, api.ErrForbidden) {
+		t.Errorf("repo under another handle by a non-admin: err = %v, want Forbidden", err)
+	}
+	if err := s.Admin().Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: "alice/tools"}, nil); err != nil {
+		t.Errorf("admin creating a repo for alice: %v", err)
+	}
+	var list api.ListReposOutput
+	if err := alice.Query(ctx, api.MethodListRepos, nil, &list); err != nil || len(list.Repos) != 2 {
+		t.Errorf("alice's repos = %+v, %v; want app and tools", list.Repos, err)
+	}
+	if err := s.Admin().Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: "admin/own"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Query(ctx, api.MethodListRepos, nil, &list); err != nil || len(list.Repos) != 2 {
+		t.Errorf("alice sees %d repos, want only her 2", len(list.Repos))
+	}
+	if err := s.Admin().Query(ctx, api.MethodListRepos, nil, &list); err != nil || len(list.Repos) != 3 {
+		t.Errorf("admin sees %d repos, want all 3", len(list.Repos))
+	}
+}
