@@ -13,6 +13,7 @@ import (
 )
 
 func TestGit_PushAndCloneWithTokenAsPassword(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{"README": "hello\n"})
 	// A large random file makes git send the pack chunked.
@@ -38,6 +39,7 @@ func TestGit_PushAndCloneWithTokenAsPassword(t *testing.T) {
 }
 
 func TestGit_WrongOrMissingTokenIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{"README": "hello\n"})
 	if out, err := gitErr(t, dir, "push", f.GitURL(f.repo, "knl_wrong"), "main"); err == nil {
@@ -63,6 +65,7 @@ func TestGit_WrongOrMissingTokenIsRefused(t *testing.T) {
 }
 
 func TestGit_RunTokenFetchesOnlyWhileRunIsActiveAndCannotPush(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r, c := claimedRun(t, f)
 	if c.GitURL != "/alice/app.git" || !strings.HasPrefix(c.RunToken, "knr_") {

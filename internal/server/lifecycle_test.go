@@ -51,6 +51,7 @@ func procedure(t *testing.T, r *servertest.Runner, nsid string, in, out any) {
 }
 
 func TestLease_LapsedRunEndsErroredRunnerLost(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{Lease: time.Second})
 	_, c := claimedRun(t, f)
 	if c.LeaseSeconds != 1 {
@@ -64,6 +65,7 @@ func TestLease_LapsedRunEndsErroredRunnerLost(t *testing.T) {
 }
 
 func TestLease_HeartbeatsKeepRunAliveAndCarryCancel(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{Lease: time.Second})
 	r, c := claimedRun(t, f)
 	ctx := context.Background()
@@ -105,6 +107,7 @@ func TestLease_HeartbeatsKeepRunAliveAndCarryCancel(t *testing.T) {
 }
 
 func TestLease_CancelledRunWhoseRunnerVanishesEndsCancelled(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{Lease: time.Second})
 	_, c := claimedRun(t, f)
 	if err := f.alice().Procedure(context.Background(), api.MethodCancelRun, api.RunRef{Run: c.Run.ID}, nil); err != nil {
@@ -117,6 +120,7 @@ func TestLease_CancelledRunWhoseRunnerVanishesEndsCancelled(t *testing.T) {
 }
 
 func TestCancel_QueuedRunEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	queued := queueOne(t, f, "")
 	var run api.Run
@@ -133,6 +137,7 @@ func TestCancel_QueuedRunEndsAtOnce(t *testing.T) {
 }
 
 func TestAppendLog_RetriesAndOverlapsNeverDuplicateAndGapsAreRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r, c := claimedRun(t, f)
 	id := c.Run.ID
@@ -167,6 +172,7 @@ func TestAppendLog_RetriesAndOverlapsNeverDuplicateAndGapsAreRefused(t *testing.
 }
 
 func TestComplete_RecordedOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r, c := claimedRun(t, f)
 	ctx := context.Background()
@@ -195,6 +201,7 @@ func TestComplete_RecordedOnce(t *testing.T) {
 }
 
 func TestGetLog_WaitReturnsWhenBytesArrive(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r, c := claimedRun(t, f)
 	id := c.Run.ID
@@ -246,6 +253,7 @@ func TestGetLog_WaitReturnsWhenBytesArrive(t *testing.T) {
 }
 
 func TestRestart_RunSurvivesAndCompletesWithWholeLog(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{Lease: 2 * time.Second})
 	r, c := claimedRun(t, f)
 	id := c.Run.ID
@@ -281,6 +289,7 @@ func TestRestart_RunSurvivesAndCompletesWithWholeLog(t *testing.T) {
 }
 
 func TestRuns_OnlyOwnerOrAdminSeesThem(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	run := queueOne(t, f, "")
 	bob := f.Client(f.CreateAccount(t, "bob"))
@@ -304,6 +313,7 @@ func TestRuns_OnlyOwnerOrAdminSeesThem(t *testing.T) {
 }
 
 func TestShutdown_EndsLongPollsAtOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	done := make(chan error, 1)

@@ -24,6 +24,7 @@ var threeWorkflows = map[string]string{
 }
 
 func TestPush_CreatesRunsForMatchingWorkflowsAndErroredRunForBrokenOne(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, threeWorkflows)
 	f.push(t, dir, "main")
@@ -65,6 +66,7 @@ func TestPush_CreatesRunsForMatchingWorkflowsAndErroredRunForBrokenOne(t *testin
 }
 
 func TestPush_TagTriggersOnlyTagWorkflow(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{
 		".knotless/workflows/ci.yml":       threeWorkflows[".knotless/workflows/ci.yml"],
@@ -85,6 +87,7 @@ func TestPush_TagTriggersOnlyTagWorkflow(t *testing.T) {
 }
 
 func TestPush_BranchFilterExcludesOtherBranch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{
 		".knotless/workflows/ci.yml":  threeWorkflows[".knotless/workflows/ci.yml"],
@@ -99,6 +102,7 @@ func TestPush_BranchFilterExcludesOtherBranch(t *testing.T) {
 }
 
 func TestPush_NoMatchingWorkflowMakesNoPipeline(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{
 		".knotless/workflows/rel.yml": "on:\n  push:\n    branches: [\"release/*\"]\nsteps:\n  - run: echo\n",
@@ -114,6 +118,7 @@ func TestPush_NoMatchingWorkflowMakesNoPipeline(t *testing.T) {
 }
 
 func TestPush_EachUpdatedRefGetsItsOwnPipeline(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow("")})
 	git(t, dir, "branch", "second")
@@ -125,6 +130,7 @@ func TestPush_EachUpdatedRefGetsItsOwnPipeline(t *testing.T) {
 }
 
 func TestTrigger_ManualPipelineForDefaultBranch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	dir := newWorkTree(t, map[string]string{
 		".knotless/workflows/manual.yml": "on:\n  manual: {}\nsteps:\n  - run: echo m\n",

@@ -60,6 +60,7 @@ func pushOne(t *testing.T, f *fixture, extra string) api.Run {
 }
 
 func TestClaim_UnapprovedRunnerIsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	queueOne(t, f, "")
 	r := f.RegisterRunner(t, f.repo, "r1", nil, false)
@@ -84,6 +85,7 @@ func TestClaim_UnapprovedRunnerIsRefused(t *testing.T) {
 }
 
 func TestRunnerAuth_ExpiredWrongMethodAndReplayedTokensAreRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	ctx := context.Background()
@@ -128,6 +130,7 @@ func TestRunnerAuth_ExpiredWrongMethodAndReplayedTokensAreRefused(t *testing.T) 
 }
 
 func TestRegister_NameIsUniquePerRepoAndReRegisterIsIdempotent(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	ctx := context.Background()
 	r := f.RegisterRunner(t, f.repo, "r1", []string{"linux"}, true)
@@ -156,6 +159,7 @@ func TestRegister_NameIsUniquePerRepoAndReRegisterIsIdempotent(t *testing.T) {
 }
 
 func TestClaim_RunnerOfAnotherRepositoryGetsNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	ctx := context.Background()
 	if err := f.alice().Procedure(ctx, api.MethodSetSecret, api.SetSecretInput{Repo: f.repo, Name: "TOKEN", Value: "s3cr3t-value"}, nil); err != nil {
@@ -180,6 +184,7 @@ func TestClaim_RunnerOfAnotherRepositoryGetsNothing(t *testing.T) {
 }
 
 func TestClaim_SecretsScopedToOtherRunnerOrUnlistedAreNotSent(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	ctx := context.Background()
 	set := func(name, value, runner string) {
@@ -245,6 +250,7 @@ func keys(m map[string]string) []string {
 }
 
 func TestSecrets_ListShowsNoValuesAndDatabaseHoldsNoPlaintext(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	ctx := context.Background()
 	const value = "plaintext-canary-7f3a9c"
@@ -291,6 +297,7 @@ func TestSecrets_ListShowsNoValuesAndDatabaseHoldsNoPlaintext(t *testing.T) {
 }
 
 func TestClaim_TwoRunnersRacingForOneRunOneWins(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	runners := []*servertest.Runner{
 		f.RegisterRunner(t, f.repo, "r1", nil, true),
@@ -331,6 +338,7 @@ func TestClaim_TwoRunnersRacingForOneRunOneWins(t *testing.T) {
 }
 
 func TestClaim_LongPollWakesWhenRunIsQueued(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	got := make(chan *api.ClaimedRun, 1)
@@ -355,6 +363,7 @@ func TestClaim_LongPollWakesWhenRunIsQueued(t *testing.T) {
 }
 
 func TestClaim_RunnersListSelectsByNameOrLabels(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	queueOne(t, f, "runners: [linux, gpu]\n")
 	plain := f.RegisterRunner(t, f.repo, "plain", []string{"linux"}, true)
@@ -386,6 +395,7 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 func TestRemoveRunner_RemovedRunnerCannotClaim(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, servertest.Options{})
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	ctx := context.Background()

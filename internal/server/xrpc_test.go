@@ -15,6 +15,7 @@ import (
 )
 
 func TestFirstStart_WritesAdminTokenWithMode0600(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, servertest.Options{})
 	for _, f := range []string{server.AdminTokenFile, server.SecretKeyFile, server.ServerKeyFile} {
 		fi, err := os.Stat(filepath.Join(s.DataDir, f))
@@ -54,6 +55,7 @@ func TestFirstStart_WritesAdminTokenWithMode0600(t *testing.T) {
 }
 
 func TestXRPC_ErrorsHaveNameMessageAndStatus(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, servertest.Options{})
 	cases := []struct {
 		name, method, nsid, auth string
@@ -91,6 +93,7 @@ func TestXRPC_ErrorsHaveNameMessageAndStatus(t *testing.T) {
 }
 
 func TestAccountsAndRepos_ValidationAndPermissions(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, servertest.Options{})
 	ctx := context.Background()
 	alice := s.Client(s.CreateAccount(t, "alice"))
