@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,7 +43,20 @@ func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
 			r.Client.Procedure(ctx, api.MethodClaim, api.ClaimInput{Wait: 60}, &out)
 		}()
 	}
-	time.Sleep(time.Second) // the polls arrive and settle; what follows is measured
+	// Every runner was heard from: all polls passed authentication.
+	eventually(t, 60*time.Second, "all runners to start polling", func() bool {
+		var list api.ListRunnersOutput
+		if err := f.alice().Query(context.Background(), api.MethodListRunners, url.Values{"repo": {f.repo}}, &list); err != nil {
+			return false
+		}
+		for _, r := range list.Runners {
+			if r.LastSeenAt == nil {
+				return false
+			}
+		}
+		return len(list.Runners) == n
+	})
+	time.Sleep(500 * time.Millisecond) // the last polls finish looking and wait; what follows is measured
 	const window = 3 * time.Second
 	before := cpuTime(t)
 	time.Sleep(window)
