@@ -85,6 +85,9 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	if !strings.Contains(strings.Join(log, "\n"), "admin token written to "+filepath.Join(data, "admin.token")) {
 		t.Errorf("the log does not say where the admin token is:\n%s", strings.Join(log, "\n"))
 	}
+	if b, err := os.ReadFile(filepath.Join(data, URLFile)); err != nil || strings.TrimSpace(string(b)) != base {
+		t.Errorf("%s = %q, %v; want %s", URLFile, b, err, base)
+	}
 	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +110,9 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, strings.Join(log, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(data, URLFile)); !os.IsNotExist(err) {
+		t.Errorf("%s still exists after a clean stop (err %v)", URLFile, err)
 	}
 	if !strings.Contains(strings.Join(log, "\n"), "server stopped") {
 		t.Errorf("no clean stop in the log:\n%s", strings.Join(log, "\n"))
