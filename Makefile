@@ -13,7 +13,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
 
 demo: build
 	@bash scripts/demo.sh
