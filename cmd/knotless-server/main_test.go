@@ -85,8 +85,16 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	if !strings.Contains(strings.Join(log, "\n"), "admin token written to "+filepath.Join(data, "admin.token")) {
 		t.Errorf("the log does not say where the admin token is:\n%s", strings.Join(log, "\n"))
 	}
-	if b, err := os.ReadFile(filepath.Join(data, URLFile)); err != nil || strings.TrimSpace(string(b)) != base {
-		t.Errorf("%s = %q, %v; want %s", URLFile, b, err, base)
+	// main writes server.url right after the server is ready.
+	for start := time.Now(); ; {
+		b, err := os.ReadFile(filepath.Join(data, URLFile))
+		if err == nil && strings.TrimSpace(string(b)) == base {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%s = %q, %v; want %s", URLFile, b, err, base)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
