@@ -384,6 +384,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 		WorkflowSource: []byte(cr.WorkflowSource),
 		Workspace:      workspace,
 		Home:           home,
+		Env:            r.cfg.Env,
 		Secrets:        cr.Secrets,
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
 		LogLimit:       r.cfg.LogLimit,
