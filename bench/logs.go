@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// logLine is what the log step prints over and over: 99 bytes and a newline.
+var logLine = strings.Repeat("x", 99)
+
+// logScript prints the time, size bytes of 100-byte lines, and the time
+// again (each time ns since the epoch, on a line of its own).
+func logScript(size int64) string {
+	return fmt.Sprintf("date +%%s%%N\nyes '%s' | head -c %d\ndate +%%s%%N\n", logLine, size)
+}
+
+func logWorkflow(size int64) string {
+	return `name: bench-log
+on:
+  push:
+    branches: ["**"]
+runners: [bench]
+timeout: 30m
+steps:
+  - name: print
+    run: |
+` + indent(logScript(size), "      ")
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = prefix + lines[i]
+	}
+	return strings.Join(lines, "") + "\n"
+}
+
+// LogRun is one run of the log benchmark.
+type LogRun struct {
+	Bytes int64 `json:"bytes"` // the step's log as the server holds it
+	// StepMs is the step's own duration: its first to its last printed time.
+	StepMs float64 `json:"stepMs"`
+	// TotalMs is step start → run recorded succeeded, the whole log stored.
+	TotalMs float64 `json:"totalMs"`
+	// MBps is the printed megabytes (10^6 bytes) over TotalMs.
+	MBps float64 `json:"mbPerSecond"`
+}
+
+// LogResult holds the figures of the log throughput benchmark.
+type LogResult struct {
+	MB       int      `json:"mb"`       // megabytes (10^6 bytes) the step prints
+	LogLimit string   `json:"logLimit"` // the runner's --log-limit
+	Runs     []LogRun `json:"runs"`
+	// MedianMBps is the median of Runs[].MBps.
+	MedianMBps float64 `json:"medianMbPerSecond"`
+	// GeneratorMBps: the step's pipeline alone into /dev/null (median of 3).
+	GeneratorMBps float64 `json:"generatorMbPerSecond"`
+	// ExecMBps: `knotless-run exec` of the same workflow, its output into
+	// /dev/null, whole process timed (median of 3): the runner's pipeline
+	// without a server.
+	ExecMBps float64 `json:"execMbPerSecond"`
+}
+
+// benchLogs runs a step printing mb megabytes through a runner to a server,
+// times times, and measures how fast the whole log reaches the server.
+func benchLogs(ctx context.Context, bin string, mb, times int) (*LogResult, error) {
+	size := int64(mb) * 1_000_000
+	res := &LogResult{MB: mb, LogLimit: fmt.Sprintf("%dMi", 2*mb)}
+	c, err := startCluster(ctx, bin, logWorkflow(size))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := c.startRunner(ctx, "runner-1", "--log-limit", res.LogLimit); err != nil {
+		return nil, err
+	}
+	if err := c.waitRunnerPolling(ctx, "runner-1"); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, c.logTails())
+	}
+	var rates []float64
+	for i := range times {
+		sha, err := c.commit(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.push(ctx); err != nil {
+			return nil, err
+		}
+		run, err := c.waitRunFinished(ctx, sha, 30*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("log run %d: %w\n%s", i, err, c.logTails())
+		}
+		if run.State != api.StateSucceeded || run.FinishedAt == nil || len(run.Steps) < 2 {
+			return nil, fmt.Errorf("log run %d: run %d ended %s %s %s\n%s", i, run.ID, run.State, run.Reason, run.Message, c.logTails())
+		}
+		stored := run.Steps[1].LogSize
+		if stored < size {
+			return nil, fmt.Errorf("log run %d: the server holds %d bytes of step 1, want at least %d", i, stored, size)
+		}
+		start, err := c.stepStart(ctx, run.ID)
+		if err != nil {
+			return nil, err
+		}
+		end, err := c.stepEnd(ctx, run.ID, stored)
+		if err != nil {
+			return nil, err
+		}
+		total := run.FinishedAt.Sub(start)
+		r := LogRun{Bytes: stored, StepMs: msf(end.Sub(start)), TotalMs: msf(total), MBps: float64(mb) / total.Seconds()}
+		res.Runs = append(res.Runs, r)
+		rates = append(rates, r.MBps)
+		progress("log %d/%d: %d bytes stored; step ran %s, start → succeeded %s: %.1f MB/s",
+			i+1, times, stored, ms(end.Sub(start)), ms(total), r.MBps)
+		if err := c.waitWorkspaceGone(ctx, "runner-1", run.ID); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(rates)
+	res.MedianMBps = median(rates)
+
+	gen, err := medianWall(ctx, times, func() *exec.Cmd {
+		return exec.CommandContext(ctx, "/bin/sh", "-c", fmt.Sprintf("yes '%s' | head -c %d >/dev/null", logLine, size))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("time the generator alone: %w", err)
+	}
+	res.GeneratorMBps = float64(mb) / gen.Seconds()
+	wf := filepath.Join(".knotless", "workflows", "bench.yml")
+	execTime, err := medianWall(ctx, times, func() *exec.Cmd {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "knotless-run"), "exec", wf, "--log-limit", res.LogLimit)
+		cmd.Dir = c.git
+		return cmd
+	})
+	if err != nil {
+		return nil, fmt.Errorf("time knotless-run exec: %w", err)
+	}
+	res.ExecMBps = float64(mb) / execTime.Seconds()
+	progress("log references: generator alone %.1f MB/s, knotless-run exec %.1f MB/s", res.GeneratorMBps, res.ExecMBps)
+	return res, nil
+}
+
+// stepEnd reads the time step 1 of run printed as its last line; size is
+// the step log's size.
+func (c *cluster) stepEnd(ctx context.Context, run, size int64) (time.Time, error) {
+	resp, err := c.admin.Do(ctx, http.MethodGet, api.MethodGetRunLog, url.Values{
+		"run": {fmt.Sprint(run)}, "step": {"1"}, "offset": {fmt.Sprint(max(0, size-64))}}, "", nil)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the end of run %d's log: %w", run, err)
+	}
+	defer resp.Body.Close()
+	tail, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the end of run %d's log: %w", run, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(tail)), "\n")
+	return parseNanos(lines[len(lines)-1])
+}
+
+// medianWall runs the command newCmd makes times times, its output into
+// /dev/null, and returns the median wall time.
+func medianWall(ctx context.Context, times int, newCmd func() *exec.Cmd) (time.Duration, error) {
+	var ds []time.Duration
+	for range times {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		cmd := newCmd()
+		devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return 0, err
+		}
+		cmd.Stdout, cmd.Stderr = devnull, devnull
+		t0 := time.Now()
+		err = cmd.Run()
+		ds = append(ds, time.Since(t0))
+		devnull.Close()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", cmd, err)
+		}
+	}
+	return time.Duration(summarize(ds).Median * float64(time.Millisecond)), nil
+}
+
+// msf is d in milliseconds.
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

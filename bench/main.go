@@ -1,0 +1,117 @@
+// Command bench measures Knotless with its real programs as processes: push
+// to first step started, log throughput from runner to server, and a server
+// holding many idle runners' long polls. `make bench` runs it; it prints a
+// table (or JSON with -json) and asserts nothing.
+//
+// Each benchmark starts its own knotless-server on a temporary data
+// directory and stops every process it started when it ends, also on Ctrl-C.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Report is everything one invocation measured; a benchmark not selected
+// with -only is nil.
+type Report struct {
+	Machine Machine     `json:"machine"`
+	Push    *PushResult `json:"push,omitempty"`
+	Log     *LogResult  `json:"log,omitempty"`
+	Idle    *IdleResult `json:"idle,omitempty"`
+}
+
+func main() {
+	bin := flag.String("bin", "bin", "directory holding knotless-server and knotless-run")
+	n := flag.Int("n", 20, "push benchmark: measured pushes (after one warm-up push)")
+	logMB := flag.Int("log-mb", 100, "log benchmark: megabytes (10^6 bytes) the step prints")
+	logRuns := flag.Int("log-runs", 3, "log benchmark: runs")
+	runners := flag.Int("runners", 200, "idle benchmark: runners long-polling")
+	idle := flag.Duration("idle", 30*time.Second, "idle benchmark: measuring window")
+	only := flag.String("only", "push,log,idle", "benchmarks to run, comma-separated: push, log, idle")
+	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
+	flag.Parse()
+
+	selected := map[string]bool{}
+	for _, name := range strings.Split(*only, ",") {
+		name = strings.TrimSpace(name)
+		if name != "push" && name != "log" && name != "idle" {
+			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want push, log or idle)\n", name)
+			os.Exit(2)
+		}
+		selected[name] = true
+	}
+	if *n < 1 || *logMB < 1 || *logRuns < 1 || *runners < 1 || *idle < time.Second {
+		fmt.Fprintln(os.Stderr, "bench: -n, -log-mb, -log-runs and -runners must be at least 1, -idle at least 1s")
+		os.Exit(2)
+	}
+	dir, err := filepath.Abs(*bin)
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "knotless-server"))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -bin %s: %v (run `make build` first)\n", *bin, err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep := Report{Machine: machine()}
+	cfg := config{bin: dir, pushes: *n, logMB: *logMB, logRuns: *logRuns, runners: *runners, idle: *idle}
+	err = runSelected(ctx, &rep, selected, cfg)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printReport(os.Stdout, rep)
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "bench: interrupted; every process it started was stopped")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what the flags ask for.
+type config struct {
+	bin            string // absolute
+	pushes         int
+	logMB, logRuns int
+	runners        int
+	idle           time.Duration
+}
+
+// runSelected runs the selected benchmarks in order and stops at the first
+// error; the figures of those that finished stay in rep.
+func runSelected(ctx context.Context, rep *Report, selected map[string]bool, cfg config) error {
+	var err error
+	if selected["push"] {
+		if rep.Push, err = benchPush(ctx, cfg.bin, cfg.pushes); err != nil {
+			return fmt.Errorf("push benchmark: %w", err)
+		}
+	}
+	if selected["log"] {
+		if rep.Log, err = benchLogs(ctx, cfg.bin, cfg.logMB, cfg.logRuns); err != nil {
+			return fmt.Errorf("log benchmark: %w", err)
+		}
+	}
+	if selected["idle"] {
+		if rep.Idle, err = benchIdle(ctx, cfg.bin, cfg.runners, cfg.idle); err != nil {
+			return fmt.Errorf("idle benchmark: %w", err)
+		}
+	}
+	return nil
+}
