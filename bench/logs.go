@@ -185,6 +185,9 @@ func medianWall(ctx context.Context, times int, newCmd func() *exec.Cmd) (time.D
 		err = cmd.Run()
 		ds = append(ds, time.Since(t0))
 		devnull.Close()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", cmd, err)
 		}
