@@ -121,6 +121,9 @@ type Machine struct {
 	Go        string `json:"go"`
 	Git       string `json:"git"`
 	Commit    string `json:"commit"` // of the benchmarked source tree
+	// Load is /proc/loadavg's 1, 5 and 15 minute averages when the
+	// benchmarks started: other work on the machine skews the figures.
+	Load string `json:"load"`
 }
 
 func machine() Machine {
@@ -131,6 +134,11 @@ func machine() Machine {
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.Load = strings.Join(f[:3], " ")
+		}
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

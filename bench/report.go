@@ -9,8 +9,8 @@ import (
 func printReport(w io.Writer, rep Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "\nKnotless benchmarks, %s, source %s\n", m.Date, m.Commit)
-	fmt.Fprintf(w, "machine: %d CPUs (nproc), %s, %d MiB RAM, %s, kernel %s, %s, git %s\n",
-		m.CPUs, m.CPUModel, m.MemoryMiB, m.OS, m.Kernel, m.Go, m.Git)
+	fmt.Fprintf(w, "machine: %d CPUs (nproc), %s, %d MiB RAM, %s, kernel %s, %s, git %s; load average at start %s\n",
+		m.CPUs, m.CPUModel, m.MemoryMiB, m.OS, m.Kernel, m.Go, m.Git, m.Load)
 
 	if p := rep.Push; p != nil {
 		fmt.Fprintf(w, "\n1. Push to first step started: one shell runner (capacity 1) idle in its long poll,\n"+
