@@ -262,15 +262,20 @@ func (r *Runner) recoverSpools(ctx context.Context) {
 	}
 }
 
-func (r *Runner) ship(ctx context.Context, sp *Spool) {
+// ship starts delivering sp; the channel it returns closes when the
+// shipper has stopped (spool delivered, or ctx ended).
+func (r *Runner) ship(ctx context.Context, sp *Spool) <-chan struct{} {
 	sh := &Shipper{Client: r.client, Spool: sp, Log: r.log, MaxBackoff: r.cfg.MaxBackoff}
+	done := make(chan struct{})
 	r.shippers.Add(1)
 	go func() {
 		defer r.shippers.Done()
+		defer close(done)
 		if err := sh.Run(ctx); err != nil && ctx.Err() == nil {
 			r.log.Error("shipping stopped", "run", sp.Run(), "err", err)
 		}
 	}()
+	return done
 }
 
 // claimLoop long-polls for runs while a slot is free, until ctx ends.
@@ -346,15 +351,22 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()}, nil)
 		return
 	}
-	r.ship(shipCtx, sp)
+	delivered := r.ship(shipCtx, sp)
 
 	ctx, cancel := context.WithCancelCause(runsCtx)
 	defer cancel(nil)
-	hbDone := make(chan struct{})
-	hbStopped := make(chan struct{})
+	// The lease is renewed until the result is delivered, not only while
+	// the steps execute: a result spooled while the server was down must
+	// not find the run taken for lost when the server is back.
+	executed := make(chan struct{})
+	every := r.cfg.Heartbeat
+	if lease := time.Duration(cr.LeaseSeconds) * time.Second; lease > 0 && lease/3 < every {
+		every = lease / 3
+	}
+	r.shippers.Add(1)
 	go func() {
-		defer close(hbStopped)
-		r.heartbeat(ctx, run.ID, cancel, hbDone)
+		defer r.shippers.Done()
+		r.heartbeat(shipCtx, run.ID, every, cancel, executed, delivered)
 	}()
 
 	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
@@ -398,26 +410,30 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 		},
 	}
 	Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp})
-	close(hbDone)
-	<-hbStopped
+	close(executed)
 }
 
-// heartbeat renews run's lease every Heartbeat until done closes; a cancel
-// from the server cancels the run (ErrCancelled), and a run the server ended
-// already is stopped (ErrRunFinished).
-func (r *Runner) heartbeat(ctx context.Context, run int64, cancel context.CancelCauseFunc, done <-chan struct{}) {
+// heartbeat renews run's lease every interval (Config.Heartbeat, or a third
+// of the server's lease if that is shorter) until delivered closes (the
+// shipper has delivered the result, or stopped) or ctx (the shipping
+// context) ends. While the run executes, a cancel from the server cancels
+// it (ErrCancelled) and a run the server ended already is stopped
+// (ErrRunFinished); once executed is closed, a final run ends the heartbeat.
+func (r *Runner) heartbeat(ctx context.Context, run int64, every time.Duration, cancel context.CancelCauseFunc, executed, delivered <-chan struct{}) {
 	log := r.log.With("run", run)
-	t := time.NewTicker(r.cfg.Heartbeat)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false
 	cancelled := false
 	for {
 		select {
-		case <-done:
+		case <-delivered:
+			return
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.cfg.Heartbeat*5, 10*time.Second))
+		hctx, hcancel := context.WithTimeout(ctx, max(r.cfg.Heartbeat*5, 10*time.Second))
 		var out api.HeartbeatOutput
 		err := r.client.Procedure(hctx, api.MethodHeartbeat, api.HeartbeatInput{Run: run}, &out)
 		hcancel()
@@ -427,12 +443,15 @@ func (r *Runner) heartbeat(ctx context.Context, run int64, cancel context.Cancel
 				log.Info("heartbeats get through again")
 				failing = false
 			}
-			if out.Cancel && !cancelled {
+			if out.Cancel && !cancelled && !isClosed(executed) {
 				cancelled = true
 				log.Info("cancel requested: stopping the run")
 				cancel(ErrCancelled)
 			}
 		case api.IsError(err, api.ErrRunFinished) || api.IsError(err, api.ErrNotFound):
+			if isClosed(executed) {
+				return // the result is in (or the server decided): nothing left to renew
+			}
 			if !cancelled {
 				cancelled = true
 				log.Warn("the server ended the run already: stopping it here", "err", err)
@@ -444,6 +463,15 @@ func (r *Runner) heartbeat(ctx context.Context, run int64, cancel context.Cancel
 				failing = true
 			}
 		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
