@@ -348,11 +348,22 @@ func (w *world) stepLog(id int64, step int) string {
 	return string(b)
 }
 
-// waitGate waits up to d for a step to create GATE/name.
-func (w *world) waitGate(name string, d time.Duration) {
+// waitGate waits up to d for a step of run id to create GATE/name; the test
+// fails at once if the run ends first.
+func (w *world) waitGate(id int64, name string, d time.Duration) {
 	w.t.Helper()
-	waitFor(w.t, d, "a step to create $GATE/"+name, func() (bool, string) {
-		return fileExists(filepath.Join(w.gate, name)), ""
+	waitFor(w.t, d, fmt.Sprintf("a step of run %d to create $GATE/%s", id, name), func() (bool, string) {
+		if fileExists(filepath.Join(w.gate, name)) {
+			return true, ""
+		}
+		r, err := w.tryRun(id)
+		if err != nil {
+			return false, err.Error()
+		}
+		if api.IsFinal(r.State) {
+			w.t.Fatalf("%s before its step created $GATE/%s; setup log:\n%s", describe(r), name, w.stepLog(id, api.SetupStep))
+		}
+		return false, describe(r)
 	})
 }
 
@@ -372,7 +383,3 @@ func describe(r api.Run) string {
 	}
 	return fmt.Sprintf("run %d %s/%s exit %s %q", r.ID, r.State, r.Reason, code, r.Message)
 }
-
-// stepShell is a shell snippet that waits for GATE/$1 to exist.
-const waitGateFn = `wait_gate() { while [ ! -e "$GATE/$1" ]; do sleep 0.05; done; }
-`
