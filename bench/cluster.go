@@ -59,7 +59,7 @@ func startCluster(ctx context.Context, bin, workflow string) (c *cluster, err er
 		}
 	}()
 	data := filepath.Join(dir, "server")
-	c.server, err = c.start("knotless-server", nil,
+	c.server, err = c.start("knotless-server",
 		"--data", data, "--listen", "127.0.0.1:0", "--lease", "30s", "--log-level", "warn")
 	if err != nil {
 		return c, err
@@ -95,7 +95,7 @@ func startCluster(ctx context.Context, bin, workflow string) (c *cluster, err er
 // start runs program from the bin directory with its output in DIR/NAME.log.
 // The process gets its own process group (a Ctrl-C reaches only this
 // program, which stops the others in order) and dies with this program.
-func (c *cluster) start(program string, env []string, args ...string) (*proc, error) {
+func (c *cluster) start(program string, args ...string) (*proc, error) {
 	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", program, len(c.procs)))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -103,7 +103,7 @@ func (c *cluster) start(program string, env []string, args ...string) (*proc, er
 	}
 	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(c.bin, program), args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -132,7 +132,7 @@ func (c *cluster) startRunner(ctx context.Context, name string, flags ...string)
 	}
 	args := append([]string{"run", "--state", state, "--executor", "shell",
 		"--work", filepath.Join(c.dir, name+"-work"), "--capacity", "1", "--stop-wait", "2s"}, flags...)
-	_, err := c.start("knotless-run", nil, args...)
+	_, err := c.start("knotless-run", args...)
 	return err
 }
 
