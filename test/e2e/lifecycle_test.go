@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -175,6 +176,18 @@ steps:
 		t.Errorf("the step after the cancelled one ran")
 	}
 	t.Logf("cancel to final state: %s", took)
+
+	var shown api.Run
+	if err := json.Unmarshal([]byte(w.cliOK("", "run", "show", itoa(run.ID), "--json")), &shown); err != nil {
+		t.Fatalf("run show --json: %v", err)
+	}
+	st := map[int]api.Step{}
+	for _, s := range shown.Steps {
+		st[s.Index] = s
+	}
+	if shown.State != api.StateCancelled || st[1].State != api.StepCancelled || st[2].State != api.StepSkipped {
+		t.Fatalf("run show --json: %s with steps %+v; want cancelled, step 1 cancelled, step 2 skipped", describe(shown), shown.Steps)
+	}
 }
 
 // SIGTERM to a runner lets its running run finish within --stop-wait (then
@@ -206,6 +219,8 @@ steps:
 	if patient.exited() {
 		t.Fatalf("the runner exited while its run was going:\n%s", patient.output())
 	}
+	// A stopping runner claims nothing more: a run pushed now stays queued.
+	queued := w.pushOne(workflow("b"))
 	w.openGate("a")
 	final := w.waitFinal(run.ID, 30*time.Second)
 	if final.State != api.StateSucceeded {
@@ -218,8 +233,12 @@ steps:
 		t.Fatalf("log = %q", got)
 	}
 
+	if r := w.run(queued.ID); r.State != api.StateQueued {
+		t.Fatalf("run pushed while the runner was stopping: %s, want queued", describe(r))
+	}
+
 	hasty := w.startRunner(rid, "--stop-wait", "1s")
-	run = w.pushOne(workflow("b"))
+	run = queued
 	w.waitGate(run.ID, "started-b", 60*time.Second)
 	hasty.signal(t, syscall.SIGTERM)
 	final = w.waitFinal(run.ID, 30*time.Second)

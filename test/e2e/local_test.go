@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os/exec"
 	"regexp"
@@ -72,7 +73,9 @@ steps:
 		{".knotless/workflows/ok.yml", 0, []string{"── step 1/2: show ──\nvalue: ***\n***\nworkflow ok\n── succeeded, exit 0", "other: unset\n", "(ok): succeeded\n"}},
 		{".knotless/workflows/fail.yml", 1, []string{"── step 2/3: breaks ──\nabout to fail\n── failed, exit 3", "(fail): failed"}},
 	} {
-		cmd := exec.Command(runnerBin(), "exec", c.file, "--secret", "S")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, runnerBin(), "exec", c.file, "--secret", "S")
 		cmd.Dir = w.src
 		cmd.Env = append(baseEnv(w.home), "S="+secret)
 		var stdout, stderr bytes.Buffer

@@ -71,24 +71,40 @@ func newWorld(t *testing.T, lease time.Duration) *world {
 }
 
 // startServer starts knotless-server on listen and waits until it answers.
+// A fixed port may be taken for a moment by an outgoing connection's local
+// port while the server is down; then it tries again for a few seconds.
 func (w *world) startServer(listen string) {
 	w.t.Helper()
 	urlFile := filepath.Join(w.data, "server.url")
 	_ = os.Remove(urlFile) // a SIGKILLed server leaves it behind
-	w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
-		"--data", w.data, "--listen", listen, "--lease", w.lease.String())
-	waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
-		if w.server.exited() {
-			w.t.Fatalf("knotless-server exited early:\n%s", w.server.output())
-		}
-		u, err1 := os.ReadFile(urlFile)
-		tok, err2 := os.ReadFile(filepath.Join(w.data, "admin.token"))
-		if err1 != nil || err2 != nil || len(bytes.TrimSpace(u)) == 0 || len(bytes.TrimSpace(tok)) == 0 {
+	retryUntil := time.Now().Add(15 * time.Second)
+	for {
+		w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
+			"--data", w.data, "--listen", listen, "--lease", w.lease.String())
+		ok := false
+		waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
+			u, err1 := os.ReadFile(urlFile)
+			tok, err2 := os.ReadFile(filepath.Join(w.data, "admin.token"))
+			if err1 == nil && err2 == nil && len(bytes.TrimSpace(u)) > 0 && len(bytes.TrimSpace(tok)) > 0 {
+				w.url, w.token = strings.TrimSpace(string(u)), strings.TrimSpace(string(tok))
+				ok = true
+				return true, ""
+			}
+			if w.server.exited() {
+				return true, ""
+			}
 			return false, fmt.Sprintf("%v, %v", err1, err2)
+		})
+		if ok {
+			break
 		}
-		w.url, w.token = strings.TrimSpace(string(u)), strings.TrimSpace(string(tok))
-		return true, ""
-	})
+		out := w.server.output()
+		if !strings.HasSuffix(listen, ":0") && strings.Contains(out, "address already in use") && time.Now().Before(retryUntil) {
+			time.Sleep(200 * time.Millisecond) // the port's other user is a short-lived connection
+			continue
+		}
+		w.t.Fatalf("knotless-server exited early:\n%s", out)
+	}
 	waitFor(w.t, 10*time.Second, "the server to answer", func() (bool, string) {
 		var out api.DescribeServerOutput
 		err := w.api().Query(context.Background(), api.MethodDescribeServer, nil, &out)
