@@ -224,10 +224,14 @@ type RegisterRunnerInput struct {
 	PublicKey string   `json:"publicKey,omitempty"`
 }
 
-// RunnerRef names a runner of a repository.
+// RunnerRef names a runner of a repository. DID, when set on
+// MethodApproveRunner, must equal the registered runner's DID (the one
+// `knotless-run login` printed), else the call fails with ErrConflict: it
+// guards against approving a registration someone else made under that name.
 type RunnerRef struct {
 	Repo string `json:"repo"`
 	Name string `json:"name"`
+	DID  string `json:"did,omitempty"`
 }
 
 // ListRunnersOutput is the answer of MethodListRunners.
