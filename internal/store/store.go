@@ -218,20 +218,33 @@ type Store interface {
 	// when another runner holds it, ErrNotFound when absent.
 	RenewLease(ctx context.Context, id, runnerID int64, until time.Time) (Run, error)
 	// UpdateStep creates or updates a step row (idempotent). A step in state
-	// running moves a claimed run to running and sets its StartedAt.
+	// running moves a claimed run to running and sets its StartedAt. A step
+	// in a final state never goes back to pending or running. Once the run
+	// is final, an update to pending or running changes nothing (and is no
+	// error), while an update to a final state is recorded: it is the
+	// runner's late report of what really happened.
 	UpdateStep(ctx context.Context, runID int64, s Step) (Run, error)
-	// EnsureStep creates a pending step row when none exists (idempotent).
+	// EnsureStep creates a step row when none exists (idempotent): pending,
+	// or, when the run is already final, ended as its running steps were
+	// (see CompleteRun).
 	EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error
 	// CompleteRun records a run's final result once and clears its run
 	// token. Repeating the same state, reason and exit code succeeds without
 	// change; a different result on a final run is ErrRunFinished.
+	//
+	// Every path that ends a run (CompleteRun, CancelRun of a queued run,
+	// ExpireLeases, CreatePipeline of a final run) ends its unfinished steps
+	// in the same transaction: a running step becomes cancelled (run
+	// cancelled), succeeded (run succeeded) or failed (otherwise), with the
+	// run's reason; a pending step becomes skipped.
 	CompleteRun(ctx context.Context, id int64, f RunFinal) (Run, error)
 	// CancelRun ends a queued run as cancelled at now, or marks a claimed or
 	// running run CancelRequested (idempotent). ErrRunFinished when final.
 	CancelRun(ctx context.Context, id int64, now time.Time) (Run, error)
 	// ExpireLeases ends every claimed or running run whose lease expired
 	// before now: errored/runner-lost, or cancelled when a cancel had been
-	// requested. It returns the runs it ended, in their new state.
+	// requested (their steps end as CompleteRun describes). It returns the
+	// runs it ended, in their new state.
 	ExpireLeases(ctx context.Context, now time.Time) ([]Run, error)
 	// ExtendLeases sets the lease of every claimed or running run to until
 	// and reports how many there were (used at server start).

@@ -48,6 +48,11 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 					return fmt.Errorf("insert step %d of run %d: %w", s.Index, id, err)
 				}
 			}
+			if api.IsFinal(r.State) {
+				if err := finishSteps(ctx, tx, id, r.State, r.Reason, np.CreatedAt); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
@@ -249,6 +254,46 @@ func (d *DB) RenewLease(ctx context.Context, id, runnerID int64, until time.Time
 // overwrite (a retried early update arriving late).
 const stepFinal = `('succeeded', 'failed', 'skipped', 'cancelled')`
 
+// stepIsFinal reports whether a step state is one of stepFinal.
+func stepIsFinal(state string) bool {
+	switch state {
+	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
+		return true
+	}
+	return false
+}
+
+// endedStep is the state a step that was running takes when its run ends
+// in runState without the runner having reported the step's end.
+func endedStep(runState string) string {
+	switch runState {
+	case api.StateCancelled:
+		return api.StepCancelled
+	case api.StateSucceeded:
+		return api.StepSucceeded
+	}
+	return api.StepFailed
+}
+
+// finishSteps ends every step of run id not in a final state, inside the
+// transaction that ends the run with state and reason: a running step takes
+// the run's outcome (cancelled for a cancelled run, succeeded for a
+// succeeded one, failed otherwise) and reason; a pending step is skipped.
+// Without it a run ended by the server (lapsed lease, cancel of a queued
+// run) would show its steps running or pending forever.
+func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string, at time.Time) error {
+	running := endedStep(state)
+	if _, err := tx.ExecContext(ctx, `UPDATE steps SET
+			state = CASE WHEN state = ? THEN ? ELSE ? END,
+			reason = CASE WHEN state = ? THEN ? ELSE reason END,
+			updated_at = ?
+		WHERE run_id = ? AND state NOT IN `+stepFinal,
+		api.StepRunning, running, api.StepSkipped, api.StepRunning, reason, ms(at), id); err != nil {
+		return fmt.Errorf("end the steps of run %d: %w", id, err)
+	}
+	return nil
+}
+
 // UpdateStep implements store.Store.
 func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.Run, error) {
 	if s.UpdatedAt.IsZero() {
@@ -259,6 +304,10 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 		r, err := getRun(ctx, tx, runID)
 		if err != nil {
 			return err
+		}
+		if api.IsFinal(r.State) && !stepIsFinal(s.State) {
+			out = r // the run's end settled its steps; a late "running" changes nothing
+			return nil
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -287,13 +336,25 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 }
 
 // EnsureStep implements store.Store.
+// A step first heard of (by its log) after its run ended is created already
+// ended: it ran, and the run's end is all that is known of how.
 func (d *DB) EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error {
-	_, err := d.db.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, updated_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO NOTHING`, runID, index, name, api.StepPending, ms(now))
-	if err != nil {
-		return fmt.Errorf("create step %d of run %d: %w", index, runID, err)
-	}
-	return nil
+	return d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		state, reason := api.StepPending, ""
+		if api.IsFinal(r.State) {
+			state, reason = endedStep(r.State), r.Reason
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, reason, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, idx) DO NOTHING`,
+			runID, index, name, state, reason, ms(now)); err != nil {
+			return fmt.Errorf("create step %d of run %d: %w", index, runID, err)
+		}
+		return nil
+	})
 }
 
 func sameExit(a, b *int) bool {
@@ -329,6 +390,9 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 			f.State, f.Reason, f.Message, intArg(f.ExitCode), ms(f.At), id); err != nil {
 			return fmt.Errorf("complete run %d: %w", id, err)
 		}
+		if err := finishSteps(ctx, tx, id, f.State, f.Reason, f.At); err != nil {
+			return err
+		}
 		out, err = getRun(ctx, tx, id)
 		return err
 	})
@@ -350,6 +414,9 @@ func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run,
 		case r.State == api.StateQueued:
 			_, err = tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?
 				WHERE id = ?`, api.StateCancelled, api.ReasonCancelled, "cancelled before a runner claimed it", ms(now), id)
+			if err == nil {
+				err = finishSteps(ctx, tx, id, api.StateCancelled, api.ReasonCancelled, now)
+			}
 		default:
 			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = 1 WHERE id = ?`, id)
 		}
@@ -401,6 +468,9 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
 				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
 				return fmt.Errorf("end run %d: %w", r.ID, err)
+			}
+			if err := finishSteps(ctx, tx, r.ID, state, reason, now); err != nil {
+				return err
 			}
 			ended, err := getRun(ctx, tx, r.ID)
 			if err != nil {
