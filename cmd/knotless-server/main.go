@@ -6,7 +6,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,10 +24,46 @@ import (
 	"knotless.dev/knotless/internal/version"
 )
 
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the server could not start or failed while running
+	exitUsage = 2 // a mistake on the command line or in KNOTLESS_* variables
+)
+
 func main() {
-	if err := newCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "knotless-server:", err)
-		os.Exit(1)
+	os.Exit(execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError is a mistake in how the program was invoked: it exits 2 and
+// points at --help.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// execute runs the command line args and returns the exit code; errors go
+// to stderr as one line, usage errors followed by a pointer to --help.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := newCommand()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	err := cmd.ExecuteContext(ctx)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "knotless-server: %v\nsee knotless-server --help\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintln(stderr, "knotless-server:", err)
+		return exitError
 	}
 }
 
@@ -33,33 +71,63 @@ func newCommand() *cobra.Command {
 	var cfg server.Config
 	var logLevel string
 	cmd := &cobra.Command{
-		Use:   "knotless-server",
+		Use:   "knotless-server [flags]",
 		Short: "Run the Knotless CI server",
 		Long: `knotless-server runs the Knotless control plane: the XRPC API under /xrpc/,
 git repositories at /OWNER/NAME.git, pipelines, runs, runners, secrets and logs.
 
 On first start it creates the data directory, an "admin" account, and writes
 the admin's API token to DATA/admin.token (mode 0600). While it runs,
-DATA/server.url holds the URL it answers at (handy with --listen 127.0.0.1:0).
+DATA/server.url holds the URL it answers at (handy with --listen 127.0.0.1:0),
+and DATA/.lock keeps a second knotless-server off the same data directory.
 
 Every flag can also be set with the environment variable named after it,
-e.g. KNOTLESS_DATA for --data; a flag on the command line wins.`,
+e.g. KNOTLESS_DATA for --data; a flag on the command line wins.
+
+Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the server
+could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
+		Example: `  # Try it on this machine: data in ./knotless-data, API at http://127.0.0.1:8080
+  knotless-server
+  knotless login --server http://127.0.0.1:8080 --token-file knotless-data/admin.token
+
+  # Serve a team: listen on every interface, give clients the public URL
+  knotless-server --data /var/lib/knotless --listen 0.0.0.0:8080 --url https://ci.example.com
+
+  # Scripts and tests: any free port, read the URL the server answers at
+  knotless-server --data /tmp/kl --listen 127.0.0.1:0 &
+  cat /tmp/kl/server.url`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q: knotless-server takes only flags", args[0])
+			}
+			return nil
+		},
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return envFallbacks(cmd.Flags())
+			if err := envFallbacks(cmd.Flags()); err != nil {
+				return &usageError{err}
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cfg.URL != "" {
+				u, err := server.CheckURL(cfg.URL)
+				if err != nil {
+					return &usageError{err}
+				}
+				cfg.URL = u
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			return run(cmd.Context(), cfg)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")
@@ -101,12 +169,22 @@ func envFallbacks(fs *pflag.FlagSet) error {
 func run(ctx context.Context, cfg server.Config) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A second server on the same data directory most likely also has the
+	// same --listen: name the directory rather than the busy port. New
+	// takes the lock for real.
+	if err := server.CheckDataDir(cfg.DataDir); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	if cfg.URL == "" {
 		cfg.URL = "http://" + ln.Addr().String() // the real port when --listen ends in :0
+		if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsUnspecified() {
+			cfg.Logger.Warn("clone URLs will name "+cfg.URL+", which other machines cannot reach; set --url to the address clients use",
+				"listen", cfg.Listen)
+		}
 	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
@@ -114,7 +192,9 @@ func run(ctx context.Context, cfg server.Config) error {
 		return err
 	}
 	// Scripts and tests that start the server with --listen HOST:0 read the
-	// real address from here; it is removed on a clean stop.
+	// real address from here; it is removed on a clean stop. Only the
+	// process holding the data directory's lock (New took it) gets here,
+	// so a refused second start never touches the first one's file.
 	urlFile := filepath.Join(cfg.DataDir, URLFile)
 	if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
 		srv.Close()

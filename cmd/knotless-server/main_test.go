@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,46 +45,8 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the program")
 	}
-	bin := filepath.Join(t.TempDir(), "knotless-server")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 	data := filepath.Join(t.TempDir(), "data")
-	cmd := exec.Command(bin, "--data", data, "--listen", "127.0.0.1:0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var log []string
-	urlRE := regexp.MustCompile(`msg="server ready" url=(\S+)`)
-	base := ""
-	deadline := time.After(30 * time.Second)
-	for base == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("server exited early:\n%s", strings.Join(log, "\n"))
-			}
-			log = append(log, l)
-			if m := urlRE.FindStringSubmatch(l); m != nil {
-				base = m[1]
-			}
-		case <-deadline:
-			t.Fatalf("no ready line:\n%s", strings.Join(log, "\n"))
-		}
-	}
+	cmd, lines, log, base := startServer(t, data)
 	if !strings.Contains(strings.Join(log, "\n"), "admin token written to "+filepath.Join(data, "admin.token")) {
 		t.Errorf("the log does not say where the admin token is:\n%s", strings.Join(log, "\n"))
 	}
@@ -124,5 +89,145 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(log, "\n"), "server stopped") {
 		t.Errorf("no clean stop in the log:\n%s", strings.Join(log, "\n"))
+	}
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// serverBin builds the program once for the tests that run it as a process.
+func serverBin(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the program")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "knotless-server-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "knotless-server")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
+// startServer runs knotless-server on data with --listen 127.0.0.1:0 until
+// its "server ready" line and returns the process, its remaining stderr
+// lines, the lines so far and its URL.
+func startServer(t *testing.T, data string) (*exec.Cmd, chan string, []string, string) {
+	t.Helper()
+	cmd := exec.Command(serverBin(t), "--data", data, "--listen", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var log []string
+	urlRE := regexp.MustCompile(`msg="server ready" url=(\S+)`)
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("server exited early:\n%s", strings.Join(log, "\n"))
+			}
+			log = append(log, l)
+			if m := urlRE.FindStringSubmatch(l); m != nil {
+				return cmd, lines, log, m[1]
+			}
+		case <-deadline:
+			t.Fatalf("no ready line:\n%s", strings.Join(log, "\n"))
+		}
+	}
+}
+
+func TestServer_SecondStartOnSameDataFailsAndLeavesFirstsURLFile(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	first, _, _, base := startServer(t, data)
+	urlFile := filepath.Join(data, URLFile)
+	for start := time.Now(); ; {
+		if b, err := os.ReadFile(urlFile); err == nil && strings.TrimSpace(string(b)) == base {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%s never held %s", URLFile, base)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, listen := range []string{"127.0.0.1:0", strings.TrimPrefix(base, "http://")} {
+		second := exec.Command(serverBin(t), "--data", data, "--listen", listen)
+		out, err := second.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitError {
+			t.Fatalf("second server (--listen %s): err = %v, want exit %d\n%s", listen, err, exitError, out)
+		}
+		want := fmt.Sprintf("data directory %s is in use by another knotless-server (pid %d)", data, first.Process.Pid)
+		if !strings.Contains(string(out), want) {
+			t.Errorf("second server (--listen %s) says:\n%s\nwant %q", listen, out, want)
+		}
+		if b, err := os.ReadFile(urlFile); err != nil || strings.TrimSpace(string(b)) != base {
+			t.Fatalf("after the refused second start %s = %q, %v; want the first server's %s", URLFile, b, err, base)
+		}
+	}
+	c := &api.Client{BaseURL: base}
+	if err := c.Query(context.Background(), api.MethodDescribeServer, nil, nil); err != nil {
+		t.Fatalf("first server after the refused second start: %v", err)
+	}
+}
+
+func TestExecute_UsageErrorsExit2WithHint(t *testing.T) {
+	t.Setenv("KNOTLESS_DATA", t.TempDir()) // nothing may start anyway
+	for _, args := range [][]string{
+		{"--bogus"},
+		{"extra-arg"},
+		{"--lease", "soon"},
+		{"--log-level", "loud"},
+		{"--url", "ci.example.com"},
+		{"--url", "https://ci.example.com/?x=1"},
+	} {
+		var stdout, stderr strings.Builder
+		code := execute(context.Background(), args, &stdout, &stderr)
+		if code != exitUsage {
+			t.Errorf("knotless-server %s: exit %d, want %d; stderr:\n%s", strings.Join(args, " "), code, exitUsage, stderr.String())
+		}
+		if !strings.HasSuffix(stderr.String(), "\nsee knotless-server --help\n") || strings.Count(stderr.String(), "\n") != 2 {
+			t.Errorf("knotless-server %s: stderr = %q; want one line of error, then the --help hint", strings.Join(args, " "), stderr.String())
+		}
+	}
+	var stdout, stderr strings.Builder
+	if code := execute(context.Background(), []string{"--help"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	if !strings.Contains(stdout.String(), "Examples:") || !strings.Contains(stdout.String(), "--url https://") {
+		t.Errorf("--help has no examples:\n%s", stdout.String())
 	}
 }

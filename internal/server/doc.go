@@ -13,6 +13,7 @@
 //	DIR/server.key           P-256 private key (multibase); the server DID is its did:key, 0600
 //	DIR/admin.token          the admin account's API token (first start), 0600
 //	DIR/server.url           the URL a running knotless-server answers at (written by its main)
+//	DIR/.lock                flocked by the one server using DIR, from New to Close; holds its PID
 //
 // It must never log, return or store in plaintext an API token, a run token
 // or a secret value; and it never dials a runner: runners come to it.

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,8 +54,9 @@ type Config struct {
 	// server itself uses it only to default URL.
 	Listen string
 	// URL is the public base URL clients and runners use, e.g.
-	// "https://ci.example.com"; default "http://" + Listen. Clone URLs are
-	// made from it.
+	// "https://ci.example.com"; default "http://" + Listen (localhost when
+	// Listen has no host). Clone URLs are made from it. New refuses one
+	// that CheckURL refuses, and trims trailing slashes.
 	URL string
 	// Lease is how long a claim lasts without a heartbeat.
 	Lease time.Duration
@@ -75,8 +75,15 @@ func (c *Config) fill() error {
 	}
 	if c.URL == "" {
 		c.URL = "http://" + c.Listen
+		if host, port, err := net.SplitHostPort(c.Listen); err == nil && host == "" {
+			c.URL = "http://" + net.JoinHostPort("localhost", port)
+		}
 	}
-	c.URL = strings.TrimRight(c.URL, "/")
+	u, err := CheckURL(c.URL)
+	if err != nil {
+		return err
+	}
+	c.URL = u
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
 	}
@@ -120,17 +127,42 @@ type Server struct {
 	closeOnce sync.Once
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	lock *os.File // DIR/.lock, flocked until Close
 }
 
-// New prepares the data directory (creating keys, the database and, on
-// first start, the admin account and DIR/admin.token), extends the lease
+// New locks the data directory (DIR/.lock; an *InUseError at once when
+// another server holds it), prepares it (creating keys, the database and,
+// on first start, the admin account and DIR/admin.token), extends the lease
 // of every active run (runners could not renew while the server was down)
-// and starts the lease sweeper. The caller must Close the server.
+// and starts the lease sweeper. An invalid cfg.URL is an error naming the
+// --url flag. The caller must Close the server, which releases the lock.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, cfg, lock)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.handler = s.routes()
+	go s.sweep()
+	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
+	return s, nil
+}
+
+// open does New's work while the data directory is locked.
+func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	s := &Server{
+		lock:      lock,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		replay:    svcauth.NewMemoryReplayCache(),
@@ -141,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		sweepStop: make(chan struct{}),
 		sweepDone: make(chan struct{}),
 	}
-	for _, d := range []string{"", LogsDir, ReposDir, TmpDir} {
+	for _, d := range []string{LogsDir, ReposDir, TmpDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
@@ -202,9 +234,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else if n > 0 {
 		s.log.Info("extended leases of active runs after start", "runs", n, "lease", cfg.Lease)
 	}
-	s.handler = s.routes()
-	go s.sweep()
-	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
 	return s, nil
 }
 
@@ -245,8 +274,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close ends long polls, stops the lease sweeper and closes the database.
-// Call it after Serve returned.
+// Close ends long polls, stops the lease sweeper, closes the database and
+// then releases the data directory's lock. Call it after Serve returned.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	select {
@@ -255,7 +284,9 @@ func (s *Server) Close() error {
 		close(s.sweepStop)
 	}
 	<-s.sweepDone
-	return s.store.Close()
+	err := s.store.Close()
+	s.lock.Close() // releases the flock
+	return err
 }
 
 // loadOrCreate reads path, or creates it (mode 0600, never replacing an
