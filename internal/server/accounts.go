@@ -45,12 +45,16 @@ func apiAccount(a store.Account) api.Account {
 }
 
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller store.Account) error {
-	if !caller.Admin {
-		return forbidden("only admins create accounts")
-	}
 	var in api.CreateAccountInput
 	if err := decodeInput(r, &in); err != nil {
 		return err
+	}
+	if !caller.Admin {
+		h := in.Handle
+		if validHandle(h) != nil {
+			h = "HANDLE"
+		}
+		return forbidden("only admins create accounts: ask an admin of this server to run knotless account create %s", h)
 	}
 	if err := validHandle(in.Handle); err != nil {
 		return err
@@ -71,7 +75,10 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller st
 	a, err := s.store.CreateAccount(r.Context(), store.Account{Handle: in.Handle, DID: did, Admin: in.Admin, CreatedAt: time.Now()},
 		hashToken(token))
 	if errors.Is(err, store.ErrConflict) {
-		return xerr(http.StatusConflict, api.ErrConflict, "an account with handle %q or DID %s exists", in.Handle, did)
+		if _, herr := s.store.AccountByHandle(r.Context(), in.Handle); herr == nil {
+			return xerr(http.StatusConflict, api.ErrConflict, "handle %s is taken: choose another handle", in.Handle)
+		}
+		return xerr(http.StatusConflict, api.ErrConflict, "DID %s belongs to another account already: each account needs its own DID", did)
 	}
 	if err != nil {
 		return err
@@ -99,12 +106,12 @@ func (s *Server) createRepo(w http.ResponseWriter, r *http.Request, caller store
 	owner := caller
 	if ownerHandle != caller.Handle {
 		if !caller.Admin {
-			return forbidden("you may create repositories only under your own handle %q", caller.Handle)
+			return forbidden("you may create repositories only under your own handle: name it %s or %s/%s", name, caller.Handle, name)
 		}
 		var err error
 		owner, err = s.store.AccountByHandle(r.Context(), ownerHandle)
 		if errors.Is(err, store.ErrNotFound) {
-			return xerr(http.StatusNotFound, api.ErrNotFound, "no account %q", ownerHandle)
+			return xerr(http.StatusNotFound, api.ErrNotFound, "no account %s: create it first (knotless account create %s)", ownerHandle, ownerHandle)
 		}
 		if err != nil {
 			return err
@@ -115,7 +122,7 @@ func (s *Server) createRepo(w http.ResponseWriter, r *http.Request, caller store
 	}
 	repo, err := s.store.CreateRepo(r.Context(), owner.ID, name, time.Now())
 	if errors.Is(err, store.ErrConflict) {
-		return xerr(http.StatusConflict, api.ErrConflict, "repository %s/%s exists", owner.Handle, name)
+		return xerr(http.StatusConflict, api.ErrConflict, "repository %s/%s exists already: choose another name, or push to it", owner.Handle, name)
 	}
 	if err != nil {
 		return err
@@ -148,7 +155,7 @@ func (s *Server) repoByFullName(ctx context.Context, full string) (store.Repo, e
 	}
 	repo, err := s.store.RepoByName(ctx, owner, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return repo, xerr(http.StatusNotFound, api.ErrNotFound, "no repository %s", full)
+		return repo, xerr(http.StatusNotFound, api.ErrNotFound, "no repository %s (knotless repo list shows yours)", full)
 	}
 	return repo, err
 }

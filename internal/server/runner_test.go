@@ -194,6 +194,9 @@ func TestClaim_SecretsScopedToOtherRunnerOrUnlistedAreNotSent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Secrets may be scoped only to registered runners.
+	a := f.RegisterRunner(t, f.repo, "runner-a", nil, true)
+	b := f.RegisterRunner(t, f.repo, "runner-b", nil, true)
 	set("DEPLOY", "deploy-for-everyone", "")
 	set("DEPLOY", "deploy-for-a", "runner-a")
 	set("ONLY_A", "only-a-value", "runner-a")
@@ -205,8 +208,6 @@ func TestClaim_SecretsScopedToOtherRunnerOrUnlistedAreNotSent(t *testing.T) {
 		".knotless/workflows/bare.yml": queuedWorkflow(""),
 	})
 	f.push(t, dir, "main")
-	a := f.RegisterRunner(t, f.repo, "runner-a", nil, true)
-	b := f.RegisterRunner(t, f.repo, "runner-b", nil, true)
 
 	got := map[string]map[string]string{}
 	for _, r := range []*servertest.Runner{a, b, a} {
@@ -254,6 +255,7 @@ func TestSecrets_ListShowsNoValuesAndDatabaseHoldsNoPlaintext(t *testing.T) {
 	f := newFixture(t, servertest.Options{})
 	ctx := context.Background()
 	const value = "plaintext-canary-7f3a9c"
+	f.RegisterRunner(t, f.repo, "r1", nil, false) // a pending runner may have scoped secrets
 	if err := f.alice().Procedure(ctx, api.MethodSetSecret, api.SetSecretInput{Repo: f.repo, Name: "CANARY", Value: value}, nil); err != nil {
 		t.Fatal(err)
 	}

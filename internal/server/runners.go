@@ -80,7 +80,7 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	x, created, err := s.store.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: in.Name, DID: did,
 		PublicKey: key.Multibase(), Labels: labels, CreatedAt: time.Now()})
 	if errors.Is(err, store.ErrConflict) {
-		return xerr(http.StatusConflict, api.ErrConflict, "%s", strings.TrimPrefix(err.Error(), "conflict: "))
+		return s.registerConflict(ctx, did, repo, in.Name)
 	}
 	if err != nil {
 		return err
@@ -89,6 +89,19 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 		s.log.Info("runner registered", "repo", x.Repo, "runner", x.Name, "did", x.DID, "labels", strings.Join(x.Labels, ","))
 	}
 	return writeJSON(w, apiRunner(x))
+}
+
+// registerConflict explains why registering did as runner name of repo
+// conflicts: the key is registered elsewhere, or the name is taken.
+func (s *Server) registerConflict(ctx context.Context, did string, repo store.Repo, name string) error {
+	if other, err := s.store.RunnerByDID(ctx, did); err == nil {
+		return xerr(http.StatusConflict, api.ErrConflict,
+			"this key is already registered as runner %s of %s: log in with a new --state file (a new key) to register another name or repository",
+			other.Name, other.Repo)
+	}
+	return xerr(http.StatusConflict, api.ErrConflict,
+		"runner name %s is taken in %s by another key: choose another --name, or ask an owner to run knotless runner remove --repo %s %s",
+		name, repo.FullName(), repo.FullName(), name)
 }
 
 func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, a store.Account) error {
@@ -107,27 +120,36 @@ func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, a store.Acc
 	return writeJSON(w, out)
 }
 
-// namedRunner resolves a RunnerRef the caller may manage.
-func (s *Server) namedRunner(r *http.Request, a store.Account) (store.Runner, error) {
+// namedRunner resolves a RunnerRef the caller may manage; it returns the
+// reference too.
+func (s *Server) namedRunner(r *http.Request, a store.Account) (store.Runner, api.RunnerRef, error) {
 	var in api.RunnerRef
 	if err := decodeInput(r, &in); err != nil {
-		return store.Runner{}, err
+		return store.Runner{}, in, err
 	}
 	repo, err := s.managedRepo(r.Context(), a, in.Repo)
 	if err != nil {
-		return store.Runner{}, err
+		return store.Runner{}, in, err
 	}
 	x, err := s.store.RunnerByName(r.Context(), repo.ID, in.Name)
 	if errors.Is(err, store.ErrNotFound) {
-		return x, xerr(http.StatusNotFound, api.ErrNotFound, "no runner %q of %s", in.Name, in.Repo)
+		return x, in, xerr(http.StatusNotFound, api.ErrNotFound, "no runner %s registered for %s (knotless runner list --repo %s)",
+			in.Name, repo.FullName(), repo.FullName())
 	}
-	return x, err
+	return x, in, err
 }
 
 func (s *Server) approveRunner(w http.ResponseWriter, r *http.Request, a store.Account) error {
-	x, err := s.namedRunner(r, a)
+	x, in, err := s.namedRunner(r, a)
 	if err != nil {
 		return err
+	}
+	// The name alone may belong to whoever registered it first: with the
+	// DID `knotless-run login` printed, approve only that registration.
+	if in.DID != "" && in.DID != x.DID {
+		return xerr(http.StatusConflict, api.ErrConflict,
+			"runner %s of %s has DID %s, not %s: someone else registered this name; remove it (knotless runner remove --repo %s %s) and register again",
+			x.Name, x.Repo, x.DID, in.DID, x.Repo, x.Name)
 	}
 	was := x.Status
 	if x, err = s.store.ApproveRunner(r.Context(), x.ID); err != nil {
@@ -140,7 +162,7 @@ func (s *Server) approveRunner(w http.ResponseWriter, r *http.Request, a store.A
 }
 
 func (s *Server) removeRunner(w http.ResponseWriter, r *http.Request, a store.Account) error {
-	x, err := s.namedRunner(r, a)
+	x, _, err := s.namedRunner(r, a)
 	if err != nil {
 		return err
 	}
@@ -204,13 +226,15 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun,
 	// The runner may have been removed while it waited.
 	x, err := s.store.RunnerByDID(ctx, x.DID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner was removed")
+		return nil, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"runner %s of %s was removed: register again (knotless-run login) and have an owner approve it", x.Name, x.Repo)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if x.Status != api.RunnerApproved {
-		return nil, xerr(http.StatusForbidden, api.ErrNotApproved, "runner %s of %s is no longer approved", x.Name, x.Repo)
+		return nil, xerr(http.StatusForbidden, api.ErrNotApproved,
+			"runner %s of %s is no longer approved: an owner approves it with: knotless runner approve --repo %s %s", x.Name, x.Repo, x.Repo, x.Name)
 	}
 	queued, err := s.store.QueuedRuns(ctx, x.RepoID)
 	if err != nil {
@@ -306,7 +330,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, x store.Runne
 	}
 	run, err := s.store.RenewLease(r.Context(), in.Run, x.ID, time.Now().Add(s.cfg.Lease))
 	if errors.Is(err, store.ErrRunFinished) {
-		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s %s", in.Run, run.State, run.Reason)
+		return runFinished(run)
 	}
 	if errors.Is(err, store.ErrConflict) {
 		return forbidden("run %d is not held by runner %s", in.Run, x.Name)
@@ -437,7 +461,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: in.Reason,
 		Message: in.Message, ExitCode: in.ExitCode, At: time.Now()})
 	if errors.Is(err, store.ErrRunFinished) {
-		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s %s", in.Run, run.State, run.Reason)
+		return runFinished(run)
 	}
 	if err != nil {
 		return err

@@ -42,6 +42,15 @@ func (s *Server) runSteps(ctx context.Context, id int64) ([]api.Step, error) {
 	return out, nil
 }
 
+// runFinished is the RunFinished answer about a run that already ended.
+func runFinished(run store.Run) *api.Error {
+	how := run.State
+	if run.Reason != "" && run.Reason != run.State {
+		how += " (" + run.Reason + ")"
+	}
+	return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already ended %s; its result stands", run.ID, how)
+}
+
 // visibleRun loads a run the caller may read (its repository's owner or an
 // admin).
 func (s *Server) visibleRun(ctx context.Context, a store.Account, id int64) (store.Run, error) {
@@ -102,6 +111,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 	if err != nil {
 		return err
 	}
+	if err := s.explainQueued(ctx, runs); err != nil {
+		return err
+	}
 	out := api.ListRunsOutput{Runs: []api.Run{}}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, apiRun(run, nil))
@@ -122,7 +134,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, a store.Account)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, apiRun(run, steps))
+	one := []store.Run{run}
+	if err := s.explainQueued(r.Context(), one); err != nil {
+		return err
+	}
+	return writeJSON(w, apiRun(one[0], steps))
 }
 
 // stepDone reports whether a step's log will not grow: the step reached a
@@ -228,7 +244,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	}
 	run, err := s.store.CancelRun(r.Context(), in.Run, time.Now())
 	if errors.Is(err, store.ErrRunFinished) {
-		return xerr(http.StatusConflict, api.ErrRunFinished, "run %d already finished: %s", in.Run, run.State)
+		return runFinished(run)
 	}
 	if err != nil {
 		return err

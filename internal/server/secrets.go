@@ -106,6 +106,16 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, a store.Accou
 	if err != nil {
 		return err
 	}
+	// A typo'd runner name would leave the real runner with the unscoped
+	// value: scope only to a runner registered here (pending or approved).
+	if in.Runner != "" {
+		if _, err := s.store.RunnerByName(r.Context(), repo.ID, in.Runner); errors.Is(err, store.ErrNotFound) {
+			return xerr(http.StatusNotFound, api.ErrNotFound, "no runner %s registered for %s (knotless runner list --repo %s)",
+				in.Runner, repo.FullName(), repo.FullName())
+		} else if err != nil {
+			return err
+		}
+	}
 	ct, err := s.seal(repo.ID, in.Name, in.Runner, []byte(in.Value))
 	if err != nil {
 		return err
@@ -152,7 +162,8 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, a store.Ac
 		if in.Runner != "" {
 			scope = " for runner " + in.Runner
 		}
-		return xerr(http.StatusNotFound, api.ErrNotFound, "no secret %s%s in %s", in.Name, scope, in.Repo)
+		return xerr(http.StatusNotFound, api.ErrNotFound, "no secret %s%s in %s (knotless secret list --repo %s)",
+			in.Name, scope, repo.FullName(), repo.FullName())
 	}
 	if err != nil {
 		return err

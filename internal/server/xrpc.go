@@ -163,12 +163,14 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 	var e *api.Error
 	switch {
 	case errors.As(err, &e):
+	// Handlers say what is missing or taken in their own words; these are
+	// for races they did not foresee (e.g. a runner removed meanwhile).
 	case errors.Is(err, store.ErrNotFound):
-		e = xerr(http.StatusNotFound, api.ErrNotFound, "%s", err.Error())
+		e = xerr(http.StatusNotFound, api.ErrNotFound, "%s", storeMessage(err, store.ErrNotFound)+" does not exist (any more)")
 	case errors.Is(err, store.ErrRunFinished):
-		e = xerr(http.StatusConflict, api.ErrRunFinished, "%s", err.Error())
+		e = xerr(http.StatusConflict, api.ErrRunFinished, "%s", storeMessage(err, store.ErrRunFinished))
 	case errors.Is(err, store.ErrConflict):
-		e = xerr(http.StatusConflict, api.ErrConflict, "%s", err.Error())
+		e = xerr(http.StatusConflict, api.ErrConflict, "%s: try again", storeMessage(err, store.ErrConflict))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:
@@ -176,6 +178,13 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 		e = xerr(http.StatusInternalServerError, api.ErrInternal, "internal error; see the server log")
 	}
 	writeError(w, e)
+}
+
+// storeMessage is a store error's text without the sentinel the store
+// wrapped at its end ("run 5: not found" → "run 5"), so that the answer
+// does not end in a generic word.
+func storeMessage(err, sentinel error) string {
+	return strings.TrimSuffix(err.Error(), ": "+sentinel.Error())
 }
 
 func writeError(w http.ResponseWriter, e *api.Error) {
@@ -276,7 +285,7 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 	}
 	a, err := s.store.AccountByToken(r.Context(), hashToken(tok))
 	if errors.Is(err, store.ErrNotFound) {
-		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token")
+		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token: use a token this server issued (DATA/admin.token for the admin, knotless account create for others)")
 	}
 	return a, err
 }
