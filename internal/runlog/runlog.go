@@ -1,6 +1,3 @@
-// Package runlog renders a run's logs for people: the lines that frame each
-// step's output. `knotless run logs` and `knotless-run exec` both use it, so
-// a run looks the same on a server and locally. It never alters step bytes.
 package runlog
 
 import (
@@ -9,6 +6,10 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 )
+
+// SetupDone is the word the setup log's footer shows when setup got
+// through (the API's step state is api.StepSucceeded, or none at all).
+const SetupDone = "done"
 
 // StepHeader is printed before a step's log, e.g. "── step 1/3: build ──\n".
 // total is the number of workflow steps; index 0 is the setup log.
@@ -19,15 +20,18 @@ func StepHeader(index, total int, name string) string {
 	return fmt.Sprintf("── step %d/%d: %s ──\n", index, total, name)
 }
 
-// StepFooter is printed after a step's log: its state, exit code, reason and
-// duration (0 = unknown, omitted). A missing final newline in the step's own
-// output is the caller's to add.
+// StepFooter is printed after a step's log: its state, exit code, reason
+// (left out when it says no more than the state, e.g. a cancelled step's
+// reason "cancelled", or exit-code next to the exit code) and duration
+// (0 = unknown, omitted). `knotless run logs` and `knotless-run exec` both
+// pass 0, as the server does not record step times. A missing final
+// newline in the step's own output is the caller's to add.
 func StepFooter(s api.Step, d time.Duration) string {
 	out := "── " + s.State
 	if s.ExitCode != nil {
 		out += fmt.Sprintf(", exit %d", *s.ExitCode)
 	}
-	if s.Reason != "" && s.Reason != api.ReasonExitCode {
+	if s.Reason != "" && s.Reason != api.ReasonExitCode && s.Reason != s.State {
 		out += ", " + s.Reason
 	}
 	if d > 0 {
@@ -37,10 +41,11 @@ func StepFooter(s api.Step, d time.Duration) string {
 }
 
 // RunSummary is the last line for a run, e.g.
-// "run 42 (ci): failed, exit-code, exit 1".
+// "run 42 (ci): failed, exit-code, exit 1: step 2 (test) exited with 1".
+// A reason equal to the state ("cancelled") is left out.
 func RunSummary(r api.Run) string {
 	out := fmt.Sprintf("run %d (%s): %s", r.ID, r.Workflow, r.State)
-	if r.Reason != "" {
+	if r.Reason != "" && r.Reason != r.State {
 		out += ", " + r.Reason
 	}
 	if r.ExitCode != nil {
@@ -50,4 +55,22 @@ func RunSummary(r api.Run) string {
 		out += ": " + r.Message
 	}
 	return out + "\n"
+}
+
+// SetupState is the state word shown for the setup log (step 0) of a run in
+// runState, given the state the runner reported for it (stepState, "" when
+// none): SetupDone when setup got through; when setup is where the run
+// ended, the run's own final state ("errored" for an invalid workflow or a
+// failed checkout, "failed" for a timeout, "cancelled"), so that the
+// setup footer and the run's summary use the same word. The API keeps
+// reporting the step as api.StepFailed: only the display differs.
+func SetupState(stepState, runState string) string {
+	switch stepState {
+	case api.StepFailed, api.StepCancelled:
+		if api.IsFinal(runState) && runState != api.StateSucceeded {
+			return runState
+		}
+		return stepState
+	}
+	return SetupDone
 }
