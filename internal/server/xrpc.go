@@ -285,7 +285,7 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 	}
 	a, err := s.store.AccountByToken(r.Context(), hashToken(tok))
 	if errors.Is(err, store.ErrNotFound) {
-		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token: use a token this server issued (DATA/admin.token for the admin, knotless account create for others)")
+		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token: no account on this server has it")
 	}
 	return a, err
 }
