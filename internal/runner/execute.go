@@ -29,6 +29,9 @@ var (
 	ErrRunFinished = errors.New("the server ended the run")
 
 	errRunTimeout = errors.New("the run reached its timeout")
+	// errNotRegisteredStop: the runner stops because the server no longer
+	// knows it; the run ends cancelled/runner-stopped, as on SIGTERM.
+	errNotRegisteredStop = fmt.Errorf("%w: the server no longer knows this runner", ErrRunnerStopped)
 )
 
 // Job is one run to execute: what the server's claim says (or what `exec`
@@ -105,17 +108,9 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	if err := e.setup.close(); err != nil {
 		log.Warn("close setup log", "err", err)
 	}
-	if e.wf != nil {
-		// Steps the run never reached (it ended in setup) are skipped.
-		for i, st := range e.wf.Steps {
-			if !e.ended[i+1] {
-				e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
-			}
-		}
-	}
 	if !e.ended[api.SetupStep] {
 		// The run ended before its first step: setup is where it failed.
-		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason}
+		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason, RunState: res.State}
 		switch res.State {
 		case api.StateSucceeded:
 			u.State, u.Reason = api.StepSucceeded, ""
@@ -123,6 +118,14 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 			u.State = api.StepCancelled
 		}
 		e.report(u)
+	}
+	if e.wf != nil {
+		// Steps the run never reached (it ended in setup) are skipped.
+		for i, st := range e.wf.Steps {
+			if !e.ended[i+1] {
+				e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
+			}
+		}
 	}
 	if err := rep.Done(res); err != nil {
 		log.Error("record run result", "err", err)
@@ -161,7 +164,8 @@ func (e *execution) run(ctx context.Context) Result {
 	wf, err := workflow.Parse(e.job.WorkflowPath, e.job.WorkflowSource)
 	if err != nil {
 		sl.printf("%s\n", err.Error())
-		sl.printf("the workflow is invalid: fix it and push again\n")
+		// Neutral advice: the same code serves pushed runs and `exec`.
+		sl.printf("the workflow is invalid: fix the problems above (knotless workflow lint checks them before a run)\n")
 		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(err.Error())}
 	}
 	e.wf = wf
@@ -188,7 +192,7 @@ func (e *execution) run(ctx context.Context) Result {
 	defer cancelRun()
 
 	if e.job.Checkout != nil {
-		sl.printf("checking out %s\n", e.job.SHA)
+		// Checkout tells what it does (fetching, then checking out).
 		if err := e.job.Checkout(runCtx, sl); err != nil {
 			if res, stopped := e.stopped(runCtx, timeout); stopped {
 				return res
@@ -345,7 +349,7 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 		}
 		return Result{State: api.StateFailed, Reason: api.ReasonTimeout, Message: msg}, true
 	case errors.Is(cause, ErrRunnerStopped):
-		return Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped, Message: ErrRunnerStopped.Error()}, true
+		return Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped, Message: cause.Error()}, true
 	case errors.Is(cause, ErrRunFinished):
 		return Result{State: api.StateCancelled, Reason: api.ReasonCancelled, Message: ErrRunFinished.Error()}, true
 	}

@@ -246,8 +246,11 @@ steps:
 	if st[1].State != api.StepSucceeded || st[2].State != api.StepSucceeded || st[1].Name != "count" {
 		t.Fatalf("steps %+v", st)
 	}
-	if setup := string(w.stepLog(run.ID, 0)); !strings.Contains(setup, "fetching "+run.SHA) {
-		t.Fatalf("setup log:\n%s", setup)
+	// The setup log tells the fetch before the checkout it serves.
+	setup := string(w.stepLog(run.ID, 0))
+	fetch, checkout := strings.Index(setup, "fetching "+run.SHA), strings.Index(setup, "checking out "+run.SHA)
+	if fetch < 0 || checkout < fetch {
+		t.Fatalf("setup log (want fetching, then checking out):\n%s", setup)
 	}
 	w.assertCleanedUp(run.ID)
 }
@@ -257,8 +260,12 @@ func TestIntegration_RunnerStartedBeforeApprovalClaimsOnceApproved(t *testing.T)
 	log, rec := recordingLogger(t)
 	w.startRunner(func(c *Config) { c.Logger = log })
 	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo approved\n"})
+	st, err := LoadState(w.state)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, 10*time.Second, "the runner asking for approval", func() bool {
-		return rec.contains("waiting for approval: ask an owner to run: knotless runner approve --repo alice/app r1")
+		return rec.contains("waiting for approval: ask an owner to run: knotless runner approve r1 --repo alice/app --did " + st.DID)
 	})
 	// Not approved: the run stays queued.
 	if r := w.getRun(run.ID); r.State != api.StateQueued {

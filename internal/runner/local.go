@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
@@ -142,14 +141,12 @@ type ConsoleReporter struct {
 	names   map[int]string
 	current int  // section whose bytes were printed last; -1 none
 	last    byte // last byte printed
-	started map[int]time.Time
 	headed  map[int]bool
 }
 
 func (c *ConsoleReporter) init() {
 	if c.names == nil {
 		c.names = map[int]string{}
-		c.started = map[int]time.Time{}
 		c.headed = map[int]bool{}
 		c.current = -1
 		c.last = '\n'
@@ -214,17 +211,18 @@ func (c *ConsoleReporter) Step(u StepUpdate) error {
 	case api.StepPending:
 		return nil
 	case api.StepRunning:
-		c.started[u.Step] = time.Now()
 		c.enter(u.Step)
 		return nil
 	}
 	c.enter(u.Step)
 	c.endLine()
 	st := api.Step{Index: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason}
-	if u.Step == api.SetupStep && u.State == api.StepSucceeded {
-		st.State = "done" // as `knotless run logs` prints it
+	if u.Step == api.SetupStep {
+		st.State = runlog.SetupState(u.State, u.RunState) // as `knotless run logs` prints it
 	}
-	_, err := io.WriteString(c.Out, runlog.StepFooter(st, u.Duration))
+	// No duration, as `knotless run logs` has none to show: the two print
+	// a run the same way.
+	_, err := io.WriteString(c.Out, runlog.StepFooter(st, 0))
 	c.current = -1
 	return err
 }

@@ -108,6 +108,7 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 	} else {
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
+	fmt.Fprintf(log, "checking out %s\n", f.SHA)
 	// Like `git clone --shared`: the workspace borrows the mirror's objects
 	// through alternates (cheap, and no network), without clone's warning
 	// about a mirror that has no branches.

@@ -15,6 +15,10 @@ type StepUpdate struct {
 	ExitCode *int
 	Reason   string
 	Duration time.Duration // set on final states
+	// RunState is set on the setup log's final update when setup is where
+	// the run ended: the run's final state. Only for display (the setup
+	// footer shows it, as `knotless run logs` does); it is not sent.
+	RunState string
 }
 
 // Result is how a run ended.

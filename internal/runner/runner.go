@@ -29,13 +29,22 @@ const (
 	DefaultApprovalPoll = 5 * time.Second
 )
 
+// ErrNotRegistered is matched (errors.Is) by Run's error when the server
+// does not know the runner's identity: it was removed there (knotless
+// runner remove), or registered with another server or data directory. Run
+// has logged what to do; the runner must log in anew.
+var ErrNotRegistered = errors.New("this runner is not registered on the server")
+
 // Config configures a Runner. Zero durations and sizes mean the defaults
 // above.
 type Config struct {
-	State    *State            // identity and server, from LoadState
-	Executor executor.Executor // where runs execute
-	WorkDir  string            // --work DIR (see the package doc for its layout)
-	Capacity int               // runs at once
+	State *State // identity and server, from LoadState
+	// StatePath is the state file State was read from, for the commands
+	// the runner's messages suggest ("" shows FILE).
+	StatePath string
+	Executor  executor.Executor // where runs execute
+	WorkDir   string            // --work DIR (see the package doc for its layout)
+	Capacity  int               // runs at once
 	// StopWait is how long a stopping runner lets running runs finish
 	// before it cancels them (reason runner-stopped).
 	StopWait time.Duration
@@ -72,6 +81,22 @@ type Runner struct {
 	shippers sync.WaitGroup
 	hurry    chan struct{} // closed by StopNow
 	hurryMu  sync.Once
+
+	// unknown is closed when the server answered 401 InvalidToken (to a
+	// claim or a heartbeat): it does not know this runner; unknownErr is
+	// that answer.
+	unknown     chan struct{}
+	unknownOnce sync.Once
+	unknownErr  error
+}
+
+// refused records that the server does not know this runner (err is its
+// answer); the claim loop stops. Safe to call concurrently and repeatedly.
+func (r *Runner) refused(err error) {
+	r.unknownOnce.Do(func() {
+		r.unknownErr = err
+		close(r.unknown)
+	})
 }
 
 // StopNow makes a stopping runner cancel its running runs at once instead
@@ -118,6 +143,7 @@ func New(cfg Config) (*Runner, error) {
 		client:  cfg.State.Client(cfg.HTTP),
 		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
 		hurry:   make(chan struct{}),
+		unknown: make(chan struct{}),
 	}, nil
 }
 
@@ -128,8 +154,12 @@ func (r *Runner) path(parts ...string) string {
 // Run claims and executes runs until ctx ends, then stops gracefully: it
 // claims no more, lets running runs finish for up to StopWait, cancels the
 // rest (cancelled/runner-stopped), and keeps delivering spools for up to
-// ShipWait. It returns nil after a graceful stop, an error only when it
-// cannot start (work directory in use or unusable).
+// ShipWait. It returns nil after a graceful stop, an error when it cannot
+// start (work directory in use or unusable), and an error matching
+// ErrNotRegistered when the server refuses the runner's identity on a claim
+// or a heartbeat (401 InvalidToken: the runner was removed): then it logs what to do,
+// cancels its running runs at once (their heartbeats and results are
+// refused too) and stops without waiting for deliveries the server refuses.
 func (r *Runner) Run(ctx context.Context) error {
 	unlock, err := r.prepareWorkDir(ctx)
 	if err != nil {
@@ -148,7 +178,18 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	r.log.Info("runner started", "server", r.cfg.State.Server, "repo", r.cfg.State.Repo,
 		"executor", r.cfg.Executor.Name(), "capacity", r.cfg.Capacity, "work", r.cfg.WorkDir)
-	r.claimLoop(ctx, slots, func(cr *api.ClaimedRun) {
+	// The claim loop also ends when a heartbeat finds the runner unknown:
+	// with every slot busy it is not claiming, so it would not find out.
+	claimCtx, stopClaiming := context.WithCancel(ctx)
+	defer stopClaiming()
+	go func() {
+		select {
+		case <-r.unknown:
+			stopClaiming()
+		case <-claimCtx.Done():
+		}
+	}()
+	r.claimLoop(claimCtx, slots, func(cr *api.ClaimedRun) {
 		active.Add(1)
 		go func() {
 			defer active.Done()
@@ -162,6 +203,25 @@ func (r *Runner) Run(ctx context.Context) error {
 	go func() { active.Wait(); close(done) }()
 	if len(slots) == 0 { // the claim loop has returned its own slot
 		<-done
+	}
+	if isClosed(r.unknown) {
+		claimErr := r.unknownErr
+		r.log.Error(fmt.Sprintf("this runner is not registered on %s (removed?): run %s, have an owner approve it again, then restart knotless-run run",
+			r.cfg.State.Server, r.cfg.State.LoginCommand(r.cfg.StatePath)), "did", r.cfg.State.DID, "err", claimErr)
+		select {
+		case <-done:
+		default:
+			r.log.Warn("cancelling running runs: the server refuses this runner", "runs", len(slots), "reason", api.ReasonRunnerStopped)
+			stopRuns(errNotRegisteredStop)
+			<-done
+		}
+		stopShipping()
+		r.shippers.Wait()
+		if n := r.spoolCount(); n > 0 {
+			r.log.Warn("undelivered logs and results stay in the spool: the server refuses them from this runner", "runs", n, "spool", r.path("spool"))
+		}
+		r.log.Info("runner stopped")
+		return fmt.Errorf("%w: %v", ErrNotRegistered, claimErr)
 	}
 	select {
 	case <-done:
@@ -278,7 +338,24 @@ func (r *Runner) ship(ctx context.Context, sp *Spool) <-chan struct{} {
 	return done
 }
 
-// claimLoop long-polls for runs while a slot is free, until ctx ends.
+// spoolCount is how many runs' spools are in the work directory.
+func (r *Runner) spoolCount() int {
+	ents, err := os.ReadDir(r.path("spool"))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+// claimLoop long-polls for runs while a slot is free, until ctx ends or
+// the server answers a claim with 401 InvalidToken: it does not know this
+// runner (recorded with refused).
 func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(*api.ClaimedRun)) {
 	failures := 0
 	approvalLogged := time.Time{}
@@ -303,6 +380,9 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		case err == nil:
 			failures = 0
 			continue
+		case isUnknownRunner(err):
+			r.refused(err)
+			return
 		case api.IsError(err, api.ErrNotApproved):
 			if time.Since(approvalLogged) > time.Minute {
 				r.log.Warn("waiting for approval: ask an owner to run: " + r.cfg.State.ApproveCommand())
@@ -323,6 +403,14 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		case <-time.After(wait):
 		}
 	}
+}
+
+// isUnknownRunner reports whether a claim's error says the server does
+// not know the runner's identity: 401 InvalidToken (an expired token,
+// ExpiredToken, is a clock problem and is retried).
+func isUnknownRunner(err error) bool {
+	var e *api.Error
+	return errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Name == api.ErrInvalidToken
 }
 
 func (r *Runner) claim(ctx context.Context) (*api.ClaimedRun, error) {
@@ -457,6 +545,14 @@ func (r *Runner) heartbeat(ctx context.Context, run int64, every time.Duration, 
 				log.Warn("the server ended the run already: stopping it here", "err", err)
 				cancel(ErrRunFinished)
 			}
+		case isUnknownRunner(err):
+			// The runner was removed: nothing this process sends is taken
+			// any more. Run cancels the runs and stops.
+			if !isClosed(r.unknown) {
+				log.Warn("heartbeat refused: the server does not know this runner", "err", err)
+			}
+			r.refused(err)
+			return
 		default:
 			if !failing {
 				log.Warn("heartbeat failed; the lease may lapse if this lasts", "err", err)

@@ -158,6 +158,9 @@ func (sh *Shipper) send(ctx context.Context, e JournalEntry) (done bool, err err
 		case api.IsError(err, api.ErrNotFound):
 			log.Warn("the server no longer knows the run; dropping its spool")
 			return true, nil
+		case notHeld(err):
+			log.Warn("the server takes nothing more for the run from this runner (another identity claimed it); dropping its spool", "err", err)
+			return true, nil
 		}
 		return false, fmt.Errorf("update step %d of run %d: %w", e.Step.Step, e.Step.Run, err)
 	case e.Complete != nil:
@@ -177,6 +180,10 @@ func (sh *Shipper) send(ctx context.Context, e JournalEntry) (done bool, err err
 			return true, nil
 		case api.IsError(err, api.ErrNotFound):
 			log.Warn("the server no longer knows the run; dropping its spool")
+			return true, nil
+		case notHeld(err):
+			log.Warn("the server takes no result for the run from this runner (another identity claimed it); dropping its spool",
+				"local_state", e.Complete.State, "local_reason", e.Complete.Reason, "err", err)
 			return true, nil
 		}
 		return false, fmt.Errorf("complete run %d: %w", e.Complete.Run, err)
@@ -245,7 +252,7 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 				// at its size.
 				sh.cur.Logs[step] = *xe.Size
 				changed = true
-			case api.IsError(err, api.ErrRunFinished) || api.IsError(err, api.ErrNotFound):
+			case api.IsError(err, api.ErrRunFinished) || api.IsError(err, api.ErrNotFound) || notHeld(err):
 				sh.Log.Warn("the server takes no more log bytes for the run", "run", sh.Spool.Run(), "step", step, "undelivered_bytes", fi.Size()-off, "err", err)
 				sh.logsClosed = true
 				f.Close()
@@ -278,4 +285,13 @@ func (sh *Shipper) appendLog(ctx context.Context, step int, off int64, body []by
 		return 0, fmt.Errorf("append log to run %d step %d: %w", sh.Spool.Run(), step, err)
 	}
 	return out.Size, nil
+}
+
+// notHeld reports whether the server refused a delivery because this
+// runner does not hold the run (403 Forbidden): it was claimed by another
+// identity, e.g. this runner's own before it was removed and logged in
+// anew. No later attempt can change that.
+func notHeld(err error) bool {
+	var e *api.Error
+	return errors.As(err, &e) && e.Status == http.StatusForbidden && e.Name == api.ErrForbidden
 }

@@ -82,9 +82,24 @@ func (s *State) Client(httpc *http.Client) *api.Client {
 }
 
 // ApproveCommand is what an owner of the repository runs to approve the
-// runner.
+// runner, e.g. "knotless runner approve builder-1 --repo alice/app --did
+// did:key:z...". The DID makes the server refuse to approve a registration
+// made by anyone else under the same name.
 func (s *State) ApproveCommand() string {
-	return fmt.Sprintf("knotless runner approve --repo %s %s", s.Repo, s.Name)
+	return fmt.Sprintf("knotless runner approve %s --repo %s --did %s", s.Name, s.Repo, s.DID)
+}
+
+// LoginCommand is the command that registers this runner anew (a new
+// identity) after it was removed on the server, for the state file at path.
+func (s *State) LoginCommand(path string) string {
+	cmd := fmt.Sprintf("knotless-run login --force --server %s --repo %s --name %s", s.Server, s.Repo, s.Name)
+	if len(s.Labels) > 0 {
+		cmd += " --labels " + strings.Join(s.Labels, ",")
+	}
+	if path == "" {
+		path = "FILE"
+	}
+	return cmd + " --state " + path
 }
 
 // LoginOptions are the inputs of Login.
@@ -105,17 +120,20 @@ type LoginOptions struct {
 // kept unless opts.Force; on any error no state file is written.
 func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 	if opts.Server == "" || opts.Repo == "" || opts.Name == "" || opts.State == "" {
-		return nil, errors.New("login needs --server, --repo, --name and --state")
+		return nil, usagef("login needs --server, --repo, --name and --state")
+	}
+	server := strings.TrimRight(strings.TrimSpace(opts.Server), "/")
+	if err := CheckServerURL(server); err != nil {
+		return nil, err
 	}
 	if owner, name, ok := strings.Cut(opts.Repo, "/"); !ok || owner == "" || name == "" || strings.Contains(name, "/") {
-		return nil, fmt.Errorf("--repo %q: want OWNER/NAME", opts.Repo)
+		return nil, usagef("--repo %q: want OWNER/NAME", opts.Repo)
 	}
 	if !opts.Force {
 		if _, err := os.Lstat(opts.State); err == nil {
 			return nil, fmt.Errorf("state file %s exists: it is another runner identity; use --force to replace it", opts.State)
 		}
 	}
-	server := strings.TrimRight(opts.Server, "/")
 	var desc api.DescribeServerOutput
 	anon := &api.Client{BaseURL: server, HTTP: opts.HTTP, UserAgent: "knotless-run/" + version.Version}
 	if err := anon.Query(ctx, api.MethodDescribeServer, nil, &desc); err != nil {
@@ -176,6 +194,10 @@ func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 
 	in := api.RegisterRunnerInput{Repo: opts.Repo, Name: opts.Name, Labels: labels}
 	if err := st.Client(opts.HTTP).Procedure(ctx, api.MethodRegisterRunner, in, nil); err != nil {
+		if api.IsError(err, api.ErrConflict) && !strings.Contains(err.Error(), "knotless runner remove") {
+			return nil, fmt.Errorf("register runner %s for %s: %w: choose another --name, or have an owner remove the old runner first (knotless runner remove %s --repo %s)",
+				opts.Name, opts.Repo, err, opts.Name, opts.Repo)
+		}
 		return nil, fmt.Errorf("register runner %s for %s: %w", opts.Name, opts.Repo, err)
 	}
 	if opts.Force {
