@@ -64,12 +64,37 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, runner.ErrNotRegistered):
+		return exitFail // the runner logged what to do
 	case errors.As(err, &ue), errors.Is(err, runner.ErrUsage), strings.HasPrefix(err.Error(), "unknown command"):
-		fmt.Fprintf(stderr, "knotless-run: %v\n", err)
+		fmt.Fprintf(stderr, "knotless-run: %s\n", message(err))
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "knotless-run: %v\n", err)
+	fmt.Fprintf(stderr, "knotless-run: %s\n", message(err))
 	return exitFail
+}
+
+// message is err's text with a server's answer in it reduced to the
+// server's message: no XRPC error name in front ("Conflict: ...") and no
+// trailing repeat of it (": conflict").
+func message(err error) string {
+	full := err.Error()
+	var ae *api.Error
+	if !errors.As(err, &ae) || strings.TrimSpace(ae.Message) == "" {
+		return full
+	}
+	m := strings.TrimSpace(ae.Message)
+	var words strings.Builder
+	for i, r := range ae.Name {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			words.WriteByte(' ')
+		}
+		words.WriteRune(r)
+	}
+	if name := strings.ToLower(words.String()); name != "" {
+		m = strings.TrimSuffix(m, ": "+name)
+	}
+	return strings.Replace(full, ae.Error(), m, 1)
 }
 
 type globals struct {
@@ -96,7 +121,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
   knotless-run run     claim runs from the server and execute them
   knotless-run exec    run one workflow file locally, without a server
 
-Every flag can also be set by the environment variable named in its help.`,
+Every flag can also be set by the environment variable named in its help.
+
+Exit status: 0 success, 1 a failed run or an operational error, 2 a wrong
+command line.`,
+		Example: `  knotless-run login --server https://ci.example.com --repo alice/app --name builder-1 --state runner.json
+  knotless-run run --state runner.json --executor shell --work /var/lib/knotless-run
+  knotless-run exec .knotless/workflows/ci.yml`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -150,11 +181,25 @@ func newLogin(g *globals, stdout io.Writer) *cobra.Command {
 		Long: `login makes a new runner identity (a P-256 key pair; its DID is the key's did:key),
 registers it with the server for one repository as pending, and writes the state
 file (JSON, mode 0600, holding the private key: keep it out of job environments).
-An owner of the repository must then approve the runner; login prints the command.`,
+An owner of the repository must then approve the runner; login prints the
+command, with the runner's DID so that only this registration is approved.
+
+A runner that was removed on the server logs in again with --force (a new
+identity, approved anew).`,
+		Example: `  knotless-run login --server https://ci.example.com --repo alice/app \
+      --name builder-1 --labels linux,big --state /etc/knotless/runner.json
+  KNOTLESS_SERVER=http://127.0.0.1:8080 knotless-run login --repo alice/app --name dev --state runner.json
+  knotless-run login --force --server https://ci.example.com --repo alice/app --name builder-1 --state runner.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Server == "" || o.Repo == "" || o.Name == "" || o.State == "" {
 				return usagef("login needs --server, --repo, --name and --state")
+			}
+			if err := runner.CheckServerURL(strings.TrimRight(strings.TrimSpace(o.Server), "/")); err != nil {
+				if !cmd.Flags().Changed("server") {
+					return usagef("%v (server URL from KNOTLESS_SERVER)", err)
+				}
+				return err
 			}
 			if labels != "" {
 				o.Labels = strings.Split(labels, ",")
@@ -230,7 +275,17 @@ Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
   DIR/runs/<run>/              workspace and HOME of a run (removed after it)
   DIR/spool/<run>/             logs and results not yet delivered
-  DIR/shell/                   the shell executor's private files`,
+  DIR/shell/                   the shell executor's private files
+
+Every run gets a fresh HOME (DIR/runs/<run>/home), so tool caches start
+cold; --env points tools at a cache the runs share, e.g. GOCACHE.
+
+If the server no longer knows the runner (it was removed), run logs what
+to do, cancels its running runs and exits 1.`,
+		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
+  knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
+  knotless-run run --state runner.json --work work \
+      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if statePath == "" || work == "" {
@@ -245,7 +300,7 @@ Work directory layout:
 			if err != nil {
 				return err
 			}
-			cfg.State, cfg.Executor, cfg.WorkDir, cfg.Logger = st, ex, work, log
+			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
 			cfg.LogLimit = int64(logLimit)
 			cfg.Env = envs.m
 			r, err := runner.New(cfg)
@@ -261,7 +316,8 @@ Work directory layout:
 			defer cancel()
 			go func() {
 				sig := <-sigs
-				log.Info("signal received: stopping", "signal", sig.String())
+				log.Info("signal received: stopping (claiming no more runs; a second signal cancels running runs at once)",
+					"signal", sig.String(), "stop_wait", cfg.StopWait)
 				cancel()
 				<-sigs
 				r.StopNow()
@@ -305,6 +361,9 @@ name (a missing one is an error before anything runs) and masked in the output.
 
 Exit status: 0 when the run succeeded, 1 when it failed, errored or was
 cancelled, 2 when the command line was wrong.`,
+		Example: `  knotless-run exec .knotless/workflows/ci.yml
+  DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
+  knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("exec takes one workflow FILE, got %d arguments", len(args))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/runner"
 	"knotless.dev/knotless/internal/server/servertest"
 )
 
@@ -176,6 +177,59 @@ steps:
 	}
 }
 
+// TestExec_InvalidWorkflowSaysErroredInFooterAndSummary pins a setup footer
+// "failed, workflow-invalid" under an "errored" summary, and advice to
+// "push again" where nothing is pushed.
+func TestExec_InvalidWorkflowSaysErroredInFooterAndSummary(t *testing.T) {
+	dir := checkout(t, "on: {push: {}}\nstpes:\n  - run: echo hi\n")
+	cmd, out, errb := command(dir, nil, "exec", ".knotless/workflows/ci.yml")
+	if code := exitCode(t, cmd.Run()); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out.String(), errb.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		".knotless/workflows/ci.yml:2:1: unknown key \"stpes\"",
+		"── errored, workflow-invalid ──\n",
+		"run 0 (ci): errored, workflow-invalid: ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "push") {
+		t.Errorf("exec output speaks of pushing:\n%s", got)
+	}
+}
+
+func TestHelp_EverySubcommandHasExamples(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"login", "--help"}, {"run", "--help"}, {"exec", "--help"}} {
+		cmd, out, _ := command(t.TempDir(), nil, args...)
+		cmd.Run()
+		if !strings.Contains(out.String(), "Examples:\n  knotless-run ") {
+			t.Errorf("%v has no examples:\n%s", args, out.String())
+		}
+	}
+}
+
+// TestLogin_ServerWithoutSchemeSaysWhatToWrite pins a raw Go URL parse
+// error for --server 127.0.0.1:18480.
+func TestLogin_ServerWithoutSchemeSaysWhatToWrite(t *testing.T) {
+	const want = "knotless-run: server URL must start with http:// or https:// — did you mean http://127.0.0.1:18480?"
+	tmp := t.TempDir()
+	state := filepath.Join(tmp, "state.json")
+	cmd, _, errb := command(tmp, nil, "login", "--server", "127.0.0.1:18480", "--repo", "a/b", "--name", "r", "--state", state)
+	if code := exitCode(t, cmd.Run()); code != 2 || strings.TrimSpace(errb.String()) != want {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+	cmd, _, errb = command(tmp, []string{"KNOTLESS_SERVER=127.0.0.1:18480"}, "login", "--repo", "a/b", "--name", "r", "--state", state)
+	if code := exitCode(t, cmd.Run()); code != 2 || !strings.HasPrefix(errb.String(), want) || !strings.Contains(errb.String(), "KNOTLESS_SERVER") {
+		t.Errorf("from KNOTLESS_SERVER: exit %d, stderr %q", code, errb.String())
+	}
+	if _, err := os.Stat(state); err == nil {
+		t.Error("a state file was written")
+	}
+}
+
 // TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero drives the real
 // program: login, approval, a push, a run in progress, SIGTERM.
 func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
@@ -192,17 +246,23 @@ func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
 	if code := exitCode(t, cmd.Run()); code != 0 {
 		t.Fatalf("login: exit %d\n%s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "knotless runner approve --repo alice/app r1") {
-		t.Fatalf("login output:\n%s", out.String())
-	}
 	if fi, err := os.Stat(state); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("state file: %v %v", fi.Mode(), err)
+	}
+	st, err := runner.LoadState(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The approve command names the DID, so only this registration passes.
+	approveCmd := "knotless runner approve r1 --repo alice/app --did " + st.DID + "\n"
+	if !strings.Contains(out.String(), approveCmd) {
+		t.Fatalf("login output lacks %q:\n%s", approveCmd, out.String())
 	}
 	cmd, _, _ = command(tmp, nil, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r2", "--state", state)
 	if code := exitCode(t, cmd.Run()); code != 1 {
 		t.Fatalf("login over an existing state file: exit %d, want 1", code)
 	}
-	if err := srv.Client(tok).Procedure(context.Background(), api.MethodApproveRunner, api.RunnerRef{Repo: "alice/app", Name: "r1"}, nil); err != nil {
+	if err := srv.Client(tok).Procedure(context.Background(), api.MethodApproveRunner, api.RunnerRef{Repo: "alice/app", Name: "r1", DID: st.DID}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -241,7 +301,7 @@ func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
 	if final.State != api.StateCancelled || final.Reason != api.ReasonRunnerStopped {
 		t.Fatalf("run %+v", final)
 	}
-	for _, want := range []string{"claimed run", "stop wait is over", "runner stopped"} {
+	for _, want := range []string{"claimed run", "a second signal cancels running runs at once", "stop wait is over", "runner stopped"} {
 		if !strings.Contains(runErr.String(), want) {
 			t.Errorf("runner log lacks %q:\n%s", want, runErr.String())
 		}
