@@ -68,11 +68,22 @@ var errSilentFailure = &exitError{code: ExitFailed}
 var errNotLoggedIn = &exitError{code: ExitAuth,
 	msg: "not logged in: run knotless login --server URL (or set KNOTLESS_SERVER and KNOTLESS_TOKEN)"}
 
+// errContext is what classify knows of the command that failed, to choose
+// hints: the server in use, the repository it was about (if any), whether
+// the command's own code ran, and whether it was login.
+type errContext struct {
+	server     string
+	repo       string
+	ranCommand bool
+	login      bool
+}
+
 // classify turns any error a command returned into an exit code and the one
-// line to print on stderr (empty: print nothing). server is the server URL
-// in use, if known, for messages. ranCommand is false when the error came
-// from cobra itself (unknown command, bad flag, wrong number of arguments).
-func classify(err error, server string, ranCommand bool) (int, string) {
+// line to print on stderr (empty: print nothing). The context's server is
+// the server URL in use, if known, for messages; ranCommand is false when
+// the error came from cobra itself (unknown command, bad flag, wrong number
+// of arguments).
+func classify(err error, c errContext) (int, string) {
 	if err == nil {
 		return ExitOK, ""
 	}
@@ -80,7 +91,7 @@ func classify(err error, server string, ranCommand bool) (int, string) {
 	if errors.As(err, &ee) {
 		return ee.code, oneLine(ee.Error())
 	}
-	if !ranCommand {
+	if !c.ranCommand {
 		return ExitUsage, oneLine(err.Error())
 	}
 	if errors.Is(err, context.Canceled) {
@@ -88,29 +99,87 @@ func classify(err error, server string, ranCommand bool) (int, string) {
 	}
 	var ae *api.Error
 	if errors.As(err, &ae) {
-		msg := oneLine(err.Error())
-		switch {
-		case ae.Status == http.StatusUnauthorized:
-			return ExitAuth, msg + ": the server refused the token: run knotless login --server " + orURL(server) + " with a valid token"
-		case ae.Status == http.StatusForbidden:
-			return ExitAuth, msg + ": not allowed: ask the repository owner or an admin"
-		case ae.Status == http.StatusNotFound:
-			return ExitNotFound, msg
-		case ae.Status == http.StatusBadRequest:
-			return ExitUsage, msg
-		case ae.Status >= 500:
-			return ExitUnavailable, msg + ": the server failed: try again, or check the server's log"
-		default:
-			return ExitFailed, msg
-		}
+		return classifyAPI(err, ae, c)
 	}
 	if errors.Is(err, errTimedOut) || errors.Is(err, errTransfer) {
 		return ExitUnavailable, oneLine(err.Error()) + ": check the server (knotless whoami)"
 	}
 	if cause, ok := transportCause(err); ok {
-		return ExitUnavailable, oneLine(fmt.Sprintf("cannot reach the server at %s: %s: check that knotless-server is running and the URL is right (knotless login --server URL)", orURL(server), cause))
+		return ExitUnavailable, oneLine(fmt.Sprintf("cannot reach the server at %s: %s: check that knotless-server is running and the URL is right (knotless login --server URL)", orURL(c.server), cause))
 	}
 	return ExitFailed, oneLine(err.Error())
+}
+
+// classifyAPI is classify for an answer of the server (ae, inside err). The
+// server's message is printed once, without the XRPC error name, after
+// what the command was doing; a hint is added only when the message does
+// not already say it.
+func classifyAPI(err error, ae *api.Error, c errContext) (int, string) {
+	msg := oneLine(apiMessage(err, ae))
+	lower := strings.ToLower(msg)
+	switch {
+	case ae.Status == http.StatusUnauthorized:
+		switch {
+		case c.login:
+			msg = withHint(msg, "the server refused the token: the first admin's is in DATA/admin.token, other accounts get theirs from knotless account create")
+		case !strings.Contains(lower, "knotless login"):
+			msg = withHint(msg, "the server refused the token: log in again with knotless login --server "+orURL(c.server))
+		}
+		return ExitAuth, msg
+	case ae.Status == http.StatusForbidden:
+		if c.repo != "" && !strings.Contains(lower, "owner") && !strings.Contains(lower, "admin") {
+			msg = withHint(msg, "ask an owner of "+c.repo+" or an admin")
+		}
+		return ExitAuth, msg
+	case ae.Status == http.StatusNotFound:
+		return ExitNotFound, msg
+	case ae.Status == http.StatusBadRequest:
+		return ExitUsage, msg
+	case ae.Status >= 500:
+		if !strings.Contains(lower, "log") && !strings.Contains(lower, "try again") {
+			msg = withHint(msg, "the server failed: try again, or check the server's log")
+		}
+		return ExitUnavailable, msg
+	}
+	return ExitFailed, msg
+}
+
+// apiMessage is err's text with the server's error (ae) reduced to its
+// message: no XRPC error name in front ("Conflict: ..."), and no trailing
+// repeat of that name (": conflict"). Without a message it keeps
+// "Name (HTTP status)".
+func apiMessage(err error, ae *api.Error) string {
+	full := err.Error()
+	m := strings.TrimSpace(ae.Message)
+	if m == "" {
+		return full
+	}
+	name := strings.ToLower(spaceWords(ae.Name))
+	if rest, ok := strings.CutSuffix(m, ": "+name); ok && name != "" {
+		m = rest
+	}
+	return strings.Replace(full, ae.Error(), m, 1)
+}
+
+// spaceWords turns "NotFound" into "Not Found".
+func spaceWords(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// withHint adds a hint to a message: after ": " when the message is a
+// clause, as its own sentence when the message ends like one.
+func withHint(msg, hint string) string {
+	if strings.HasSuffix(msg, ".") || strings.HasSuffix(msg, "!") || strings.HasSuffix(msg, "?") {
+		return msg + " " + strings.ToUpper(hint[:1]) + hint[1:] + "."
+	}
+	return msg + ": " + hint
 }
 
 // transportCause returns the short cause of a failure to talk to the server

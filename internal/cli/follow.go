@@ -109,7 +109,7 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 				return run, st.State == api.StepSucceeded, nil
 			}
 			if api.IsFinal(run.State) {
-				return run, false, &exitError{code: ExitNotFound, msg: fmt.Sprintf("run %d has no step %d (it has %d steps; 0 is the setup log)", id, only, workflowSteps(run))}
+				return run, false, noStepError(id, only, workflowSteps(run))
 			}
 			if err := sleep(ctx, pollInterval); err != nil {
 				return run, false, err
@@ -233,7 +233,7 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 	if !ok {
 		cur = st
 	}
-	s.endStep(sw, cur, !lazy)
+	s.endStep(sw, cur, run.State, !lazy)
 	return offset, nil
 }
 

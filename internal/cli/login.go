@@ -29,15 +29,16 @@ accounts get theirs from ` + "`knotless account create`" + `.`,
   knotless login --server https://ci.example.com          # asks for the token`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			from := ""
 			if server == "" {
-				server = s.getenv(EnvServer)
+				server, from = s.getenv(EnvServer), " (server URL from "+EnvServer+")"
 			}
 			server = strings.TrimRight(strings.TrimSpace(server), "/")
 			if server == "" {
 				return usageErrorf("login needs --server URL, e.g. knotless login --server https://ci.example.com")
 			}
 			if err := checkServerURL(server); err != nil {
-				return usageErrorf("--server %q: %v", server, err)
+				return usageErrorf("%v%s", err, from)
 			}
 			path, err := s.configPath()
 			if err != nil {
@@ -48,9 +49,10 @@ accounts get theirs from ` + "`knotless account create`" + `.`,
 				return err
 			}
 			s.client = s.newClient(server, tok)
+			s.loggingIn = true
 			acct, err := s.whoami(cmd.Context())
 			if err != nil {
-				return fmt.Errorf("check token with %s: %w", server, err)
+				return fmt.Errorf("log in to %s: %w", server, err)
 			}
 			if err := SaveConfig(path, Config{Server: server, Token: tok}); err != nil {
 				return err

@@ -234,7 +234,7 @@ func sortedSteps(r api.Run) []api.Step {
 	steps := append([]api.Step(nil), r.Steps...)
 	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
 	if len(steps) == 0 || steps[0].Index != api.SetupStep {
-		setup := api.Step{Index: api.SetupStep, Name: "setup", State: "done"}
+		setup := api.Step{Index: api.SetupStep, Name: "setup", State: runlog.SetupDone}
 		if !api.IsFinal(r.State) {
 			setup.State = api.StepRunning
 		}
@@ -309,10 +309,10 @@ func (s *session) printLogs(ctx context.Context, id int64, only int) error {
 				break
 			}
 		}
-		s.endStep(sw, st, st.Index != api.SetupStep || only >= 0)
+		s.endStep(sw, st, run.State, st.Index != api.SetupStep || only >= 0)
 	}
 	if !found {
-		return &exitError{code: ExitNotFound, msg: fmt.Sprintf("run %d has no step %d (it has %d steps; 0 is the setup log)", id, only, total)}
+		return noStepError(id, only, total)
 	}
 	if only < 0 {
 		fmt.Fprint(s.stdout(), runlog.RunSummary(run))
@@ -320,17 +320,25 @@ func (s *session) printLogs(ctx context.Context, id int64, only int) error {
 	return nil
 }
 
+// noStepError is the answer to --step N for a run without step N.
+func noStepError(id int64, step, total int) error {
+	return &exitError{code: ExitNotFound, msg: fmt.Sprintf("run %d has no step %d (it has %d %s; 0 is the setup log)",
+		id, step, total, plural(total, "step", "steps"))}
+}
+
 // endStep ends a step's output with a newline when it lacks one, and prints
-// its footer when its header was printed (or force).
-func (s *session) endStep(sw *stepWriter, st api.Step, force bool) {
+// its footer when its header was printed (or force). runState is the run's
+// state, which the setup log's footer shows when setup ended the run.
+func (s *session) endStep(sw *stepWriter, st api.Step, runState string, force bool) {
 	if sw.wrote && sw.last != '\n' {
 		io.WriteString(s.stdout(), "\n")
 	}
 	if sw.header == "" || force {
-		if st.Index == api.SetupStep && st.State != api.StepFailed && st.State != api.StepCancelled {
-			// Runners need not report a state for the setup log.
-			st.State = "done"
+		if st.Index == api.SetupStep {
+			st.State = runlog.SetupState(st.State, runState)
 		}
+		// No duration: the server records none for steps, and the footer
+		// must read as `knotless-run exec` prints it.
 		io.WriteString(s.stdout(), runlog.StepFooter(st, 0))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -64,10 +65,13 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
 	err := root.ExecuteContext(ctx)
+	if err == nil && s.helpErr != nil {
+		err = s.helpErr
+	}
 	if err != nil && ctx.Err() != nil && s.ranCommand {
 		err = context.Canceled
 	}
-	code, msg := classify(err, s.server, s.ranCommand)
+	code, msg := classify(err, errContext{server: s.server, repo: s.repo, ranCommand: s.ranCommand, login: s.loggingIn})
 	if msg != "" {
 		var ee *exitError
 		if code == ExitUsage && !s.ranCommand && !errors.As(err, &ee) {
@@ -83,13 +87,16 @@ type session struct {
 	app        *App
 	getenv     func(string) string
 	now        func() time.Time
-	ranCommand bool // a command's RunE started (errors before are usage errors)
+	ranCommand bool  // a command's RunE started (errors before are usage errors)
+	helpErr    error // --help was asked of a group with an unknown subcommand
 
 	configFlag string
 	jsonOut    bool
 
-	server string // set once a client is made, for messages
-	client *api.Client
+	server    string // set once a client is made, for messages
+	repo      string // the repository the command is about, once known, for messages
+	loggingIn bool   // the command is login: a refused token is the one just given
+	client    *api.Client
 }
 
 func (s *session) stdout() io.Writer { return s.app.Stdout }
@@ -124,7 +131,11 @@ func (s *session) api() (*api.Client, error) {
 		return nil, errNotLoggedIn
 	}
 	if err := checkServerURL(c.Server); err != nil {
-		return nil, usageErrorf("server %q (from %s or %s): %v", c.Server, path, EnvServer, err)
+		from := path + " (fix it with knotless login --server URL)"
+		if s.getenv(EnvServer) != "" {
+			from = EnvServer
+		}
+		return nil, usageErrorf("%v (server URL from %s)", err, from)
 	}
 	s.client = s.newClient(c.Server, c.Token)
 	return s.client, nil
@@ -162,16 +173,49 @@ func (s *session) procedure(ctx context.Context, nsid string, in, out any) error
 	return c.Procedure(ctx, nsid, in, out)
 }
 
-// checkServerURL accepts absolute http(s) URLs.
+// checkServerURL accepts absolute http(s) URLs with a host. Its error is
+// one sentence a person can act on, with a guess at what was meant, e.g.
+// "server URL must start with http:// or https:// — did you mean
+// http://127.0.0.1:8080?".
 func checkServerURL(raw string) error {
+	if l := strings.ToLower(raw); (strings.HasPrefix(l, "http:") || strings.HasPrefix(l, "https:")) && !strings.Contains(l, "://") {
+		return fmt.Errorf("server URL %q is not complete: want one like https://ci.example.com or http://127.0.0.1:8080", raw)
+	}
+	if !strings.Contains(raw, "://") {
+		return fmt.Errorf("server URL must start with http:// or https:// — did you mean %s?", guessScheme(raw))
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("not a URL: %w", err)
+		return fmt.Errorf("server URL %q cannot be read (%v): want one like https://ci.example.com or http://127.0.0.1:8080", raw, err)
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("want a URL like https://ci.example.com or http://127.0.0.1:8080")
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("server URL must start with http:// or https://, not %s://", u.Scheme)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("server URL %q has no host: want one like https://ci.example.com or http://127.0.0.1:8080", raw)
+	}
+	if u.User != nil {
+		return fmt.Errorf("server URL must not hold a user name or password: the token is kept apart")
 	}
 	return nil
+}
+
+// guessScheme puts a scheme before a server address typed without one:
+// http:// for loopback, IP addresses and localhost (test and LAN servers),
+// https:// for anything else.
+func guessScheme(addr string) string {
+	host := addr
+	if i := strings.IndexAny(host, "/?#"); i >= 0 {
+		host = host[:i]
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || net.ParseIP(host) != nil {
+		return "http://" + addr
+	}
+	return "https://" + addr
 }
 
 func version() string { return buildversion.Version }
@@ -207,6 +251,18 @@ objects for scripts.
 		SilenceUsage:  true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	// cobra answers `GROUP UNKNOWN --help` with GROUP's help and exit 0,
+	// which hides the typo: make it the usage error it is without --help.
+	defaultHelp := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if c.HasParent() && c.HasSubCommands() {
+			if rest := c.Flags().Args(); len(rest) > 0 {
+				s.helpErr = unknownSubcommand(c, rest[0])
+				return
+			}
+		}
+		defaultHelp(c, args)
+	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&s.configFlag, "config", "", "config file (default $XDG_CONFIG_HOME/knotless/config.json)")
 	pf.BoolVar(&s.jsonOut, "json", false, "print JSON (the API's objects) instead of tables")
@@ -254,14 +310,20 @@ func group(use, short, long string) *cobra.Command {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-			cmd.SuggestionsMinimumDistance = 2
-			if sug := cmd.SuggestionsFor(args[0]); len(sug) > 0 {
-				msg += "; did you mean " + strings.Join(sug, " or ") + "?"
-			}
-			return usageErrorf("%s (see %s --help)", msg, cmd.CommandPath())
+			return unknownSubcommand(cmd, args[0])
 		},
 	}
+}
+
+// unknownSubcommand is the usage error for `GROUP NAME` when GROUP has no
+// subcommand NAME, with the closest names as suggestions.
+func unknownSubcommand(group *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, group.CommandPath())
+	group.SuggestionsMinimumDistance = 2
+	if sug := group.SuggestionsFor(name); len(sug) > 0 {
+		msg += "; did you mean " + strings.Join(sug, " or ") + "?"
+	}
+	return usageErrorf("%s (see %s --help)", msg, group.CommandPath())
 }
 
 // exactArgs is cobra.ExactArgs with a usage error that names the arguments.

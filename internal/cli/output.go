@@ -132,9 +132,10 @@ func shortSHA(sha string) string {
 }
 
 // stateText is a run's or step's state with its reason when it did not
-// succeed, e.g. "failed (timeout)".
+// succeed and says more than the state, e.g. "failed (timeout)", but
+// "cancelled", not "cancelled (cancelled)".
 func stateText(state, reason string) string {
-	if reason == "" || state == api.StateSucceeded {
+	if reason == "" || reason == state || state == api.StateSucceeded {
 		return state
 	}
 	return state + " (" + reason + ")"

@@ -28,7 +28,7 @@ func TestSecretValue_EmptyIsRefused(t *testing.T) {
 		s := &session{app: &App{Stdin: strings.NewReader(in)}, getenv: env{}.get, now: time.Now}
 		if _, err := s.readSecretValue("X"); err == nil {
 			t.Errorf("stdin %q: an empty value was accepted", in)
-		} else if code, _ := classify(err, "", true); code != ExitFailed {
+		} else if code, _ := classify(err, errContext{ranCommand: true}); code != ExitFailed {
 			t.Errorf("stdin %q: exit %d, want %d", in, code, ExitFailed)
 		}
 	}

@@ -36,11 +36,13 @@ func (s *session) repoArg(ctx context.Context, flag string, required bool) (stri
 		if err != nil {
 			return "", fmt.Errorf("find the owner of repository %q: %w", r, err)
 		}
-		return acct.Handle + "/" + r, nil
+		s.repo = acct.Handle + "/" + r
+		return s.repo, nil
 	}
 	if owner == "" || name == "" || strings.Contains(name, "/") {
 		return "", usageErrorf("repository %q: want OWNER/NAME", r)
 	}
+	s.repo = r
 	return r, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/runlog"
 )
 
 func (s *session) runCmd() *cobra.Command {
@@ -220,11 +221,16 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
 	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "LOG")
 	for _, st := range steps {
-		name := st.Name
-		if st.Index == api.SetupStep && name == "" {
-			name = "setup"
+		name, state := st.Name, st.State
+		if st.Index == api.SetupStep {
+			if name == "" {
+				name = "setup"
+			}
+			// The words `knotless run logs` shows: "done", or the run's
+			// state when setup ended it.
+			state = runlog.SetupState(st.State, r.State)
 		}
-		t.row(strconv.Itoa(st.Index), name, stateText(st.State, st.Reason), exitText(st.ExitCode), size(st.LogSize))
+		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), size(st.LogSize))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -19,6 +19,9 @@ admin approves it; only approved runners claim runs.`)
 	list := &cobra.Command{
 		Use:   "list --repo R",
 		Short: "List a repository's runners, pending and approved",
+		Long: `List the runners registered for a repository: name, status (pending or
+approved), labels, when each was last seen and registered, and its DID,
+shortened in the table (the start and the end; --json shows it whole).`,
 		Example: `  knotless runner list --repo alice/app
   knotless runner list --repo alice/app --json`,
 		Args: noArgs,
@@ -44,7 +47,7 @@ admin approves it; only approved runners claim runs.`)
 			now := s.now()
 			t := newTable(s.stdout(), "NAME", "STATUS", "LABELS", "LAST SEEN", "REGISTERED", "DID")
 			for _, rn := range out.Runners {
-				t.row(rn.Name, rn.Status, strings.Join(rn.Labels, ","), agoPtr(rn.LastSeenAt, now), ago(rn.CreatedAt, now), rn.DID)
+				t.row(rn.Name, rn.Status, strings.Join(rn.Labels, ","), agoPtr(rn.LastSeenAt, now), ago(rn.CreatedAt, now), shortDID(rn.DID))
 			}
 			return t.flush()
 		},
@@ -52,22 +55,40 @@ admin approves it; only approved runners claim runs.`)
 	s.addRepoFlag(list, &listRepo)
 	cmd.AddCommand(list)
 
-	var approveRepo string
+	var approveRepo, approveDID string
 	approve := &cobra.Command{
-		Use:   "approve NAME --repo R",
+		Use:   "approve NAME --repo R [--did DID]",
 		Short: "Approve a pending runner so it may claim runs",
-		Long: `Approve a runner registered for a repository (owner or admin). Check its DID
-against what ` + "`knotless-run login`" + ` printed on the runner's machine first.`,
-		Example: `  knotless runner approve build-1 --repo alice/app`,
-		Args:    exactArgs(1, "one runner NAME"),
+		Long: `Approve a runner registered for a repository (owner or admin).
+
+` + "`knotless-run login`" + ` prints the exact command to run, with --did: the DID
+of the key pair it made on the runner's machine. With --did the server
+approves the runner only if its registration has that DID, so a
+registration someone else made under the same name is refused (exit 1,
+conflict). Without --did, compare the DID this command prints with the one
+login printed.`,
+		Example: `  knotless runner approve build-1 --repo alice/app --did did:key:zDnaeTQ4...
+  knotless runner approve build-1 --repo alice/app`,
+		Args: exactArgs(1, "one runner NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := s.repoArg(cmd.Context(), approveRepo, true)
 			if err != nil {
 				return err
 			}
+			did := strings.TrimSpace(approveDID)
+			if cmd.Flags().Changed("did") && !strings.HasPrefix(did, "did:") {
+				return usageErrorf("--did %q: want the runner's DID as knotless-run login printed it (did:key:...)", approveDID)
+			}
 			var out api.Runner
-			if err := s.procedure(cmd.Context(), api.MethodApproveRunner, api.RunnerRef{Repo: r, Name: args[0]}, &out); err != nil {
+			ref := api.RunnerRef{Repo: r, Name: args[0], DID: did}
+			if err := s.procedure(cmd.Context(), api.MethodApproveRunner, ref, &out); err != nil {
 				return fmt.Errorf("approve runner %s of %s: %w", args[0], r, err)
+			}
+			if did != "" && out.DID != "" && out.DID != did {
+				// A server that predates --did ignores it: say so rather
+				// than claim a check that did not happen.
+				return failf("approved runner %s of %s, but its DID is %s, not %s: remove it at once (knotless runner remove %s --repo %s)",
+					args[0], r, out.DID, did, args[0], r)
 			}
 			if s.jsonOut {
 				return writeJSON(s.stdout(), out)
@@ -77,6 +98,7 @@ against what ` + "`knotless-run login`" + ` printed on the runner's machine firs
 		},
 	}
 	s.addRepoFlag(approve, &approveRepo)
+	approve.Flags().StringVar(&approveDID, "did", "", "approve only if the runner's DID is this one (as knotless-run login printed it)")
 	cmd.AddCommand(approve)
 
 	var removeRepo string
@@ -112,4 +134,15 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// shortDID shortens a DID for a table: "did:key:zDnaeTQ4…Xk9pQz" (the
+// method, the first and the last 6 characters of the identifier).
+func shortDID(did string) string {
+	i := strings.LastIndexByte(did, ':')
+	if i < 0 || len(did)-i-1 <= 16 {
+		return did
+	}
+	id := did[i+1:]
+	return did[:i+1] + id[:6] + "…" + id[len(id)-6:]
 }

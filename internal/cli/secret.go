@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/logmask"
 )
 
 func (s *session) secretCmd() *cobra.Command {
@@ -25,7 +26,8 @@ the same name for that runner).`)
 The value is read from stdin when stdin is not a terminal (exactly one
 trailing newline is removed, nothing else), else from a prompt that does not
 echo, asked twice. It is never taken from a command-line argument. An empty
-value is refused.`,
+value is refused. Runners mask secret values in logs, but not values shorter
+than 4 bytes (or only white space): set warns about those.`,
 		Example: `  knotless secret set DEPLOY_KEY --repo alice/app < deploy_key
   printf '%s' "$TOKEN" | knotless secret set CODECOV_TOKEN --repo alice/app
   knotless secret set PROD_PASSWORD --repo alice/app --runner prod-k8s   # asks twice`,
@@ -41,6 +43,9 @@ value is refused.`,
 			v, err := s.readSecretValue(args[0])
 			if err != nil {
 				return err
+			}
+			if logmask.TooShort(string(v)) {
+				s.warn(fmt.Sprintf("warning: the value of %s is shorter than %d bytes (or only white space): runners cannot mask it, so it shows in logs as is", args[0], logmask.MinSecretLen))
 			}
 			in := api.SetSecretInput{Repo: r, Name: args[0], Value: string(v), Runner: runner}
 			if err := s.procedure(cmd.Context(), api.MethodSetSecret, in, nil); err != nil {

@@ -183,8 +183,11 @@ func TestAccountCreate_PrintsTokenOnceAndItWorks(t *testing.T) {
 		t.Errorf("whoami as carol: %q", r.stdout)
 	}
 	// Not an admin: creating accounts is forbidden (exit 4).
+	// The server's message is printed once, without the XRPC error name and
+	// without a hint about repository owners (accounts have none).
 	r = mustRun(t, carol, ExitAuth, nil, "account", "create", "dave")
-	if !strings.Contains(r.stderr, "not allowed") {
+	if !strings.Contains(r.stderr, "admin") || strings.Contains(r.stderr, "Forbidden") ||
+		strings.Contains(r.stderr, "repository owner") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("stderr %q", r.stderr)
 	}
 	// Human output shows the token once and how to log in.
@@ -225,8 +228,9 @@ func TestRepo_CreateAndList(t *testing.T) {
 }
 
 func TestSecret_SetFromStdinListShowsNoValueRemove(t *testing.T) {
-	_, e := serverEnv(t)
+	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
 	const value = "s3cr3t-V4lue-that-must-not-show"
 	r := mustRun(t, e, ExitOK, strings.NewReader(value+"\n"), "secret", "set", "DEPLOY_KEY", "--repo", "admin/app")
 	if strings.Contains(r.stdout+r.stderr, value) {
@@ -253,6 +257,16 @@ func TestSecret_SetFromStdinListShowsNoValueRemove(t *testing.T) {
 	if strings.Contains(r.stdout, value) || !strings.Contains(r.stdout, "DEPLOY_KEY") || !strings.Contains(r.stdout, "build-1") {
 		t.Errorf("secret list table:\n%s", r.stdout)
 	}
+
+	if strings.Contains(r.stderr, "warning") {
+		t.Errorf("a long value was warned about: %q", r.stderr)
+	}
+	// A value under 4 bytes is set, with a warning that logs show it.
+	r = mustRun(t, e, ExitOK, strings.NewReader("abc"), "secret", "set", "SHORT", "--repo", "admin/app")
+	if !strings.Contains(r.stderr, "shorter than 4 bytes") || !strings.Contains(r.stderr, "cannot mask it") || strings.Contains(r.stderr, "abc") {
+		t.Errorf("short value: stderr %q", r.stderr)
+	}
+	mustRun(t, e, ExitOK, nil, "secret", "rm", "SHORT", "--repo", "admin/app")
 
 	// Empty value: refused before anything is sent.
 	mustRun(t, e, ExitFailed, strings.NewReader("\n"), "secret", "set", "EMPTY", "--repo", "admin/app")
@@ -282,10 +296,21 @@ func TestRunner_ListApproveRemove(t *testing.T) {
 	if !strings.Contains(r.stdout, "build-1") || !strings.Contains(r.stdout, "pending") || !strings.Contains(r.stdout, "linux") || !strings.Contains(r.stdout, "fast") {
 		t.Errorf("runner list:\n%s", r.stdout)
 	}
-	r = mustRun(t, e, ExitOK, nil, "runner", "approve", "build-1", "--repo", "admin/app")
+	if !strings.Contains(r.stdout, shortDID(rn.DID)) {
+		t.Errorf("runner list does not show the (short) DID %s:\n%s", shortDID(rn.DID), r.stdout)
+	}
+	// --did: a registration with another DID is not approved.
+	other := srv.RegisterRunner(t, "admin/app", "build-2", nil, false)
+	r = mustRun(t, e, ExitFailed, nil, "runner", "approve", "build-1", "--repo", "admin/app", "--did", other.DID)
+	if !strings.Contains(r.stderr, rn.DID) || strings.Contains(r.stderr, "Conflict:") {
+		t.Errorf("approve with another DID: stderr %q", r.stderr)
+	}
+	mustRun(t, e, ExitUsage, nil, "runner", "approve", "build-1", "--repo", "admin/app", "--did", "zDnae")
+	r = mustRun(t, e, ExitOK, nil, "runner", "approve", "build-1", "--repo", "admin/app", "--did", rn.DID)
 	if !strings.Contains(r.stdout, rn.DID) {
 		t.Errorf("approve does not show the DID to check: %q", r.stdout)
 	}
+	mustRun(t, e, ExitOK, nil, "runner", "remove", "build-2", "--repo", "admin/app")
 	r = mustRun(t, e, ExitOK, nil, "runner", "list", "--repo", "admin/app", "--json")
 	var out api.ListRunnersOutput
 	decodeJSON(t, r.stdout, &out)

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,7 +36,9 @@ server and no login.`)
 		Short: "Check workflow files and print every problem as FILE:LINE:COL",
 		Long: `Parse and validate workflow files exactly as the server does, and print every
 problem as FILE:LINE:COL: message. Without FILES it checks
-.knotless/workflows/*.yml and *.yaml in the current directory.
+.knotless/workflows/*.yml and *.yaml of the git work tree holding the
+current directory (or of the current directory outside one), from any
+directory of the checkout.
 
 Exits 1 when any file has a problem, else prints "N workflows OK" and
 exits 0. Needs no server.`,
@@ -51,15 +55,31 @@ exits 0. Needs no server.`,
 func (s *session) lint(files []string) error {
 	base := s.app.Dir
 	if len(files) == 0 {
-		dir := filepath.Join(base, workflow.Dir)
+		cwd := base
+		if cwd == "" {
+			var err error
+			if cwd, err = os.Getwd(); err != nil {
+				return fmt.Errorf("find workflows: %w", err)
+			}
+		}
+		// git names the top by its real path: compare real paths.
+		if real, err := filepath.EvalSymlinks(cwd); err == nil {
+			cwd = real
+			if base != "" {
+				base = real
+			}
+		}
+		root := checkoutRoot(cwd)
+		dir := filepath.Join(root, workflow.Dir)
 		for _, pat := range []string{"*.yml", "*.yaml"} {
 			m, err := filepath.Glob(filepath.Join(dir, pat))
 			if err != nil {
 				return fmt.Errorf("find workflows: %w", err)
 			}
 			for _, f := range m {
-				rel, err := filepath.Rel(base, f)
-				if base == "" || err != nil {
+				// Named as seen from where lint was started.
+				rel, err := filepath.Rel(cwd, f)
+				if err != nil {
 					rel = f
 				}
 				files = append(files, rel)
@@ -67,7 +87,7 @@ func (s *session) lint(files []string) error {
 		}
 		sort.Strings(files)
 		if len(files) == 0 {
-			return failf("no workflows found in %s/ (*.yml, *.yaml): run in a repository's root or name the FILES", workflow.Dir)
+			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
 		}
 	}
 	out := LintOutput{Files: files, Problems: []LintProblem{}}
@@ -148,4 +168,18 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// checkoutRoot is the top of the git work tree holding dir, or dir itself
+// when it is in none (or git is missing), as `knotless-run exec` finds it.
+func checkoutRoot(dir string) string {
+	cmd := exec.Command("git", "rev-parse", "--show-toplevel")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err == nil {
+		if top := strings.TrimSpace(string(out)); top != "" {
+			return top
+		}
+	}
+	return dir
 }

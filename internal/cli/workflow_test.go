@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -104,5 +105,31 @@ func TestWorkflowLint_MissingFileAndNoWorkflowsFail(t *testing.T) {
 	r = runCLI(t, env{}, dir, nil, "workflow", "lint", "nope.yml")
 	if r.code != ExitFailed || !strings.HasPrefix(r.stdout, "nope.yml: cannot read") {
 		t.Errorf("missing file: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestWorkflowLint_FromASubdirectoryFindsTheCheckoutsWorkflows pins lint
+// working only from the repository's root.
+func TestWorkflowLint_FromASubdirectoryFindsTheCheckoutsWorkflows(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(dir, ".knotless/workflows/ci.yml"), validWorkflow)
+	writeFile(t, filepath.Join(dir, ".knotless/workflows/bad.yml"), brokenWorkflow)
+	sub := filepath.Join(dir, "internal", "pkg")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, env{}, sub, nil, "workflow", "lint")
+	if r.code != ExitFailed {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Problems are named as seen from where lint ran.
+	if !strings.Contains(r.stdout, "../../.knotless/workflows/bad.yml:3:1: ") {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "of 2 workflow") {
+		t.Errorf("stderr %q", r.stderr)
 	}
 }
