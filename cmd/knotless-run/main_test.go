@@ -152,8 +152,9 @@ steps:
 	}
 	got := out.String()
 	for _, want := range []string{
-		"── step 1/2: hello ──\nhello from ci in " + dir + "\ntoken ***\n── succeeded, exit 0",
-		"── step 2/2: fail ──\n── failed, exit 4",
+		// Footers without durations, as `knotless run logs` prints them.
+		"── step 1/2: hello ──\nhello from ci in " + dir + "\ntoken ***\n── succeeded, exit 0 ──\n",
+		"── step 2/2: fail ──\n── failed, exit 4 ──\n",
 		"run 0 (ci): failed, exit-code, exit 4",
 	} {
 		if !strings.Contains(got, want) {

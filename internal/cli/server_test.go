@@ -557,6 +557,10 @@ func TestRunLogs_BrokenWorkflowShowsFileLineCol(t *testing.T) {
 	if !strings.Contains(r.stdout, ".knotless/workflows/bad.yml:3:1: ") || !strings.Contains(r.stdout, "errored, workflow-invalid") {
 		t.Errorf("logs of an errored run:\n%s", r.stdout)
 	}
+	// The setup footer uses the run's word, as the summary does.
+	if !strings.Contains(r.stdout, "── errored, workflow-invalid ──\n") || strings.Contains(r.stdout, "── failed") {
+		t.Errorf("setup footer of an errored run:\n%s", r.stdout)
+	}
 }
 
 func TestRunTriggerAndCancel(t *testing.T) {
@@ -576,8 +580,12 @@ func TestRunTriggerAndCancel(t *testing.T) {
 		t.Errorf("cancel output %q", r.stdout)
 	}
 	r = mustRun(t, e, ExitFailed, nil, "run", "logs", id, "-f")
-	if !strings.Contains(r.stdout, "cancelled") {
-		t.Errorf("logs of a cancelled run:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "(ci): cancelled") || strings.Contains(r.stdout, "cancelled, cancelled") {
+		t.Errorf("logs of a cancelled run (the reason must not repeat the state):\n%s", r.stdout)
+	}
+	r = mustRun(t, e, ExitOK, nil, "run", "show", id)
+	if !strings.HasPrefix(r.stdout, "Run "+id+": cancelled\n") {
+		t.Errorf("run show of a cancelled run:\n%s", r.stdout)
 	}
 	// No workflow named so: not found.
 	mustRun(t, e, ExitNotFound, nil, "run", "trigger", "--repo", "admin/app", "--workflow", "nope")

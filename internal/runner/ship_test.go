@@ -31,10 +31,11 @@ type logServer struct {
 	down     bool
 	downHits int            // requests answered while down
 	finished map[int64]bool // runs whose appends/updates answer RunFinished
+	foreign  map[int64]bool // runs another runner holds: everything answers Forbidden
 }
 
 func newLogServer() *logServer {
-	return &logServer{logs: map[string][]byte{}, final: map[int64]string{}, finished: map[int64]bool{}}
+	return &logServer{logs: map[string][]byte{}, final: map[int64]string{}, finished: map[int64]bool{}, foreign: map[int64]bool{}}
 }
 
 func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +57,10 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		run, _ := strconv.ParseInt(q.Get("run"), 10, 64)
 		off, _ := strconv.ParseInt(q.Get("offset"), 10, 64)
 		body, _ := io.ReadAll(r.Body)
+		if s.foreign[run] {
+			fail(http.StatusForbidden, api.ErrForbidden, nil)
+			return
+		}
 		if s.finished[run] {
 			fail(http.StatusConflict, api.ErrRunFinished, nil)
 			return
@@ -74,6 +79,10 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case api.MethodUpdateStep:
 		var in api.UpdateStepInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
+		if s.foreign[in.Run] {
+			fail(http.StatusForbidden, api.ErrForbidden, nil)
+			return
+		}
 		if s.finished[in.Run] {
 			fail(http.StatusConflict, api.ErrRunFinished, nil)
 			return
@@ -83,6 +92,10 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case api.MethodComplete:
 		var in api.CompleteInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
+		if s.foreign[in.Run] {
+			fail(http.StatusForbidden, api.ErrForbidden, nil)
+			return
+		}
 		if s.finished[in.Run] {
 			fail(http.StatusConflict, api.ErrRunFinished, nil)
 			return
@@ -377,6 +390,36 @@ func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("shipper kept retrying a run the server ended")
+	}
+	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
+		t.Fatal("spool kept")
+	}
+}
+
+// TestShipper_RunHeldByAnotherIdentityDropsSpool pins a runner logged in
+// anew (after its removal) retrying forever the spool its old identity
+// left: the server answers Forbidden to every delivery of it.
+func TestShipper_RunHeldByAnotherIdentityDropsSpool(t *testing.T) {
+	srv := newLogServer()
+	srv.foreign[12] = true
+	sp, err := CreateSpool(t.TempDir(), 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := SpoolReporter{Spool: sp}
+	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := rep.Log(1)
+	w.Write([]byte("x\n"))
+	w.Close()
+	rep.Done(Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped})
+	_, done := startShipper(t, srv, sp)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shipper kept retrying a run another runner holds")
 	}
 	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
 		t.Fatal("spool kept")
