@@ -95,7 +95,13 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 		return run, false, err
 	}
 	if run.State == api.StateQueued {
-		fmt.Fprintf(s.stderr(), "Run %d is queued: waiting for a runner to claim it (see knotless runner list --repo %s).\n", id, run.Repo)
+		if run.Message != "" {
+			// The server says why no runner takes it (none approved, none
+			// with the labels, all busy).
+			fmt.Fprintf(s.stderr(), "Run %d is queued: %s\n", id, run.Message)
+		} else {
+			fmt.Fprintf(s.stderr(), "Run %d is queued: waiting for a runner to claim it (see knotless runner list --repo %s).\n", id, run.Repo)
+		}
 	}
 
 	if only >= 0 {
