@@ -121,9 +121,9 @@ func classifyAPI(err error, ae *api.Error, c errContext) (int, string) {
 	case ae.Status == http.StatusUnauthorized:
 		switch {
 		case c.login:
-			msg = withHint(msg, "the server refused the token: the first admin's is in DATA/admin.token, other accounts get theirs from knotless account create")
+			msg = withHint(msg, "the first admin's token is in DATA/admin.token of the server, other accounts get theirs from knotless account create")
 		case !strings.Contains(lower, "knotless login"):
-			msg = withHint(msg, "the server refused the token: log in again with knotless login --server "+orURL(c.server))
+			msg = withHint(msg, "log in again with a valid token: knotless login --server "+orURL(c.server))
 		}
 		return ExitAuth, msg
 	case ae.Status == http.StatusForbidden:

@@ -43,7 +43,7 @@ func TestErrors_ServerMessageOnceWithHintOnlyWhenItAddsSomething(t *testing.T) {
 		{"refused token: one login hint",
 			fmt.Errorf("list repositories: %w", apiErr(401, api.ErrInvalidToken, "unknown API token")),
 			errContext{ranCommand: true, server: "http://127.0.0.1:8080"}, ExitAuth,
-			"list repositories: unknown API token: the server refused the token: log in again with knotless login --server http://127.0.0.1:8080"},
+			"list repositories: unknown API token: log in again with a valid token: knotless login --server http://127.0.0.1:8080"},
 		{"refused token: the message says how already",
 			fmt.Errorf("list repositories: %w", apiErr(401, api.ErrInvalidToken, "The API token is unknown. Log in again with knotless login.")),
 			errContext{ranCommand: true}, ExitAuth,

@@ -122,7 +122,7 @@ func TestLogin_ChecksTokenAndSavesPrivateConfig(t *testing.T) {
 
 	// A wrong token is refused and nothing is saved.
 	r := mustRun(t, e, ExitAuth, strings.NewReader("wrong-token\n"), "login", "--server", srv.URL)
-	if !strings.Contains(r.stderr, "refused the token") {
+	if !strings.Contains(r.stderr, "DATA/admin.token") || strings.Contains(r.stderr, "InvalidToken") {
 		t.Errorf("stderr %q", r.stderr)
 	}
 	if _, err := os.Stat(cfg); err == nil {
