@@ -66,12 +66,32 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	case errors.Is(err, runner.ErrNotRegistered):
 		return exitFail // the runner logged what to do
-	case errors.As(err, &ue), errors.Is(err, runner.ErrUsage), strings.HasPrefix(err.Error(), "unknown command"):
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintf(stderr, "knotless-run: %s (see knotless-run --help)\n", unknownCommand(err.Error()))
+		return exitUsage
+	case errors.As(err, &ue), errors.Is(err, runner.ErrUsage):
 		fmt.Fprintf(stderr, "knotless-run: %s\n", message(err))
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "knotless-run: %s\n", message(err))
 	return exitFail
+}
+
+// unknownCommand folds cobra's several-line "unknown command ... Did you
+// mean this?" onto one line: `unknown command "rn" for "knotless-run"; did
+// you mean run?`.
+func unknownCommand(msg string) string {
+	head, rest, _ := strings.Cut(strings.TrimSpace(msg), "\n")
+	var sug []string
+	for _, l := range strings.Split(rest, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "Did you mean") {
+			sug = append(sug, l)
+		}
+	}
+	if len(sug) > 0 {
+		head += "; did you mean " + strings.Join(sug, " or ") + "?"
+	}
+	return head
 }
 
 // message is err's text with a server's answer in it reduced to the

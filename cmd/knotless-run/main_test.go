@@ -202,6 +202,16 @@ func TestExec_InvalidWorkflowSaysErroredInFooterAndSummary(t *testing.T) {
 	}
 }
 
+func TestUsageErrors_UnknownCommandIsOneLineWithSuggestion(t *testing.T) {
+	cmd, _, errb := command(t.TempDir(), nil, "rn")
+	if code := exitCode(t, cmd.Run()); code != 2 {
+		t.Fatalf("exit %d", code)
+	}
+	if got := errb.String(); got != "knotless-run: unknown command \"rn\" for \"knotless-run\"; did you mean run? (see knotless-run --help)\n" {
+		t.Errorf("stderr %q", got)
+	}
+}
+
 func TestHelp_EverySubcommandHasExamples(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"login", "--help"}, {"run", "--help"}, {"exec", "--help"}} {
 		cmd, out, _ := command(t.TempDir(), nil, args...)
