@@ -200,10 +200,18 @@ func (w *world) registerRunner(name string) *runnerID {
 	if err != nil {
 		w.t.Fatalf("knotless-run login: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "knotless runner approve --repo "+w.repo+" "+name) {
-		w.t.Fatalf("login does not print the approve command:\n%s", out)
+	// login prints the approve command with the runner's DID; approving
+	// with it checks the owner approves this very registration.
+	prefix := "knotless runner approve " + name + " --repo " + w.repo + " --did "
+	i := strings.Index(string(out), prefix)
+	if i < 0 {
+		w.t.Fatalf("login does not print the approve command with --did:\n%s", out)
 	}
-	w.cliOK("", "runner", "approve", name, "--repo", w.repo)
+	did := strings.Fields(string(out)[i+len(prefix):])[0]
+	if !strings.HasPrefix(did, "did:key:") {
+		w.t.Fatalf("approve command names DID %q, want a did:key", did)
+	}
+	w.cliOK("", "runner", "approve", name, "--repo", w.repo, "--did", did)
 	return r
 }
 
