@@ -34,7 +34,7 @@ test-e2e: build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/workflow
-	$(GO) test -run '^$$' -fuzz FuzzMask -fuzztime 60s ./internal/logmask
+	$(GO) test -run '^$$' -fuzz FuzzWriter -fuzztime 60s ./internal/logmask
 
 bench: build
 	$(GO) run ./bench -bin $(BIN)
