@@ -37,7 +37,7 @@ accounts get theirs from ` + "`knotless account create`" + `.`,
 			if server == "" {
 				return usageErrorf("login needs --server URL, e.g. knotless login --server https://ci.example.com")
 			}
-			if err := checkServerURL(server); err != nil {
+			if err := api.CheckServerURL(server); err != nil {
 				return usageErrorf("%v%s", err, from)
 			}
 			path, err := s.configPath()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -130,7 +129,7 @@ func (s *session) api() (*api.Client, error) {
 	if c.Server == "" || c.Token == "" {
 		return nil, errNotLoggedIn
 	}
-	if err := checkServerURL(c.Server); err != nil {
+	if err := api.CheckServerURL(c.Server); err != nil {
 		from := path + " (fix it with knotless login --server URL)"
 		if s.getenv(EnvServer) != "" {
 			from = EnvServer
@@ -171,51 +170,6 @@ func (s *session) procedure(ctx context.Context, nsid string, in, out any) error
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	return c.Procedure(ctx, nsid, in, out)
-}
-
-// checkServerURL accepts absolute http(s) URLs with a host. Its error is
-// one sentence a person can act on, with a guess at what was meant, e.g.
-// "server URL must start with http:// or https:// — did you mean
-// http://127.0.0.1:8080?".
-func checkServerURL(raw string) error {
-	if l := strings.ToLower(raw); (strings.HasPrefix(l, "http:") || strings.HasPrefix(l, "https:")) && !strings.Contains(l, "://") {
-		return fmt.Errorf("server URL %q is not complete: want one like https://ci.example.com or http://127.0.0.1:8080", raw)
-	}
-	if !strings.Contains(raw, "://") {
-		return fmt.Errorf("server URL must start with http:// or https:// — did you mean %s?", guessScheme(raw))
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("server URL %q cannot be read (%v): want one like https://ci.example.com or http://127.0.0.1:8080", raw, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("server URL must start with http:// or https://, not %s://", u.Scheme)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return fmt.Errorf("server URL %q has no host: want one like https://ci.example.com or http://127.0.0.1:8080", raw)
-	}
-	if u.User != nil {
-		return fmt.Errorf("server URL must not hold a user name or password: the token is kept apart")
-	}
-	return nil
-}
-
-// guessScheme puts a scheme before a server address typed without one:
-// http:// for loopback, IP addresses and localhost (test and LAN servers),
-// https:// for anything else.
-func guessScheme(addr string) string {
-	host := addr
-	if i := strings.IndexAny(host, "/?#"); i >= 0 {
-		host = host[:i]
-	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" || net.ParseIP(host) != nil {
-		return "http://" + addr
-	}
-	return "https://" + addr
 }
 
 func version() string { return buildversion.Version }
