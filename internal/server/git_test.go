@@ -15,42 +15,42 @@ import (
 func TestGit_PushAndCloneWithTokenAsPassword(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{"README": "hello\n"})
+	dir := servertest.WorkTree(t, map[string]string{"README": "hello\n"})
 	// A large random file makes git send the pack chunked.
 	big := make([]byte, 3<<20)
 	rand.Read(big)
 	if err := os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "add", "big.bin")
-	git(t, dir, "commit", "-q", "-m", "big")
+	servertest.Git(t, dir, "add", "big.bin")
+	servertest.Git(t, dir, "commit", "-q", "-m", "big")
 	f.push(t, dir, "main")
 
 	clone := filepath.Join(t.TempDir(), "clone")
-	git(t, "", "clone", "-q", f.GitURL(f.repo, f.token), clone)
+	servertest.Git(t, "", "clone", "-q", f.GitURL(f.repo, f.token), clone)
 	if b, err := os.ReadFile(filepath.Join(clone, "README")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("cloned README = %q, %v", b, err)
 	}
-	if got, want := git(t, clone, "rev-parse", "HEAD"), git(t, dir, "rev-parse", "HEAD"); got != want {
+	if got, want := servertest.Git(t, clone, "rev-parse", "HEAD"), servertest.Git(t, dir, "rev-parse", "HEAD"); got != want {
 		t.Fatalf("clone HEAD %s, pushed %s", got, want)
 	}
 	// The admin may clone too.
-	git(t, "", "clone", "-q", f.GitURL(f.repo, f.AdminToken), filepath.Join(t.TempDir(), "admin"))
+	servertest.Git(t, "", "clone", "-q", f.GitURL(f.repo, f.AdminToken), filepath.Join(t.TempDir(), "admin"))
 }
 
 func TestGit_WrongOrMissingTokenIsRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{"README": "hello\n"})
-	if out, err := gitErr(t, dir, "push", f.GitURL(f.repo, "knl_wrong"), "main"); err == nil {
+	dir := servertest.WorkTree(t, map[string]string{"README": "hello\n"})
+	if out, err := servertest.GitErr(t, dir, "push", f.GitURL(f.repo, "knl_wrong"), "main"); err == nil {
 		t.Fatalf("push with a wrong token succeeded:\n%s", out)
 	}
 	bob := f.CreateAccount(t, "bob")
-	out, err := gitErr(t, dir, "push", f.GitURL(f.repo, bob), "main")
+	out, err := servertest.GitErr(t, dir, "push", f.GitURL(f.repo, bob), "main")
 	if err == nil || !strings.Contains(out, "403") {
 		t.Fatalf("push by a non-owner: err %v, want 403:\n%s", err, out)
 	}
-	if out, err := gitErr(t, "", "clone", f.GitURL(f.repo, bob), filepath.Join(t.TempDir(), "c")); err == nil {
+	if out, err := servertest.GitErr(t, "", "clone", f.GitURL(f.repo, bob), filepath.Join(t.TempDir(), "c")); err == nil {
 		t.Fatalf("clone by a non-owner succeeded:\n%s", out)
 	}
 	// Without credentials: 401 with a Basic challenge.
@@ -74,24 +74,24 @@ func TestGit_RunTokenFetchesOnlyWhileRunIsActiveAndCannotPush(t *testing.T) {
 	url := f.GitURL(f.repo, c.RunToken)
 	// Fetch the run's exact commit, as the runner does.
 	mirror := t.TempDir()
-	git(t, mirror, "init", "-q", "--bare")
-	git(t, mirror, "fetch", "-q", url, c.Run.SHA)
-	if got := strings.TrimSpace(git(t, mirror, "rev-parse", "FETCH_HEAD")); got != c.Run.SHA {
+	servertest.Git(t, mirror, "init", "-q", "--bare")
+	servertest.Git(t, mirror, "fetch", "-q", url, c.Run.SHA)
+	if got := servertest.Git(t, mirror, "rev-parse", "FETCH_HEAD"); got != c.Run.SHA {
 		t.Fatalf("fetched %s, want %s", got, c.Run.SHA)
 	}
 	// No push with a run token.
-	work := newWorkTree(t, map[string]string{"x": "y\n"})
-	if out, err := gitErr(t, work, "push", url, "main:refs/heads/evil"); err == nil || !strings.Contains(out, "403") {
+	work := servertest.WorkTree(t, map[string]string{"x": "y\n"})
+	if out, err := servertest.GitErr(t, work, "push", url, "main:refs/heads/evil"); err == nil || !strings.Contains(out, "403") {
 		t.Fatalf("push with a run token: err %v, want 403:\n%s", err, out)
 	}
 	// Not for another repository.
 	f.CreateRepo(t, f.token, "other")
-	if out, err := gitErr(t, "", "clone", f.GitURL("alice/other", c.RunToken), filepath.Join(t.TempDir(), "o")); err == nil {
+	if out, err := servertest.GitErr(t, "", "clone", f.GitURL("alice/other", c.RunToken), filepath.Join(t.TempDir(), "o")); err == nil {
 		t.Fatalf("clone of another repository with a run token succeeded:\n%s", out)
 	}
 	// Once the run is final, the token is dead.
 	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: c.Run.ID, State: api.StateSucceeded}, nil)
-	if out, err := gitErr(t, mirror, "fetch", "-q", url, c.Run.SHA); err == nil {
+	if out, err := servertest.GitErr(t, mirror, "fetch", "-q", url, c.Run.SHA); err == nil {
 		t.Fatalf("fetch with the token of a finished run succeeded:\n%s", out)
 	}
 }

@@ -5,72 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
 )
-
-// gitEnv isolates git from the machine's configuration.
-func gitEnv(t *testing.T) []string {
-	home := t.TempDir()
-	return append(os.Environ(),
-		"HOME="+home, "XDG_CONFIG_HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
-		"GIT_AUTHOR_NAME=Test", "GIT_AUTHOR_EMAIL=test@example.com",
-		"GIT_COMMITTER_NAME=Test", "GIT_COMMITTER_EMAIL=test@example.com")
-}
-
-// git runs git in dir and returns its combined output; it fails the test on
-// an error.
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	out, err := gitErr(t, dir, args...)
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// gitErr runs git in dir and returns its combined output and error.
-func gitErr(t *testing.T, dir string, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = gitEnv(t)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// newWorkTree makes a git work tree on branch main holding files (path →
-// content) in one commit.
-func newWorkTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	git(t, dir, "init", "-q", "-b", "main")
-	commitFiles(t, dir, files, "initial")
-	return dir
-}
-
-// commitFiles writes files and commits them.
-func commitFiles(t *testing.T, dir string, files map[string]string, msg string) {
-	t.Helper()
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	git(t, dir, "add", "-A")
-	git(t, dir, "commit", "-q", "--allow-empty", "-m", msg)
-}
 
 // fixture is a server with one account "alice" owning "alice/app".
 type fixture struct {
@@ -89,10 +29,11 @@ func newFixture(t *testing.T, opts servertest.Options) *fixture {
 
 func (f *fixture) alice() *api.Client { return f.Client(f.token) }
 
-// push pushes refspecs of the work tree dir to the fixture's repository.
+// push pushes refspecs of the work tree dir to the fixture's repository
+// as alice.
 func (f *fixture) push(t *testing.T, dir string, refspecs ...string) {
 	t.Helper()
-	git(t, dir, append([]string{"push", "-q", f.GitURL(f.repo, f.token)}, refspecs...)...)
+	f.PushDir(t, dir, f.repo, f.token, refspecs...)
 }
 
 // runs lists the runs of the fixture's repository, newest first.

@@ -26,7 +26,7 @@ var threeWorkflows = map[string]string{
 func TestPush_CreatesRunsForMatchingWorkflowsAndErroredRunForBrokenOne(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, threeWorkflows)
+	dir := servertest.WorkTree(t, threeWorkflows)
 	f.push(t, dir, "main")
 
 	runs := f.runs(t)
@@ -38,7 +38,7 @@ func TestPush_CreatesRunsForMatchingWorkflowsAndErroredRunForBrokenOne(t *testin
 	if !ok || ci.State != api.StateQueued || ci.Workflow != "ci" || ci.Ref != "refs/heads/main" || ci.Event != "push" {
 		t.Errorf("ci run = %+v, want queued ci on refs/heads/main (push)", ci)
 	}
-	head := strings.TrimSpace(git(t, dir, "rev-parse", "HEAD"))
+	head := servertest.Git(t, dir, "rev-parse", "HEAD")
 	if ci.SHA != head {
 		t.Errorf("ci run SHA %s, want %s", ci.SHA, head)
 	}
@@ -68,11 +68,11 @@ func TestPush_CreatesRunsForMatchingWorkflowsAndErroredRunForBrokenOne(t *testin
 func TestPush_TagTriggersOnlyTagWorkflow(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/ci.yml":       threeWorkflows[".knotless/workflows/ci.yml"],
 		".knotless/workflows/release.yaml": threeWorkflows[".knotless/workflows/release.yaml"],
 	})
-	git(t, dir, "tag", "-a", "-m", "v1", "v1.0.0") // annotated: the server must peel it
+	servertest.Git(t, dir, "tag", "-a", "-m", "v1", "v1.0.0") // annotated: the server must peel it
 	f.push(t, dir, "refs/tags/v1.0.0")
 
 	runs := f.runs(t)
@@ -80,7 +80,7 @@ func TestPush_TagTriggersOnlyTagWorkflow(t *testing.T) {
 		t.Fatalf("got %d runs, want only the release run: %+v", len(runs), runs)
 	}
 	r := runs[0]
-	head := strings.TrimSpace(git(t, dir, "rev-parse", "HEAD"))
+	head := servertest.Git(t, dir, "rev-parse", "HEAD")
 	if r.WorkflowPath != ".knotless/workflows/release.yaml" || r.Event != "tag" || r.Ref != "refs/tags/v1.0.0" || r.SHA != head {
 		t.Errorf("run = %+v; want release.yaml, event tag, refs/tags/v1.0.0 at commit %s", r, head)
 	}
@@ -89,11 +89,11 @@ func TestPush_TagTriggersOnlyTagWorkflow(t *testing.T) {
 func TestPush_BranchFilterExcludesOtherBranch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/ci.yml":  threeWorkflows[".knotless/workflows/ci.yml"],
 		".knotless/workflows/any.yml": queuedWorkflow(""),
 	})
-	git(t, dir, "checkout", "-q", "-b", "feature/x")
+	servertest.Git(t, dir, "checkout", "-q", "-b", "feature/x")
 	f.push(t, dir, "feature/x")
 	runs := f.runs(t)
 	if len(runs) != 1 || runs[0].WorkflowPath != ".knotless/workflows/any.yml" || runs[0].Ref != "refs/heads/feature/x" {
@@ -104,11 +104,11 @@ func TestPush_BranchFilterExcludesOtherBranch(t *testing.T) {
 func TestPush_NoMatchingWorkflowMakesNoPipeline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/rel.yml": "on:\n  push:\n    branches: [\"release/*\"]\nsteps:\n  - run: echo\n",
 	})
 	f.push(t, dir, "main")
-	git(t, dir, "checkout", "-q", "-b", "dev")
+	servertest.Git(t, dir, "checkout", "-q", "-b", "dev")
 	f.push(t, dir, "dev")
 	// Deleting a branch makes nothing either.
 	f.push(t, dir, ":dev")
@@ -120,8 +120,8 @@ func TestPush_NoMatchingWorkflowMakesNoPipeline(t *testing.T) {
 func TestPush_EachUpdatedRefGetsItsOwnPipeline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow("")})
-	git(t, dir, "branch", "second")
+	dir := servertest.WorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow("")})
+	servertest.Git(t, dir, "branch", "second")
 	f.push(t, dir, "main", "second")
 	runs := f.runs(t)
 	if len(runs) != 2 || runs[0].Pipeline == runs[1].Pipeline {
@@ -132,7 +132,7 @@ func TestPush_EachUpdatedRefGetsItsOwnPipeline(t *testing.T) {
 func TestTrigger_ManualPipelineForDefaultBranch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/manual.yml": "on:\n  manual: {}\nsteps:\n  - run: echo m\n",
 		".knotless/workflows/ci.yml":     threeWorkflows[".knotless/workflows/ci.yml"],
 	})

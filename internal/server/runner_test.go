@@ -50,7 +50,7 @@ func queueOne(t *testing.T, f *fixture, extra string) api.Run {
 // whatever state a waiting runner left it.
 func pushOne(t *testing.T, f *fixture, extra string) api.Run {
 	t.Helper()
-	dir := newWorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow(extra)})
+	dir := servertest.WorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow(extra)})
 	f.push(t, dir, "main")
 	runs := f.runs(t)
 	if len(runs) != 1 {
@@ -202,7 +202,7 @@ func TestClaim_SecretsScopedToOtherRunnerOrUnlistedAreNotSent(t *testing.T) {
 	set("ONLY_A", "only-a-value", "runner-a")
 	set("UNLISTED", "unlisted-value", "")
 
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/one.yml":  queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
 		".knotless/workflows/two.yml":  queuedWorkflow("secrets: [DEPLOY, ONLY_A]\n"),
 		".knotless/workflows/bare.yml": queuedWorkflow(""),

@@ -13,7 +13,7 @@ import (
 func TestGetRun_QueuedRunNoRunnerCanTakeSaysWhy(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})
-	dir := newWorkTree(t, map[string]string{
+	dir := servertest.WorkTree(t, map[string]string{
 		".knotless/workflows/gpu.yml":  queuedWorkflow("runners: [gpu]\n"),
 		".knotless/workflows/any.yml":  queuedWorkflow(""),
 		".knotless/workflows/any2.yml": queuedWorkflow(""),
