@@ -53,7 +53,7 @@ func newWorld(t *testing.T, approve bool) *world {
 		w.approve()
 	}
 	w.src = t.TempDir()
-	gitT(t, w.src, "init", "-q", "-b", "main")
+	servertest.Git(t, w.src, "init", "-q", "-b", "main")
 	return w
 }
 
@@ -77,17 +77,9 @@ func (w *world) setSecret(name, value string) {
 // the push made (exactly one workflow expected).
 func (w *world) push(files map[string]string) api.Run {
 	w.t.Helper()
-	for p, c := range files {
-		full := filepath.Join(w.src, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if err := os.WriteFile(full, []byte(c), 0o755); err != nil {
-			w.t.Fatal(err)
-		}
-	}
-	gitT(w.t, w.src, "add", "-A")
-	gitT(w.t, w.src, "commit", "-q", "-m", "change")
+	servertest.Commit(w.t, w.src, files, "change")
 	before := w.runIDs()
-	gitT(w.t, w.src, "push", "-q", w.srv.GitURL(w.repo, w.token), "HEAD:refs/heads/main")
+	w.srv.PushDir(w.t, w.src, w.repo, w.token, "HEAD:refs/heads/main")
 	var run api.Run
 	waitFor(w.t, 10*time.Second, "the push's run", func() bool {
 		var out api.ListRunsOutput

@@ -4,41 +4,24 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-)
 
-// gitT runs git in dir for a test and returns its trimmed output.
-func gitT(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
+	"knotless.dev/knotless/internal/server/servertest"
+)
 
 // sourceRepo makes a repository with one commit per content and returns
 // its path and the SHAs. It serves any SHA, as the server does.
 func sourceRepo(t *testing.T, contents ...string) (string, []string) {
 	t.Helper()
 	dir := t.TempDir()
-	gitT(t, dir, "init", "-q", "-b", "main")
-	gitT(t, dir, "config", "uploadpack.allowAnySHA1InWant", "true")
+	servertest.Git(t, dir, "init", "-q", "-b", "main")
+	servertest.Git(t, dir, "config", "uploadpack.allowAnySHA1InWant", "true")
 	var shas []string
 	for _, c := range contents {
-		if err := os.WriteFile(filepath.Join(dir, "file.txt"), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		gitT(t, dir, "add", "file.txt")
-		gitT(t, dir, "commit", "-q", "-m", c)
-		shas = append(shas, gitT(t, dir, "rev-parse", "HEAD"))
+		shas = append(shas, servertest.Commit(t, dir, map[string]string{"file.txt": c}, c))
 	}
 	return dir, shas
 }
@@ -56,7 +39,7 @@ func TestMirrors_CheckoutFetchesOnlyMissingCommits(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(ws1, "file.txt")); string(got) != "one" {
 		t.Fatalf("workspace holds %q, want one", got)
 	}
-	if head := gitT(t, ws1, "rev-parse", "HEAD"); head != shas[0] {
+	if head := servertest.Git(t, ws1, "rev-parse", "HEAD"); head != shas[0] {
 		t.Fatalf("HEAD = %s, want %s", head, shas[0])
 	}
 	t.Logf("log: %s", log.String())
