@@ -37,7 +37,7 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
 	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -68,7 +68,7 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 func TestRunLogsFollow_InterruptExits130(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, errb, code := startCLI(ctx, e, "run", "logs", "--repo", "admin/app", "--latest", "-f")
@@ -85,7 +85,7 @@ func TestRunLogsLatest_NoNewPipelineTimesOutWithExit1(t *testing.T) {
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
 	// Nothing pushed yet: without -f there is nothing to show.
 	mustRun(t, e, ExitNotFound, nil, "run", "logs", "--repo", "admin/app", "--latest")
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
 	r := mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app", "--json")
 	var list api.ListRunsOutput
 	decodeJSON(t, r.stdout, &list)

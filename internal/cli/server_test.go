@@ -3,12 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -51,37 +49,6 @@ func mustRun(t *testing.T, e env, want int, stdin io.Reader, args ...string) res
 		t.Fatalf("knotless %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
 	}
 	return r
-}
-
-// gitPush commits files into a fresh repository and pushes it to repo's
-// main branch with token auth in an http.extraHeader set through the
-// environment (never in the URL or argv). It returns the commit id.
-func gitPush(t *testing.T, srv *servertest.Server, token, repo string, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, content := range files {
-		writeFile(t, filepath.Join(dir, name), content)
-	}
-	auth := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("knotless:"+token))
-	gitEnv := append(os.Environ(),
-		"GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_TERMINAL_PROMPT=0",
-		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
-		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0="+auth)
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir, cmd.Env = dir, gitEnv
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	git("init", "-q", "-b", "main")
-	git("add", "-A")
-	git("commit", "-q", "-m", "test")
-	git("push", "-q", srv.URL+"/"+repo+".git", "HEAD:refs/heads/main")
-	return git("rev-parse", "HEAD")
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
@@ -450,7 +417,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 		codec <- a.Run(ctx, []string{"run", "logs", "--repo", "admin/app", "--latest", "-f", "--timeout", "30s"})
 	}()
 
-	sha := gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps})
+	sha := srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
 	steps := []stepScript{
 		{name: "build", log: "hello from build\nsecond line\n", state: api.StepSucceeded, exit: 0},
 		{name: "test", log: "no newline at the end", state: api.StepFailed, exit: 3},
@@ -534,7 +501,7 @@ func TestRunLogsFollow_SucceededRunExits0(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
 	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
 	steps := []stepScript{
 		{name: "build", log: "ok\n", state: api.StepSucceeded},
 		{name: "test", log: "ok\n", state: api.StepSucceeded},
@@ -552,7 +519,7 @@ func TestRunLogsFollow_SucceededRunExits0(t *testing.T) {
 func TestRunLogs_BrokenWorkflowShowsFileLineCol(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/bad.yml": brokenWorkflow})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/bad.yml": brokenWorkflow}, "refs/heads/main")
 	r := mustRun(t, e, ExitFailed, nil, "run", "logs", "--repo", "admin/app", "--latest", "-f", "--timeout", "20s")
 	if !strings.Contains(r.stdout, ".knotless/workflows/bad.yml:3:1: ") || !strings.Contains(r.stdout, "errored, workflow-invalid") {
 		t.Errorf("logs of an errored run:\n%s", r.stdout)
@@ -567,7 +534,7 @@ func TestRunTriggerAndCancel(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
 	wf := strings.Replace(workflowTwoSteps, "  push: {}\n", "  manual: {}\n", 1)
-	gitPush(t, srv, srv.AdminToken, "admin/app", map[string]string{".knotless/workflows/ci.yml": wf})
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": wf}, "refs/heads/main")
 	r := mustRun(t, e, ExitOK, nil, "run", "trigger", "--repo", "admin/app", "--ref", "main", "--json")
 	var p api.Pipeline
 	decodeJSON(t, r.stdout, &p)
