@@ -70,30 +70,10 @@ func exitCode(t *testing.T, err error) int {
 	return -1
 }
 
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // checkout makes a git work tree holding the workflow file ci.yml.
 func checkout(t *testing.T, workflowYAML string) string {
 	t.Helper()
-	dir := t.TempDir()
-	git(t, dir, "init", "-q", "-b", "main")
-	os.MkdirAll(filepath.Join(dir, ".knotless", "workflows"), 0o755)
-	if err := os.WriteFile(filepath.Join(dir, ".knotless", "workflows", "ci.yml"), []byte(workflowYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, dir, "add", "-A")
-	git(t, dir, "commit", "-q", "-m", "init")
-	return dir
+	return servertest.WorkTree(t, map[string]string{".knotless/workflows/ci.yml": workflowYAML})
 }
 
 func TestHelp_EveryCommandExplainsItself(t *testing.T) {
@@ -286,7 +266,7 @@ func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
 	t.Cleanup(func() { run.Process.Kill() })
 
 	src := checkout(t, "on: {push: {}}\nsteps:\n  - run: echo started; sleep 120\n")
-	git(t, src, "push", "-q", srv.GitURL("alice/app", tok), "main")
+	srv.PushDir(t, src, "alice/app", tok, "main")
 	var id int64
 	deadline := time.Now().Add(30 * time.Second)
 	for id == 0 {
