@@ -372,28 +372,8 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
 	srv := newLogServer()
 	srv.finished[11] = true
-	sp, err := CreateSpool(t.TempDir(), 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := SpoolReporter{Spool: sp}
-	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
-	w, _ := rep.Log(1)
-	w.Write([]byte("x\n"))
-	w.Close()
-	rep.Done(Result{State: api.StateCancelled, Reason: api.ReasonCancelled})
-	_, done := startShipper(t, srv, sp)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("shipper kept retrying a run the server ended")
-	}
-	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
-		t.Fatal("spool kept")
-	}
+	shipEndedRunExpectingDrop(t, srv, 11, Result{State: api.StateCancelled, Reason: api.ReasonCancelled},
+		"a run the server ended")
 }
 
 // TestShipper_RunHeldByAnotherIdentityDropsSpool pins a runner logged in
@@ -402,7 +382,16 @@ func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
 func TestShipper_RunHeldByAnotherIdentityDropsSpool(t *testing.T) {
 	srv := newLogServer()
 	srv.foreign[12] = true
-	sp, err := CreateSpool(t.TempDir(), 12)
+	shipEndedRunExpectingDrop(t, srv, 12, Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped},
+		"a run another runner holds")
+}
+
+// shipEndedRunExpectingDrop spools run id (one running step with one log
+// line, then res) and ships it to srv: the shipper must return without an
+// error within 10 s and remove the spool. what names the run in the failure.
+func shipEndedRunExpectingDrop(t *testing.T, srv *logServer, id int64, res Result, what string) {
+	t.Helper()
+	sp, err := CreateSpool(t.TempDir(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +400,7 @@ func TestShipper_RunHeldByAnotherIdentityDropsSpool(t *testing.T) {
 	w, _ := rep.Log(1)
 	w.Write([]byte("x\n"))
 	w.Close()
-	rep.Done(Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped})
+	rep.Done(res)
 	_, done := startShipper(t, srv, sp)
 	select {
 	case err := <-done:
@@ -419,7 +408,7 @@ func TestShipper_RunHeldByAnotherIdentityDropsSpool(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("shipper kept retrying a run another runner holds")
+		t.Fatal("shipper kept retrying " + what)
 	}
 	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
 		t.Fatal("spool kept")
