@@ -46,6 +46,19 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(api.Error{Name: name, Size: size})
 	}
+	// refused answers as the server does to a run another runner holds or
+	// one that has ended, and says whether it did.
+	refused := func(run int64) bool {
+		switch {
+		case s.foreign[run]:
+			fail(http.StatusForbidden, api.ErrForbidden, nil)
+		case s.finished[run]:
+			fail(http.StatusConflict, api.ErrRunFinished, nil)
+		default:
+			return false
+		}
+		return true
+	}
 	if s.down {
 		s.downHits++
 		fail(http.StatusServiceUnavailable, "Unavailable", nil)
@@ -57,12 +70,7 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		run, _ := strconv.ParseInt(q.Get("run"), 10, 64)
 		off, _ := strconv.ParseInt(q.Get("offset"), 10, 64)
 		body, _ := io.ReadAll(r.Body)
-		if s.foreign[run] {
-			fail(http.StatusForbidden, api.ErrForbidden, nil)
-			return
-		}
-		if s.finished[run] {
-			fail(http.StatusConflict, api.ErrRunFinished, nil)
+		if refused(run) {
 			return
 		}
 		key := q.Get("run") + "/" + q.Get("step")
@@ -79,12 +87,7 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case api.MethodUpdateStep:
 		var in api.UpdateStepInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		if s.foreign[in.Run] {
-			fail(http.StatusForbidden, api.ErrForbidden, nil)
-			return
-		}
-		if s.finished[in.Run] {
-			fail(http.StatusConflict, api.ErrRunFinished, nil)
+		if refused(in.Run) {
 			return
 		}
 		s.events = append(s.events, fmt.Sprintf("step %d %s", in.Step, in.State))
@@ -92,12 +95,7 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case api.MethodComplete:
 		var in api.CompleteInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		if s.foreign[in.Run] {
-			fail(http.StatusForbidden, api.ErrForbidden, nil)
-			return
-		}
-		if s.finished[in.Run] {
-			fail(http.StatusConflict, api.ErrRunFinished, nil)
+		if refused(in.Run) {
 			return
 		}
 		s.final[in.Run] = in.State
