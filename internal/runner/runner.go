@@ -268,7 +268,12 @@ func (r *Runner) prepareWorkDir(ctx context.Context) (func(), error) {
 		lf.Close()
 		return nil, fmt.Errorf("work directory %s is in use by another knotless-run process: %w", r.cfg.WorkDir, err)
 	}
-	unlock := func() { lf.Close() }
+	unlock := func() {
+		// LOCK_UN first: a child forked at this moment shares the open
+		// file description until it execs.
+		_ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+		lf.Close()
+	}
 
 	ents, err := os.ReadDir(r.path("runs"))
 	if err != nil {

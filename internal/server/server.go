@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
@@ -285,7 +286,11 @@ func (s *Server) Close() error {
 	}
 	<-s.sweepDone
 	err := s.store.Close()
-	s.lock.Close() // releases the flock
+	// Unlock explicitly: a child forked at this moment (git, in another
+	// goroutine) shares the open file description until it execs, and
+	// closing our descriptor alone would leave the lock held meanwhile.
+	_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
+	s.lock.Close()
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -120,6 +121,12 @@ func (s *Server) Stop() {
 	}
 	if err := srv.Close(); err != nil {
 		s.t.Errorf("servertest: close: %v", err)
+	}
+	// Clients made by Client use the default transport: drop its idle
+	// connections to the stopped server, or the first request after a
+	// Restart may be sent on one the server already closed (EOF).
+	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr.CloseIdleConnections()
 	}
 }
 
