@@ -1,0 +1,106 @@
+package kubetest_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/test/kubetest"
+)
+
+// These need no cluster: they pin the audit log reader on files.
+
+const (
+	auditGet  = `{"level":"Metadata","auditID":"a1","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/kt-x/pods/p","verb":"get","user":{"username":"admin"},"objectRef":{"resource":"pods","namespace":"kt-x","name":"p","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200},"requestReceivedTimestamp":"2026-07-01T10:00:00.000000Z","stageTimestamp":"2026-07-01T10:00:00.001000Z"}` + "\n"
+	auditExec = `{"level":"RequestResponse","auditID":"a2","stage":"ResponseStarted","requestURI":"/api/v1/namespaces/kt-x/pods/p/exec?command=true\u0026container=main","verb":"get","user":{"username":"system:serviceaccount:kt-x:runner"},"objectRef":{"resource":"pods","namespace":"kt-x","name":"p","apiVersion":"v1","subresource":"exec"},"responseStatus":{"metadata":{},"code":101},"requestReceivedTimestamp":"2026-07-01T10:00:01.000000Z","stageTimestamp":"2026-07-01T10:00:01.100000Z"}` + "\n"
+)
+
+var execQuery = kubetest.AuditQuery{Resource: "pods", Subresource: "exec", Namespace: "kt-x", Name: "p",
+	User: "system:serviceaccount:kt-x:runner", RequestURIContains: "command=true"}
+
+func TestAuditSearchFindsAnEventWrittenInPiecesAfterItStarted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(auditGet+"not json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan kubetest.AuditEvent, 1)
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	go func() {
+		ev, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match)
+		found <- ev
+		errc <- err
+	}()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Half a line first: the reader must wait for the rest.
+	half := len(auditExec) / 2
+	time.Sleep(300 * time.Millisecond)
+	f.WriteString(auditExec[:half])
+	time.Sleep(300 * time.Millisecond)
+	f.WriteString(auditExec[half:])
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ev := <-found
+	if ev.AuditID != "a2" || ev.ResponseStatus == nil || ev.ResponseStatus.Code != 101 || ev.Stage != "ResponseStarted" {
+		t.Errorf("found %+v, want event a2 with code 101", ev)
+	}
+}
+
+func TestAuditSearchFollowsRotationAndReadsBackups(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(path, []byte(auditGet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match)
+		errc <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	// Rotate as the API server does: rename, then a new file.
+	if err := os.Rename(path, filepath.Join(dir, "audit-2026-07-01T10-00-02.000.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(auditGet+auditExec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// An event that is only in a backup is found by a new search.
+	if err := os.WriteFile(path, []byte(auditGet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "audit-2026-07-01T09-00-00.000.log"), []byte(auditExec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAuditSearchGivesUpAtTheDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(auditGet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match)
+	if err == nil {
+		t.Fatal("found an exec event in a log without one")
+	}
+	t.Log(err)
+}
