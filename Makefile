@@ -1,5 +1,6 @@
 # Knotless. `make demo` runs this repository's own pipeline through a real
-# server and runner; `make test` runs every test. See README.md.
+# server and runner; `make test` runs every test, bringing the local
+# Kubernetes cluster up first (root; see README.md "Try it on a local cluster").
 
 GO      ?= go
 BIN     ?= bin
@@ -7,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean
+.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status
 
 all: build
 
@@ -20,17 +21,44 @@ demo: build
 
 vet:
 	$(GO) vet ./...
+	cd test/cluster && $(GO) vet ./...
 
-# Every test: unit, integration (real server, git, processes) and end to end
-# (the built programs as processes).
-test: vet
-	$(GO) test -count=1 -timeout 20m ./...
+# Tests that need the cluster fail (instead of skipping) when it is not up.
+CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1
+
+# Every test: unit, integration (real server, git, processes), the harness's
+# own, and end to end (the built programs as processes, the cluster).
+test: vet cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
+	cd test/cluster && $(GO) test -count=1 ./...
 
 test-unit:
 	$(GO) test -count=1 -short ./internal/...
 
-test-e2e: build
-	$(GO) test -count=1 -timeout 20m ./test/...
+# Unit and end-to-end tests, the cluster ones included.
+test-e2e: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
+
+# The local Kubernetes cluster (test/cluster, its own Go module). It needs
+# root; the first build of its binaries takes ~20 minutes on 2 cores and is
+# cached in /var/cache/knotless-test-cluster.
+CLUSTER := $(BIN)/knotless-test-cluster
+
+cluster-harness:
+	@mkdir -p $(BIN)
+	cd test/cluster && $(GO) build -o $(abspath $(CLUSTER)) ./cmd/cluster
+
+cluster-build: cluster-harness
+	$(CLUSTER) build
+
+cluster-up: cluster-harness
+	$(CLUSTER) up
+
+cluster-down: cluster-harness
+	$(CLUSTER) down
+
+cluster-status: cluster-harness
+	@$(CLUSTER) status
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/workflow

@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// writeConfigs writes every configuration file the processes read: one
+// kubeconfig per component, containerd's config, the CNI network, the
+// kubelet and kube-proxy configurations, the audit policy and the pods'
+// resolv.conf. It needs the PKI (ensurePKI) first.
+func (c Config) writeConfigs() error {
+	server := fmt.Sprintf("https://127.0.0.1:%d", APIPort)
+	for _, cc := range c.clientCerts() {
+		if cc.file == "apiserver-kubelet-client" {
+			continue
+		}
+		kc, err := c.kubeconfig(server, cc.cn, cc.file)
+		if err != nil {
+			return err
+		}
+		name := cc.file + ".kubeconfig"
+		if cc.file == "admin" {
+			name = "admin.kubeconfig"
+		}
+		if err := writeFile(c.path(name), kc, 0o600); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"containerd/config.toml":         c.containerdConfig(),
+		"cni/net.d/10-knotless.conflist": c.cniConfig(),
+		"kubelet/config.yaml":            c.kubeletConfig(),
+		"kube-proxy/config.yaml":         c.kubeProxyConfig(),
+		"audit-policy.yaml":              auditPolicy,
+		"resolv.conf":                    "nameserver 127.0.0.1\n",
+	}
+	for name, content := range files {
+		if err := writeFile(c.path(name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// kubeconfig returns a kubeconfig (clientcmd v1) authenticating with the
+// client certificate pki/FILE.{crt,key}, all data embedded.
+func (c Config) kubeconfig(server, user, file string) ([]byte, error) {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(c.path("pki", name))
+		return base64.StdEncoding.EncodeToString(b), err
+	}
+	ca, err := read("ca.crt")
+	if err != nil {
+		return nil, err
+	}
+	crt, err := read(file + ".crt")
+	if err != nil {
+		return nil, err
+	}
+	key, err := read(file + ".key")
+	if err != nil {
+		return nil, err
+	}
+	return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: knotless-test
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: %s
+  user:
+    client-certificate-data: %s
+    client-key-data: %s
+contexts:
+- name: knotless-test
+  context:
+    cluster: knotless-test
+    user: %s
+current-context: knotless-test
+`, server, ca, user, crt, key, user)), nil
+}
+
+// PauseImage is the pod sandbox image (containerd's sandbox_image).
+const PauseImage = "localhost/knotless/pause:1"
+
+// containerdConfig is containerd 1.6's config (version 2) with the CRI
+// plugin. restrict_oom_score_adj is required here: root lacks
+// CAP_SYS_RESOURCE and runc fails to set negative oom_score_adj otherwise.
+func (c Config) containerdConfig() string {
+	return fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), PauseImage, c.path("cni", "net.d"))
+}
+
+// cniConfig is a bridge network (cni0) with host-local IPAM over the node's
+// pod range. ipMasq is off: pod traffic never leaves the machine (see
+// hostNetwork's FORWARD rule).
+func (c Config) cniConfig() string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "knotless",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": %q
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, BridgeName, NodePodCIDR, c.path("cni", "ipam"))
+}
+
+// kubeletConfig is a KubeletConfiguration (kubelet.config.k8s.io/v1beta1).
+// failCgroupV1 false: 1.37 refuses cgroup v1 hosts otherwise. Image GC at
+// 100% keeps locally imported images forever; evictionHard is relaxed to 1%
+// so a full-ish test disk does not evict pods.
+func (c Config) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: %q
+authorization:
+  mode: Webhook
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+clusterDNS: [%q]
+clusterDomain: %q
+resolvConf: %q
+podLogsDir: %q
+readOnlyPort: 0
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+`, c.path("pki", "ca.crt"), c.containerdSocket(), DNSIP, ClusterDomain, c.path("resolv.conf"), c.path("pod-logs"))
+}
+
+// kubeProxyConfig is a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)
+// in iptables mode. conntrack.maxPerCore 0 leaves the kernel's limits alone:
+// root cannot raise them here.
+func (c Config) kubeProxyConfig() string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: %q
+hostnameOverride: %q
+bindAddress: 0.0.0.0
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+clientConnection:
+  kubeconfig: %q
+conntrack:
+  maxPerCore: 0
+`, PodCIDR, c.NodeName, c.path("kube-proxy.kubeconfig"))
+}
+
+// auditPolicy (audit.k8s.io/v1): full requests and responses for the
+// resources whose contents tests look for, metadata for the rest.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: RequestResponse
+  resources:
+  - group: ""
+    resources: ["pods", "pods/exec", "pods/log", "pods/attach", "secrets", "events"]
+  - group: "events.k8s.io"
+    resources: ["events"]
+- level: Metadata
+`
+
+// writeLinks makes STATE/bin/PROGRAM symlinks to the multi-call binary, so
+// every process has its own argv[0] (how the binary dispatches, and how
+// stop finds its own processes).
+func (c Config) writeLinks(b Binaries) error {
+	dir := c.path("bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS}
+	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"} {
+		links[p] = b.Kube
+	}
+	for name, target := range links {
+		link := filepath.Join(dir, name)
+		if cur, err := os.Readlink(link); err == nil && cur == target {
+			continue
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bin is the path of PROGRAM's link in STATE/bin.
+func (c Config) bin(program string) string { return c.path("bin", program) }
+
+func joinFlags(flags ...string) []string {
+	out := make([]string, 0, len(flags))
+	for _, f := range flags {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

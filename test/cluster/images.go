@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Image is a one-layer image built from files on this machine; no registry
+// is involved. Name it under localhost/ with a tag other than latest, so
+// the kubelet never tries to pull it.
+type Image struct {
+	Ref        string // e.g. "localhost/knotless/job-base:1"
+	Files      []File // the layer; parent directories are added as needed (0755, root)
+	User       string // numeric "UID" or "UID:GID"; empty = root
+	Entrypoint []string
+	Cmd        []string
+	Env        []string // NAME=VALUE
+	WorkingDir string
+}
+
+// File is one entry of an image's layer. Exactly one of Source, Data, Link
+// is used; a directory has Mode with fs.ModeDir.
+type File struct {
+	Path     string      // absolute path inside the image
+	Mode     fs.FileMode // permission bits, plus fs.ModeDir for a directory
+	Source   string      // host file whose content is copied
+	Data     []byte      // literal content
+	Link     string      // symlink target
+	UID, GID int
+}
+
+// JobBaseImage is the image job pods run in the tests: busybox-static with
+// one symlink per applet, /tmp 1777 and user 1000 ("job").
+const JobBaseImage = "localhost/knotless/job-base:1"
+
+// CoreDNSImage holds our CoreDNS build (no forward plugin).
+const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
+
+// images returns every image Up imports. Later parts of Knotless add theirs
+// here (one Image each).
+func (c Config) images(ctx context.Context, b Binaries) ([]Image, error) {
+	pause, err := c.buildPause(ctx)
+	if err != nil {
+		return nil, err
+	}
+	jobBase, err := busyboxImage(JobBaseImage)
+	if err != nil {
+		return nil, err
+	}
+	return []Image{
+		{Ref: PauseImage, Files: []File{{Path: "/pause", Mode: 0o755, Source: pause}}, User: "65535", Entrypoint: []string{"/pause"}},
+		jobBase,
+		{Ref: CoreDNSImage, Files: []File{{Path: "/coredns", Mode: 0o755, Source: b.CoreDNS}}, User: "65534", Entrypoint: []string{"/coredns"}},
+	}, nil
+}
+
+// buildPause compiles ./pause (static) into STATE/images/pause.
+func (c Config) buildPause(ctx context.Context) (string, error) {
+	out := c.path("images", "pause")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./pause")
+	cmd.Dir = c.SourceDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the pause program: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// busyboxImage is /bin/busybox from Debian's busybox-static with a symlink
+// per applet (as `busybox --list-full` names them), /tmp 1777, and
+// /etc/passwd with root, job (1000) and nobody; it runs as 1000.
+func busyboxImage(ref string) (Image, error) {
+	const bb = "/bin/busybox"
+	out, err := exec.Command(bb, "--list-full").Output()
+	if err != nil {
+		return Image{}, fmt.Errorf("list busybox applets (is busybox-static installed?): %w", err)
+	}
+	files := []File{
+		{Path: bb, Mode: 0o755, Source: bb},
+		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		{Path: "/root", Mode: fs.ModeDir | 0o700},
+		{Path: "/home/job", Mode: fs.ModeDir | 0o755, UID: 1000, GID: 1000},
+		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\njob:x:1000:1000:job:/home/job:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\njob:x:1000:\nnogroup:x:65534:\n")},
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		p := "/" + strings.TrimPrefix(applet, "/")
+		if p == bb {
+			continue
+		}
+		files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: bb})
+	}
+	return Image{Ref: ref, Files: files, User: "1000:1000", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/job"}, WorkingDir: "/home/job", Cmd: []string{"/bin/sh"}}, nil
+}
+
+// ImportImage builds img as a docker image archive under STATE/images and
+// imports it into containerd's k8s.io namespace (`ctr images import`), so
+// pods can use it with imagePullPolicy IfNotPresent or Never. containerd
+// must be running. Importing the same Ref again replaces the image.
+func (c Config) ImportImage(ctx context.Context, img Image) error {
+	if strings.HasSuffix(img.Ref, ":latest") || !strings.Contains(path.Base(img.Ref), ":") {
+		return fmt.Errorf("image %q: give a tag other than latest, or the kubelet will try to pull it", img.Ref)
+	}
+	tag, err := name.NewTag(img.Ref)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", img.Ref, err)
+	}
+	layerTar, err := layer(img.Files)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar)), nil })
+	if err != nil {
+		return err
+	}
+	v1img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		return err
+	}
+	cf, err := v1img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	cf.Config = v1.Config{User: img.User, Entrypoint: img.Entrypoint, Cmd: img.Cmd, Env: img.Env, WorkingDir: img.WorkingDir}
+	if v1img, err = mutate.ConfigFile(v1img, cf); err != nil {
+		return err
+	}
+	archive := c.path("images", strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+		return err
+	}
+	if err := tarball.WriteToFile(archive, tag, v1img); err != nil {
+		return fmt.Errorf("write image archive %s: %w", archive, err)
+	}
+	if _, err := run(ctx, "ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", archive); err != nil {
+		return fmt.Errorf("import image %s: %w", img.Ref, err)
+	}
+	c.Log.Info("imported image", "ref", img.Ref, "size", len(layerTar))
+	return nil
+}
+
+// layer writes files as an uncompressed tar with fixed timestamps, adding
+// missing parent directories.
+func layer(files []File) ([]byte, error) {
+	entries := map[string]File{}
+	for _, f := range files {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("file %q: path must be absolute", f.Path)
+		}
+		p := path.Clean(f.Path)
+		entries[p] = f
+		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+			if _, ok := entries[d]; !ok {
+				entries[d] = File{Path: d, Mode: fs.ModeDir | 0o755}
+			}
+		}
+	}
+	names := make([]string, 0, len(entries))
+	for n := range entries {
+		names = append(names, n)
+	}
+	sort.Strings(names) // parents before children
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	for _, n := range names {
+		f := entries[n]
+		h := &tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: int64(f.Mode.Perm()), Uid: f.UID, Gid: f.GID, ModTime: epoch, Format: tar.FormatPAX}
+		if f.Mode&fs.ModeSticky != 0 {
+			h.Mode |= 0o1000
+		}
+		var data []byte
+		switch {
+		case f.Mode&fs.ModeDir != 0:
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case f.Mode&fs.ModeSymlink != 0 || f.Link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
+		default:
+			h.Typeflag = tar.TypeReg
+			data = f.Data
+			if f.Source != "" {
+				var err error
+				if data, err = os.ReadFile(f.Source); err != nil {
+					return nil, err
+				}
+			}
+			h.Size = int64(len(data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

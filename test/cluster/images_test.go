@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"strings"
+	"testing"
+)
+
+func TestLayer_AddsParentsKeepsModesAndLinks(t *testing.T) {
+	b, err := layer([]File{
+		{Path: "/usr/bin/nc", Mode: fs.ModeSymlink | 0o777, Link: "/bin/busybox"},
+		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0::/root:/bin/sh\n")},
+		{Path: "/home/job", Mode: fs.ModeDir | 0o755, UID: 1000, GID: 1000},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*tar.Header{}
+	var order []string
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = h
+		order = append(order, h.Name)
+	}
+	for _, want := range []string{"usr/", "usr/bin/", "usr/bin/nc", "tmp/", "etc/", "etc/passwd", "home/", "home/job/"} {
+		if got[want] == nil {
+			t.Errorf("layer lacks %q; has %v", want, order)
+		}
+	}
+	if h := got["tmp/"]; h != nil && h.Mode != 0o1777 {
+		t.Errorf("/tmp mode = %o, want 1777", h.Mode)
+	}
+	if h := got["usr/bin/nc"]; h != nil && (h.Typeflag != tar.TypeSymlink || h.Linkname != "/bin/busybox") {
+		t.Errorf("nc = type %c -> %q, want a symlink to /bin/busybox", h.Typeflag, h.Linkname)
+	}
+	if h := got["home/job/"]; h != nil && h.Uid != 1000 {
+		t.Errorf("/home/job uid = %d, want 1000", h.Uid)
+	}
+	if strings.Join(order, " ") != strings.Join(sortedCopy(order), " ") {
+		t.Errorf("entries not in path order (parents first): %v", order)
+	}
+}
+
+func sortedCopy(s []string) []string {
+	c := append([]string(nil), s...)
+	for i := range c {
+		for j := i + 1; j < len(c); j++ {
+			if strings.TrimSuffix(c[j], "/") < strings.TrimSuffix(c[i], "/") {
+				c[i], c[j] = c[j], c[i]
+			}
+		}
+	}
+	return c
+}
+
+func TestImportImage_RefusesLatestAndUntagged(t *testing.T) {
+	c := Config{StateDir: t.TempDir()}
+	for _, ref := range []string{"localhost/x:latest", "localhost/x"} {
+		err := c.ImportImage(context.Background(), Image{Ref: ref})
+		if err == nil || !strings.Contains(err.Error(), "latest") {
+			t.Errorf("ImportImage(%q) = %v, want a refusal naming latest", ref, err)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/var/lib/a\040b`); got != "/var/lib/a b" {
+		t.Errorf("got %q", got)
+	}
+}
