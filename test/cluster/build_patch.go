@@ -1,0 +1,215 @@
+package cluster
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Our build-time changes to upstream modules. They edit a copy of the module
+// source by exact text replacement and fail when a snippet is not found (or
+// found a different number of times than expected), so a version bump can
+// never silently build an unpatched binary. Upstream code is never committed
+// here; only these edits are.
+
+// sourceEdit replaces old by new in file (relative to the module root), which
+// must contain old exactly count times.
+type sourceEdit struct {
+	file, old, new string
+	count          int
+}
+
+func applyEdits(root string, edits []sourceEdit) error {
+	for _, e := range edits {
+		path := filepath.Join(root, filepath.FromSlash(e.file))
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("patch %s: %w", e.file, err)
+		}
+		text := string(data)
+		if n := strings.Count(text, e.old); n != e.count {
+			return fmt.Errorf("patch %s: expected snippet found %d times, want %d (has the upstream version changed?):\n%s",
+				e.file, n, e.count, e.old)
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("patch %s: %w", e.file, err)
+		}
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(text, e.old, e.new)), info.Mode().Perm()); err != nil {
+			return fmt.Errorf("patch %s: %w", e.file, err)
+		}
+	}
+	return nil
+}
+
+// nfqueueHelperFile is added to kube-network-policies' networkpolicy package.
+const nfqueueHelperFile = "pkg/networkpolicy/knotless_nfqueue.go"
+
+// nfqueueHelperSource replaces the native nft queue expression. The kernels of
+// our machines lack CONFIG_NFT_QUEUE and load no modules, so a rule with
+// `queue num N` is refused ("No such file or directory"), while the x_tables
+// NFQUEUE target (nft_compat + xt_NFQUEUE) is built in and feeds the same
+// nfnetlink queue.
+const nfqueueHelperSource = `// Added by the Knotless test-cluster build step; not part of upstream.
+
+package networkpolicy
+
+import (
+	"encoding/binary"
+
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+)
+
+// knotlessNFQueue returns the x_tables NFQUEUE target (revision 3) sending
+// packets to queue num, the equivalent of the nft expression
+// "queue num <num> [bypass]" for kernels without CONFIG_NFT_QUEUE.
+// Its info is struct xt_NFQ_info_v3 in host byte order: queuenum u16,
+// queues_total u16, flags u16 (NFQ_FLAG_BYPASS = 1), padded to 8 bytes.
+func knotlessNFQueue(num uint16, bypass bool) *expr.Target {
+	info := make(xt.Unknown, 8)
+	binary.NativeEndian.PutUint16(info[0:2], num)
+	binary.NativeEndian.PutUint16(info[2:4], 1)
+	if bypass {
+		binary.NativeEndian.PutUint16(info[4:6], 1)
+	}
+	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
+}
+`
+
+// networkPoliciesEdits are our changes to kube-network-policies v0.8.0:
+//  1. every native queue expression becomes knotlessNFQueue (see above), with
+//     the same queue number and bypass flag;
+//  2. cmd/main.go uses the kubeconfig named by KUBECONFIG when set (the
+//     enforcer runs as a host process, not in a pod), in-cluster config
+//     otherwise.
+var networkPoliciesEdits = []sourceEdit{
+	{
+		file: "pkg/networkpolicy/controller.go",
+		old: "\tqueue := &expr.Queue{Num: uint16(c.config.QueueID)}\n" +
+			"\tif c.config.FailOpen {\n" +
+			"\t\tqueue.Flag = expr.QueueFlagBypass\n" +
+			"\t}\n",
+		new:   "\tqueue := knotlessNFQueue(uint16(c.config.QueueID), c.config.FailOpen)\n",
+		count: 2, // the postrouting chain and the prerouting chain
+	},
+	{
+		file:  "pkg/networkpolicy/dnsagent.go",
+		old:   "&expr.Queue{Num: uint16(n.nfQueueID), Flag: expr.QueueFlagBypass},",
+		new:   "knotlessNFQueue(uint16(n.nfQueueID), true),",
+		count: 1,
+	},
+	{
+		file:  "cmd/main.go",
+		old:   "\t\"k8s.io/client-go/rest\"\n",
+		new:   "\t\"k8s.io/client-go/rest\"\n\t\"k8s.io/client-go/tools/clientcmd\"\n",
+		count: 1,
+	},
+	{
+		file: "cmd/main.go",
+		old: "\tconfig, err := rest.InClusterConfig()\n" +
+			"\tif err != nil {\n" +
+			"\t\tpanic(err.Error())\n" +
+			"\t}\n",
+		new: "\t// Knotless: a host process reads the kubeconfig named by KUBECONFIG.\n" +
+			"\tvar config *rest.Config\n" +
+			"\tif kubeconfig := os.Getenv(\"KUBECONFIG\"); kubeconfig != \"\" {\n" +
+			"\t\tconfig, err = clientcmd.BuildConfigFromFlags(\"\", kubeconfig)\n" +
+			"\t} else {\n" +
+			"\t\tconfig, err = rest.InClusterConfig()\n" +
+			"\t}\n" +
+			"\tif err != nil {\n" +
+			"\t\tpanic(err.Error())\n" +
+			"\t}\n",
+		count: 1,
+	},
+}
+
+// patchNetworkPolicies applies networkPoliciesEdits to the kube-network-policies
+// source at root, adds the knotlessNFQueue helper, and checks that no native
+// queue expression is left in any non-test Go file.
+func patchNetworkPolicies(root string) error {
+	if err := applyEdits(root, networkPoliciesEdits); err != nil {
+		return fmt.Errorf("patch kube-network-policies: %w", err)
+	}
+	helper := filepath.Join(root, filepath.FromSlash(nfqueueHelperFile))
+	if err := os.WriteFile(helper, []byte(nfqueueHelperSource), 0o644); err != nil {
+		return fmt.Errorf("patch kube-network-policies: add %s: %w", nfqueueHelperFile, err)
+	}
+	left, err := filesContaining(root, "expr.Queue{")
+	if err != nil {
+		return fmt.Errorf("patch kube-network-policies: %w", err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("patch kube-network-policies: native nft queue expressions left in %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// coreDNSEdits leave the forward plugin out of CoreDNS: no query of a test
+// may leave the machine. zplugin.go imports the plugins (registering them) and
+// zdirectives.go orders their directives; both are generated from plugin.cfg
+// upstream, and we edit the generated files directly.
+var coreDNSEdits = []sourceEdit{
+	{
+		file:  "core/plugin/zplugin.go",
+		old:   "\t_ \"github.com/coredns/coredns/plugin/forward\"\n",
+		new:   "",
+		count: 1,
+	},
+	{
+		file:  "core/dnsserver/zdirectives.go",
+		old:   "\t\"forward\",\n",
+		new:   "",
+		count: 1,
+	},
+}
+
+// patchCoreDNS applies coreDNSEdits to the CoreDNS source at root and checks
+// that nothing outside the plugin itself still imports the forward plugin.
+func patchCoreDNS(root string) error {
+	if err := applyEdits(root, coreDNSEdits); err != nil {
+		return fmt.Errorf("patch coredns: %w", err)
+	}
+	left, err := filesContaining(root, "\"github.com/coredns/coredns/plugin/forward\"")
+	if err != nil {
+		return fmt.Errorf("patch coredns: %w", err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("patch coredns: the forward plugin is still imported by %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// filesContaining lists the non-test Go files under root (relative, slash
+// separated) containing s, skipping plugin/forward itself and testdata.
+func filesContaining(root, s string) ([]string, error) {
+	var found []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if d.Name() == "testdata" || rel == "plugin/forward" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(data), s) {
+			found = append(found, rel)
+		}
+		return nil
+	})
+	return found, err
+}
