@@ -192,6 +192,7 @@ clusterCIDR: %q
 hostnameOverride: %q
 bindAddress: 0.0.0.0
 metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: ["primary"]
 healthzBindAddress: 127.0.0.1:10256
 clientConnection:
   kubeconfig: %q
