@@ -24,11 +24,11 @@ import (
 func (c Config) stopAll(ctx context.Context) {
 	procs := c.processes()
 	for i := len(procs) - 1; i >= 1; i-- { // all but containerd
-		c.stop(procs[i], 10*time.Second)
+		c.stop(procs[i], 5*time.Second)
 	}
 	c.killPodProcesses()
 	c.killShims()
-	c.stop(procs[0], 10*time.Second) // containerd
+	c.stop(procs[0], 5*time.Second) // containerd
 	c.unmountAll()
 	c.cleanNetwork(ctx)
 }
@@ -73,7 +73,7 @@ func (c Config) killPodProcesses() {
 func (c Config) killShims() {
 	for _, pid := range c.shimPIDs() {
 		c.Log.Info("killing containerd shim", "pid", pid)
-		_ = killAndWait(pid, 0)
+		_ = killAndWait(pid, syscall.SIGKILL, 0)
 	}
 }
 

@@ -20,6 +20,9 @@ type process struct {
 	path string   // argv[0]; how stop recognises it in /proc/PID/cmdline
 	args []string // without argv[0]
 	env  []string // added to a minimal environment
+	// stopSignal asks it to stop (SIGTERM when zero). kube-network-policies
+	// removes its nftables table only on SIGINT.
+	stopSignal syscall.Signal
 }
 
 // processes returns the cluster's programs in start order (stop goes in
@@ -107,7 +110,7 @@ func (c Config) processes() []process {
 			"--hostname-override="+c.NodeName,
 			"--disable-nri",
 			"--metrics-bind-address=127.0.0.1:9080",
-		), env: []string{"KUBECONFIG=" + c.path("network-policies.kubeconfig")}},
+		), env: []string{"KUBECONFIG=" + c.path("network-policies.kubeconfig")}, stopSignal: syscall.SIGINT},
 	}
 }
 
@@ -177,7 +180,7 @@ func argv0(pid int) string {
 	return string(b)
 }
 
-// stop ends p if it runs: SIGTERM, then SIGKILL after grace. It removes the
+// stop ends p if it runs: its stop signal, then SIGKILL after grace. It removes the
 // pid file. Only the recorded pid is signalled, never a name match.
 func (c Config) stop(p process, grace time.Duration) {
 	defer os.Remove(c.pidFile(p.name))
@@ -186,15 +189,19 @@ func (c Config) stop(p process, grace time.Duration) {
 		return
 	}
 	c.Log.Info("stopping", "process", p.name, "pid", pid)
-	if err := killAndWait(pid, grace); err != nil {
+	sig := p.stopSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if err := killAndWait(pid, sig, grace); err != nil {
 		c.Log.Warn("stop", "process", p.name, "pid", pid, "err", err)
 	}
 }
 
-// killAndWait sends SIGTERM to pid, waits up to grace for it to exit, then
+// killAndWait sends sig to pid, waits up to grace for it to exit, then
 // SIGKILLs it and waits up to 5 s more.
-func killAndWait(pid int, grace time.Duration) error {
-	_ = syscall.Kill(pid, syscall.SIGTERM)
+func killAndWait(pid int, sig syscall.Signal, grace time.Duration) error {
+	_ = syscall.Kill(pid, sig)
 	if waitGone(pid, grace) {
 		return nil
 	}
