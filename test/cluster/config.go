@@ -30,6 +30,8 @@ const (
 	// StateDirEnv, when set, overrides DefaultStateDir (also read by the
 	// tests' helper, knotless.dev/knotless/test/kubetest).
 	StateDirEnv = "KNOTLESS_TEST_CLUSTER"
+	// CacheDirEnv, when set, overrides DefaultCacheDir.
+	CacheDirEnv = "KNOTLESS_TEST_CLUSTER_CACHE"
 )
 
 // Config says where the cluster lives and how this machine is reached. Zero
@@ -56,6 +58,9 @@ func (c Config) Defaults() (Config, error) {
 	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = os.Getenv(CacheDirEnv)
 	}
 	if c.CacheDir == "" {
 		c.CacheDir = DefaultCacheDir

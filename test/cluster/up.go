@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -26,6 +27,9 @@ func (c Config) Up(ctx context.Context) error {
 	if c.Healthy(ctx) == nil {
 		c.Log.Info("cluster already up", "kubeconfig", c.AdminKubeconfig())
 		return nil
+	}
+	if os.Geteuid() != 0 {
+		return errNotRoot
 	}
 	phase := newPhases(c)
 	phase("packages")
@@ -126,6 +130,8 @@ func (c Config) Up(ctx context.Context) error {
 	c.Log.Info("cluster up", "took", time.Since(t0).Round(100*time.Millisecond), "kubeconfig", c.AdminKubeconfig(), "audit_log", c.AuditLog())
 	return nil
 }
+
+var errNotRoot = errors.New("the test cluster needs root (it runs containerd and the kubelet, mounts, and writes netfilter rules): run it with sudo")
 
 // newPhases returns a function that logs the end of the previous phase
 // with its duration and the start of the next ("" ends the last).
@@ -231,6 +237,9 @@ func (c Config) kubectlApply(ctx context.Context, manifest string) error {
 // Down stops what Up started and removes the pods' leftovers (see stopAll).
 // With wipe it also removes the whole state directory.
 func (c Config) Down(ctx context.Context, wipe bool) error {
+	if os.Geteuid() != 0 {
+		return errNotRoot
+	}
 	c.stopAll(ctx)
 	if wipe {
 		c.Log.Info("removing state", "dir", c.StateDir)

@@ -42,7 +42,7 @@ imported, nothing is pulled. It needs root and installs the Debian packages it
 uses (` + fmt.Sprint(cluster.Packages) + `).
 
 State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
-(env ` + cluster.StateDirEnv + `); binaries in --cache.`,
+(env ` + cluster.StateDirEnv + `); binaries in --cache (env ` + cluster.CacheDirEnv + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,7 +54,7 @@ State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
 	}
 	f := root.PersistentFlags()
 	f.StringVar(&cfg.StateDir, "state", "", "state directory (default $"+cluster.StateDirEnv+" or "+cluster.DefaultStateDir+")")
-	f.StringVar(&cfg.CacheDir, "cache", cluster.DefaultCacheDir, "binary cache directory, keyed by component and version")
+	f.StringVar(&cfg.CacheDir, "cache", "", "binary cache directory, keyed by component and version (default $"+cluster.CacheDirEnv+" or "+cluster.DefaultCacheDir+")")
 	f.StringVar(&cfg.SourceDir, "source", "", "the harness source directory test/cluster (default: found from the working directory)")
 	f.StringVar(&cfg.NodeIP, "node-ip", "", "IPv4 address the node advertises (default: the default route interface's)")
 	f.StringVar(&cfg.Interface, "interface", "", "uplink interface pod traffic must never leave by (default: the default route's)")
