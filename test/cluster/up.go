@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
