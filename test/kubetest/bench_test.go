@@ -59,7 +59,7 @@ func BenchmarkPodCreateToRunning(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		b.StopTimer()
 		// Delete and wait, so pods being torn down do not slow the next start.
-		if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 			cancel()
 			b.Fatalf("delete pod: %v", err)
 		}

@@ -34,7 +34,8 @@ const (
 
 // Resources of RestrictedPod's container (requests = limits, QoS
 // Guaranteed) and the size limit of its /tmp emptyDir, which counts
-// towards the ephemeral-storage limit.
+// towards the ephemeral-storage limit. Read-only: RestrictedPod copies
+// them (a Quantity caches its string form, so sharing one races).
 var (
 	PodCPU              = resource.MustParse("100m")
 	PodMemory           = resource.MustParse("64Mi")
@@ -53,11 +54,14 @@ var (
 // An empty name makes the API server generate one (prefix "pod-").
 // Callers change the returned pod freely.
 func RestrictedPod(namespace, name string) *corev1.Pod {
-	res := corev1.ResourceList{
-		corev1.ResourceCPU:              PodCPU,
-		corev1.ResourceMemory:           PodMemory,
-		corev1.ResourceEphemeralStorage: PodEphemeralStorage,
+	res := func() corev1.ResourceList {
+		return corev1.ResourceList{
+			corev1.ResourceCPU:              PodCPU.DeepCopy(),
+			corev1.ResourceMemory:           PodMemory.DeepCopy(),
+			corev1.ResourceEphemeralStorage: PodEphemeralStorage.DeepCopy(),
+		}
 	}
+	tmpLimit := TmpSizeLimit.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
@@ -80,7 +84,7 @@ func RestrictedPod(namespace, name string) *corev1.Pod {
 				Image:           JobBaseImage,
 				ImagePullPolicy: corev1.PullNever,
 				Command:         []string{"sleep", "3600"},
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:       corev1.ResourceRequirements{Requests: res(), Limits: res()},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             ptr.To(true),
 					RunAsUser:                ptr.To[int64](UID),
@@ -94,7 +98,7 @@ func RestrictedPod(namespace, name string) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{{
 				Name:         "tmp",
-				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &TmpSizeLimit}},
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmpLimit}},
 			}},
 		},
 	}
@@ -354,7 +358,7 @@ func (c *Cluster) WaitPod(t testing.TB, namespace, name string, cond PodConditio
 	t.Helper()
 	pod, err := WaitPod(stepContext(t, timeout), c.Client, namespace, name, cond)
 	if err != nil {
-		t.Fatalf("after %s: %v", timeout, err)
+		t.Fatalf("%v\n  (wait limit %s)", err, timeout)
 	}
 	return pod
 }

@@ -73,10 +73,12 @@ func run(t *testing.T, cfg *rest.Config, pod *corev1.Pod, argv []string, stdin s
 // passes, then fails with what was awaited and the last observation.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	for {
 		ok, seen := check()
 		if ok {
+			t.Logf("%s: after %s", what, time.Since(start).Round(100*time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
@@ -273,6 +275,8 @@ func TestKube_RunnerRoleAllowsPodsAndExecOnlyInItsNamespace(t *testing.T) {
 	_, _, code, err := kubetest.Exec(ectx, cfg, other, victim.Name, kubetest.MainContainer, []string{"true"}, nil)
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "forbidden") {
 		t.Errorf("exec in another namespace as the runner: exit %d, error %v; want a forbidden error", code, err)
+	} else {
+		t.Logf("exec in another namespace as the runner: %v", err)
 	}
 }
 
