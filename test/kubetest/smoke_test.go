@@ -298,7 +298,7 @@ func TestKube_AuditLogRecordsTheRunnersExec(t *testing.T) {
 		User:               kubetest.ServiceAccountUser(ns, "runner"),
 		RequestURIContains: "command=" + marker,
 	}
-	ev := c.WaitAuditEvent(t, 30*time.Second, q.String(), q.Match)
+	ev := c.WaitAuditQuery(t, 30*time.Second, q)
 	if ev.Verb != "get" && ev.Verb != "create" {
 		t.Errorf("audit event verb %q, want get (WebSocket) or create (SPDY)", ev.Verb)
 	}
