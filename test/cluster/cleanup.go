@@ -45,10 +45,8 @@ func (c Config) killPodProcesses() {
 	if len(pids) > 0 {
 		c.Log.Info("killed pod processes left behind", "count", len(pids))
 	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods*")
-	v2, _ := filepath.Glob("/sys/fs/cgroup/kubepods*")
 	var dirs []string
-	for _, root := range append(roots, v2...) {
+	for _, root := range kubepodsRoots() {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)

@@ -73,10 +73,7 @@ func (c Config) processes() []process {
 			"--allow-privileged=true",
 			"--profiling=false",
 		)},
-		{name: "kube-controller-manager", path: c.bin("kube-controller-manager"), args: joinFlags(
-			"--kubeconfig="+c.path("controller-manager.kubeconfig"),
-			"--authentication-kubeconfig="+c.path("controller-manager.kubeconfig"),
-			"--authorization-kubeconfig="+c.path("controller-manager.kubeconfig"),
+		{name: "kube-controller-manager", path: c.bin("kube-controller-manager"), args: append(joinFlags(
 			"--bind-address=127.0.0.1",
 			"--use-service-account-credentials",
 			"--root-ca-file="+pki("ca.crt"),
@@ -88,15 +85,12 @@ func (c Config) processes() []process {
 			"--service-cluster-ip-range="+ServiceCIDR,
 			"--leader-elect=false",
 			"--profiling=false",
-		)},
-		{name: "kube-scheduler", path: c.bin("kube-scheduler"), args: joinFlags(
-			"--kubeconfig="+c.path("scheduler.kubeconfig"),
-			"--authentication-kubeconfig="+c.path("scheduler.kubeconfig"),
-			"--authorization-kubeconfig="+c.path("scheduler.kubeconfig"),
+		), c.componentKubeconfigs("controller-manager")...)},
+		{name: "kube-scheduler", path: c.bin("kube-scheduler"), args: append(joinFlags(
 			"--bind-address=127.0.0.1",
 			"--leader-elect=false",
 			"--profiling=false",
-		)},
+		), c.componentKubeconfigs("scheduler")...)},
 		{name: "kubelet", path: c.bin("kubelet"), args: joinFlags(
 			"--config="+c.path("kubelet", "config.yaml"),
 			"--kubeconfig="+c.path("kubelet.kubeconfig"),
@@ -112,6 +106,14 @@ func (c Config) processes() []process {
 			"--metrics-bind-address=127.0.0.1:9080",
 		), env: []string{"KUBECONFIG=" + c.path("network-policies.kubeconfig")}, stopSignal: syscall.SIGINT},
 	}
+}
+
+// componentKubeconfigs are the three kubeconfig flags of the
+// controller-manager and the scheduler, all naming NAME.kubeconfig: the
+// client for its work, and for delegated authentication and authorization.
+func (c Config) componentKubeconfigs(name string) []string {
+	kc := c.path(name + ".kubeconfig")
+	return []string{"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc}
 }
 
 func (c Config) pidFile(name string) string { return c.path("pids", name+".pid") }

@@ -104,13 +104,19 @@ func (c Config) shimPIDs() []int {
 	return pids
 }
 
+// kubepodsRoots are the kubelet's pod cgroups with the cgroupfs driver: one
+// per cgroup v1 hierarchy, or one on a v2 host.
+func kubepodsRoots() []string {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods*")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/kubepods*")
+	return append(roots, v2...)
+}
+
 // podPIDs are the processes in kubepods cgroups (any v1 hierarchy or v2),
 // each once.
 func podPIDs() []int {
 	seen := map[int]bool{}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods*")
-	v2, _ := filepath.Glob("/sys/fs/cgroup/kubepods*")
-	for _, root := range append(roots, v2...) {
+	for _, root := range kubepodsRoots() {
 		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
 				return nil
