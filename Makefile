@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status
+.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster
 
 all: build
 
@@ -66,6 +66,12 @@ fuzz:
 
 bench: build
 	$(GO) run ./bench -bin $(BIN)
+
+# Pod create → Running and exec round trip on the local cluster (client-go,
+# as a runner's ServiceAccount), 20 samples each, medians in ms.
+bench-cluster: cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench . -benchtime 20x ./test/kubetest
+	@$(CLUSTER) status
 
 clean:
 	rm -rf $(BIN) .demo
