@@ -46,7 +46,7 @@ CLUSTER := $(BIN)/knotless-test-cluster
 
 cluster-harness:
 	@mkdir -p $(BIN)
-	cd test/cluster && $(GO) build -o $(abspath $(CLUSTER)) ./cmd/cluster
+	@cd test/cluster && $(GO) build -o $(abspath $(CLUSTER)) ./cmd/cluster
 
 cluster-build: cluster-harness
 	$(CLUSTER) build

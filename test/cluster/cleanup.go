@@ -71,7 +71,7 @@ func (c Config) killPodProcesses() {
 func (c Config) killShims() {
 	for _, pid := range c.shimPIDs() {
 		c.Log.Info("killing containerd shim", "pid", pid)
-		_ = killAndWait(pid, syscall.SIGKILL, 0)
+		killAndWait(pid, syscall.SIGKILL, 0)
 	}
 }
 
@@ -159,7 +159,78 @@ func (c Config) cleanNetwork(ctx context.Context) {
 	for _, fam := range []string{"inet", "ip", "ip6"} {
 		_, _ = run(ctx, "nft", "delete", "table", fam, "kube-network-policies")
 	}
+	removeKubeChains(ctx)
 	c.removeForwardRule(ctx)
+}
+
+// removeKubeChains deletes what is left of the Kubernetes iptables chains
+// (KUBE-*) in IPv4 and IPv6 after kube-proxy's own cleanup: the kubelet's
+// KUBE-FIREWALL, KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT, and any rule of
+// a built-in chain that jumps to one of them.
+func removeKubeChains(ctx context.Context) {
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
+			out, err := run(ctx, bin, "-w", "-t", table, "-S")
+			if err != nil {
+				continue
+			}
+			var chains []string
+			for _, line := range strings.Split(out, "\n") {
+				f := splitRule(line)
+				switch {
+				case len(f) >= 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-"):
+					chains = append(chains, f[1])
+				case len(f) >= 2 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && jumpsToKube(f):
+					_, _ = run(ctx, bin, append([]string{"-w", "-t", table, "-D"}, f[1:]...)...)
+				}
+			}
+			for _, op := range []string{"-F", "-X"} {
+				for _, ch := range chains {
+					_, _ = run(ctx, bin, "-w", "-t", table, op, ch)
+				}
+			}
+		}
+	}
+}
+
+func jumpsToKube(rule []string) bool {
+	for i, a := range rule {
+		if (a == "-j" || a == "-g") && i+1 < len(rule) && strings.HasPrefix(rule[i+1], "KUBE-") {
+			return true
+		}
+	}
+	return false
+}
+
+// splitRule splits one line of `iptables -S` into arguments, honouring the
+// double quotes it puts around arguments with spaces (comments).
+func splitRule(line string) []string {
+	var args []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		switch {
+		case ch == '\\' && inQuote && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case ch == '"':
+			inQuote, have = !inQuote, true
+		case ch == ' ' && !inQuote:
+			if have {
+				args = append(args, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(ch)
+			have = true
+		}
+	}
+	if have {
+		args = append(args, cur.String())
+	}
+	return args
 }
 
 // hostNetwork sets the sysctls pods need (IPv4 forwarding, bridged traffic

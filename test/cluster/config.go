@@ -72,10 +72,9 @@ func (c Config) Defaults() (Config, error) {
 		}
 	}
 	if c.SourceDir == "" {
-		c.SourceDir, err = findSourceDir()
-		if err != nil {
-			return c, err
-		}
+		// Only building (Build, Up) needs the source; other commands work
+		// from anywhere.
+		c.SourceDir, _ = findSourceDir()
 	}
 	if c.NodeName == "" {
 		h, err := os.Hostname()
@@ -116,7 +115,7 @@ func findSourceDir() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("cannot find the harness source (test/cluster/kube/go.mod) from the working directory: run from the repository or pass --source")
+			return "", errNoSource
 		}
 		dir = parent
 	}

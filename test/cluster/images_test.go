@@ -80,3 +80,14 @@ func TestUnescapeMount(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestSplitRule_KeepsQuotedComments(t *testing.T) {
+	got := splitRule(`-A INPUT -m comment --comment "kubernetes firewall for dropping marked packets" -j KUBE-FIREWALL`)
+	want := []string{"-A", "INPUT", "-m", "comment", "--comment", "kubernetes firewall for dropping marked packets", "-j", "KUBE-FIREWALL"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("splitRule = %q, want %q", got, want)
+	}
+	if !jumpsToKube(got) {
+		t.Error("jumpsToKube = false, want true")
+	}
+}

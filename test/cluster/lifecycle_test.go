@@ -106,8 +106,10 @@ func TestLifecycle(t *testing.T) {
 		if fileExists("/sys/class/net/" + BridgeName) {
 			t.Errorf("bridge %s left", BridgeName)
 		}
-		if out, _ := exec.Command("iptables-save").Output(); strings.Contains(string(out), harnessChain) || strings.Contains(string(out), "KUBE-SERVICES") {
-			t.Errorf("iptables rules left:\n%s", out)
+		for _, save := range []string{"iptables-save", "ip6tables-save"} {
+			if out, _ := exec.Command(save).Output(); strings.Contains(string(out), harnessChain) || strings.Contains(string(out), "KUBE-") {
+				t.Errorf("%s shows rules left:\n%s", save, out)
+			}
 		}
 		if out, _ := exec.Command("nft", "list", "tables").Output(); strings.Contains(string(out), "kube-network-policies") {
 			t.Errorf("nftables table left: %s", out)

@@ -129,7 +129,10 @@ func (c Config) start(p process) error {
 	if err := os.MkdirAll(c.path("pids"), 0o755); err != nil {
 		return err
 	}
-	log, err := os.OpenFile(c.logFile(p.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Keep the previous run's log as NAME.log.1: a start's error messages
+	// then show only this run's lines.
+	_ = os.Rename(c.logFile(p.name), c.logFile(p.name)+".1")
+	log, err := os.OpenFile(c.logFile(p.name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
@@ -195,23 +198,21 @@ func (c Config) stop(p process, grace time.Duration) {
 	if sig == 0 {
 		sig = syscall.SIGTERM
 	}
-	if err := killAndWait(pid, sig, grace); err != nil {
-		c.Log.Warn("stop", "process", p.name, "pid", pid, "err", err)
+	if !killAndWait(pid, sig, grace) {
+		c.Log.Warn("did not stop; killed", "process", p.name, "pid", pid, "grace", grace)
 	}
 }
 
-// killAndWait sends sig to pid, waits up to grace for it to exit, then
-// SIGKILLs it and waits up to 5 s more.
-func killAndWait(pid int, sig syscall.Signal, grace time.Duration) error {
+// killAndWait sends sig to pid and waits up to grace for it to exit; it
+// reports whether it did. If not, it SIGKILLs it and waits up to 5 s more.
+func killAndWait(pid int, sig syscall.Signal, grace time.Duration) (stopped bool) {
 	_ = syscall.Kill(pid, sig)
 	if waitGone(pid, grace) {
-		return nil
+		return true
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if waitGone(pid, 5*time.Second) {
-		return nil
-	}
-	return fmt.Errorf("pid %d still alive after SIGKILL", pid)
+	waitGone(pid, 5*time.Second)
+	return false
 }
 
 // waitGone polls until pid no longer exists (or is a zombie) or d passes.

@@ -29,7 +29,13 @@ func (c Config) Up(ctx context.Context) error {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		return errNotRoot
+		return ErrNotRoot
+	}
+	if foreign := c.foreignListener(ctx); foreign != "" {
+		return fmt.Errorf("another cluster is running: %s", foreign)
+	}
+	if c.SourceDir == "" {
+		return errNoSource
 	}
 	phase := newPhases(c)
 	phase("packages")
@@ -131,7 +137,10 @@ func (c Config) Up(ctx context.Context) error {
 	return nil
 }
 
-var errNotRoot = errors.New("the test cluster needs root (it runs containerd and the kubelet, mounts, and writes netfilter rules): run it with sudo")
+// ErrNotRoot is returned by Up and Down when not run as root.
+var ErrNotRoot = errors.New("the test cluster needs root (it runs containerd and the kubelet, mounts, and writes netfilter rules): run it with sudo")
+
+var errNoSource = errors.New("cannot find the harness source (test/cluster/kube/go.mod) from the working directory: run from the repository or pass --source")
 
 // newPhases returns a function that logs the end of the previous phase
 // with its duration and the start of the next ("" ends the last).
@@ -238,9 +247,18 @@ func (c Config) kubectlApply(ctx context.Context, manifest string) error {
 // With wipe it also removes the whole state directory.
 func (c Config) Down(ctx context.Context, wipe bool) error {
 	if os.Geteuid() != 0 {
-		return errNotRoot
+		return ErrNotRoot
 	}
-	c.stopAll(ctx)
+	if foreign := c.foreignListener(ctx); foreign != "" {
+		// Pods, the bridge and netfilter rules belong to that cluster.
+		c.Log.Warn("another cluster is running: stopping only this state directory's processes", "why", foreign)
+		procs := c.processes()
+		for i := len(procs) - 1; i >= 0; i-- {
+			c.stop(procs[i], 5*time.Second)
+		}
+	} else {
+		c.stopAll(ctx)
+	}
 	if wipe {
 		c.Log.Info("removing state", "dir", c.StateDir)
 		if err := os.RemoveAll(c.StateDir); err != nil {

@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"knotless.dev/knotless/test/cluster"
 )
@@ -23,10 +25,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRoot().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		var st statusError
+		if errors.As(err, &st) {
+			fmt.Fprintln(os.Stderr, st.Error())
+		} else {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// statusError is `status`'s answer "not up": printed as is, exit 1.
+type statusError struct{ error }
 
 func newRoot() *cobra.Command {
 	var cfg cluster.Config
@@ -39,7 +49,7 @@ kube-scheduler, kubelet with containerd and runc, kube-proxy, NetworkPolicies
 enforced by kube-network-policies, and CoreDNS. Binaries are built from source
 once (about 20 minutes on 2 cores) and cached; images are built locally and
 imported, nothing is pulled. It needs root and installs the Debian packages it
-uses (` + fmt.Sprint(cluster.Packages) + `).
+uses (` + strings.Join(cluster.Packages, ", ") + `).
 
 State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
 (env ` + cluster.StateDirEnv + `); binaries in --cache (env ` + cluster.CacheDirEnv + `).`,
@@ -84,7 +94,10 @@ time: on a healthy cluster it returns at once.`,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				t0 := time.Now()
 				if err := cfg.Up(cmd.Context()); err != nil {
-					return fmt.Errorf("%w\n(process logs: %s/logs; stop what started with: knotless-test-cluster down)", err, cfg.StateDir)
+					if errors.Is(err, cluster.ErrNotRoot) {
+						return err
+					}
+					return fmt.Errorf("%w\n(process logs: %s/logs; stop what this up started with: knotless-test-cluster down)", err, cfg.StateDir)
 				}
 				fmt.Printf("cluster up in %s\nexport KUBECONFIG=%s\naudit log: %s\n", time.Since(t0).Round(100*time.Millisecond), cfg.AdminKubeconfig(), cfg.AuditLog())
 				return nil
@@ -96,8 +109,11 @@ time: on a healthy cluster it returns at once.`,
 			Short: "Say whether the cluster is up (exit 0, with each process's memory) or not (exit 1)",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				if os.Geteuid() != 0 {
+					return errors.New("cannot tell: reading the cluster's pid files and client certificate needs root")
+				}
 				if err := cfg.Healthy(cmd.Context()); err != nil {
-					return fmt.Errorf("cluster not up: %w", err)
+					return statusError{fmt.Errorf("cluster not up: %w", err)}
 				}
 				fmt.Printf("cluster up\nexport KUBECONFIG=%s\naudit log: %s\n\n", cfg.AdminKubeconfig(), cfg.AuditLog())
 				cfg.WriteStatus(os.Stdout)
@@ -105,13 +121,28 @@ time: on a healthy cluster it returns at once.`,
 			},
 		},
 		&cobra.Command{
-			Use:                "kubectl [ARGS...]",
-			Short:              "Run the cluster's kubectl with the admin kubeconfig",
+			Use:   "kubectl [ARGS...]",
+			Short: "Run the cluster's kubectl with the admin kubeconfig",
+			Long: `kubectl runs the cluster's own kubectl (v1.37.2) with the admin kubeconfig;
+every argument goes to kubectl. Give harness flags before "kubectl", e.g.
+knotless-test-cluster --state DIR kubectl get pods -A.`,
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
+				// Flag parsing is off so kubectl gets its own flags: take
+				// the harness's flags given before the subcommand here.
+				args, err := takeFlags(cmd.Root().PersistentFlags(), args)
+				if err != nil {
+					return err
+				}
+				if cfg, err = cfg.Defaults(); err != nil {
+					return err
+				}
+				if _, err := os.Stat(cfg.StateDir + "/bin/kubectl"); err != nil {
+					return fmt.Errorf("no cluster in %s yet: run knotless-test-cluster up first", cfg.StateDir)
+				}
 				c := exec.CommandContext(cmd.Context(), cfg.StateDir+"/bin/kubectl", append([]string{"--kubeconfig", cfg.AdminKubeconfig()}, args...)...)
 				c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-				err := c.Run()
+				err = c.Run()
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
 					os.Exit(ee.ExitCode())
@@ -121,6 +152,28 @@ time: on a healthy cluster it returns at once.`,
 		},
 	)
 	return root
+}
+
+// takeFlags sets the leading arguments that are flags of fs ("--name value"
+// or "--name=value") and returns the rest.
+func takeFlags(fs *pflag.FlagSet, args []string) ([]string, error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(args[0], "--"), "=")
+		if fs.Lookup(name) == nil {
+			break
+		}
+		args = args[1:]
+		if !hasValue {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("flag --%s needs a value", name)
+			}
+			value, args = args[0], args[1:]
+		}
+		if err := fs.Set(name, value); err != nil {
+			return nil, err
+		}
+	}
+	return args, nil
 }
 
 func downCmd(cfg *cluster.Config) *cobra.Command {
