@@ -32,7 +32,7 @@ func (c Config) Up(ctx context.Context) error {
 		return ErrNotRoot
 	}
 	if foreign := c.foreignListener(ctx); foreign != "" {
-		return fmt.Errorf("another cluster is running: %s", foreign)
+		return fmt.Errorf("%w: %s", ErrOtherCluster, foreign)
 	}
 	if c.SourceDir == "" {
 		return errNoSource
@@ -136,6 +136,9 @@ func (c Config) Up(ctx context.Context) error {
 	c.Log.Info("cluster up", "took", time.Since(t0).Round(100*time.Millisecond), "kubeconfig", c.AdminKubeconfig(), "audit_log", c.AuditLog())
 	return nil
 }
+
+// ErrOtherCluster is returned by Up when another cluster holds the ports.
+var ErrOtherCluster = errors.New("another cluster is running")
 
 // ErrNotRoot is returned by Up and Down when not run as root.
 var ErrNotRoot = errors.New("the test cluster needs root (it runs containerd and the kubelet, mounts, and writes netfilter rules): run it with sudo")

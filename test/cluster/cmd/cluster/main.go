@@ -94,7 +94,7 @@ time: on a healthy cluster it returns at once.`,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				t0 := time.Now()
 				if err := cfg.Up(cmd.Context()); err != nil {
-					if errors.Is(err, cluster.ErrNotRoot) {
+					if errors.Is(err, cluster.ErrNotRoot) || errors.Is(err, cluster.ErrOtherCluster) {
 						return err
 					}
 					return fmt.Errorf("%w\n(process logs: %s/logs; stop what this up started with: knotless-test-cluster down)", err, cfg.StateDir)
