@@ -81,7 +81,7 @@ func (c Config) Defaults() (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("node name: %w", err)
 		}
-		c.NodeName = strings.ToLower(h)
+		c.NodeName = nodeName(h)
 	}
 	if c.Interface == "" {
 		c.Interface, err = defaultRouteInterface()
@@ -96,6 +96,22 @@ func (c Config) Defaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// nodeName turns a hostname into a valid node name (an RFC 1123 subdomain:
+// lowercase letters, digits, '-' and '.', alphanumeric at both ends).
+func nodeName(host string) string {
+	b := []byte(strings.ToLower(host))
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '.') {
+			b[i] = '-'
+		}
+	}
+	n := strings.Trim(string(b), "-.")
+	if n == "" {
+		n = "node"
+	}
+	return n
 }
 
 // findSourceDir looks for the harness's own source (a directory holding

@@ -91,3 +91,11 @@ func TestSplitRule_KeepsQuotedComments(t *testing.T) {
 		t.Error("jumpsToKube = false, want true")
 	}
 }
+
+func TestNodeName_IsAValidSubdomain(t *testing.T) {
+	for host, want := range map[string]string{"vm": "vm", "My_Laptop": "my-laptop", "-x.": "x", "__": "node"} {
+		if got := nodeName(host); got != want {
+			t.Errorf("nodeName(%q) = %q, want %q", host, got, want)
+		}
+	}
+}
