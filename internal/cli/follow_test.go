@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // startCLI runs the CLI in a goroutine with shared buffers; the returned
 // channel yields its exit code.
-func startCLI(ctx context.Context, e env, args ...string) (stdout, stderr *syncBuffer, code <-chan int) {
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+func startCLI(ctx context.Context, e env, args ...string) (stdout, stderr *syncbuf.Buffer, code <-chan int) {
+	stdout, stderr = &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	c := make(chan int, 1)
 	go func() {
 		a := &App{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr, Getenv: e.get}

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // serverEnv starts a real server and returns it with an environment that
@@ -49,24 +49,6 @@ func mustRun(t *testing.T, e env, want int, stdin io.Reader, args ...string) res
 		t.Fatalf("knotless %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
 	}
 	return r
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -407,7 +389,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
 
 	// Follow first: it waits for the pipeline the push makes.
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	var errb bytes.Buffer
 	codec := make(chan int, 1)
 	go func() {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // openPTY opens a pseudo-terminal pair: the test types on the controller,
@@ -47,7 +49,7 @@ func openPTY(t *testing.T) (controller, terminal *os.File) {
 // typeHidden waits until the CLI printed its prompt number k on stderr and
 // turned the terminal's echo off (it is reading a hidden value), then types
 // line.
-func typeHidden(t *testing.T, controller, terminal *os.File, stderr *syncBuffer, k int, line string) {
+func typeHidden(t *testing.T, controller, terminal *os.File, stderr *syncbuf.Buffer, k int, line string) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("prompt %d with echo off", k), 10*time.Second, func() bool {
 		if strings.Count(stderr.String(), ": ") < k {
@@ -89,7 +91,7 @@ func TestSecretSet_TerminalPromptsTwiceWithoutEcho(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			controller, terminal := openPTY(t)
-			var out, errb syncBuffer
+			var out, errb syncbuf.Buffer
 			code := make(chan int, 1)
 			go func() {
 				a := &App{Stdin: terminal, Stdout: &out, Stderr: &errb, Getenv: e.get}
@@ -118,7 +120,7 @@ func TestLogin_TerminalPromptsForTokenWithoutEcho(t *testing.T) {
 	srv, _ := serverEnv(t)
 	e := isolatedEnv(t)
 	controller, terminal := openPTY(t)
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code := make(chan int, 1)
 	go func() {
 		a := &App{Stdin: terminal, Stdout: &out, Stderr: &errb, Getenv: e.get}

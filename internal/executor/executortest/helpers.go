@@ -6,11 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // stepDeadline bounds every step the suite runs, so a hang fails the
@@ -54,23 +54,8 @@ func randBytes(t *testing.T, n int) []byte {
 
 // output is a step's out: safe to read while the step writes.
 type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	syncbuf.Buffer
 }
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) Bytes() []byte {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return bytes.Clone(o.buf.Bytes())
-}
-
-func (o *output) String() string { return string(o.Bytes()) }
 
 // waitLine waits for a line starting with prefix and returns its fields
 // after the prefix.

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/executortest"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // newSession prepares a session over a fresh workspace.
@@ -49,29 +49,11 @@ func TestShell(t *testing.T) {
 	})
 }
 
-// lockedBuffer is an io.Writer safe to read while a step writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func exec(t *testing.T, s executor.Session, step executor.Step) (executor.Result, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	res, err := s.Exec(ctx, step, &out)
 	if err != nil {
 		t.Fatalf("Exec: %v (output %q)", err, out.String())
