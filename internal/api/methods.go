@@ -67,7 +67,33 @@ const (
 	// repeating the same call succeeds, a different final state is
 	// ErrRunFinished.
 	MethodComplete = "dev.knotless.runner.complete"
+
+	// P, runner (approved; no SessionHeader needed). In: StartSessionInput.
+	// Out: StartSessionOutput. Opens a new session of the runner identity,
+	// which supersedes every earlier one: from then on the server refuses
+	// runner calls that carry an older session (ErrSessionSuperseded), so
+	// two processes with one credential never both run jobs. The answer
+	// lists the runs the runner holds (claimed or running); their leases are
+	// renewed, so a restarted runner can take them over at once, without
+	// waiting for a lease to lapse.
+	MethodStartSession = "dev.knotless.runner.startSession"
+	// P, runner. In: HandoverInput. Out: HandoverOutput. The session stops
+	// (it claims no more) and leaves its runs to the runner's next session:
+	// their leases are extended to the server's handover grace, after which
+	// runs no session took over end errored/runner-lost.
+	MethodHandover = "dev.knotless.runner.handover"
+	// P, runner. In: RunRef. Out: ClaimedRun. For a run this runner holds
+	// and that is not final: what a claim gave (the workflow, the secrets
+	// anew, a new run token that replaces the old one) and whether a cancel
+	// was requested; the lease is renewed. A restarted runner calls it for
+	// each run it recovers. ErrRunFinished when the run is final, Forbidden
+	// when another runner holds it.
+	MethodResumeRun = "dev.knotless.runner.resumeRun"
 )
+
+// SessionHeader carries the runner's session (StartSessionOutput.Session)
+// on every runner call but register and startSession.
+const SessionHeader = "Knotless-Runner-Session"
 
 // Headers of MethodGetRunLog responses.
 const (
@@ -89,6 +115,12 @@ const (
 	ErrOffsetGap      = "OffsetGap"              // 409, Size set
 	ErrRunFinished    = "RunFinished"            // 409
 	ErrNotApproved    = "RunnerNotApproved"      // 403
-	ErrNotImplemented = "MethodNotImplemented"   // 501
-	ErrInternal       = "InternalServerError"    // 500
+	// ErrSessionSuperseded (409): a newer session of the same runner
+	// identity was started (another knotless-run process with the same
+	// state file); the caller must stop at once, touching nothing.
+	ErrSessionSuperseded = "SessionSuperseded"
+	// ErrSessionRequired (400): a runner call without SessionHeader.
+	ErrSessionRequired = "SessionRequired"
+	ErrNotImplemented  = "MethodNotImplemented" // 501
+	ErrInternal        = "InternalServerError"  // 500
 )

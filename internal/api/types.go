@@ -269,6 +269,51 @@ type ClaimedRun struct {
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// LeaseSeconds is the lease's length; renew well before it lapses.
 	LeaseSeconds int `json:"leaseSeconds"`
+	// CancelRequested is set (by MethodResumeRun) when a user asked to
+	// cancel the run while the runner was away.
+	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+// StartSessionInput is the body of MethodStartSession: what the new runner
+// process is, for the server's log and runner list.
+type StartSessionInput struct {
+	Version  string `json:"version,omitempty"`  // knotless-run's version
+	Executor string `json:"executor,omitempty"` // e.g. shell, kube
+}
+
+// StartSessionOutput is the answer of MethodStartSession.
+type StartSessionOutput struct {
+	// Session identifies the new session; send it as SessionHeader.
+	Session string `json:"session"`
+	// Runs are the runs the runner holds, not final, oldest first.
+	Runs []HeldRun `json:"runs"`
+	// LeaseSeconds is the lease's length (every held run's lease was
+	// renewed to it).
+	LeaseSeconds int `json:"leaseSeconds"`
+	// HandoverGraceSeconds is how long runs wait for the next session
+	// after MethodHandover.
+	HandoverGraceSeconds int `json:"handoverGraceSeconds"`
+}
+
+// HeldRun is a run a runner holds, as MethodStartSession lists them.
+type HeldRun struct {
+	Run             int64  `json:"run"`
+	State           string `json:"state"` // claimed or running
+	CancelRequested bool   `json:"cancelRequested,omitempty"`
+}
+
+// HandoverInput is the body of MethodHandover.
+type HandoverInput struct {
+	// Reason is a person-readable note for the server's log ("SIGTERM").
+	Reason string `json:"reason,omitempty"`
+}
+
+// HandoverOutput is the answer of MethodHandover.
+type HandoverOutput struct {
+	// Runs are the runs left for the next session.
+	Runs []int64 `json:"runs"`
+	// GraceSeconds is how long they wait for it.
+	GraceSeconds int `json:"graceSeconds"`
 }
 
 // HeartbeatInput is the body of MethodHeartbeat.

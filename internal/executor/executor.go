@@ -6,16 +6,33 @@
 // The runner's core knows only this package. An executor must never put a
 // secret in a command line, a long-lived process's environment, a spec, a
 // label or a log; secrets reach a step's process when the step starts.
+//
+// Environments outlive the runner process: a step goes on while the runner
+// restarts, and a new runner process Recovers the session from its Handle
+// and attaches to the step where it left off. What the runner hands an
+// executor is executor-neutral: a self-contained checkout (no link to a host
+// path), no HOME of its choosing (each executor makes one inside the
+// environment), and DefaultShell for steps that name none.
 package executor
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"time"
+
+	"knotless.dev/knotless/internal/api"
 )
 
-// Executor prepares environments for runs. Its methods may be called
-// concurrently for different runs.
+// DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell
+// that stops at the first failing command. The script's path is appended.
+var DefaultShell = []string{"/bin/sh", "-e"}
+
+// Executor prepares environments for runs.
+//
+// Every method may be called concurrently with every other, for different
+// run IDs. ctx bounds the call only: canceling it aborts the call, never an
+// environment that the call already handed out.
 type Executor interface {
 	// Name is the executor's name as the --executor flag spells it.
 	Name() string
@@ -23,40 +40,73 @@ type Executor interface {
 	// Prepare makes a fresh environment for one run and returns its session.
 	// The checkout is already at spec.Workspace on the runner's host; the
 	// executor makes it the steps' working directory (copying it in when the
-	// environment cannot see the host). On error nothing is left behind.
-	// Canceling ctx aborts the preparation.
+	// environment cannot see the host). Prepare writes to spec.Log what the
+	// environment is and which of spec it ignores.
+	//
+	// Not idempotent: each call makes a new environment. On error nothing is
+	// left behind (no process, container, pod or file of the environment),
+	// and the run ends errored/executor. Canceling ctx aborts the
+	// preparation with the same guarantee.
 	Prepare(ctx context.Context, spec Spec) (Session, error)
 
-	// Recover re-attaches to the environment of run id prepared by an
-	// earlier process of this runner, when it is still there. It returns
-	// ErrNotRecoverable when the executor cannot re-attach (the shell
-	// executor never can: its processes die with the runner).
-	Recover(ctx context.Context, id string) (Session, error)
+	// Recover re-attaches to the environment h describes (a Session's Handle,
+	// recorded by an earlier runner process or by this one). Recovering never
+	// changes what runs there: a running step goes on, a step that ended
+	// while nobody was attached keeps its true result for Exec to report.
+	//
+	// It returns an error wrapping ErrNotRecoverable when the environment is
+	// gone, belongs to another executor, or cannot be re-attached at all;
+	// other errors are transient and the caller may retry. Recovering the
+	// same handle twice gives two sessions on one environment: the caller
+	// uses one at a time and Detaches the other.
+	Recover(ctx context.Context, h Handle) (Session, error)
 
-	// Sweep removes environments this runner made that no live session
-	// owns: those of runs not in keep (run IDs as Spec.ID). Called at start.
+	// Sweep removes every environment this executor made for this runner
+	// (found by its labels or its directory, also after a crash) whose ID is
+	// not in keep (IDs as Spec.ID) and that no live session of this
+	// Executor value holds: processes, containers, pods and files. It never
+	// removes an environment in keep: the runner calls it at start after it
+	// has recovered what it could, keeping exactly those. Idempotent; a
+	// failure to remove one environment does not stop the others (errors
+	// are joined).
 	Sweep(ctx context.Context, keep []string) error
+}
+
+// Handle locates one environment so that a later runner process can Recover
+// it (as a Nomad task handle does). The runner records it in its journal as
+// JSON; Data belongs to the executor and is opaque to everyone else. A
+// handle never holds a secret.
+type Handle struct {
+	// Executor is the Name of the executor that made the environment.
+	Executor string `json:"executor"`
+	// ID is the environment's Spec.ID.
+	ID string `json:"id"`
+	// Data is the executor's own description (a directory, a pod's name
+	// and UID, ...).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Spec describes the environment for one run.
 type Spec struct {
-	// ID identifies the run's environment, unique per runner ("run-42").
+	// ID identifies the run's environment, unique per runner ("run-42"):
+	// 1-63 of a-z, A-Z, 0-9, '.', '_' and '-', starting with a letter or
+	// digit, so that it fits a directory, a container or a pod name.
 	ID string
 	// Image is the workflow's image (docker, kube); the shell executor
 	// ignores it and says so in the setup log.
 	Image string
-	// Workspace is the checkout's directory on the runner's host.
+	// Workspace is the checkout's directory on the runner's host. It is
+	// self-contained (its .git needs nothing outside it).
 	Workspace string
-	// Home is a writable directory on the runner's host the shell executor
-	// uses as HOME (other executors make their own).
-	Home string
 	// Resources are the run's limits; zero values mean the executor's
-	// defaults.
-	CPUs        string // e.g. "2", "500m"
+	// defaults. CPUs as Kubernetes quantities ("2", "500m"), sizes in bytes.
+	CPUs        string
 	MemoryBytes int64
 	DiskBytes   int64
-	// Timeout is the whole run's limit; executors with a server-side
-	// deadline (kube activeDeadlineSeconds) set it from this.
+	// Timeout is the whole run's limit, counted from Prepare. Executors
+	// enforce it inside the environment too (the shell executor's agent,
+	// kube's activeDeadlineSeconds), so that a run whose runner is gone
+	// still ends.
 	Timeout time.Duration
 	// Labels identify the environment to its runner (run ID, runner name),
 	// for Recover and Sweep. Never secrets.
@@ -68,23 +118,35 @@ type Spec struct {
 
 // Step is one step to execute in a session.
 type Step struct {
+	// ID names the step within its session, unique and stable across runner
+	// restarts (the runner uses the step's index, "1", "2", ...). An
+	// environment starts a given ID at most once: Exec with an ID it has
+	// started already attaches to that step instead, and Script, Shell,
+	// Env, Secrets and Timeout are then ignored.
+	ID string
+	// Offset is how many bytes of the step's output the caller has already
+	// consumed (after a restart); Exec writes the output from that byte on.
+	// 0 for a new step.
+	Offset int64
 	// Name is the step's name, for logs.
 	Name string
 	// Script is the step's script, byte-exact. It never appears in argv.
 	Script string
-	// Shell is the interpreter and its flags, e.g. ["/bin/sh", "-e"]
-	// (the default when empty) or ["bash", "-eo", "pipefail"]. The script's
-	// path is appended as the last argument.
+	// Shell is the interpreter and its flags, e.g. ["bash", "-eo",
+	// "pipefail"]; empty means DefaultShell. The script's path is appended
+	// as the last argument.
 	Shell []string
 	// Env holds plain variables, byte-exact (no expansion). Together with
-	// Secrets it is the step's whole environment; the runner's own
-	// environment never leaks in.
+	// Secrets it is the step's whole environment (the executor adds PATH and
+	// HOME when Env has none); the runner's own environment never leaks in.
 	Env map[string]string
 	// Secrets holds the secret values the step asked for, by name. They
-	// become environment variables of the step's process only.
+	// become environment variables of the step's process only, and travel
+	// to the environment only inside the stream that starts the step.
 	Secrets map[string]string
-	// Timeout bounds the step; 0 means none (the run's context still
-	// bounds it).
+	// Timeout bounds the step; 0 means none (the run's context and
+	// Spec.Timeout still bound it). Enforced inside the environment, so it
+	// holds while no runner is attached.
 	Timeout time.Duration
 	// Grace is how long a process has between SIGTERM and SIGKILL when the
 	// step is cancelled or times out; 0 means 10 s.
@@ -96,43 +158,84 @@ type Result struct {
 	// ExitCode is the step process's exit status: 128+N when signal N
 	// killed it (as a shell reports it), -1 when it never started.
 	ExitCode int
-	// Reason is empty when ExitCode decides, else one of api.ReasonTimeout
-	// (Step.Timeout or the context's deadline passed), api.ReasonCancelled
-	// (the context was cancelled), api.ReasonOOMKilled, ...
+	// Reason is empty when ExitCode decides, else why the step ended:
+	// api.ReasonTimeout (Step.Timeout, Spec.Timeout or ctx's deadline),
+	// api.ReasonCancelled (ctx cancelled, or Cleanup), or a reason of the
+	// environment such as api.ReasonOOMKilled or api.ReasonEvicted.
+	// EnvironmentFault tells which of them make a run errored rather than
+	// failed.
 	Reason string
-	// Duration is the step's wall-clock time.
+	// Duration is the step's wall-clock time as the environment measured
+	// it (from its start, also when Exec attached later).
 	Duration time.Duration
 }
 
-// Session is one prepared environment. Steps execute one at a time: Exec,
-// CopyIn and CopyOut must not be called concurrently on one session.
-// Cleanup may be called at any time, also concurrently with Exec (which then
-// ends), and more than once: only the first call does work, later ones
-// return nil.
+// EnvironmentFault reports whether a step that ended for reason was let
+// down by its environment (the run ends errored: evicted, the image could
+// not be pulled, the environment vanished, the runner was lost) rather than
+// by its own doing (failed: exit code, timeout, out of memory under its own
+// limit) or by a person (cancelled).
+func EnvironmentFault(reason string) bool {
+	switch reason {
+	case api.ReasonEvicted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost:
+		return true
+	}
+	return false
+}
+
+// Session is one prepared (or recovered) environment.
+//
+// Steps execute one at a time: Exec, CopyIn and CopyOut must not be called
+// concurrently on one session. Detach and Cleanup may be called at any time,
+// also concurrently with Exec, and more than once: only the first call of
+// either does work.
 type Session interface {
 	// ID is Spec.ID of the run this session belongs to.
 	ID() string
 
+	// Handle describes the environment for Recover. It is valid as soon as
+	// Prepare returns, and stays the same for the session's life.
+	Handle() Handle
+
 	// Workdir is the checkout's path as the steps see it.
 	Workdir() string
 
-	// Exec runs one step to its end and writes its combined stdout and
-	// stderr to out, in order. It returns when the step's process has
-	// exited and every process it started is gone. A step timeout gives
-	// Result.Reason timeout; canceling ctx stops the step (SIGTERM, then
-	// SIGKILL after Step.Grace) and gives Reason cancelled. err is non-nil
-	// only when the step could not be executed at all.
+	// Exec runs step to its end, or attaches to it when the environment
+	// started step.ID already, and writes the step's combined stdout and
+	// stderr to out, in order, from byte step.Offset on. It returns when
+	// the step's process has exited and every process it started is gone.
+	//
+	// A dropped connection to the environment does not end the step: Exec
+	// reconnects and resumes at the next byte, nothing lost or doubled. A
+	// step timeout gives Reason timeout; canceling ctx stops the step
+	// (SIGTERM, then SIGKILL after Step.Grace) and gives Reason cancelled
+	// (timeout when ctx's deadline passed). Cleanup during Exec ends it
+	// with Reason cancelled. Detach during Exec returns ErrDetached at once
+	// and leaves the step running.
+	//
+	// err is non-nil when the step could not be executed at all (ExitCode
+	// -1: a bad variable name, the environment is gone or unreachable) and
+	// when writing to out failed (the step still ran to its end and Result
+	// is valid).
 	Exec(ctx context.Context, step Step, out io.Writer) (Result, error)
 
 	// CopyIn copies the host file or directory src to dst inside the
-	// environment (dst relative to Workdir unless absolute).
+	// environment (dst relative to Workdir unless absolute), keeping modes,
+	// times and symbolic links, and verifying what arrived.
 	CopyIn(ctx context.Context, src, dst string) error
 
 	// CopyOut copies src inside the environment (relative to Workdir
 	// unless absolute) to the host path dst, verifying what arrived.
 	CopyOut(ctx context.Context, src, dst string) error
 
-	// Cleanup removes the environment and everything it holds.
-	// Idempotent; safe to call concurrently with Exec.
+	// Detach lets go of the environment without stopping it: a running step
+	// goes on, and a running Exec returns ErrDetached. The runner detaches
+	// every session when it hands its runs over to its successor. Later
+	// calls of any method but Detach and Cleanup fail with ErrDetached.
+	Detach() error
+
+	// Cleanup removes the environment and everything it holds, killing a
+	// running step at once. Idempotent; safe to call concurrently with
+	// Exec. After Detach it still removes the environment.
 	Cleanup(ctx context.Context) error
 }

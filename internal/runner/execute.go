@@ -210,7 +210,6 @@ func (e *execution) run(ctx context.Context) Result {
 		ID:          id,
 		Image:       wf.Image,
 		Workspace:   e.job.Workspace,
-		Home:        e.job.Home,
 		CPUs:        wf.Resources.CPUs,
 		MemoryBytes: wf.Resources.MemoryBytes,
 		DiskBytes:   wf.Resources.DiskBytes,

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"knotless.dev/knotless/internal/executor"
 )
 
 // ErrClosed is returned by Exec, CopyIn and CopyOut once Cleanup was called.
@@ -26,6 +28,12 @@ type session struct {
 	closing  chan struct{} // closed by the first Cleanup
 	execDone chan struct{} // non-nil while Exec runs; closed when it returns
 }
+
+// Handle names the session; the shell executor cannot recover it yet.
+func (s *session) Handle() executor.Handle { return executor.Handle{Executor: Name, ID: s.id} }
+
+// Detach is not supported yet: it does nothing.
+func (s *session) Detach() error { return nil }
 
 // ID returns Spec.ID.
 func (s *session) ID() string { return s.id }

@@ -92,12 +92,6 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 	if err != nil {
 		return nil, fmt.Errorf("prepare shell session %s: workspace: %w", spec.ID, err)
 	}
-	home := ""
-	if spec.Home != "" {
-		if home, err = checkDir(spec.Home); err != nil {
-			return nil, fmt.Errorf("prepare shell session %s: home: %w", spec.ID, err)
-		}
-	}
 	base, err := filepath.Abs(e.cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
@@ -122,6 +116,11 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 	if err := os.Chmod(dir, 0o700); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("prepare shell session %s: create HOME: %w", spec.ID, err)
 	}
 	if err := writeSetupLog(spec); err != nil {
 		_ = os.RemoveAll(dir)
@@ -192,8 +191,8 @@ func checkDir(path string) (string, error) {
 
 // Recover always fails with executor.ErrNotRecoverable: a shell session's
 // processes do not outlive the runner process that started them.
-func (e *Executor) Recover(ctx context.Context, id string) (executor.Session, error) {
-	return nil, fmt.Errorf("recover shell session %s: %w", id, executor.ErrNotRecoverable)
+func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Session, error) {
+	return nil, fmt.Errorf("recover shell session %s: %w", h.ID, executor.ErrNotRecoverable)
 }
 
 // Sweep removes every session directory under Config.Dir whose name is not

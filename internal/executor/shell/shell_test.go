@@ -178,11 +178,13 @@ func TestShell_ScriptFileIsPrivateAndRemoved(t *testing.T) {
 }
 
 func TestShell_HomeAndPathDefaults(t *testing.T) {
-	home := t.TempDir()
-	_, s := newSession(t, shell.Config{PATH: "/usr/bin:/bin"}, executor.Spec{Home: home})
+	_, s := newSession(t, shell.Config{PATH: "/usr/bin:/bin"}, executor.Spec{})
 	_, out := exec(t, s, executor.Step{Script: "echo \"$PATH|$HOME\"\n"})
-	if want := "/usr/bin:/bin|" + home + "\n"; out != want {
-		t.Errorf("got %q, want %q (Config.PATH and Spec.Home)", out, want)
+	path, home, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "|")
+	if path != "/usr/bin:/bin" || filepath.Base(home) != "home" {
+		t.Errorf("got %q, want Config.PATH and a HOME the executor made", out)
+	} else if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
+		t.Errorf("HOME %s: %v", home, err)
 	}
 	_, out = exec(t, s, executor.Step{Script: "echo \"$PATH|$HOME\"\n", Env: map[string]string{"PATH": "/bin", "HOME": "/nowhere"}})
 	if want := "/bin|/nowhere\n"; out != want {
@@ -277,7 +279,7 @@ func TestShell_SweepRemovesOnlyUnkeptSessions(t *testing.T) {
 
 func TestShell_RecoverIsNotRecoverable(t *testing.T) {
 	e := shell.New(shell.Config{Dir: t.TempDir()})
-	if _, err := e.Recover(context.Background(), "run-1"); !errors.Is(err, executor.ErrNotRecoverable) {
+	if _, err := e.Recover(context.Background(), executor.Handle{Executor: "shell", ID: "run-1"}); !errors.Is(err, executor.ErrNotRecoverable) {
 		t.Errorf("Recover: %v, want ErrNotRecoverable", err)
 	}
 	if e.Name() != "shell" {
