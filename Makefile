@@ -12,9 +12,11 @@ PROGRAMS := knotless knotless-server knotless-run
 
 all: build
 
+# The step agent is static (no cgo) so that it runs in any job image.
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/knotless-agent
 
 demo: build
 	@bash scripts/demo.sh

@@ -264,7 +264,7 @@ func (s *sizeValue) Set(v string) error {
 func newExecutor(name, work string, log *slog.Logger) (executor.Executor, error) {
 	switch name {
 	case shell.Name:
-		return shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Logger: log}), nil
+		return shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: os.Getenv("KNOTLESS_AGENT"), Logger: log}), nil
 	}
 	return nil, usagef("unknown executor %q (available: %s)", name, shell.Name)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/runner"
 	"knotless.dev/knotless/internal/server/servertest"
@@ -24,6 +26,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("KNOTLESS_RUN_AS_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	agentBin, err := agenttest.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "build knotless-agent:", err)
+		os.Exit(1)
+	}
+	os.Setenv("KNOTLESS_AGENT", agentBin)
 	os.Exit(m.Run())
 }
 
@@ -32,7 +40,7 @@ func TestMain(m *testing.M) {
 func command(dir string, env []string, args ...string) (*exec.Cmd, *syncbuf.Buffer, *syncbuf.Buffer) {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Dir = dir
-	cmd.Env = append([]string{"KNOTLESS_RUN_AS_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"KNOTLESS_RUN_AS_MAIN=1", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KNOTLESS_AGENT=" + os.Getenv("KNOTLESS_AGENT")}, env...)
 	var out, errb syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	return cmd, &out, &errb

@@ -168,6 +168,11 @@ type Result struct {
 	// Duration is the step's wall-clock time as the environment measured
 	// it (from its start, also when Exec attached later).
 	Duration time.Duration
+	// Note is a line about the step's end from the environment for the
+	// step's log, empty when all went as expected (e.g. "some of the step's
+	// processes did not die after SIGKILL"). It is not part of the output,
+	// whose byte offsets it would shift.
+	Note string
 }
 
 // EnvironmentFault reports whether a step that ended for reason was let

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
 )
@@ -99,7 +100,7 @@ func testJob(t *testing.T, workflowYAML string) Job {
 }
 
 func testShell(t *testing.T) *shell.Executor {
-	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Logger: testLogger(t)})
+	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Agent: agenttest.Binary(t), Logger: testLogger(t)})
 }
 
 func execute(t *testing.T, ctx context.Context, job Job) (*memReporter, Result) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
 	"knotless.dev/knotless/internal/server/servertest"
@@ -119,7 +120,7 @@ func (w *world) startRunner(tweak func(*Config)) (stop func()) {
 	cfg := Config{
 		State: st, WorkDir: w.work, Logger: log, ApprovalPoll: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
 		ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Executor: shell.New(shell.Config{Dir: filepath.Join(w.work, "shell"), Logger: log}),
+		Executor: shell.New(shell.Config{Dir: filepath.Join(w.work, "shell"), Agent: agenttest.Binary(w.t), Logger: log}),
 	}
 	if tweak != nil {
 		tweak(&cfg)

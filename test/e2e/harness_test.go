@@ -68,6 +68,15 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(args, " "), err, out)
 		return 1
 	}
+	// The step agent is static (no cgo, so no -race), as released.
+	agentArgs := []string{"build", "-o", filepath.Join(dir, "knotless-agent"), "./cmd/knotless-agent"}
+	build = exec.Command(goTool, agentArgs...)
+	build.Dir = moduleRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(agentArgs, " "), err, out)
+		return 1
+	}
 	return m.Run()
 }
 

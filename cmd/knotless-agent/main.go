@@ -1,0 +1,160 @@
+// Command knotless-agent is the step agent: the small static program that
+// owns one run's environment (see internal/stepagent) and speaks the agent
+// protocol (internal/agent) with the runner.
+//
+//	knotless-agent serve --dir DIR --socket PATH [...]   the agent itself
+//	knotless-agent connect --socket PATH                 bridge STDIN/STDOUT to it (kube, docker exec)
+//	knotless-agent version
+//
+// It uses the standard library only, so that it stays small; runners start
+// it, people do not.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/stepagent"
+	"knotless.dev/knotless/internal/version"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "serve":
+		os.Exit(serve(os.Args[2:]))
+	case "connect":
+		os.Exit(connect(os.Args[2:]))
+	case "version", "--version":
+		fmt.Println("knotless-agent", version.Version)
+	case "-h", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "knotless-agent: unknown command %q\n", os.Args[1])
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `knotless-agent is Knotless's step agent; runners start it, people do not.
+
+  knotless-agent serve --dir DIR --socket PATH [flags]   run the agent for one run
+  knotless-agent connect --socket PATH                   bridge STDIN/STDOUT to a running agent
+  knotless-agent version
+
+Run "knotless-agent serve -h" for the serve flags.
+`)
+	os.Exit(2)
+}
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	var cfg stepagent.Config
+	var socket, deadline, logLevel string
+	var readyFD int
+	fs.StringVar(&cfg.Dir, "dir", "", "state directory: step scripts, output and exit status (required)")
+	fs.StringVar(&socket, "socket", "", "Unix socket to listen on, mode 0600 (required)")
+	fs.StringVar(&cfg.Workdir, "workdir", "", "the steps' working directory (the checkout)")
+	fs.StringVar(&cfg.Home, "home", "", "HOME for steps that set none")
+	fs.StringVar(&cfg.PATH, "path", "/usr/local/bin:/usr/bin:/bin", "PATH for steps that set none")
+	fs.StringVar(&cfg.Run, "run", "", "the run environment's ID, reported to clients")
+	fs.StringVar(&deadline, "deadline", "", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")
+	fs.DurationVar(&cfg.Linger, "linger", 10*time.Minute, "how long to stay after the deadline with no client before exiting")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default 5s)")
+	fs.DurationVar(&cfg.DeadAfter, "dead-after", 0, "a connection silent this long is dropped (default 20s)")
+	fs.IntVar(&readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once listening")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = fs.Parse(args)
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(logLevel))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if cfg.Dir == "" || socket == "" {
+		fmt.Fprintln(os.Stderr, "knotless-agent serve: --dir and --socket are required")
+		return 2
+	}
+	if deadline != "" {
+		t, err := time.Parse(time.RFC3339Nano, deadline)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "knotless-agent serve: --deadline: %v\n", err)
+			return 2
+		}
+		cfg.Deadline = t
+	}
+	cfg.Version, cfg.Logger = version.Version, log
+	a, err := stepagent.New(cfg)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	l, err := agent.ListenUnix(socket) // replaces a stale socket of an earlier agent
+	if err != nil {
+		log.Error("cannot listen", "socket", socket, "err", err)
+		return 1
+	}
+	if err := a.WriteState(map[string]any{"socket": socket}); err != nil {
+		log.Warn("cannot record the agent's state", "err", err)
+	}
+	if readyFD >= 0 {
+		f := os.NewFile(uintptr(readyFD), "ready")
+		_, _ = f.WriteString("ready\n")
+		_ = f.Close()
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// No signal.Ignore here: an ignored signal stays ignored in every step
+	// (exec keeps SIG_IGN), and `yes | head` needs SIGPIPE.
+	go func() {
+		sig := <-sigs
+		log.Info("signal received: stopping the running step and exiting", "signal", sig.String())
+		a.Shutdown()
+	}()
+	if err := a.Serve(l); err != nil {
+		log.Error("serving failed", "err", err)
+		return 1
+	}
+	_ = os.Remove(socket)
+	log.Info("agent exiting")
+	return 0
+}
+
+// connect bridges STDIN/STDOUT to the agent's socket: the byte stream an
+// exec carries becomes a client connection.
+func connect(args []string) int {
+	fs := flag.NewFlagSet("connect", flag.ExitOnError)
+	socket := fs.String("socket", "", "the agent's Unix socket (required)")
+	_ = fs.Parse(args)
+	if *socket == "" {
+		fmt.Fprintln(os.Stderr, "knotless-agent connect: --socket is required")
+		return 2
+	}
+	c, err := agent.DialUnix(context.Background(), *socket)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "knotless-agent connect: %v\n", err)
+		return 1
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(c, os.Stdin)
+		if uc, ok := c.(*net.UnixConn); ok {
+			_ = uc.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(os.Stdout, c)
+		done <- struct{}{}
+	}()
+	<-done
+	return 0
+}

@@ -1,0 +1,80 @@
+// Package agenttest builds the step agent (cmd/knotless-agent) for tests,
+// once per test binary, as a static program like the release build.
+package agenttest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	once     sync.Once
+	binPath  string
+	errBuild error
+)
+
+// Binary returns the path of a knotless-agent built from this module's
+// source (CGO off). It is built once per test binary, into a directory
+// that lives as long as the process; a build failure fails the test.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := Build()
+	if err != nil {
+		t.Fatalf("build knotless-agent: %v", err)
+	}
+	return p
+}
+
+// Build is Binary for a TestMain (no testing.TB): it returns the path or
+// the build's error.
+func Build() (string, error) {
+	once.Do(func() { binPath, errBuild = build() })
+	return binPath, errBuild
+}
+
+func build() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = "/usr/local/go/bin/go"
+	}
+	dir, err := os.MkdirTemp("", "knotless-agent-test-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "knotless-agent")
+	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/knotless-agent")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/knotless-agent: %v\n%s", err, strings.TrimSpace(string(b)))
+	}
+	return out, nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if b, _ := os.ReadFile(filepath.Join(dir, "go.mod")); strings.HasPrefix(string(b), "module knotless.dev/knotless\n") {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of knotless.dev/knotless above %s", dir)
+		}
+		dir = parent
+	}
+}

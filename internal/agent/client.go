@@ -1,0 +1,514 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Dialer opens a new byte stream to the agent (a Unix socket, an exec's
+// STDIN/STDOUT). An error wrapping ErrGone means the agent is gone for
+// good and the Client stops retrying.
+type Dialer func(ctx context.Context) (io.ReadWriteCloser, error)
+
+// ErrGone is wrapped by errors that mean the agent cannot be reached any
+// more: its environment is gone.
+var ErrGone = errors.New("agent is gone")
+
+// Options configure a Client. Zero values take the defaults.
+type Options struct {
+	// Name is sent in the hello, e.g. "knotless-run v1.2.3".
+	Name string
+	// Heartbeat and DeadAfter: see DefaultHeartbeat, DefaultDeadAfter.
+	Heartbeat time.Duration
+	DeadAfter time.Duration
+	// Retry bounds how long an operation keeps redialing a dropped
+	// connection before it gives up (default 2 minutes).
+	Retry time.Duration
+	// Logger gets one line per lost and regained connection.
+	Logger *slog.Logger
+	// OnHello, when set, checks each new connection's hello (e.g. that the
+	// agent serves the expected run); an error ends the dial as gone.
+	OnHello func(AgentHello) error
+}
+
+// Client talks to one agent over connections it (re)dials on demand. Every
+// operation survives dropped connections: it redials and resumes where it
+// was, for up to Options.Retry. Operations must not run concurrently; Close
+// may be called at any time. Hello reads the newest hello.
+type Client struct {
+	dial Dialer
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	cur    *Conn
+	hello  AgentHello
+	closed bool
+}
+
+// NewClient returns a client that dials with dial. It does not dial yet.
+func NewClient(dial Dialer, opts Options) *Client {
+	if opts.Retry <= 0 {
+		opts.Retry = 2 * time.Minute
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{dial: dial, opts: opts, log: log}
+}
+
+// ErrClientClosed is returned by operations after Close.
+var ErrClientClosed = errors.New("agent client closed")
+
+// Close drops the connection; operations in progress end with
+// ErrClientClosed. The agent and its steps go on.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.cur != nil {
+		_ = c.cur.Close()
+		c.cur = nil
+	}
+	return nil
+}
+
+// Connect dials (unless connected) and returns the agent's hello.
+func (c *Client) Connect(ctx context.Context) (AgentHello, error) {
+	if _, err := c.conn(ctx); err != nil {
+		return AgentHello{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello, nil
+}
+
+// conn returns the live connection or dials a new one, retrying transient
+// failures for Options.Retry.
+func (c *Client) conn(ctx context.Context) (*Conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClientClosed
+	}
+	if cur := c.cur; cur != nil {
+		select {
+		case <-cur.Done():
+			c.cur = nil
+		default:
+			c.mu.Unlock()
+			return cur, nil
+		}
+	}
+	c.mu.Unlock()
+
+	deadline := time.Now().Add(c.opts.Retry)
+	wait := 10 * time.Millisecond
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		cn, hello, err := c.dialOnce(ctx)
+		if err == nil {
+			c.mu.Lock()
+			if c.closed {
+				c.mu.Unlock()
+				_ = cn.Close()
+				return nil, ErrClientClosed
+			}
+			c.cur, c.hello = cn, hello
+			c.mu.Unlock()
+			if attempt > 0 {
+				c.log.Info("connection to the step agent is back", "run", hello.Run, "attempts", attempt+1)
+			}
+			return cn, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrGone) || errors.Is(err, ErrNotAgent) || errors.Is(err, ErrClientClosed) {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: no connection for %s: %v", ErrGone, c.opts.Retry, lastErr)
+		}
+		if attempt == 0 {
+			c.log.Warn("cannot reach the step agent; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (c *Client) dialOnce(ctx context.Context) (*Conn, AgentHello, error) {
+	rwc, err := c.dial(ctx)
+	if err != nil {
+		return nil, AgentHello{}, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, max(c.opts.DeadAfter, DefaultDeadAfter))
+	defer cancel()
+	cn, hello, err := ClientHandshake(hctx, rwc, ClientHello{Versions: []int{Version}, Client: c.opts.Name}, c.opts.Heartbeat, c.opts.DeadAfter)
+	if err != nil {
+		return nil, hello, err
+	}
+	if c.opts.OnHello != nil {
+		if err := c.opts.OnHello(hello); err != nil {
+			_ = cn.Close()
+			return nil, hello, fmt.Errorf("%w: %v", ErrGone, err)
+		}
+	}
+	return cn, hello, nil
+}
+
+// drop forgets cn after an error on it.
+func (c *Client) drop(cn *Conn, err error) {
+	_ = cn.Close()
+	c.mu.Lock()
+	if c.cur == cn {
+		c.cur = nil
+	}
+	c.mu.Unlock()
+	c.log.Info("connection to the step agent lost; resuming on a new one", "err", err)
+}
+
+// RunStep starts st (or attaches to it when the agent has it already) and
+// writes its output from st.Offset on to out, then returns its Exit.
+//
+// Each Stop received on stop is sent to the agent (and sent again after a
+// reconnect); the output is followed until the step exits. ctx ends the
+// following, not the step: RunStep returns ctx's error and the step goes on.
+// A write error on out is returned with the Exit once the step has ended
+// (its remaining output is discarded). Errors the agent answers (a step
+// already running, a bad shell) are returned as *Error.
+func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-chan Stop) (Exit, error) {
+	offset := st.Offset
+	started := false
+	var pending *Stop
+	var werr error
+	for {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return Exit{}, err
+		}
+		if started {
+			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset})
+		} else {
+			req := st
+			req.Offset = offset
+			err = cn.WriteJSON(TypeStart, req)
+		}
+		if err == nil && pending != nil {
+			err = cn.WriteJSON(TypeStop, *pending)
+		}
+		for err == nil {
+			var f Frame
+			select {
+			case s := <-stop:
+				pending = &s
+				err = cn.WriteJSON(TypeStop, s)
+				continue
+			case <-ctx.Done():
+				return Exit{}, ctx.Err()
+			case fr, ok := <-cn.Frames():
+				if !ok {
+					err = cn.Err()
+					continue
+				}
+				f = fr
+			}
+			switch f.Type {
+			case TypeStarted:
+				started = true
+			case TypeOutput:
+				id, off, data, derr := DecodeOutput(f.Payload)
+				if derr != nil {
+					err = derr
+					continue
+				}
+				if id != st.ID {
+					continue
+				}
+				if off > offset {
+					err = fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", st.ID, offset, off)
+					continue
+				}
+				if skip := offset - off; skip > 0 {
+					if skip >= int64(len(data)) {
+						continue
+					}
+					data = data[skip:]
+				}
+				if werr == nil {
+					if _, e := out.Write(data); e != nil {
+						werr = e
+					}
+				}
+				offset += int64(len(data))
+			case TypeExit:
+				var ex Exit
+				if err = Decode(f.Type, f.Payload, &ex); err != nil {
+					continue
+				}
+				if ex.ID != st.ID {
+					continue
+				}
+				if ex.Error == "" && ex.Size != offset {
+					err = fmt.Errorf("agent protocol: step %s ended with %d output bytes, %d arrived", st.ID, ex.Size, offset)
+					continue
+				}
+				if werr != nil {
+					return ex, fmt.Errorf("write output of step %s: %w", st.ID, werr)
+				}
+				return ex, nil
+			case TypeError:
+				var e Error
+				if err = Decode(f.Type, f.Payload, &e); err != nil {
+					continue
+				}
+				return Exit{}, &e
+			}
+		}
+		if ctx.Err() != nil {
+			return Exit{}, ctx.Err()
+		}
+		c.drop(cn, err)
+	}
+}
+
+// CopyIn sends the copy-format tar stream that produce writes (called once
+// per attempt: it must write the same bytes each time) to be unpacked at
+// dst in the environment, and checks that what arrived is what was sent.
+func (c *Client) CopyIn(ctx context.Context, dst string, produce func(w io.Writer) error) (CopyDone, error) {
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return CopyDone{}, err
+		}
+		done, err, broken := c.copyInOnce(ctx, cn, dst, produce)
+		if !broken {
+			return done, err
+		}
+		if ctx.Err() != nil {
+			return CopyDone{}, ctx.Err()
+		}
+		last = err
+		c.drop(cn, err)
+	}
+	return CopyDone{}, fmt.Errorf("copy to %s: the connection broke 5 times: %w", dst, last)
+}
+
+// copyInOnce makes one attempt; broken reports a connection failure (retry).
+func (c *Client) copyInOnce(ctx context.Context, cn *Conn, dst string, produce func(w io.Writer) error) (CopyDone, error, bool) {
+	if err := cn.WriteJSON(TypeCopyIn, CopyIn{Dst: dst}); err != nil {
+		return CopyDone{}, err, true
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(produce(pw)) }()
+	defer pr.Close()
+	h := sha256.New()
+	var n int64
+	buf := make([]byte, DataChunk)
+	var perr error
+	for {
+		k, err := io.ReadFull(pr, buf)
+		if k > 0 {
+			h.Write(buf[:k])
+			n += int64(k)
+			if werr := cn.Write(TypeData, buf[:k]); werr != nil {
+				return CopyDone{}, werr, true
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			perr = err
+			break
+		}
+		// Let heartbeats through while sending a long stream.
+		select {
+		case <-cn.Done():
+			return CopyDone{}, cn.Err(), true
+		default:
+		}
+	}
+	end := DataEnd{Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	if perr != nil {
+		end.Error = perr.Error()
+	}
+	if err := cn.WriteJSON(TypeDataEnd, end); err != nil {
+		return CopyDone{}, err, true
+	}
+	for {
+		f, err := cn.next(ctx)
+		if err != nil {
+			return CopyDone{}, err, ctx.Err() == nil
+		}
+		switch f.Type {
+		case TypeCopyDone:
+			var d CopyDone
+			if err := Decode(f.Type, f.Payload, &d); err != nil {
+				return d, err, true
+			}
+			switch {
+			case perr != nil:
+				return d, fmt.Errorf("copy to %s: %w", dst, perr), false
+			case d.Error != "":
+				return d, fmt.Errorf("copy to %s: %s", dst, d.Error), false
+			case d.Bytes != end.Bytes || d.SHA256 != end.SHA256:
+				return d, fmt.Errorf("copy to %s: sent %d bytes (sha256 %s), the agent got %d (sha256 %s)", dst, end.Bytes, end.SHA256, d.Bytes, d.SHA256), false
+			}
+			return d, nil, false
+		case TypeError:
+			var e Error
+			if err := Decode(f.Type, f.Payload, &e); err != nil {
+				return CopyDone{}, err, true
+			}
+			return CopyDone{}, &e, false
+		}
+	}
+}
+
+// CopyOut asks for src in the environment and hands the copy-format tar
+// stream to consume (called once per attempt; it must tolerate being
+// called again after a failed attempt). It checks the stream's length and
+// SHA-256 against what the agent sent.
+func (c *Client) CopyOut(ctx context.Context, src string, consume func(r io.Reader) error) error {
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		err, broken := c.copyOutOnce(ctx, cn, src, consume)
+		if !broken {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		last = err
+		c.drop(cn, err)
+	}
+	return fmt.Errorf("copy %s out: the connection broke 5 times: %w", src, last)
+}
+
+type hashWriter struct {
+	w io.Writer
+	h hash.Hash
+	n int64
+}
+
+func (hw *hashWriter) Write(p []byte) (int, error) {
+	hw.h.Write(p)
+	hw.n += int64(len(p))
+	return hw.w.Write(p)
+}
+
+func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, src string, consume func(r io.Reader) error) (error, bool) {
+	if err := cn.WriteJSON(TypeCopyOut, CopyOut{Src: src}); err != nil {
+		return err, true
+	}
+	pr, pw := io.Pipe()
+	consumed := make(chan error, 1)
+	go func() {
+		err := consume(pr)
+		if err == nil {
+			// Drain what the consumer left, so hashes compare whole streams.
+			_, err = io.Copy(io.Discard, pr)
+		}
+		pr.CloseWithError(err)
+		consumed <- err
+	}()
+	hw := &hashWriter{w: pw, h: sha256.New()}
+	fail := func(err error, broken bool) (error, bool) {
+		pw.CloseWithError(err)
+		<-consumed
+		return err, broken
+	}
+	for {
+		f, err := cn.next(ctx)
+		if err != nil {
+			return fail(err, ctx.Err() == nil)
+		}
+		switch f.Type {
+		case TypeData:
+			if _, err := hw.Write(f.Payload); err != nil {
+				// The consumer failed: read the rest off the connection
+				// without it, then report.
+				hw.w = io.Discard
+			}
+		case TypeDataEnd:
+			var end DataEnd
+			if err := Decode(f.Type, f.Payload, &end); err != nil {
+				return fail(err, true)
+			}
+			sum := hex.EncodeToString(hw.h.Sum(nil))
+			switch {
+			case end.Error != "":
+				return fail(fmt.Errorf("copy %s out: %s", src, end.Error), false)
+			case end.Bytes != hw.n || end.SHA256 != sum:
+				return fail(fmt.Errorf("copy %s out: the agent sent %d bytes (sha256 %s), %d arrived (sha256 %s)", src, end.Bytes, end.SHA256, hw.n, sum), true)
+			}
+			pw.Close()
+			if err := <-consumed; err != nil {
+				return fmt.Errorf("copy %s out: %w", src, err), false
+			}
+			return nil, false
+		case TypeError:
+			var e Error
+			if err := Decode(f.Type, f.Payload, &e); err != nil {
+				return fail(err, true)
+			}
+			return fail(&e, false)
+		}
+	}
+}
+
+// Shutdown asks the agent to kill every step at once and exit; it returns
+// once the agent confirmed that no step process is left.
+func (c *Client) Shutdown(ctx context.Context) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeShutdown, Shutdown{}); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				if f.Type == TypeShutdownDone {
+					_ = c.Close()
+					return nil
+				}
+				if f.Type == TypeError {
+					var e Error
+					if err = Decode(f.Type, f.Payload, &e); err == nil {
+						return &e
+					}
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.drop(cn, err)
+	}
+	return errors.New("shut the agent down: the connection kept breaking")
+}

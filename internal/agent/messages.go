@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+)
+
+// ClientHello is the client's Hello payload.
+type ClientHello struct {
+	// Versions are the protocol versions the client speaks.
+	Versions []int `json:"versions"`
+	// Client names the client, e.g. "knotless-run v1.2.3", for the agent's
+	// log.
+	Client string `json:"client,omitempty"`
+}
+
+// AgentHello is the agent's Hello payload.
+type AgentHello struct {
+	// Version is the protocol version the agent chose (one the client
+	// offered), or 0 with Error set when there is none.
+	Version int    `json:"version"`
+	Error   string `json:"error,omitempty"`
+	// Agent is the agent's program version.
+	Agent string `json:"agent"`
+	// Run is the environment's ID (Spec.ID) the agent was started for.
+	Run string `json:"run"`
+	// PID is the agent's process ID in its environment.
+	PID int `json:"pid"`
+	// Kill says how the agent ends a step's processes: "cgroup v2 (PATH) and
+	// child subreaper" or "child subreaper (REASON no cgroup)".
+	Kill string `json:"kill"`
+	// Workdir is the steps' working directory, Home their HOME.
+	Workdir string `json:"workdir"`
+	Home    string `json:"home"`
+	// Steps are the steps the agent knows, in the order they started.
+	Steps []StepInfo `json:"steps,omitempty"`
+}
+
+// StepInfo describes a step the agent started.
+type StepInfo struct {
+	ID      string `json:"id"`
+	Running bool   `json:"running"`
+	// Size is the step's output so far, in bytes.
+	Size int64 `json:"size"`
+	// Exit is set once the step ended.
+	Exit *Exit `json:"exit,omitempty"`
+}
+
+// Start asks the agent to start a step, or to attach to it when it started
+// a step with this ID already (then only ID and Offset count). The agent
+// answers Started, then Output frames from Offset and finally Exit.
+type Start struct {
+	// ID names the step; unique within the environment.
+	ID string `json:"id"`
+	// Offset is where the output starts for this client, in bytes.
+	Offset int64 `json:"offset"`
+	// Script is the step's script, byte-exact; the agent writes it to a
+	// private file and passes its path as the shell's last argument.
+	Script []byte `json:"script"`
+	// Shell is the interpreter and its flags, e.g. ["/bin/sh", "-e"].
+	Shell []string `json:"shell"`
+	// Env is the step's whole environment (secrets included), byte-exact.
+	// The agent adds PATH and HOME when absent. Values never touch disk.
+	Env map[string][]byte `json:"env"`
+	// Dir is the working directory; empty means the agent's workdir.
+	Dir string `json:"dir,omitempty"`
+	// TimeoutMS bounds the step (0: none); GraceMS is SIGTERM → SIGKILL
+	// (0: 10 s).
+	TimeoutMS int64 `json:"timeoutMs,omitempty"`
+	GraceMS   int64 `json:"graceMs,omitempty"`
+}
+
+// Started answers Start.
+type Started struct {
+	ID string `json:"id"`
+	// Attached is true when the step had started before (this Start only
+	// attached to it).
+	Attached bool `json:"attached"`
+}
+
+// Attach asks for a started step's output from Offset, then its Exit.
+type Attach struct {
+	ID     string `json:"id"`
+	Offset int64  `json:"offset"`
+}
+
+// Stop asks the agent to stop a running step: SIGTERM to its processes,
+// SIGKILL after GraceMS (0: SIGKILL at once). Reason is recorded as the
+// step's reason (api.ReasonCancelled, api.ReasonTimeout). Stopping a step
+// that is stopping or has ended changes nothing, except that a Stop with
+// GraceMS 0 cuts a running grace short.
+type Stop struct {
+	ID      string `json:"id"`
+	Reason  string `json:"reason"`
+	GraceMS int64  `json:"graceMs"`
+}
+
+// Exit reports how a step ended. It follows the step's last Output frame.
+type Exit struct {
+	ID string `json:"id"`
+	// ExitCode is the shell's exit status, 128+N when signal N killed it,
+	// -1 when the step could not start (Error says why).
+	ExitCode int `json:"exitCode"`
+	// Reason is "", "timeout", "cancelled" (a Stop), ...
+	Reason string `json:"reason,omitempty"`
+	// Size is the step's whole output, in bytes.
+	Size int64 `json:"size"`
+	// DurationMS is the step's run time, start to end.
+	DurationMS int64 `json:"durationMs"`
+	// Note is a line for the step's log from the agent (e.g. processes that
+	// did not die), empty when all went as expected.
+	Note string `json:"note,omitempty"`
+	// Error is set when the step could not be started at all.
+	Error string `json:"error,omitempty"`
+}
+
+// CopyIn announces a tar stream (Data frames, then DataEnd) to unpack at
+// Dst: relative to the workdir unless absolute; a relative Dst may not leave
+// the workdir. The agent answers CopyDone.
+type CopyIn struct {
+	Dst string `json:"dst"`
+}
+
+// CopyOut asks for Src (relative to the workdir unless absolute) as a tar
+// stream: the agent answers Data frames, then DataEnd.
+type CopyOut struct {
+	Src string `json:"src"`
+}
+
+// DataEnd ends a tar stream: its length and SHA-256 (hex), or the error
+// that cut it short.
+type DataEnd struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	Error  string `json:"error,omitempty"`
+}
+
+// CopyDone answers a CopyIn: what arrived (length and SHA-256 of the tar
+// stream), and the error that stopped the unpacking, if any.
+type CopyDone struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	Files  int    `json:"files"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Shutdown asks the agent to kill every step's processes at once and exit.
+// It answers ShutdownDone once no process of any step is left, and exits
+// right after; removing its directory is the caller's.
+type Shutdown struct{}
+
+// Error reports a request the agent refused or failed; For is the request's
+// type and Step its step, when it had one.
+type Error struct {
+	For     string `json:"for"`
+	Step    string `json:"step,omitempty"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Step != "" {
+		return fmt.Sprintf("agent: %s of step %s: %s", e.For, e.Step, e.Message)
+	}
+	return fmt.Sprintf("agent: %s: %s", e.For, e.Message)
+}
+
+// EncodeOutput makes an Output frame's payload: the step ID's length
+// (2 bytes), the step ID, the byte offset of data in the step's output
+// (8 bytes), all big-endian; data follows as the frame's last part.
+func EncodeOutput(id string, offset int64) []byte {
+	b := make([]byte, 2+len(id)+8)
+	binary.BigEndian.PutUint16(b, uint16(len(id)))
+	copy(b[2:], id)
+	binary.BigEndian.PutUint64(b[2+len(id):], uint64(offset))
+	return b
+}
+
+// DecodeOutput splits an Output payload into step ID, offset and data (a
+// slice of p).
+func DecodeOutput(p []byte) (id string, offset int64, data []byte, err error) {
+	if len(p) < 2 {
+		return "", 0, nil, fmt.Errorf("%w: output frame of %d bytes", ErrCorrupt, len(p))
+	}
+	n := int(binary.BigEndian.Uint16(p))
+	if len(p) < 2+n+8 {
+		return "", 0, nil, fmt.Errorf("%w: output frame of %d bytes, step ID of %d", ErrCorrupt, len(p), n)
+	}
+	id = string(p[2 : 2+n])
+	offset = int64(binary.BigEndian.Uint64(p[2+n:]))
+	return id, offset, p[2+n+8:], nil
+}
+
+// WriteJSON writes v as a JSON frame of type t.
+func (fw *FrameWriter) WriteJSON(t Type, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("agent protocol: encode %s: %w", t, err)
+	}
+	return fw.WriteFrame(t, b)
+}
+
+// Decode unmarshals a JSON payload of a frame of type t.
+func Decode(t Type, p []byte, v any) error {
+	if err := json.Unmarshal(p, v); err != nil {
+		return fmt.Errorf("%w: %s frame: %v", ErrCorrupt, t, err)
+	}
+	return nil
+}

@@ -1,0 +1,352 @@
+package agent
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The copy format is a tar stream (POSIX/PAX) of one file or directory
+// tree: its first entry, named ".", is the source itself; the others are
+// named "./REL" below it, parents before children. Regular files, directories
+// and symbolic links only; modes (with setuid, setgid and sticky bits) and
+// modification times are kept; symbolic links are copied as links, never
+// followed. Both ends count the stream's bytes and SHA-256 and compare them
+// (DataEnd against CopyDone), and every file's size is checked on unpacking,
+// so a copy cut short is an error, never a silently truncated file.
+
+// Tree is one side of a copy: a directory that confines every path (an
+// *os.Root: paths may not leave it, also not through symbolic links), or
+// the whole file system (HostTree).
+type Tree interface {
+	Lstat(name string) (fs.FileInfo, error)
+	Open(name string) (*os.File, error)
+	OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error)
+	Mkdir(name string, perm fs.FileMode) error
+	MkdirAll(name string, perm fs.FileMode) error
+	Readlink(name string) (string, error)
+	Symlink(oldname, newname string) error
+	Chmod(name string, mode fs.FileMode) error
+	Chtimes(name string, atime, mtime time.Time) error
+	Remove(name string) error
+}
+
+// HostTree is the whole file system with plain paths.
+type HostTree struct{}
+
+func (HostTree) Lstat(name string) (fs.FileInfo, error) { return os.Lstat(name) }
+func (HostTree) Open(name string) (*os.File, error)     { return os.Open(name) }
+func (HostTree) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag, perm)
+}
+func (HostTree) Mkdir(name string, perm fs.FileMode) error    { return os.Mkdir(name, perm) }
+func (HostTree) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+func (HostTree) Readlink(name string) (string, error)         { return os.Readlink(name) }
+func (HostTree) Symlink(oldname, newname string) error        { return os.Symlink(oldname, newname) }
+func (HostTree) Chmod(name string, mode fs.FileMode) error    { return os.Chmod(name, mode) }
+func (HostTree) Chtimes(name string, atime, mtime time.Time) error {
+	return os.Chtimes(name, atime, mtime)
+}
+func (HostTree) Remove(name string) error { return os.Remove(name) }
+
+// ResolveIn picks the tree for a path inside an environment: absolute paths
+// are plain paths; relative ones are confined to workdir by an os.Root.
+// close releases the root.
+func ResolveIn(workdir, p string) (t Tree, name string, close func(), err error) {
+	if filepath.IsAbs(p) {
+		return HostTree{}, filepath.Clean(p), func() {}, nil
+	}
+	if !filepath.IsLocal(p) && filepath.Clean(p) != "." {
+		return nil, "", nil, fmt.Errorf("path %q leaves the workspace", p)
+	}
+	root, err := os.OpenRoot(workdir)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("open workspace: %w", err)
+	}
+	return root, filepath.Clean(p), func() { _ = root.Close() }, nil
+}
+
+func modeBits(m fs.FileMode) fs.FileMode {
+	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+// WriteTar writes src of t as a copy-format tar stream to w.
+func WriteTar(ctx context.Context, w io.Writer, t Tree, src string) error {
+	fi, err := t.Lstat(src)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	if err := writeEntry(ctx, tw, t, src, ".", fi); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func writeEntry(ctx context.Context, tw *tar.Writer, t Tree, p, name string, fi fs.FileInfo) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	hdr.Mode = int64(fi.Mode().Perm())
+	if fi.Mode()&fs.ModeSetuid != 0 {
+		hdr.Mode |= 0o4000
+	}
+	if fi.Mode()&fs.ModeSetgid != 0 {
+		hdr.Mode |= 0o2000
+	}
+	if fi.Mode()&fs.ModeSticky != 0 {
+		hdr.Mode |= 0o1000
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := t.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		return tw.WriteHeader(hdr)
+	case fi.IsDir():
+		hdr.Typeflag = tar.TypeDir
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		d, err := t.Open(p)
+		if err != nil {
+			return err
+		}
+		entries, err := d.ReadDir(-1)
+		_ = d.Close()
+		if err != nil {
+			return fmt.Errorf("read directory %s: %w", p, err)
+		}
+		slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+		for _, e := range entries {
+			efi, err := e.Info() // lstat: links stay links
+			if err != nil {
+				return err
+			}
+			if err := writeEntry(ctx, tw, t, filepath.Join(p, e.Name()), name+"/"+e.Name(), efi); err != nil {
+				return err
+			}
+		}
+		return nil
+	case fi.Mode().IsRegular():
+		f, err := t.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("%s changed while being copied: no longer a regular file", p)
+		}
+		hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, st.Size(), st.ModTime()
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		n, err := io.Copy(tw, io.LimitReader(ctxReader{ctx, f}, st.Size()))
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", p, err)
+		}
+		if n != st.Size() {
+			return fmt.Errorf("%s: read %d bytes but the file had %d (did it change during the copy?)", p, n, st.Size())
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: cannot copy a %s (only regular files, directories and symbolic links)", p, fi.Mode().Type())
+}
+
+// ExtractTar unpacks a copy-format tar stream from r to dst of t: the
+// stream's "." becomes dst, created with its parents (0755) when missing.
+// A directory is merged into an existing directory; anything else at a
+// path is replaced (a copy never writes through a symbolic link found
+// there). It returns how many entries it unpacked.
+func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, error) {
+	dst = filepath.Clean(dst)
+	if parent := filepath.Dir(dst); parent != "." && parent != dst {
+		if err := t.MkdirAll(parent, 0o755); err != nil {
+			return 0, fmt.Errorf("create parent directory: %w", err)
+		}
+	}
+	type dirMode struct {
+		path  string
+		mode  fs.FileMode
+		mtime time.Time
+	}
+	var dirs []dirMode
+	tr := tar.NewReader(r)
+	n := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("read copy stream: %w", err)
+		}
+		rel, err := entryPath(hdr.Name)
+		if err != nil {
+			return n, err
+		}
+		p := dst
+		if rel != "" {
+			p = filepath.Join(dst, filepath.FromSlash(rel))
+		}
+		mode := fs.FileMode(hdr.Mode).Perm()
+		if hdr.Mode&0o4000 != 0 {
+			mode |= fs.ModeSetuid
+		}
+		if hdr.Mode&0o2000 != 0 {
+			mode |= fs.ModeSetgid
+		}
+		if hdr.Mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			exists, err := clearDst(t, p, true)
+			if err != nil {
+				return n, err
+			}
+			if !exists {
+				if err := t.Mkdir(p, 0o700); err != nil {
+					return n, err
+				}
+			}
+			// Writable while we fill it; its own mode is set at the end.
+			if err := t.Chmod(p, 0o700); err != nil {
+				return n, err
+			}
+			dirs = append(dirs, dirMode{p, mode, hdr.ModTime})
+		case tar.TypeSymlink:
+			if _, err := clearDst(t, p, false); err != nil {
+				return n, err
+			}
+			if err := t.Symlink(hdr.Linkname, p); err != nil {
+				return n, err
+			}
+		case tar.TypeReg:
+			if err := extractFile(ctx, tr, t, p, hdr, mode); err != nil {
+				return n, err
+			}
+		default:
+			return n, fmt.Errorf("copy stream entry %q: type %q is not a file, directory or symbolic link", hdr.Name, hdr.Typeflag)
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, errors.New("copy stream is empty")
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
+		if err := t.Chmod(d.path, d.mode); err != nil {
+			return n, err
+		}
+		if err := t.Chtimes(d.path, d.mtime, d.mtime); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// entryPath checks a tar entry's name: "." or "./REL" with REL a local
+// path; it returns REL ("" for ".").
+func entryPath(name string) (string, error) {
+	if name == "." {
+		return "", nil
+	}
+	rel, ok := strings.CutPrefix(name, "./")
+	if !ok || rel == "" || path.Clean(rel) != rel || !filepath.IsLocal(filepath.FromSlash(rel)) {
+		return "", fmt.Errorf("copy stream entry %q: not a path below the copied tree", name)
+	}
+	return rel, nil
+}
+
+func extractFile(ctx context.Context, tr *tar.Reader, t Tree, p string, hdr *tar.Header, mode fs.FileMode) (err error) {
+	if _, err := clearDst(t, p, false); err != nil {
+		return err
+	}
+	f, err := t.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = t.Remove(p)
+		}
+	}()
+	n, err := io.Copy(f, ctxReader{ctx, tr})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("write %s: got %d of %d bytes", p, n, hdr.Size)
+	}
+	if err := t.Chmod(p, mode); err != nil {
+		return err
+	}
+	if err := t.Chtimes(p, hdr.ModTime, hdr.ModTime); err != nil {
+		return err
+	}
+	got, err := t.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", p, err)
+	}
+	if got.Size() != hdr.Size {
+		return fmt.Errorf("verify %s: it has %d bytes, %d were written", p, got.Size(), hdr.Size)
+	}
+	return nil
+}
+
+// clearDst makes room at p: nothing to do when it does not exist; an
+// existing directory is kept when a directory is wanted and is an error
+// otherwise; anything else is removed.
+func clearDst(t Tree, p string, wantDir bool) (dirExists bool, err error) {
+	cur, err := t.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if cur.IsDir() {
+		if wantDir {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s is a directory", p)
+	}
+	return false, t.Remove(p)
+}
+
+// ctxReader stops a copy when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
