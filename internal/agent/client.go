@@ -197,16 +197,21 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 	started := false
 	var pending *Stop
 	var werr error
+	// Output frames shrink while connections break before one arrives
+	// whole, and grow back as they arrive: a stream that is cut often still
+	// makes progress.
+	chunk := OutputChunk
 	for {
 		cn, err := c.conn(ctx)
 		if err != nil {
 			return Exit{}, err
 		}
+		before := offset
 		if started {
-			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset})
+			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset, Chunk: chunk})
 		} else {
 			req := st
-			req.Offset = offset
+			req.Offset, req.Chunk = offset, chunk
 			err = cn.WriteJSON(TypeStart, req)
 		}
 		if err == nil && pending != nil {
@@ -283,9 +288,17 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 		if ctx.Err() != nil {
 			return Exit{}, ctx.Err()
 		}
+		if offset == before {
+			chunk = max(chunk/4, minChunk)
+		} else {
+			chunk = min(chunk*2, OutputChunk)
+		}
 		c.drop(cn, err)
 	}
 }
+
+// minChunk is the smallest output frame a client asks for, in bytes.
+const minChunk = 512
 
 // CopyIn sends the copy-format tar stream that produce writes (called once
 // per attempt: it must write the same bytes each time) to be unpacked at

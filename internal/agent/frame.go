@@ -179,7 +179,8 @@ func NewFrameReader(r io.Reader) *FrameReader {
 
 // ReadPreamble reads and checks the Preamble. A stream that starts with
 // anything else gives an error wrapping ErrNotAgent that quotes the first
-// line it sent; an empty stream gives io.EOF.
+// line it sent; an empty stream gives io.EOF, one that ends inside the
+// preamble io.ErrUnexpectedEOF.
 func (fr *FrameReader) ReadPreamble() error {
 	got := make([]byte, 0, len(Preamble))
 	for len(got) < len(Preamble) {
@@ -188,7 +189,8 @@ func (fr *FrameReader) ReadPreamble() error {
 			if len(got) == 0 {
 				return err
 			}
-			return fmt.Errorf("%w: it sent %s", ErrNotAgent, quoteLine(got))
+			// Cut inside the preamble: a broken stream, not a stranger.
+			return unexpected(err)
 		}
 		got = append(got, b)
 		if b != Preamble[len(got)-1] {

@@ -55,6 +55,9 @@ type Start struct {
 	ID string `json:"id"`
 	// Offset is where the output starts for this client, in bytes.
 	Offset int64 `json:"offset"`
+	// Chunk caps the output bytes per Output frame (0: OutputChunk); a
+	// client whose connections keep breaking asks for smaller frames.
+	Chunk int `json:"chunk,omitempty"`
 	// Script is the step's script, byte-exact; the agent writes it to a
 	// private file and passes its path as the shell's last argument.
 	Script []byte `json:"script"`
@@ -83,6 +86,7 @@ type Started struct {
 type Attach struct {
 	ID     string `json:"id"`
 	Offset int64  `json:"offset"`
+	Chunk  int    `json:"chunk,omitempty"` // as Start.Chunk
 }
 
 // Stop asks the agent to stop a running step: SIGTERM to its processes,

@@ -39,6 +39,9 @@ type Config struct {
 	// Heartbeat and DeadAfter: see agent.DefaultHeartbeat.
 	Heartbeat time.Duration
 	DeadAfter time.Duration
+	// NoCgroups makes the agent rely on being a child subreaper alone, even
+	// where it could give steps cgroups.
+	NoCgroups bool
 	// Version is the agent's program version.
 	Version string
 	Logger  *slog.Logger
@@ -89,8 +92,12 @@ func New(cfg Config) (*Agent, error) {
 	if err := becomeSubreaper(); err != nil {
 		return nil, fmt.Errorf("stepagent: become a child subreaper: %w", err)
 	}
+	cg := cgroups{reason: "switched off"}
+	if !cfg.NoCgroups {
+		cg = detectCgroups()
+	}
 	a := &Agent{
-		cfg: cfg, log: log, pid: os.Getpid(), reap: newReaper(), cg: detectCgroups(),
+		cfg: cfg, log: log, pid: os.Getpid(), reap: newReaper(), cg: cg,
 		steps: map[string]*step{}, lastSeen: time.Now(), shutdown: make(chan struct{}),
 	}
 	log.Info("agent ready", "run", cfg.Run, "pid", a.pid, "kill", a.cg.describe(), "workdir", cfg.Workdir, "version", cfg.Version)
@@ -251,7 +258,7 @@ func (h *connHandler) run() {
 			if err := h.cn.WriteJSON(agent.TypeStarted, agent.Started{ID: s.id, Attached: attached}); err != nil {
 				return
 			}
-			h.follow(s, req.Offset)
+			h.follow(s, req.Offset, req.Chunk)
 		case agent.TypeAttach:
 			var req agent.Attach
 			if err := agent.Decode(t, p, &req); err != nil {
@@ -263,7 +270,7 @@ func (h *connHandler) run() {
 				h.fail(t, req.ID, errors.New("no such step"))
 				continue
 			}
-			h.follow(s, req.Offset)
+			h.follow(s, req.Offset, req.Chunk)
 		case agent.TypeStop:
 			var req agent.Stop
 			if err := agent.Decode(t, p, &req); err != nil {
@@ -378,14 +385,14 @@ func (a *Agent) stopAll() {
 
 // follow streams s's output from off, then its exit, on this connection;
 // a follow already running on it is ended first.
-func (h *connHandler) follow(s *step, off int64) {
+func (h *connHandler) follow(s *step, off int64, chunk int) {
 	h.endFollow()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.stopFollow, h.followDone = cancel, done
 	go func() {
 		defer close(done)
-		if err := streamOutput(ctx, h.cn, s, off); err != nil && ctx.Err() == nil {
+		if err := streamOutput(ctx, h.cn, s, off, chunk); err != nil && ctx.Err() == nil {
 			h.a.log.Debug("following a step's output ended", "step", s.id, "err", err)
 		}
 	}()
@@ -399,10 +406,14 @@ func (h *connHandler) endFollow() {
 	}
 }
 
-// streamOutput sends s's output from byte off, then its Exit, as the
-// output grows, until ctx ends or a write fails.
-func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64) error {
-	buf := make([]byte, agent.OutputChunk)
+// streamOutput sends s's output from byte off in frames of at most chunk
+// bytes, then its Exit, as the output grows, until ctx ends or a write
+// fails.
+func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64, chunk int) error {
+	if chunk <= 0 || chunk > agent.OutputChunk {
+		chunk = agent.OutputChunk
+	}
+	buf := make([]byte, chunk)
 	for {
 		grown := s.growth()
 		done := s.isDone() // before size: once done, size is final

@@ -15,14 +15,27 @@ import (
 	"knotless.dev/knotless/internal/executor"
 )
 
-// NewSession prepares a fresh session for one scenario (its workspace may
-// be empty) and returns it with what the suite can observe of it. The suite
-// calls Cleanup on it when the scenario ends (the executor must accept a
-// second Cleanup by the caller).
-type NewSession func(t *testing.T) (executor.Session, Env)
+// Harness builds whole executors for the suite, so that it can also
+// restart them as a new runner process would.
+type Harness struct {
+	// Executor is called once per scenario and returns a constructor: each
+	// call of it makes a new Executor as a restarted runner process would
+	// (the same configuration and directories, nothing shared in memory).
+	Executor func(t *testing.T) func() executor.Executor
+	// Spec returns the spec of a new environment with the given ID over a
+	// fresh, empty workspace.
+	Spec func(t *testing.T, id string) executor.Spec
+	// Env says what the suite can observe of a session's environment.
+	Env func(t *testing.T, s executor.Session) Env
+	// Leftovers describes what is left of environment id (processes,
+	// directories, pods, ...): nil when nothing is. Nil makes the scenarios
+	// that need it say so and skip those checks.
+	Leftovers func(t *testing.T, id string) []string
+}
 
 // scenario is one behaviour every executor must have, named for the
-// failure it pins.
+// failure it pins. Session scenarios get a fresh prepared session;
+// lifecycle scenarios get the harness and build their own.
 type scenario struct {
 	name string
 	run  func(t *testing.T, s executor.Session, env Env)
@@ -44,6 +57,11 @@ var scenarios = []scenario{
 	{"ContextDeadlineGivesTimeout", testContextDeadline},
 	{"BackgroundProcessDoesNotHoldStep", testBackgroundRedirected},
 	{"BackgroundProcessHoldingOutputDoesNotHoldStep", testBackgroundHoldingOutput},
+	{"EscapedProcessesDieWithSuccessfulStep", testEscapesSucceeded},
+	{"EscapedProcessesDieWithCancelledStep", testEscapesCancelled},
+	{"EscapedProcessesDieWithTimedOutStep", testEscapesTimedOut},
+	{"PipeIntoHeadEndsQuietly", testSIGPIPEDefault},
+	{"SecondExecOfAStepIDAttaches", testSecondExecAttaches},
 	{"LargeOutputByteExact", testLargeOutput},
 	{"LongLineWithoutNewlineByteExact", testLongLine},
 	{"NonUTF8BytesIntact", testNonUTF8},
@@ -52,13 +70,18 @@ var scenarios = []scenario{
 	{"CopyRoundTripKeepsBytesModesSymlinks", testCopyRoundTrip},
 }
 
-// Run runs every scenario as a subtest of t, each in a fresh session from
-// newSession. Subtests run one after another (some use t.Setenv), so the
-// caller must not mark t parallel.
-func Run(t *testing.T, newSession NewSession) {
+// Run runs every scenario as a subtest of t: the session scenarios each in
+// a fresh session, then the lifecycle scenarios (Prepare failures, Detach,
+// Recover, Sweep across executor restarts). Subtests run one after another
+// (some use t.Setenv), so the caller must not mark t parallel.
+func Run(t *testing.T, h Harness) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			s, env := newSession(t)
+			newExecutor := h.Executor(t)
+			s, err := newExecutor().Prepare(context.Background(), h.Spec(t, "run-1"))
+			if err != nil {
+				t.Fatalf("Prepare: %v", err)
+			}
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), pollDeadline)
 				defer cancel()
@@ -66,8 +89,11 @@ func Run(t *testing.T, newSession NewSession) {
 					t.Errorf("Cleanup: %v", err)
 				}
 			})
-			sc.run(t, s, env)
+			sc.run(t, s, h.Env(t, s))
 		})
+	}
+	for _, sc := range lifecycle {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, h) })
 	}
 }
 

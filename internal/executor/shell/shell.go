@@ -51,6 +51,9 @@ type Config struct {
 	// PATH is the PATH a step gets when Step.Env has no PATH. Empty means the
 	// runner's own PATH as it was when New was called.
 	PATH string
+	// AgentArgs are extra arguments for `knotless-agent serve`, e.g.
+	// "--no-cgroups".
+	AgentArgs []string
 	// Heartbeat and DeadAfter tune the agent connection (tests); zero means
 	// agent.DefaultHeartbeat and agent.DefaultDeadAfter.
 	Heartbeat time.Duration
@@ -269,6 +272,7 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 	if e.cfg.DeadAfter > 0 {
 		args = append(args, "--dead-after", e.cfg.DeadAfter.String())
 	}
+	args = append(args, e.cfg.AgentArgs...)
 	cmd := &exec.Cmd{
 		Path:        bin,
 		Args:        append([]string{AgentName}, args...),

@@ -5,14 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/executortest"
@@ -44,14 +50,60 @@ func newSession(t *testing.T, cfg shell.Config, spec executor.Spec) (*shell.Exec
 	return e, s
 }
 
-func TestShell(t *testing.T) {
-	executortest.Run(t, func(t *testing.T) (executor.Session, executortest.Env) {
-		_, s := newSession(t, shell.Config{}, executor.Spec{})
-		return s, executortest.Env{
-			Procs:   executortest.HostProcs,
-			NewGate: executortest.FifoGate(s.Workdir()),
+// harness runs the shared suite against the shell executor: each
+// scenario gets its own executor directory, which restarted executors share.
+func harness(agentArgs ...string) executortest.Harness {
+	dirs := map[*testing.T]string{}
+	dirOf := func(t *testing.T) string {
+		if d, ok := dirs[t]; ok {
+			return d
 		}
-	})
+		d := filepath.Join(t.TempDir(), "shell")
+		dirs[t] = d
+		return d
+	}
+	return executortest.Harness{
+		Executor: func(t *testing.T) func() executor.Executor {
+			cfg := shell.Config{Dir: dirOf(t), Agent: agenttest.Binary(t), AgentArgs: agentArgs}
+			return func() executor.Executor { return shell.New(cfg) }
+		},
+		Spec: func(t *testing.T, id string) executor.Spec {
+			return executor.Spec{ID: id, Workspace: t.TempDir()}
+		},
+		Env: func(t *testing.T, s executor.Session) executortest.Env {
+			return executortest.Env{Procs: executortest.HostProcs, NewGate: executortest.FifoGate(s.Workdir())}
+		},
+		Leftovers: func(t *testing.T, id string) []string {
+			dir := filepath.Join(dirOf(t), id)
+			var left []string
+			if _, err := os.Lstat(dir); err == nil {
+				left = append(left, "directory "+dir)
+			}
+			procs, err := executortest.HostProcs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range procs {
+				if !p.Dead() && bytes.Contains(p.Argv, []byte("\x00"+dir+"\x00")) {
+					left = append(left, fmt.Sprintf("process %d %q", p.PID, p.Argv))
+				}
+			}
+			return left
+		},
+	}
+}
+
+// TestShell runs the suite with the agent's defaults: on a machine with a
+// delegated cgroup v2 hierarchy, steps get cgroups.
+func TestShell(t *testing.T) {
+	executortest.Run(t, harness())
+}
+
+// TestShell_SubreaperOnly runs the suite with the agent relying on being a
+// child subreaper alone, as on a cgroup v1 host or in a container whose
+// cgroup is read-only.
+func TestShell_SubreaperOnly(t *testing.T) {
+	executortest.Run(t, harness("--no-cgroups"))
 }
 
 func exec(t *testing.T, s executor.Session, step executor.Step) (executor.Result, string) {
@@ -290,5 +342,105 @@ func TestShell_RecoverOfMissingSessionIsNotRecoverable(t *testing.T) {
 	}
 	if e.Name() != "shell" {
 		t.Errorf("Name() = %q", e.Name())
+	}
+}
+
+// cutConn is a connection a test proxy cuts after a random number of bytes
+// in either direction: mid-frame, as a load balancer or a broken exec does.
+type cutConn struct {
+	net.Conn
+	mu     sync.Mutex
+	budget int
+	cuts   *atomic.Int64
+}
+
+func (c *cutConn) spend(n int) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.budget <= 0 {
+		return 0, false
+	}
+	return min(n, c.budget), true
+}
+
+func (c *cutConn) used(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.budget -= n
+	if c.budget <= 0 {
+		c.cuts.Add(1)
+		_ = c.Conn.Close()
+	}
+}
+
+func (c *cutConn) Read(p []byte) (int, error) {
+	k, ok := c.spend(len(p))
+	if !ok {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := c.Conn.Read(p[:k])
+	c.used(n)
+	return n, err
+}
+
+func (c *cutConn) Write(p []byte) (int, error) {
+	k, ok := c.spend(len(p))
+	if !ok {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := c.Conn.Write(p[:k])
+	c.used(n)
+	if err == nil && n < len(p) {
+		err = io.ErrClosedPipe
+	}
+	return n, err
+}
+
+// The stream to the agent is cut at random byte positions, over and over,
+// while a step prints numbered lines: the step is never disturbed and every
+// line arrives exactly once, in order (actions/runner-container-hooks #331,
+// gitlab-runner #4119: a dropped exec stream must neither fail the step nor
+// lose or repeat output).
+func TestShell_StreamCutAtRandomBytesLosesAndRepeatsNothing(t *testing.T) {
+	var cuts atomic.Int64
+	var cutting atomic.Bool
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	var rngMu sync.Mutex
+	cfg := shell.Config{
+		Dial: func(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
+			c, err := agent.DialUnix(ctx, socket)
+			if err != nil || !cutting.Load() {
+				return c, err
+			}
+			rngMu.Lock()
+			budget := 1 + rng.IntN(4000)
+			rngMu.Unlock()
+			return &cutConn{Conn: c, budget: budget, cuts: &cuts}, nil
+		},
+	}
+	cutting.Store(true) // from the first connection on
+	_, s := newSession(t, cfg, executor.Spec{})
+	// 20,000 lines in 100 bursts: about 2.5 s of output, in frames of a
+	// few kilobytes, while the stream is cut every 2 KB on average.
+	const lines = 20000
+	cuts.Store(0)
+	res, out := exec(t, s, executor.Step{ID: "1", Script: fmt.Sprintf(
+		"i=1\nwhile [ $i -le %d ]; do echo \"line $i\"; i=$((i+1)); [ $((i %% 200)) -eq 0 ] && sleep 0.02; done\ntrue\n", lines)})
+	cutting.Store(false)
+	if res.ExitCode != 0 || res.Reason != "" {
+		t.Fatalf("result %+v after %d cuts", res, cuts.Load())
+	}
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if out != want.String() {
+		got := strings.Split(out, "\n")
+		t.Fatalf("after %d cuts the output has %d lines (%d bytes), want %d lines: every line exactly once, in order", cuts.Load(), len(got)-1, len(out), lines)
+	}
+	if n := cuts.Load(); n < 100 {
+		t.Errorf("only %d cuts happened; the test wants at least 100 during the step", n)
+	} else {
+		t.Logf("%d cuts, %d lines intact", n, lines)
 	}
 }
