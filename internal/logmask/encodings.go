@@ -23,7 +23,7 @@ import (
 // written with uppercase hex digits as these encoders do.
 var percentEncoders = []func(string) string{
 	// A query parameter, space as '+': url.QueryEscape, url.Values,
-	// HTML forms, Python's quote_plus.
+	// Python's quote_plus.
 	url.QueryEscape,
 	// One path segment: url.PathEscape.
 	url.PathEscape,
