@@ -53,3 +53,24 @@ func BenchmarkWriter_Base64TextNoMatches(b *testing.B) {
 func BenchmarkWriter_NoSecrets(b *testing.B) {
 	benchWriter(b, logText(8<<20), nil)
 }
+
+// Passwords with punctuation, spaces and non-ASCII: each has many encoded
+// forms (percent, shell, JSON), so these measure the cost of those forms.
+var benchPunctSecrets = []string{"p@ss w0rd/+?&=#%'\"$`\\x", "Zé€-ünïcødé:\x01tab\there", "-----BEGIN KEY-----\nMIIB'Oq\\\"x\n-----END KEY-----\n"}
+
+func BenchmarkWriter_LogTextNoMatchesPunctuatedSecrets(b *testing.B) {
+	benchWriter(b, logText(8<<20), benchPunctSecrets)
+}
+
+// Building the automaton for many secrets, as a job with a large set of
+// secrets does once per step.
+func BenchmarkNew_100Secrets(b *testing.B) {
+	var secrets []string
+	for i := 0; i < 100; i++ {
+		secrets = append(secrets, fmt.Sprintf("%s-%03d", benchPunctSecrets[i%3], i))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		New(io.Discard, secrets)
+	}
+}

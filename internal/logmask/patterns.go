@@ -21,7 +21,9 @@ func TooShort(secret string) bool {
 }
 
 // patterns returns every byte string to mask for the given secrets, each
-// at least MinSecretLen bytes long, without duplicates:
+// at least MinSecretLen bytes long, without duplicates (so a form equal to
+// the value is not repeated). These are the forms the package
+// documentation lists:
 //
 //   - the value itself, and the value without trailing line breaks;
 //   - for each of those, its base64 encodings in the standard and URL
@@ -31,6 +33,10 @@ func TooShort(secret string) bool {
 //     encoded text, as in `echo "$SECRET" | base64` or `echo "x$SECRET" |
 //     base64` (the first and last one or two characters depend on the
 //     neighbours and stay visible);
+//   - for each of those two values, also its percent-encodings (percentForms), its
+//     quoting by bash and dash (shellForms) and its escaping in JSON and
+//     Go string literals (jsonForms), all without the delimiters around
+//     them;
 //   - each line of a multi-line value (without its "\r").
 //
 // base64 wrapped over several lines (as base64(1) does past 76 columns)
@@ -55,8 +61,10 @@ func patterns(secrets []string) [][]byte {
 		}
 		for _, v := range values {
 			add(v)
-			for _, form := range base64Forms([]byte(v)) {
-				add(form)
+			for _, forms := range [][]string{base64Forms([]byte(v)), percentForms(v), shellForms(v), jsonForms(v)} {
+				for _, form := range forms {
+					add(form)
+				}
 			}
 		}
 		if strings.ContainsAny(secret, "\r\n") {

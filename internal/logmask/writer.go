@@ -57,15 +57,9 @@ type srcView struct {
 }
 
 // New returns a Writer that writes to out with every occurrence of each
-// secret value masked, and of:
-//
-//   - the value without trailing line breaks;
-//   - its base64 encodings, standard and URL alphabets, padded and raw;
-//   - the inner part of its base64 encoding when it sits at any offset of
-//     a longer encoded text (what `echo "$S" | base64` or `echo "x$S" |
-//     base64` prints, minus the one or two characters at each end that
-//     depend on the neighbouring bytes);
-//   - each line of a multi-line value.
+// secret value masked, and of each of its forms the package documentation
+// lists: without trailing line breaks, each line of it, and its base64,
+// percent-encoded, shell-quoted and JSON-escaped forms.
 //
 // Values and forms shorter than MinSecretLen bytes, and blank values, are
 // not masked (see TooShort). The secrets slice is not kept.
