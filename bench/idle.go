@@ -176,6 +176,16 @@ func registerRunner(ctx context.Context, c *cluster, audience string, transport 
 	if err := c.admin.Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: c.repo, Name: name}, nil); err != nil {
 		return nil, fmt.Errorf("approve runner %s: %w", name, err)
 	}
+	// Runner calls but register and startSession carry the session.
+	var sess api.StartSessionOutput
+	if err := cl.Procedure(ctx, api.MethodStartSession, api.StartSessionInput{Executor: "bench"}, &sess); err != nil {
+		return nil, fmt.Errorf("start session of runner %s: %w", name, err)
+	}
+	auth := cl.Auth
+	cl.Auth = func(req *http.Request, nsid string) error {
+		req.Header.Set(api.SessionHeader, sess.Session)
+		return auth(req, nsid)
+	}
 	return cl, nil
 }
 

@@ -64,7 +64,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, runner.ErrNotRegistered):
+	case errors.Is(err, runner.ErrNotRegistered), errors.Is(err, runner.ErrSuperseded):
 		return exitFail // the runner logged what to do
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(stderr, "knotless-run: %s (see knotless-run --help)\n", unknownCommand(err.Error()))

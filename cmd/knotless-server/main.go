@@ -136,8 +136,10 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"public base URL clients and runners reach the server at (default http://LISTEN)")
 	f.DurationVar(&cfg.Lease, "lease", server.DefaultLease,
 		"how long a claimed run lives without a runner heartbeat before it ends errored/runner-lost")
+	f.DurationVar(&cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
+		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, name := range []string{"data", "listen", "url", "lease", "log-level"} {
+	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "log-level"} {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

@@ -41,6 +41,24 @@ func TestEnvFallbacks_FlagWinsOverEnvironment(t *testing.T) {
 	}
 }
 
+func TestHandoverGrace_FlagEnvironmentAndDefaultInHelp(t *testing.T) {
+	t.Setenv("KNOTLESS_HANDOVER_GRACE", "2m")
+	cmd := newCommand()
+	if err := envFallbacks(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if v := cmd.Flags().Lookup("handover-grace").Value.String(); v != "2m0s" {
+		t.Errorf("handover-grace = %s, want KNOTLESS_HANDOVER_GRACE's 2m0s", v)
+	}
+	var stdout, stderr strings.Builder
+	if code := execute(context.Background(), []string{"--help"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	if !regexp.MustCompile(`--handover-grace duration .*\[env KNOTLESS_HANDOVER_GRACE\] \(default 5m0s\)`).MatchString(stdout.String()) {
+		t.Errorf("--help does not show --handover-grace with its default and variable:\n%s", stdout.String())
+	}
+}
+
 func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the program")
@@ -210,6 +228,7 @@ func TestExecute_UsageErrorsExit2WithHint(t *testing.T) {
 		{"--bogus"},
 		{"extra-arg"},
 		{"--lease", "soon"},
+		{"--handover-grace", "soon"},
 		{"--log-level", "loud"},
 		{"--url", "ci.example.com"},
 		{"--url", "https://ci.example.com/?x=1"},

@@ -80,14 +80,17 @@ const (
 	// P, runner. In: HandoverInput. Out: HandoverOutput. The session stops
 	// (it claims no more) and leaves its runs to the runner's next session:
 	// their leases are extended to the server's handover grace, after which
-	// runs no session took over end errored/runner-lost.
+	// runs no session took over end errored/runner-lost (the message says
+	// they were handed over). Later calls with the session, a second
+	// handover included, get ErrSessionSuperseded.
 	MethodHandover = "dev.knotless.runner.handover"
 	// P, runner. In: RunRef. Out: ClaimedRun. For a run this runner holds
 	// and that is not final: what a claim gave (the workflow, the secrets
 	// anew, a new run token that replaces the old one) and whether a cancel
 	// was requested; the lease is renewed. A restarted runner calls it for
 	// each run it recovers. ErrRunFinished when the run is final, Forbidden
-	// when another runner holds it.
+	// when another runner holds it, NotFound when there is no such run. The
+	// old run token stops working (git fetch) at once.
 	MethodResumeRun = "dev.knotless.runner.resumeRun"
 )
 
@@ -117,9 +120,11 @@ const (
 	ErrNotApproved    = "RunnerNotApproved"      // 403
 	// ErrSessionSuperseded (409): a newer session of the same runner
 	// identity was started (another knotless-run process with the same
-	// state file); the caller must stop at once, touching nothing.
+	// state file), or the caller's session handed its runs over; the
+	// caller must stop at once, touching nothing.
 	ErrSessionSuperseded = "SessionSuperseded"
-	// ErrSessionRequired (400): a runner call without SessionHeader.
+	// ErrSessionRequired (400): a runner call without SessionHeader (a
+	// knotless-run from before sessions).
 	ErrSessionRequired = "SessionRequired"
 	ErrNotImplemented  = "MethodNotImplemented" // 501
 	ErrInternal        = "InternalServerError"  // 500

@@ -486,7 +486,7 @@ func TestIntegration_RestartDeliversSpoolOfEarlierProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var claim api.ClaimOutput
-	if err := st.Client(nil).Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 5}, &claim); err != nil || claim.Run == nil {
+	if err := sessionClient(t, st).Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 5}, &claim); err != nil || claim.Run == nil {
 		t.Fatalf("claim: %v %+v", err, claim)
 	}
 	sp, err := CreateSpool(filepath.Join(w.work, "spool"), run.ID)

@@ -88,6 +88,8 @@ type Runner struct {
 	unknown     chan struct{}
 	unknownOnce sync.Once
 	unknownErr  error
+
+	sess *session // this process's runner session (session.go)
 }
 
 // refused records that the server does not know this runner (err is its
@@ -137,10 +139,14 @@ func New(cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	sess := newSession()
+	client := cfg.State.Client(cfg.HTTP)
+	client.Auth = sess.auth(client.Auth)
 	return &Runner{
 		cfg:     cfg,
 		log:     log.With("runner", cfg.State.Name),
-		client:  cfg.State.Client(cfg.HTTP),
+		sess:    sess,
+		client:  client,
 		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
 		hurry:   make(chan struct{}),
 		unknown: make(chan struct{}),
@@ -160,12 +166,20 @@ func (r *Runner) path(parts ...string) string {
 // or a heartbeat (401 InvalidToken: the runner was removed): then it logs what to do,
 // cancels its running runs at once (their heartbeats and results are
 // refused too) and stops without waiting for deliveries the server refuses.
+// Before claiming it starts a runner session (session.go); an error
+// matching ErrSuperseded when another process took that session over.
 func (r *Runner) Run(ctx context.Context) error {
 	unlock, err := r.prepareWorkDir(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+
+	held, err := r.startSession(ctx)
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	r.endUnknownRuns(held)
 
 	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopShipping()
@@ -186,6 +200,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		select {
 		case <-r.unknown:
 			stopClaiming()
+		case <-r.sess.superseded:
+			stopClaiming()
 		case <-claimCtx.Done():
 		}
 	}()
@@ -204,10 +220,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	if len(slots) == 0 { // the claim loop has returned its own slot
 		<-done
 	}
+	if isClosed(r.sess.superseded) {
+		return r.stopSuperseded(done, stopShipping, stopRuns)
+	}
 	if isClosed(r.unknown) {
 		claimErr := r.unknownErr
-		r.log.Error(fmt.Sprintf("this runner is not registered on %s (removed?): run %s, have an owner approve it again, then restart knotless-run run",
-			r.cfg.State.Server, r.cfg.State.LoginCommand(r.cfg.StatePath)), "did", r.cfg.State.DID, "err", claimErr)
+		r.logNotRegistered(claimErr)
 		select {
 		case <-done:
 		default:
@@ -237,6 +255,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn("told to stop now: cancelling running runs", "reason", api.ReasonRunnerStopped)
 			stopRuns(ErrRunnerStopped)
 			<-done
+		case <-r.sess.superseded:
+			return r.stopSuperseded(done, stopShipping, stopRuns)
 		}
 	}
 	shipped := make(chan struct{})
@@ -249,7 +269,17 @@ func (r *Runner) Run(ctx context.Context) error {
 		<-shipped
 	}
 	r.log.Info("runner stopped")
+	if isClosed(r.sess.superseded) { // said so while delivering
+		return fmt.Errorf("%w: %v", ErrSuperseded, r.sess.err)
+	}
 	return nil
+}
+
+// logNotRegistered says what to do when the server does not know this
+// runner (err is its answer).
+func (r *Runner) logNotRegistered(err error) {
+	r.log.Error(fmt.Sprintf("this runner is not registered on %s (removed?): run %s, have an owner approve it again, then restart knotless-run run",
+		r.cfg.State.Server, r.cfg.State.LoginCommand(r.cfg.StatePath)), "did", r.cfg.State.DID, "err", err)
 }
 
 // prepareWorkDir creates the work directory, takes its lock, and sweeps
@@ -336,7 +366,7 @@ func (r *Runner) ship(ctx context.Context, sp *Spool) <-chan struct{} {
 	go func() {
 		defer r.shippers.Done()
 		defer close(done)
-		if err := sh.Run(ctx); err != nil && ctx.Err() == nil {
+		if err := sh.Run(ctx); err != nil && ctx.Err() == nil && !r.superseded(err) {
 			r.log.Error("shipping stopped", "run", sp.Run(), "err", err)
 		}
 	}()
@@ -387,6 +417,8 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			continue
 		case isUnknownRunner(err):
 			r.refused(err)
+			return
+		case r.superseded(err):
 			return
 		case api.IsError(err, api.ErrNotApproved):
 			if time.Since(approvalLogged) > time.Minute {
@@ -558,6 +590,8 @@ func (r *Runner) heartbeat(ctx context.Context, run int64, every time.Duration, 
 			}
 			r.refused(err)
 			return
+		case r.superseded(err):
+			return // another process owns the run now: Run stops it
 		default:
 			if !failing {
 				log.Warn("heartbeat failed; the lease may lapse if this lasts", "err", err)

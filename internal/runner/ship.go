@@ -46,7 +46,8 @@ type Shipper struct {
 var errShipped = errors.New("spool delivered")
 
 // Run ships until the spool is delivered and removed (nil) or ctx ends
-// (ctx's error; the spool stays on disk for a later process).
+// (ctx's error; the spool stays on disk for a later process), or the
+// server answers SessionSuperseded (that error; the spool stays).
 func (sh *Shipper) Run(ctx context.Context) error {
 	if sh.Log == nil {
 		sh.Log = slog.Default()
@@ -77,6 +78,9 @@ func (sh *Shipper) Run(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if api.IsError(err, api.ErrSessionSuperseded) {
+				return err // another process owns the run now; the spool stays
 			}
 			wait := api.Backoff(failures, maxWait)
 			failures++

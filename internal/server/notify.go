@@ -43,6 +43,10 @@ func (h *hub) notify(key string) {
 func repoKey(id int64) string { return "repo:" + strconv.FormatInt(id, 10) }
 func runKey(id int64) string  { return "run:" + strconv.FormatInt(id, 10) }
 
+// runnerKey is notified when a runner's session ends (a new session
+// started, or it handed over).
+func runnerKey(id int64) string { return "runner:" + strconv.FormatInt(id, 10) }
+
 // sweep ends runs whose lease lapsed, a few times per lease (at most every
 // second), until Close.
 func (s *Server) sweep() {

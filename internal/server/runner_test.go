@@ -27,10 +27,13 @@ func claim(t *testing.T, r *servertest.Runner, wait int) *api.ClaimedRun {
 	return out.Run
 }
 
-// withToken returns a client that sends exactly tok.
-func withToken(base, tok string) *api.Client {
+// withToken returns a client that sends exactly tok, and session when set.
+func withToken(base, tok string, session ...string) *api.Client {
 	return &api.Client{BaseURL: base, Auth: func(req *http.Request, _ string) error {
 		req.Header.Set("Authorization", "Bearer "+tok)
+		for _, s := range session {
+			req.Header.Set(api.SessionHeader, s)
+		}
 		return nil
 	}}
 }
@@ -76,9 +79,14 @@ func TestClaim_UnapprovedRunnerIsRefused(t *testing.T) {
 	if len(list.Runners) != 1 || list.Runners[0].Status != api.RunnerPending || list.Runners[0].DID != r.DID {
 		t.Fatalf("runners = %+v, want r1 pending", list.Runners)
 	}
+	err = r.Client.Procedure(context.Background(), api.MethodStartSession, api.StartSessionInput{}, nil)
+	if !api.IsError(err, api.ErrNotApproved) {
+		t.Fatalf("session of a pending runner: err = %v, want %s", err, api.ErrNotApproved)
+	}
 	if err := f.alice().Procedure(context.Background(), api.MethodApproveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	r.StartSession(t)
 	if got := claim(t, r, 0); got == nil {
 		t.Fatal("approved runner got no run")
 	}
@@ -104,10 +112,10 @@ func TestRunnerAuth_ExpiredWrongMethodAndReplayedTokensAreRefused(t *testing.T) 
 	}
 
 	tok, _ = r.Signer.Token(api.MethodClaim)
-	if err := withToken(f.URL, tok).Procedure(ctx, api.MethodClaim, api.ClaimInput{}, nil); err != nil {
+	if err := withToken(f.URL, tok, r.Session()).Procedure(ctx, api.MethodClaim, api.ClaimInput{}, nil); err != nil {
 		t.Fatalf("first use of a token: %v", err)
 	}
-	err = withToken(f.URL, tok).Procedure(ctx, api.MethodClaim, api.ClaimInput{}, nil)
+	err = withToken(f.URL, tok, r.Session()).Procedure(ctx, api.MethodClaim, api.ClaimInput{}, nil)
 	if !api.IsError(err, api.ErrInvalidToken) {
 		t.Errorf("replayed token: err = %v, want %s", err, api.ErrInvalidToken)
 	}

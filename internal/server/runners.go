@@ -190,12 +190,15 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
+	session := r.Header.Get(api.SessionHeader)
 	wait := time.Duration(min(max(in.Wait, 0), 60)) * time.Second
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		queued := s.hub.wait(repoKey(x.RepoID)) // subscribe before looking
-		got, err := s.tryClaim(ctx, x)
+		// A new session or a handover ends this one: answer at once.
+		ended := s.hub.wait(runnerKey(x.ID))
+		got, err := s.tryClaim(ctx, x, session)
 		if err != nil || got != nil {
 			if err != nil {
 				return err
@@ -207,6 +210,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 		}
 		select {
 		case <-queued:
+		case <-ended:
 		case <-deadline.C:
 			return writeJSON(w, api.ClaimOutput{})
 		case <-s.closing:
@@ -218,8 +222,8 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 }
 
 // tryClaim claims the oldest queued run of x's repository that x qualifies
-// for, or returns nil.
-func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun, error) {
+// for, or returns nil. Only the runner's open session claims.
+func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (*api.ClaimedRun, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -236,6 +240,9 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun,
 		return nil, xerr(http.StatusForbidden, api.ErrNotApproved,
 			"runner %s of %s is no longer approved: an owner approves it with: knotless runner approve --repo %s %s", x.Name, x.Repo, x.Repo, x.Name)
 	}
+	if err := checkSession(x, session); err != nil {
+		return nil, err // superseded while it long-polled
+	}
 	queued, err := s.store.QueuedRuns(ctx, x.RepoID)
 	if err != nil {
 		return nil, err
@@ -249,10 +256,10 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner) (*api.ClaimedRun,
 			return nil, err
 		}
 		now := time.Now()
-		run, err = s.store.ClaimRun(ctx, run.ID, store.Claim{RunnerID: x.ID, RunnerName: x.Name,
+		run, err = s.store.ClaimRun(ctx, run.ID, store.Claim{RunnerID: x.ID, RunnerName: x.Name, Session: session,
 			TokenHash: hashToken(token), Now: now, LeaseUntil: now.Add(s.cfg.Lease)})
 		if errors.Is(err, store.ErrConflict) {
-			continue // another runner was faster
+			continue // another runner was faster (or the session just ended: the next look says so)
 		}
 		if err != nil {
 			return nil, err

@@ -30,6 +30,9 @@ const (
 	DefaultDataDir = "./knotless-data"
 	DefaultListen  = "127.0.0.1:8080"
 	DefaultLease   = 30 * time.Second
+	// DefaultHandoverGrace is how long runs a runner handed over wait for
+	// its next session (a restarted or upgraded knotless-run).
+	DefaultHandoverGrace = 5 * time.Minute
 )
 
 // Names of files and directories inside Config.DataDir.
@@ -61,6 +64,10 @@ type Config struct {
 	URL string
 	// Lease is how long a claim lasts without a heartbeat.
 	Lease time.Duration
+	// HandoverGrace is how long the runs of a runner session that handed
+	// them over (dev.knotless.runner.handover) wait for the runner's next
+	// session before they end errored/runner-lost.
+	HandoverGrace time.Duration
 	// Logger receives one line per event; default slog.Default().
 	Logger *slog.Logger
 	// Git is the git program; default "git" found in PATH.
@@ -87,6 +94,9 @@ func (c *Config) fill() error {
 	c.URL = u
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
+	}
+	if c.HandoverGrace <= 0 {
+		c.HandoverGrace = DefaultHandoverGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -69,6 +69,7 @@ func TestGetRun_QueuedRunNoRunnerCanTakeSaysWhy(t *testing.T) {
 	neverSeen := "waiting for a runner: runner builder-1 qualifies but is busy or offline (never seen)"
 	expect("an approved runner without label gpu", map[string]string{gpu: noLabel, anyRuns[0]: neverSeen, anyRuns[1]: neverSeen})
 
+	r.StartSession(t)
 	c := claim(t, r, 0)
 	if c == nil {
 		t.Fatal("builder-1 got no run")

@@ -37,7 +37,8 @@ type authKind int
 const (
 	authNone     authKind = iota
 	authUser              // account API token
-	authRunner            // service-auth JWT of an approved runner
+	authRunner            // service-auth JWT of an approved runner, and its open session (api.SessionHeader)
+	authSession           // service-auth JWT of an approved runner, no session needed (startSession)
 	authRegister          // service-auth JWT of the key being registered
 )
 
@@ -58,6 +59,9 @@ func (s *Server) methods() map[string]method {
 	}
 	runner := func(f func(http.ResponseWriter, *http.Request, store.Runner) error) method {
 		return method{verb: p, auth: authRunner, runner: f}
+	}
+	session := func(f func(http.ResponseWriter, *http.Request, store.Runner) error) method {
+		return method{verb: p, auth: authSession, runner: f}
 	}
 	return map[string]method{
 		api.MethodDescribeServer: {verb: q, auth: authNone, public: s.describe},
@@ -82,6 +86,9 @@ func (s *Server) methods() map[string]method {
 		api.MethodUpdateStep:     runner(s.updateStep),
 		api.MethodAppendLog:      runner(s.appendLog),
 		api.MethodComplete:       runner(s.complete),
+		api.MethodStartSession:   session(s.startSession),
+		api.MethodHandover:       runner(s.handover),
+		api.MethodResumeRun:      runner(s.resumeRun),
 	}
 }
 
@@ -133,9 +140,9 @@ func (s *Server) serveXRPC(w http.ResponseWriter, r *http.Request, table map[str
 		if a, err = s.authUser(r); err == nil {
 			err = m.user(w, r, a)
 		}
-	case authRunner:
+	case authRunner, authSession:
 		var x store.Runner
-		if x, err = s.authRunner(r, nsid); err == nil {
+		if x, err = s.authRunner(r, nsid, m.auth == authRunner); err == nil {
 			err = m.runner(w, r, x)
 		}
 	}
@@ -291,8 +298,9 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 }
 
 // authRunner verifies a runner's service-auth JWT for nsid against the key
-// it registered, and refuses runners not yet approved.
-func (s *Server) authRunner(r *http.Request, nsid string) (store.Runner, error) {
+// it registered, refuses runners not yet approved and, with needSession,
+// calls without the runner's open session (see checkSession).
+func (s *Server) authRunner(r *http.Request, nsid string, needSession bool) (store.Runner, error) {
 	tok, ok := bearer(r)
 	if !ok {
 		return store.Runner{}, xerr(http.StatusUnauthorized, api.ErrAuthRequired,
@@ -318,6 +326,11 @@ func (s *Server) authRunner(r *http.Request, nsid string) (store.Runner, error) 
 		return found, xerr(http.StatusForbidden, api.ErrNotApproved,
 			"runner %s of %s is not approved yet; the owner approves it with: knotless runner approve --repo %s %s",
 			found.Name, found.Repo, found.Repo, found.Name)
+	}
+	if needSession {
+		if err := checkSession(found, r.Header.Get(api.SessionHeader)); err != nil {
+			return found, err
+		}
 	}
 	s.touchRunner(r.Context(), found.ID)
 	return found, nil

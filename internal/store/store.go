@@ -130,6 +130,10 @@ type RunFilter struct {
 type Claim struct {
 	RunnerID   int64
 	RunnerName string
+	// Session, when set, must be the runner's current session, not handed
+	// over, for the claim to succeed (else ErrConflict): a process whose
+	// session was superseded while it long-polled claims nothing.
+	Session    string
 	TokenHash  string // SHA-256 hex of the run token
 	Now        time.Time
 	LeaseUntil time.Time
@@ -156,6 +160,21 @@ type Runner struct {
 	Status     string // pending, approved
 	CreatedAt  time.Time
 	LastSeenAt *time.Time
+	// Session is the runner's current session ("" before its first
+	// StartSession), started at SessionStartedAt.
+	Session          string
+	SessionStartedAt *time.Time
+	// HandedOverAt and HandoverUntil are set once Session handed its runs
+	// over (HandOver; the session is ended) until the next StartSession:
+	// when it did, and until when its runs wait for the next session.
+	HandedOverAt  *time.Time
+	HandoverUntil *time.Time
+}
+
+// SessionOpen reports whether session is the runner's current session and
+// has not handed its runs over: the one session whose calls are served.
+func (x Runner) SessionOpen(session string) bool {
+	return session != "" && session == x.Session && x.HandedOverAt == nil
 }
 
 // Secret is a stored secret of a repository. Ciphertext is filled only by
@@ -243,12 +262,22 @@ type Store interface {
 	CancelRun(ctx context.Context, id int64, now time.Time) (Run, error)
 	// ExpireLeases ends every claimed or running run whose lease expired
 	// before now: errored/runner-lost, or cancelled when a cancel had been
-	// requested (their steps end as CompleteRun describes). It returns the
-	// runs it ended, in their new state.
+	// requested (their steps end as CompleteRun describes). The message
+	// says when the runner was last heard from or, when its last session
+	// handed its runs over (HandOver) and no session started since, that
+	// no new runner process took the run within the handover grace. It
+	// returns the runs it ended, in their new state.
 	ExpireLeases(ctx context.Context, now time.Time) ([]Run, error)
-	// ExtendLeases sets the lease of every claimed or running run to until
-	// and reports how many there were (used at server start).
+	// ExtendLeases sets the lease of every claimed or running run to until,
+	// never shortening one (a handover grace may reach further), and
+	// reports how many there were (used at server start).
 	ExtendLeases(ctx context.Context, until time.Time) (int, error)
+	// RotateRunToken gives run id a new run token (tokenHash, SHA-256 hex;
+	// the old token stops working at once) and renews its lease to
+	// leaseUntil, for a claimed or running run held by runnerID.
+	// ErrRunFinished (with the run) when the run is final, ErrConflict when
+	// it is queued or another runner holds it, ErrNotFound when absent.
+	RotateRunToken(ctx context.Context, id, runnerID int64, tokenHash string, leaseUntil time.Time) (Run, error)
 
 	// RegisterRunner creates a pending runner. Registering the same DID for
 	// the same repository and name again is idempotent (labels are updated;
@@ -268,6 +297,24 @@ type Store interface {
 	RemoveRunner(ctx context.Context, id int64) error
 	// TouchRunner records that the runner was heard from at.
 	TouchRunner(ctx context.Context, id int64, at time.Time) error
+	// StartSession makes session (an opaque, unguessable id) the current
+	// session of runner id, started at now, which ends any earlier session
+	// and clears a handover; in the same transaction the lease of every
+	// run the runner holds (claimed or running) is renewed to leaseUntil.
+	// It returns the runner as it was before (prev.Session is the session
+	// superseded, "" for none; prev.HandedOverAt tells whether it had
+	// handed over) and the held runs, oldest first, in their new state.
+	// ErrNotFound when the runner is absent.
+	StartSession(ctx context.Context, id int64, session string, now, leaseUntil time.Time) (prev Runner, held []Run, err error)
+	// HandOver ends session, the open session of runner id (see
+	// Runner.SessionOpen), at now: the lease of every run the runner holds
+	// is set to until, and the runner records HandedOverAt now and
+	// HandoverUntil until, so that the session is refused from then on and
+	// a run whose lease lapses says it was handed over. It returns the held
+	// runs, oldest first. ErrConflict when session is not the runner's
+	// open session (superseded, or handed over already), ErrNotFound when
+	// the runner is absent.
+	HandOver(ctx context.Context, id int64, session string, now, until time.Time) ([]Run, error)
 
 	// SetSecret creates or replaces the secret (repoID, name, runner).
 	SetSecret(ctx context.Context, s Secret) error

@@ -30,6 +30,9 @@ type Options struct {
 	// Lease is the run lease; default server.DefaultLease (30 s). Tests of
 	// lost runners use something short, like 1 s.
 	Lease time.Duration
+	// HandoverGrace is how long handed-over runs wait for the runner's
+	// next session; default server.DefaultHandoverGrace (5 min).
+	HandoverGrace time.Duration
 	// Logger receives the server's log; default: lines go to t.Log (shown
 	// for failing tests or with -v) until the test ends.
 	Logger *slog.Logger
@@ -85,7 +88,8 @@ func (s *Server) start(ln net.Listener) {
 		logger = slog.New(slog.NewTextHandler(s.logw, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	srv, err := server.New(context.Background(), server.Config{
-		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, Logger: logger,
+		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
+		Logger: logger,
 	})
 	if err != nil {
 		ln.Close()
@@ -198,13 +202,56 @@ type Runner struct {
 	Repo   string
 	DID    string
 	Signer *svcauth.Signer
-	// Client calls runner methods with a fresh service-auth JWT per request.
+	// Client calls runner methods with a fresh service-auth JWT per request
+	// and, once StartSession ran, the runner's session (api.SessionHeader).
 	Client *api.Client
+
+	url     string
+	mu      sync.Mutex
+	session string
+}
+
+// StartSession starts a new session of the runner (superseding any
+// earlier one) and makes Client send it from then on.
+func (r *Runner) StartSession(t testing.TB) api.StartSessionOutput {
+	t.Helper()
+	var out api.StartSessionOutput
+	if err := r.Client.Procedure(context.Background(), api.MethodStartSession,
+		api.StartSessionInput{Version: "test", Executor: "none"}, &out); err != nil {
+		t.Fatalf("servertest: start session of runner %s: %v", r.Name, err)
+	}
+	r.mu.Lock()
+	r.session = out.Session
+	r.mu.Unlock()
+	return out
+}
+
+// Session returns the session Client sends ("" before StartSession).
+func (r *Runner) Session() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.session
+}
+
+// ClientWithSession returns a client of the runner's identity that sends
+// session ("" sends none), e.g. one a later StartSession superseded.
+func (r *Runner) ClientWithSession(session string) *api.Client {
+	return &api.Client{BaseURL: r.url, Auth: sessionAuth(r.Signer.AuthFunc(), func() string { return session })}
+}
+
+// sessionAuth adds the session session returns to auth's credentials.
+func sessionAuth(auth api.AuthFunc, session func() string) api.AuthFunc {
+	return func(req *http.Request, nsid string) error {
+		if s := session(); s != "" {
+			req.Header.Set(api.SessionHeader, s)
+		}
+		return auth(req, nsid)
+	}
 }
 
 // RegisterRunner makes a key, registers it as runner name of repo
 // ("OWNER/NAME") with labels and, when approve is set, approves it as the
-// admin.
+// admin and starts a session (see Runner.StartSession).
 func (s *Server) RegisterRunner(t testing.TB, repo, name string, labels []string, approve bool) *Runner {
 	t.Helper()
 	ctx := context.Background()
@@ -217,8 +264,8 @@ func (s *Server) RegisterRunner(t testing.TB, repo, name string, labels []string
 		t.Fatal(err)
 	}
 	signer := &svcauth.Signer{DID: did, Audience: s.DID(), Key: key}
-	r := &Runner{Name: name, Repo: repo, DID: did, Signer: signer,
-		Client: &api.Client{BaseURL: s.URL, Auth: signer.AuthFunc()}}
+	r := &Runner{Name: name, Repo: repo, DID: did, Signer: signer, url: s.URL}
+	r.Client = &api.Client{BaseURL: s.URL, Auth: sessionAuth(signer.AuthFunc(), r.Session)}
 	if err := r.Client.Procedure(ctx, api.MethodRegisterRunner,
 		api.RegisterRunnerInput{Repo: repo, Name: name, Labels: labels}, nil); err != nil {
 		t.Fatalf("servertest: register runner %s: %v", name, err)
@@ -227,6 +274,7 @@ func (s *Server) RegisterRunner(t testing.TB, repo, name string, labels []string
 		if err := s.Admin().Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: repo, Name: name}, nil); err != nil {
 			t.Fatalf("servertest: approve runner %s: %v", name, err)
 		}
+		r.StartSession(t)
 	}
 	return r
 }

@@ -13,17 +13,19 @@ import (
 )
 
 const runnerCols = `x.id, x.repo_id, a.handle || '/' || r.name, x.name, x.did, x.public_key, x.labels,
-	x.status, x.created_at, x.last_seen_at`
+	x.status, x.created_at, x.last_seen_at, x.session, x.session_started_at, x.handed_over_at, x.handover_until`
 const runnerFrom = ` FROM runners x JOIN repos r ON r.id = x.repo_id JOIN accounts a ON a.id = r.owner_id`
 
 func scanRunner(row interface{ Scan(...any) error }) (store.Runner, error) {
 	var x store.Runner
 	var labels string
 	var created int64
-	var seen sql.NullInt64
-	err := row.Scan(&x.ID, &x.RepoID, &x.Repo, &x.Name, &x.DID, &x.PublicKey, &labels, &x.Status, &created, &seen)
+	var seen, started, handedOver, handoverUntil sql.NullInt64
+	err := row.Scan(&x.ID, &x.RepoID, &x.Repo, &x.Name, &x.DID, &x.PublicKey, &labels, &x.Status, &created, &seen,
+		&x.Session, &started, &handedOver, &handoverUntil)
 	x.Labels = parseList(labels)
 	x.CreatedAt, x.LastSeenAt = fromMS(created), nullTime(seen)
+	x.SessionStartedAt, x.HandedOverAt, x.HandoverUntil = nullTime(started), nullTime(handedOver), nullTime(handoverUntil)
 	return x, err
 }
 

@@ -215,13 +215,15 @@ func (d *DB) RunByToken(ctx context.Context, tokenHash string) (store.Run, error
 // changes the row.
 func (d *DB) ClaimRun(ctx context.Context, id int64, c store.Claim) (store.Run, error) {
 	res, err := d.db.ExecContext(ctx, `UPDATE runs SET state = ?, runner_id = ?, runner_name = ?, token_hash = ?,
-		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ?`,
-		api.StateClaimed, c.RunnerID, c.RunnerName, c.TokenHash, ms(c.Now), ms(c.LeaseUntil), id, api.StateQueued)
+		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ?
+		AND (? = '' OR EXISTS (SELECT 1 FROM runners WHERE id = ? AND session = ? AND handed_over_at IS NULL))`,
+		api.StateClaimed, c.RunnerID, c.RunnerName, c.TokenHash, ms(c.Now), ms(c.LeaseUntil), id, api.StateQueued,
+		c.Session, c.RunnerID, c.Session)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("claim run %d: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return store.Run{}, fmt.Errorf("claim run %d: no longer queued: %w", id, store.ErrConflict)
+		return store.Run{}, fmt.Errorf("claim run %d: no longer queued, or the runner's session ended: %w", id, store.ErrConflict)
 	}
 	return d.Run(ctx, id)
 }
@@ -243,6 +245,31 @@ func (d *DB) RenewLease(ctx context.Context, id, runnerID int64, until time.Time
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE runs SET lease_expires = ? WHERE id = ?`, ms(until), id); err != nil {
 			return fmt.Errorf("renew lease of run %d: %w", id, err)
+		}
+		out, err = getRun(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// RotateRunToken implements store.Store.
+func (d *DB) RotateRunToken(ctx context.Context, id, runnerID int64, tokenHash string, leaseUntil time.Time) (store.Run, error) {
+	var out store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRun(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if api.IsFinal(r.State) {
+			out = r
+			return fmt.Errorf("rotate the token of run %d: %w", id, store.ErrRunFinished)
+		}
+		if r.RunnerID != runnerID || (r.State != api.StateClaimed && r.State != api.StateRunning) {
+			return fmt.Errorf("rotate the token of run %d: not held by this runner: %w", id, store.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET token_hash = ?, lease_expires = ? WHERE id = ?`,
+			tokenHash, ms(leaseUntil), id); err != nil {
+			return fmt.Errorf("rotate the token of run %d: %w", id, err)
 		}
 		out, err = getRun(ctx, tx, id)
 		return err
@@ -450,8 +477,9 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 		}
 		for _, r := range lapsed {
 			heard := "never"
-			var last sql.NullInt64
-			err := tx.QueryRowContext(ctx, `SELECT last_seen_at FROM runners WHERE id = ?`, r.RunnerID).Scan(&last)
+			var last, handedOver sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT last_seen_at, handed_over_at FROM runners WHERE id = ?`,
+				r.RunnerID).Scan(&last, &handedOver)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("read runner of run %d: %w", r.ID, err)
 			}
@@ -461,9 +489,19 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 			state, reason := api.StateErrored, api.ReasonRunnerLost
 			msg := fmt.Sprintf("runner %s stopped renewing the lease (last heard from: %s; lease expired at %s)",
 				r.RunnerName, heard, r.LeaseExpires.Format(time.RFC3339))
+			if handedOver.Valid {
+				// Its last session handed the run over and none started
+				// since: the runner was not lost, nobody took over.
+				msg = fmt.Sprintf("runner %s handed the run over at %s and no new runner process took it within the handover grace (until %s)",
+					r.RunnerName, fromMS(handedOver.Int64).Format(time.RFC3339), r.LeaseExpires.Format(time.RFC3339))
+			}
 			if r.CancelRequested {
 				state, reason = api.StateCancelled, api.ReasonCancelled
-				msg = "cancelled; " + msg + " before confirming the cancel"
+				if handedOver.Valid {
+					msg = "cancelled; " + msg
+				} else {
+					msg = "cancelled; " + msg + " before confirming the cancel"
+				}
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
 				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
@@ -485,8 +523,8 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 
 // ExtendLeases implements store.Store.
 func (d *DB) ExtendLeases(ctx context.Context, until time.Time) (int, error) {
-	res, err := d.db.ExecContext(ctx, `UPDATE runs SET lease_expires = ? WHERE state IN (?, ?)`,
-		ms(until), api.StateClaimed, api.StateRunning)
+	res, err := d.db.ExecContext(ctx, `UPDATE runs SET lease_expires = MAX(COALESCE(lease_expires, 0), ?)
+		WHERE state IN (?, ?)`, ms(until), api.StateClaimed, api.StateRunning)
 	if err != nil {
 		return 0, fmt.Errorf("extend leases: %w", err)
 	}
