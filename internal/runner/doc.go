@@ -1,9 +1,10 @@
 // Package runner is the core of knotless-run: the runner's state file and
 // registration (login), the claim loop with its heartbeats and capacity, the
 // bare git mirrors and per-run checkouts, the execution of a workflow's steps
-// through an executor.Executor (shared by `run` and the server-less `exec`),
-// and the on-disk spool from which logs, step updates and results are
-// shipped to the server.
+// through an executor.Executor (shared by `run` and the server-less `exec`).
+// Each run is recorded into a logship.Spool, from which a logship.Shipper
+// delivers logs, step updates and the result; the claim loop's calls (claim,
+// heartbeat) go through logship.Client too.
 //
 // It knows executors only through the executor package's interfaces, so
 // docker and kube fit without touching it. It must never let a byte of step

@@ -17,6 +17,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/server/servertest"
 )
 
@@ -394,7 +395,7 @@ steps:
 		t.Fatal(err)
 	}
 	// The run ends while the server is down: its result waits in the spool.
-	journal := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10), journalName)
+	journal := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10), logship.JournalFile)
 	waitFor(t, 30*time.Second, "the result in the spool", func() bool {
 		data, _ := os.ReadFile(journal)
 		return bytes.Contains(data, []byte(`"complete"`))
@@ -488,7 +489,7 @@ func TestIntegration_RestartDeliversSpoolOfEarlierProcess(t *testing.T) {
 	if err := st.Client(nil).Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 5}, &claim); err != nil || claim.Run == nil {
 		t.Fatalf("claim: %v %+v", err, claim)
 	}
-	sp, err := CreateSpool(filepath.Join(w.work, "spool"), run.ID)
+	sp, err := logship.CreateSpool(filepath.Join(w.work, "spool"), run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
