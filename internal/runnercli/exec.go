@@ -11,16 +11,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/internal/executor/shell"
 	"knotless.dev/knotless/internal/runner"
 )
 
 func newExec(g *globals, stdout io.Writer) *cobra.Command {
 	var (
-		execName, work string
-		secrets        []string
-		logLimit       = sizeValue(runner.DefaultLogLimit)
-		envs           = &envValue{}
+		work     string
+		exf      *executorFlags
+		secrets  []string
+		logLimit = sizeValue(runner.DefaultLogLimit)
+		envs     = &envValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "exec FILE [--executor shell] [--secret NAME]...",
@@ -60,7 +60,7 @@ cancelled, 2 when the command line was wrong.`,
 			if err := os.MkdirAll(work, 0o700); err != nil {
 				return fmt.Errorf("work directory: %w", err)
 			}
-			ex, err := newExecutor(execName, work, log)
+			ex, err := exf.newExecutor(work, log)
 			if err != nil {
 				return err
 			}
@@ -85,13 +85,12 @@ cancelled, 2 when the command line was wrong.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&execName, "executor", shell.Name, "where the run executes: shell"+envNote("KNOTLESS_EXECUTOR"))
+	exf = addExecutorFlags(f, "where the run executes")
 	f.StringArrayVar(&secrets, "secret", nil, "secret NAME to pass, value from the environment variable NAME (repeatable)")
 	f.StringVar(&work, "work", "", "directory for HOME and the executor's files (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	envFlag(f, "executor", "KNOTLESS_EXECUTOR")
 	envFlag(f, "work", "KNOTLESS_WORK")
 	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
 	return cmd

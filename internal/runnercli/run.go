@@ -2,33 +2,22 @@ package runnercli
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/shell"
 	"knotless.dev/knotless/internal/runner"
 )
 
-func newExecutor(name, work string, log *slog.Logger) (executor.Executor, error) {
-	switch name {
-	case shell.Name:
-		return shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Logger: log}), nil
-	}
-	return nil, usagef("unknown executor %q (available: %s)", name, shell.Name)
-}
-
 func newRun(g *globals) *cobra.Command {
 	var (
-		statePath, execName, work string
-		cfg                       runner.Config
-		logLimit                  = sizeValue(runner.DefaultLogLimit)
-		envs                      = &envValue{}
+		statePath, work string
+		exf             *executorFlags
+		cfg             runner.Config
+		logLimit        = sizeValue(runner.DefaultLogLimit)
+		envs            = &envValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "run --state FILE --executor shell --work DIR",
@@ -66,7 +55,7 @@ to do, cancels its running runs and exits 1.`,
 				return usagef("run needs --state FILE and --work DIR")
 			}
 			log := g.logger()
-			ex, err := newExecutor(execName, work, log)
+			ex, err := exf.newExecutor(work, log)
 			if err != nil {
 				return err
 			}
@@ -100,15 +89,15 @@ to do, cancels its running runs and exits 1.`,
 		},
 	}
 	f := cmd.Flags()
+	exf = addExecutorFlags(f, "where runs execute")
 	f.StringVar(&statePath, "state", "", "state file written by login"+envNote("KNOTLESS_STATE"))
-	f.StringVar(&execName, "executor", shell.Name, "where runs execute: shell"+envNote("KNOTLESS_EXECUTOR"))
 	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools"+envNote("KNOTLESS_WORK"))
 	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once"+envNote("KNOTLESS_CAPACITY"))
 	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "executor": "KNOTLESS_EXECUTOR", "work": "KNOTLESS_WORK",
+	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "log-limit": "KNOTLESS_LOG_LIMIT"} {
 		envFlag(f, flag, env)
 	}
