@@ -459,7 +459,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 	}()
 
 	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
-	workspace, home := filepath.Join(runDir, "workspace"), filepath.Join(runDir, "home")
+	workspace := filepath.Join(runDir, "workspace")
 	removed := false
 	cleanup := func() error {
 		removed = true
@@ -472,7 +472,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			}
 		}
 	}()
-	if err := os.MkdirAll(home, 0o700); err != nil {
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		log.Error("create run directory", "err", err)
 	}
 	job := Job{
@@ -484,7 +484,6 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 		WorkflowPath:   run.WorkflowPath,
 		WorkflowSource: []byte(cr.WorkflowSource),
 		Workspace:      workspace,
-		Home:           home,
 		Env:            r.cfg.Env,
 		Secrets:        cr.Secrets,
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},

@@ -64,15 +64,10 @@ cancelled, 2 when the command line was wrong.`,
 			if err != nil {
 				return err
 			}
-			home, err := os.MkdirTemp(work, "home-")
-			if err != nil {
-				return fmt.Errorf("work directory: %w", err)
-			}
-			defer os.RemoveAll(home)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
-				File: args[0], Secrets: secrets, Home: home, Executor: ex, Out: stdout,
+				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
 				LogLimit: int64(logLimit), Env: envs.m, Logger: log,
 			})
 			if err != nil {
@@ -87,7 +82,7 @@ cancelled, 2 when the command line was wrong.`,
 	f := cmd.Flags()
 	exf = addExecutorFlags(f, "where the run executes")
 	f.StringArrayVar(&secrets, "secret", nil, "secret NAME to pass, value from the environment variable NAME (repeatable)")
-	f.StringVar(&work, "work", "", "directory for HOME and the executor's files (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
+	f.StringVar(&work, "work", "", "directory for the executor's files, among them the steps' HOME (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")

@@ -36,11 +36,12 @@ cancels running runs at once.
 
 Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
-  DIR/runs/<run>/              workspace and HOME of a run (removed after it)
+  DIR/runs/<run>/workspace     checkout of a run (removed after it)
   DIR/spool/<run>/             logs and results not yet delivered
-  DIR/shell/                   the shell executor's private files
+  DIR/shell/run-<run>/         the shell executor's files of a run, with
+                               the steps' HOME (removed after it)
 
-Every run gets a fresh HOME (DIR/runs/<run>/home), so tool caches start
+Every run gets a fresh HOME, made by the executor, so tool caches start
 cold; --env points tools at a cache the runs share, e.g. GOCACHE.
 
 If the server no longer knows the runner (it was removed), run logs what

@@ -36,16 +36,14 @@ var (
 	drainMax = 10 * time.Second
 )
 
-// defaultShell runs a step's script when Step.Shell is empty.
-var defaultShell = []string{"/bin/sh", "-e"}
-
 // Exec runs step: it writes the script to a private 0700 file in the
-// session directory, starts Step.Shell (default /bin/sh -e) with the file's
-// path as its last argument, in the checkout, in a new process group, with
-// stdin from /dev/null and stdout and stderr on one pipe copied to out as
-// bytes arrive. The environment is exactly Step.Env plus Step.Secrets (a
-// secret wins over a variable of the same name), plus PATH (Config.PATH) and
-// HOME (Spec.Home) when Step.Env has none.
+// session directory, starts Step.Shell (default executor.DefaultShell) with
+// the file's path as its last argument, in the checkout, in a new process
+// group, with stdin from /dev/null and stdout and stderr on one pipe copied
+// to out as bytes arrive. The environment is exactly Step.Env plus
+// Step.Secrets (a secret wins over a variable of the same name), plus PATH
+// (Config.PATH) and HOME (the session's own directory, Config.Dir/<ID>/home)
+// when Step.Env has none.
 //
 // When the shell exits, the whole process group is killed (SIGKILL), so
 // background processes neither keep the step open nor survive it; output
@@ -91,7 +89,7 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	}
 	argv := step.Shell
 	if len(argv) == 0 {
-		argv = defaultShell
+		argv = executor.DefaultShell
 	}
 	shellPath, err := lookShell(argv[0], pathList)
 	if err != nil {

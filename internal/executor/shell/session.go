@@ -21,7 +21,7 @@ type session struct {
 	id      string
 	dir     string // private session directory, 0700
 	workdir string // the checkout, absolute, symlinks resolved
-	home    string // Spec.Home, absolute; "" when not given
+	home    string // HOME of the steps, dir/home
 
 	mu       sync.Mutex
 	closed   bool

@@ -71,9 +71,9 @@ func (e *Executor) Name() string { return Name }
 // Config.Dir, so it is one plain path element.
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// Prepare checks that spec.Workspace (and spec.Home, when set) is a
-// directory, creates the session's private directory Config.Dir/<spec.ID>
-// (mode 0700; a stale one left by an earlier process is replaced) and writes
+// Prepare checks that spec.Workspace is a directory, creates the session's
+// private directory Config.Dir/<spec.ID> (mode 0700; a stale one left by an
+// earlier process is replaced) with the steps' HOME in it, and writes
 // to spec.Log that steps run directly on this host, and which parts of spec
 // it ignores (Image, resource limits). Errors: an invalid ID, an ID that has
 // a live session in this executor, a missing workspace, or a file-system
