@@ -3,8 +3,11 @@ package runner
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,5 +121,37 @@ func TestMirrors_ConcurrentCheckoutsOfOneRepo(t *testing.T) {
 		if err != nil {
 			t.Errorf("checkout %d: %v", i, err)
 		}
+	}
+}
+
+// BenchmarkMirrors_CheckoutOwnHistory checks this repository's HEAD out of a
+// mirror that holds it already (the one fetch is not timed): what every run
+// of a warm runner pays before its first step.
+func BenchmarkMirrors_CheckoutOwnHistory(b *testing.B) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		b.Skip("not in a git checkout")
+	}
+	sha, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := Fetch{Repo: "knotless/knotless", URL: strings.TrimSpace(string(top)), SHA: strings.TrimSpace(string(sha))}
+	root := b.TempDir()
+	m := &Mirrors{Root: filepath.Join(root, "mirrors")}
+	if err := m.Checkout(context.Background(), f, filepath.Join(root, "first"), io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		ws := filepath.Join(root, "ws"+strconv.Itoa(i))
+		if err := m.Checkout(context.Background(), f, ws, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := os.RemoveAll(ws); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 }
