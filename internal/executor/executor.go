@@ -19,10 +19,25 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 )
+
+// Setup is what the runner gives every executor it makes, from its own
+// command line.
+type Setup struct {
+	// Work is the runner's work directory; an executor keeps its files in
+	// Work/<its name>.
+	Work string
+	// Agent is the step agent program (knotless-agent) to run or copy into
+	// environments; empty means the one beside the running program, else
+	// the one in PATH.
+	Agent string
+	// Logger is the runner's logger.
+	Logger *slog.Logger
+}
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell
 // that stops at the first failing command. The script's path is appended.

@@ -1,9 +1,10 @@
 // Package runner is the core of knotless-run: the runner's state file and
 // registration (login), the claim loop with its heartbeats and capacity, the
 // bare git mirrors and per-run checkouts, the execution of a workflow's steps
-// through an executor.Executor (shared by `run` and the server-less `exec`),
-// and the on-disk spool from which logs, step updates and results are
-// shipped to the server.
+// through an executor.Executor (shared by `run` and the server-less `exec`).
+// Each run is recorded into a logship.Spool, from which a logship.Shipper
+// delivers logs, step updates and the result; the claim loop's calls (claim,
+// heartbeat) go through logship.Client too.
 //
 // It knows executors only through the executor package's interfaces, so
 // docker and kube fit without touching it. It must never let a byte of step
@@ -16,11 +17,11 @@
 //	DIR/.lock                        flock held by the one runner process using DIR
 //	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (fetched by SHA)
 //	DIR/runs/<run>/workspace         the run's checkout (removed after the run)
-//	DIR/runs/<run>/home              HOME of the run's steps (removed after the run)
 //	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
 //	DIR/spool/<run>/journal.jsonl    step updates and the final result, in order
 //	DIR/spool/<run>/shipped.json     what the server acknowledged so far
-//	DIR/shell/                       the shell executor's private files (scripts)
+//	DIR/shell/run-<run>/             the shell executor's session: step scripts and
+//	                                 the steps' HOME (removed after the run)
 //
 // A spool is removed once the server acknowledged the run's result; a
 // runner that starts delivers every spool an earlier process left, and

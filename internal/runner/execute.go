@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,12 +48,12 @@ type Job struct {
 	// ID is the executor environment's ID; default "run-<Run>".
 	ID string
 	// Workspace is the checkout on this host; Checkout (when set) fills it.
+	// HOME is the executor's to make, in the environment.
 	Workspace string
-	// Home is a writable directory for HOME (shell executor).
-	Home string
 	// Env holds the runner operator's variables (--env) for every step;
-	// the KNOTLESS_* variables, HOME, the workflow's and the step's env win
-	// over them. Not secrets: they are not masked.
+	// the KNOTLESS_* variables, the workflow's and the step's env win over
+	// them, and HOME in it is dropped (the executor's HOME stands). Not
+	// secrets: they are not masked.
 	Env map[string]string
 	// Secrets are the values the run received, by name. Every value is
 	// masked in every log; steps get only those they list.
@@ -363,6 +364,8 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 	for k, v := range e.job.Env {
 		env[k] = v
 	}
+	// HOME is the executor's: a host path means nothing in a container.
+	delete(env, "HOME")
 	for k, v := range map[string]string{
 		"CI":                 "true",
 		"KNOTLESS":           "true",
@@ -375,9 +378,6 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		"KNOTLESS_WORKSPACE": sess.Workdir(),
 	} {
 		env[k] = v
-	}
-	if e.job.Home != "" {
-		env["HOME"] = e.job.Home
 	}
 	for k, v := range e.wf.Env {
 		env[k] = v
@@ -418,10 +418,14 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 			fmt.Fprintf(out, "[knotless: secret %s has no value for this run; the step runs without it]\n", n)
 		}
 	}
+	argv := strings.Fields(shell)
+	if len(argv) == 0 {
+		argv = slices.Clone(executor.DefaultShell)
+	}
 	return executor.Step{
 		Name:    name,
 		Script:  script,
-		Shell:   strings.Fields(shell),
+		Shell:   argv,
 		Env:     env,
 		Secrets: secrets,
 		Timeout: st.Timeout,

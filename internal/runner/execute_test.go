@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/shell"
 )
 
@@ -82,20 +84,14 @@ func (r *memReporter) final() map[int]StepUpdate {
 	return out
 }
 
-// testJob makes a job whose workspace and home are fresh directories.
+// testJob makes a job whose workspace is a fresh directory.
 func testJob(t *testing.T, workflowYAML string) Job {
 	t.Helper()
-	dir := t.TempDir()
-	ws, home := filepath.Join(dir, "ws"), filepath.Join(dir, "home")
-	for _, d := range []string{ws, home} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws := t.TempDir()
 	return Job{
 		Run: 42, Pipeline: 7, Repo: "alice/app", Ref: "refs/heads/main", SHA: strings.Repeat("a", 40),
 		WorkflowPath: ".knotless/workflows/ci.yml", WorkflowSource: []byte(workflowYAML),
-		Workspace: ws, Home: home, Grace: time.Second, Logger: testLogger(t),
+		Workspace: ws, Grace: time.Second, Logger: testLogger(t),
 	}
 }
 
@@ -142,7 +138,9 @@ steps:
 	for _, want := range []string{
 		"CI=true KNOTLESS=true repo=alice/app ref=refs/heads/main sha=" + job.SHA,
 		"pipeline=7 run=42 workflow=ci",
-		"ws=" + job.Workspace + " pwd=" + job.Workspace + " home=" + job.Home + " wf=wf both=from-step",
+		// HOME is the executor's own (Config.Dir/<ID>/home), not the runner's.
+		"ws=" + job.Workspace + " pwd=" + job.Workspace + " home=/",
+		"/shell/run-42/home wf=wf both=from-step",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("step 1 log lacks %q:\n%s", want, out)
@@ -432,14 +430,73 @@ func TestExecute_OperatorEnvReachesStepsAndWorkflowEnvWins(t *testing.T) {
 	job := testJob(t, `
 env: {SHARED: from-workflow}
 steps:
-  - run: echo "cache=$GOCACHE shared=$SHARED run=$KNOTLESS_RUN"
+  - run: echo "cache=$GOCACHE shared=$SHARED run=$KNOTLESS_RUN home=$HOME"
 `)
-	job.Env = map[string]string{"GOCACHE": "/var/cache/go", "SHARED": "from-runner", "KNOTLESS_RUN": "999"}
+	job.Env = map[string]string{"GOCACHE": "/var/cache/go", "SHARED": "from-runner", "KNOTLESS_RUN": "999", "HOME": "/nowhere"}
 	rep, res := execute(t, context.Background(), job)
 	if res.State != api.StateSucceeded {
 		t.Fatalf("result %+v", res)
 	}
-	if got, want := rep.log(1), "cache=/var/cache/go shared=from-workflow run=42\n"; got != want {
+	if got, want := rep.log(1), "cache=/var/cache/go shared=from-workflow run=42 home="; !strings.HasPrefix(got, want) || strings.Contains(got, "/nowhere") {
 		t.Fatalf("step log %q, want %q", got, want)
+	}
+}
+
+// recordingExecutor keeps every step its sessions are handed.
+type recordingExecutor struct {
+	executor.Executor
+	mu    sync.Mutex
+	steps []executor.Step
+}
+
+func (r *recordingExecutor) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
+	s, err := r.Executor.Prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingSession{Session: s, r: r}, nil
+}
+
+type recordingSession struct {
+	executor.Session
+	r *recordingExecutor
+}
+
+func (s *recordingSession) Exec(ctx context.Context, st executor.Step, out io.Writer) (executor.Result, error) {
+	s.r.mu.Lock()
+	s.r.steps = append(s.r.steps, st)
+	s.r.mu.Unlock()
+	return s.Session.Exec(ctx, st, out)
+}
+
+// TestExecute_StepsAreExecutorNeutral pins what the runner hands any
+// executor: DefaultShell when the step names no shell, and no HOME (each
+// executor makes its own), also when the operator's --env has one.
+func TestExecute_StepsAreExecutorNeutral(t *testing.T) {
+	job := testJob(t, `
+steps:
+  - run: echo default
+  - shell: bash -eo pipefail
+    run: echo bash
+`)
+	job.Env = map[string]string{"HOME": "/host/home"}
+	ex := &recordingExecutor{Executor: testShell(t)}
+	rep := newMemReporter()
+	if res := Execute(context.Background(), job, ex, rep); res.State != api.StateSucceeded {
+		t.Fatalf("result %+v", res)
+	}
+	if len(ex.steps) != 2 {
+		t.Fatalf("%d steps executed", len(ex.steps))
+	}
+	if got := ex.steps[0].Shell; !slices.Equal(got, executor.DefaultShell) {
+		t.Errorf("step without shell got %q, want %q", got, executor.DefaultShell)
+	}
+	if got := ex.steps[1].Shell; !slices.Equal(got, []string{"bash", "-eo", "pipefail"}) {
+		t.Errorf("bash step got %q", got)
+	}
+	for i, st := range ex.steps {
+		if home, ok := st.Env["HOME"]; ok {
+			t.Errorf("step %d was handed HOME=%s", i+1, home)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/server/servertest"
 )
 
@@ -385,17 +386,16 @@ func TestIntegration_ServerDownMidRunLosesNothing(t *testing.T) {
 steps:
   - run: |
       echo first
-      while [ ! -e "$HOME/go-on" ]; do sleep 0.05; done
+      while [ ! -e "$KNOTLESS_WORKSPACE/../go-on" ]; do sleep 0.05; done
       for i in $(seq 1 2000); do echo "after outage $i"; done
 `})
 	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "first\n" })
 	w.srv.Stop()
-	home := filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "home")
-	if err := os.WriteFile(filepath.Join(home, "go-on"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The run ends while the server is down: its result waits in the spool.
-	journal := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10), journalName)
+	journal := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10), logship.JournalFile)
 	waitFor(t, 30*time.Second, "the result in the spool", func() bool {
 		data, _ := os.ReadFile(journal)
 		return bytes.Contains(data, []byte(`"complete"`))
@@ -448,7 +448,7 @@ func TestIntegration_LogCapMarkerArrives(t *testing.T) {
 steps:
   - run: |
       head -c 100000 /dev/zero | tr '\0' 'z'
-      echo survived > "$HOME/../survived"
+      echo survived > "$HOME/survived"
 `})
 	final := w.waitFinal(run.ID, 60*time.Second)
 	if final.State != api.StateSucceeded {
@@ -485,11 +485,11 @@ func TestIntegration_RestartDeliversSpoolOfEarlierProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var claim api.ClaimOutput
-	if err := sessionClient(t, st).Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 5}, &claim); err != nil || claim.Run == nil {
-		t.Fatalf("claim: %v %+v", err, claim)
+	claimed, err := sessionClient(t, st).Claim(context.Background(), 5*time.Second)
+	if err != nil || claimed == nil {
+		t.Fatalf("claim: %v %+v", err, claimed)
 	}
-	sp, err := CreateSpool(filepath.Join(w.work, "spool"), run.ID)
+	sp, err := logship.CreateSpool(filepath.Join(w.work, "spool"), run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,9 +520,9 @@ func TestIntegration_CapacityRunsTwoAtOnce(t *testing.T) {
 	wf := wfHead + `
 steps:
   - run: |
-      touch "$HOME/../../started-$KNOTLESS_RUN"
+      touch "$KNOTLESS_WORKSPACE/../../started-$KNOTLESS_RUN"
       n=0
-      while [ "$(ls "$HOME/../.." | grep -c '^started-')" -lt 2 ]; do
+      while [ "$(ls "$KNOTLESS_WORKSPACE/../.." | grep -c '^started-')" -lt 2 ]; do
         sleep 0.05; n=$((n+1)); [ $n -lt 400 ] || exit 9
       done
       echo together

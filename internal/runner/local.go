@@ -37,8 +37,6 @@ type LocalOptions struct {
 	// Secrets are secret names; each value is read from the environment
 	// variable of the same name.
 	Secrets []string
-	// Home is HOME of the steps: an existing, writable directory.
-	Home string
 	// Executor runs the steps.
 	Executor executor.Executor
 	// Out receives the framed, masked log.
@@ -117,7 +115,6 @@ func ExecLocal(ctx context.Context, opts LocalOptions) (Result, error) {
 		WorkflowSource: src,
 		ID:             fmt.Sprintf("exec-%d", os.Getpid()),
 		Workspace:      root,
-		Home:           opts.Home,
 		Env:            opts.Env,
 		Secrets:        secrets,
 		Labels:         map[string]string{"knotless.dev/exec": fmt.Sprint(os.Getpid())},

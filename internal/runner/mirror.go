@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,12 @@ import (
 // (Root/OWNER/NAME.git) and checks commits out of them into workspaces. It
 // fetches a commit by its exact SHA and only when the mirror lacks it. Safe
 // for concurrent use: runs of one repository take turns on its mirror.
+//
+// A workspace is self-contained: a clone of the mirror whose object files
+// are hard links to the mirror's (immutable) ones, or copies where the two
+// are on different file systems, never alternates. Its .git needs nothing
+// outside it, so it can be copied into a container or a pod and outlives
+// the mirror.
 type Mirrors struct {
 	Root string
 
@@ -28,7 +35,7 @@ type Mirrors struct {
 // Fetch describes where a commit comes from.
 type Fetch struct {
 	Repo  string // OWNER/NAME
-	URL   string // the repository's smart-HTTP URL (no credentials in it)
+	URL   string // the repository's smart-HTTP URL; the workspace's origin (without any credential)
 	SHA   string // full commit SHA
 	Token string // run token, sent as the basic-auth password; never in argv
 }
@@ -61,10 +68,10 @@ func (m *Mirrors) Path(repo string) (string, error) {
 	return filepath.Join(m.Root, owner, name+".git"), nil
 }
 
-// Checkout makes dest (which must not exist) a checkout of f.SHA with a
-// detached HEAD, fetching the commit into the repository's mirror first if
-// it is missing. git's output goes to log. The workspace shares the
-// mirror's objects and needs no network.
+// Checkout makes dest (which must not exist) a self-contained checkout of
+// f.SHA with a detached HEAD and origin f.URL (any user name or password in
+// it removed), fetching the commit into the repository's mirror first if it
+// is missing. git's output goes to log. The run token never reaches dest.
 func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Writer) error {
 	if !shaRE.MatchString(f.SHA) {
 		return fmt.Errorf("commit %q is not a full SHA", f.SHA)
@@ -85,8 +92,9 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		if err := git(ctx, "", nil, log, "init", "-q", "--bare", mirror); err != nil {
 			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
 		}
-		// No automatic gc: workspaces borrow the mirror's objects while
-		// later fetches run.
+		// No automatic gc: it would repack in the middle of a run's fetch.
+		// (Workspaces hold hard links or copies of the object files, so a
+		// repack would not break them.)
 		if err := git(ctx, mirror, nil, log, "config", "gc.auto", "0"); err != nil {
 			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
 		}
@@ -109,20 +117,49 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
 	fmt.Fprintf(log, "checking out %s\n", f.SHA)
-	// Like `git clone --shared`: the workspace borrows the mirror's objects
-	// through alternates (cheap, and no network), without clone's warning
-	// about a mirror that has no branches.
-	if err := git(ctx, "", nil, log, "-c", "init.defaultBranch=main", "init", "-q", dest); err != nil {
+	// The mirror's HEAD names the commit, so that the clone starts detached
+	// there: no branch, and no warning about a mirror without branches.
+	if err := git(ctx, mirror, nil, log, "update-ref", "--no-deref", "HEAD", f.SHA); err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
 	}
-	alt := filepath.Join(dest, ".git", "objects", "info", "alternates")
-	if err := os.WriteFile(alt, []byte(filepath.Join(mirror, "objects")+"\n"), 0o644); err != nil {
+	// A clone from a plain path hard-links the object files and copies them
+	// where a link fails (another file system). Not --local: with it, git
+	// dies on the first link that fails instead of copying.
+	if err := git(ctx, "", nil, log, "clone", "-q", "--no-checkout", "--", mirror, dest); err != nil {
+		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
+	}
+	if err := git(ctx, dest, nil, log, "remote", "set-url", "origin", withoutCredential(f.URL)); err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
 	}
 	if err := git(ctx, dest, nil, log, "checkout", "-q", "--detach", f.SHA); err != nil {
 		return fmt.Errorf("check out %s: %w", f.SHA, err)
 	}
 	return nil
+}
+
+// withoutCredential is raw with any user name and password taken out.
+func withoutCredential(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err == nil && u.User == nil:
+		return raw
+	case err == nil:
+		u.User = nil
+		return u.String()
+	}
+	// Unparsable: cut what lies between "://" and the host by hand.
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	host, path, slash := strings.Cut(rest, "/")
+	if i := strings.LastIndexByte(host, '@'); i >= 0 {
+		host = host[i+1:]
+	}
+	if slash {
+		path = "/" + path
+	}
+	return scheme + "://" + host + path
 }
 
 // git runs one git command in dir ("" = the current directory) with extra

@@ -3,10 +3,15 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"knotless.dev/knotless/internal/server/servertest"
@@ -117,6 +122,149 @@ func TestMirrors_ConcurrentCheckoutsOfOneRepo(t *testing.T) {
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("checkout %d: %v", i, err)
+		}
+	}
+}
+
+// BenchmarkMirrors_CheckoutOwnHistory checks this repository's HEAD out of a
+// mirror that holds it already (the one fetch is not timed): what every run
+// of a warm runner pays before its first step.
+func BenchmarkMirrors_CheckoutOwnHistory(b *testing.B) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		b.Skip("not in a git checkout")
+	}
+	sha, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := Fetch{Repo: "knotless/knotless", URL: strings.TrimSpace(string(top)), SHA: strings.TrimSpace(string(sha))}
+	root := b.TempDir()
+	m := &Mirrors{Root: filepath.Join(root, "mirrors")}
+	if err := m.Checkout(context.Background(), f, filepath.Join(root, "first"), io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		ws := filepath.Join(root, "ws"+strconv.Itoa(i))
+		if err := m.Checkout(context.Background(), f, ws, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := os.RemoveAll(ws); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// TestMirrors_WorkspaceIsSelfContainedAndHoldsNoCredential pins workspaces
+// that borrowed the mirror's objects through alternates (a host path: no
+// use in a container, broken when the mirror goes) and an origin that could
+// carry a credential.
+func TestMirrors_WorkspaceIsSelfContainedAndHoldsNoCredential(t *testing.T) {
+	src, shas := sourceRepo(t, "one")
+	root := t.TempDir()
+	m := &Mirrors{Root: filepath.Join(root, "mirrors")}
+	var log bytes.Buffer
+	if err := m.Checkout(context.Background(), Fetch{Repo: "alice/app", URL: src, SHA: shas[0], Token: "first-run-token"}, filepath.Join(root, "ws0"), &log); err != nil {
+		t.Fatalf("checkout: %v\n%s", err, log.String())
+	}
+	// The commit is in the mirror now: no fetch, so the URL need not work.
+	const token = "the-run-token"
+	ws := filepath.Join(root, "ws")
+	f := Fetch{Repo: "alice/app", URL: "https://knotless-run:url-secret@ci.example.com/alice/app.git", SHA: shas[0], Token: token}
+	if err := m.Checkout(context.Background(), f, ws, &log); err != nil {
+		t.Fatalf("checkout: %v\n%s", err, log.String())
+	}
+	if strings.Contains(log.String(), "warning") {
+		t.Errorf("git warned:\n%s", log.String())
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "objects", "info", "alternates")); !os.IsNotExist(err) {
+		t.Fatalf("workspace has objects/info/alternates (%v)", err)
+	}
+	if origin := servertest.Git(t, ws, "remote", "get-url", "origin"); origin != "https://ci.example.com/alice/app.git" {
+		t.Errorf("origin %q, want the server's URL without credential", origin)
+	}
+	cfg, err := os.ReadFile(filepath.Join(ws, ".git", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror, _ := m.Path("alice/app")
+	for _, bad := range []string{token, "first-run-token", "url-secret", base64.StdEncoding.EncodeToString([]byte("knotless-run:" + token)), "extraHeader", "Authorization", mirror} {
+		if strings.Contains(string(cfg), bad) {
+			t.Errorf(".git/config holds %q:\n%s", bad, cfg)
+		}
+	}
+	// Same file system: the object files are hard links, not copies.
+	objects := 0
+	err = filepath.WalkDir(filepath.Join(ws, ".git", "objects"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(p)) == "info" {
+			return err
+		}
+		objects++
+		if fi, err := os.Stat(p); err != nil || fi.Sys().(*syscall.Stat_t).Nlink < 2 {
+			t.Errorf("%s is not a hard link (%v)", p, err)
+		}
+		return nil
+	})
+	if err != nil || objects == 0 {
+		t.Fatalf("workspace objects: %d files, %v", objects, err)
+	}
+
+	if err := os.RemoveAll(m.Root); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", ws, "fsck", "--strict").CombinedOutput(); err != nil {
+		t.Fatalf("git fsck after the mirror is gone: %v\n%s", err, out)
+	}
+	if head := servertest.Git(t, ws, "rev-parse", "HEAD"); head != shas[0] {
+		t.Errorf("HEAD %s, want %s", head, shas[0])
+	}
+	if st := servertest.Git(t, ws, "status", "--porcelain"); st != "" {
+		t.Errorf("workspace not clean after the mirror is gone:\n%s", st)
+	}
+}
+
+// TestMirrors_CheckoutOnAnotherFileSystemCopiesObjects pins `git clone
+// --local`, which dies when it cannot hard-link instead of copying.
+func TestMirrors_CheckoutOnAnotherFileSystemCopiesObjects(t *testing.T) {
+	other := os.Getenv("KNOTLESS_TEST_OTHER_FS")
+	if other == "" {
+		other = "/dev/shm"
+	}
+	base := t.TempDir()
+	var a, b syscall.Stat_t
+	if syscall.Stat(other, &a) != nil || syscall.Stat(base, &b) != nil || a.Dev == b.Dev {
+		t.Skipf("no second file system at %s (set KNOTLESS_TEST_OTHER_FS)", other)
+	}
+	mirrors, err := os.MkdirTemp(other, "knotless-mirrors-")
+	if err != nil {
+		t.Skipf("%s: %v", other, err)
+	}
+	t.Cleanup(func() { os.RemoveAll(mirrors) })
+	src, shas := sourceRepo(t, "one")
+	m := &Mirrors{Root: mirrors}
+	var log bytes.Buffer
+	ws := filepath.Join(base, "ws")
+	if err := m.Checkout(context.Background(), Fetch{Repo: "alice/app", URL: src, SHA: shas[0]}, ws, &log); err != nil {
+		t.Fatalf("checkout across file systems: %v\n%s", err, log.String())
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "file.txt")); string(got) != "one" {
+		t.Fatalf("workspace holds %q", got)
+	}
+}
+
+func TestWithoutCredential_TakesUserAndPasswordOutOfAnyURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://ci.example.com/alice/app.git":          "https://ci.example.com/alice/app.git",
+		"https://u:secret@ci.example.com/alice/app.git": "https://ci.example.com/alice/app.git",
+		"http://token@127.0.0.1:8080/a/b.git":           "http://127.0.0.1:8080/a/b.git",
+		"https://u:bad%zz@ci.example.com/a/b.git":       "https://ci.example.com/a/b.git", // unparsable
+		"/srv/git/app": "/srv/git/app",
+	} {
+		if got := withoutCredential(raw); got != want {
+			t.Errorf("withoutCredential(%q) = %q, want %q", raw, got, want)
 		}
 	}
 }

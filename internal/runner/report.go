@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/logship"
 )
 
 // StepUpdate is a step's change of state.
@@ -41,10 +42,10 @@ type Reporter interface {
 	Done(r Result) error
 }
 
-// SpoolReporter records a run into its spool, from which a Shipper
-// delivers it.
+// SpoolReporter records a run into its spool, from which a
+// logship.Shipper delivers it.
 type SpoolReporter struct {
-	Spool *Spool
+	Spool *logship.Spool
 }
 
 // Log implements Reporter.
@@ -52,14 +53,14 @@ func (r SpoolReporter) Log(step int) (io.WriteCloser, error) { return r.Spool.Lo
 
 // Step implements Reporter.
 func (r SpoolReporter) Step(u StepUpdate) error {
-	return r.Spool.Append(JournalEntry{Step: &api.UpdateStepInput{
+	return r.Spool.Append(logship.JournalEntry{Step: &api.UpdateStepInput{
 		Run: r.Spool.Run(), Step: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason,
 	}})
 }
 
 // Done implements Reporter.
 func (r SpoolReporter) Done(res Result) error {
-	return r.Spool.Append(JournalEntry{Complete: &api.CompleteInput{
+	return r.Spool.Append(logship.JournalEntry{Complete: &api.CompleteInput{
 		Run: r.Spool.Run(), State: res.State, Reason: res.Reason, Message: res.Message, ExitCode: res.ExitCode,
 	}})
 }

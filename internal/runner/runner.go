@@ -17,6 +17,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/logship"
 )
 
 // Defaults of Config, also printed by `knotless-run run --help`.
@@ -75,7 +76,7 @@ type Config struct {
 type Runner struct {
 	cfg     Config
 	log     *slog.Logger
-	client  *api.Client
+	client  *logship.Client
 	mirrors *Mirrors
 
 	shippers sync.WaitGroup
@@ -139,14 +140,11 @@ func New(cfg Config) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	sess := newSession()
-	client := cfg.State.Client(cfg.HTTP)
-	client.Auth = sess.auth(client.Auth)
 	return &Runner{
 		cfg:     cfg,
 		log:     log.With("runner", cfg.State.Name),
-		sess:    sess,
-		client:  client,
+		sess:    newSession(),
+		client:  logship.NewClient(cfg.State.Client(cfg.HTTP)),
 		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
 		hurry:   make(chan struct{}),
 		unknown: make(chan struct{}),
@@ -335,7 +333,7 @@ func (r *Runner) recoverSpools(ctx context.Context) {
 		if !e.IsDir() {
 			continue
 		}
-		sp, err := OpenSpool(r.path("spool", e.Name()))
+		sp, err := logship.OpenSpool(r.path("spool", e.Name()))
 		if err != nil {
 			r.log.Error("open spool left by an earlier process", "dir", e.Name(), "err", err)
 			continue
@@ -359,8 +357,8 @@ func (r *Runner) recoverSpools(ctx context.Context) {
 
 // ship starts delivering sp; the channel it returns closes when the
 // shipper has stopped (spool delivered, or ctx ended).
-func (r *Runner) ship(ctx context.Context, sp *Spool) <-chan struct{} {
-	sh := &Shipper{Client: r.client, Spool: sp, Log: r.log, MaxBackoff: r.cfg.MaxBackoff}
+func (r *Runner) ship(ctx context.Context, sp *logship.Spool) <-chan struct{} {
+	sh := &logship.Shipper{Client: r.client, Spool: sp, Log: r.log, MaxBackoff: r.cfg.MaxBackoff}
 	done := make(chan struct{})
 	r.shippers.Add(1)
 	go func() {
@@ -453,12 +451,7 @@ func isUnknownRunner(err error) bool {
 func (r *Runner) claim(ctx context.Context) (*api.ClaimedRun, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.ClaimWait+30*time.Second)
 	defer cancel()
-	var out api.ClaimOutput
-	err := r.client.Procedure(cctx, api.MethodClaim, api.ClaimInput{Wait: int(r.cfg.ClaimWait / time.Second)}, &out)
-	if err != nil {
-		return nil, err
-	}
-	return out.Run, nil
+	return r.client.Claim(cctx, r.cfg.ClaimWait)
 }
 
 // handle executes one claimed run and starts shipping its spool.
@@ -467,13 +460,13 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 	log := r.log.With("run", run.ID)
 	log.Info("claimed run", "repo", run.Repo, "workflow", run.WorkflowPath, "sha", run.SHA, "ref", run.Ref)
 
-	sp, err := CreateSpool(r.path("spool"), run.ID)
+	sp, err := logship.CreateSpool(r.path("spool"), run.ID)
 	if err != nil {
 		log.Error("cannot record the run; reporting it errored", "err", err)
 		ctx, cancel := context.WithTimeout(shipCtx, 30*time.Second)
 		defer cancel()
-		_ = r.client.Procedure(ctx, api.MethodComplete, api.CompleteInput{Run: run.ID, State: api.StateErrored,
-			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()}, nil)
+		_ = r.client.Complete(ctx, api.CompleteInput{Run: run.ID, State: api.StateErrored,
+			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()})
 		return
 	}
 	delivered := r.ship(shipCtx, sp)
@@ -495,7 +488,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 	}()
 
 	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
-	workspace, home := filepath.Join(runDir, "workspace"), filepath.Join(runDir, "home")
+	workspace := filepath.Join(runDir, "workspace")
 	removed := false
 	cleanup := func() error {
 		removed = true
@@ -508,7 +501,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			}
 		}
 	}()
-	if err := os.MkdirAll(home, 0o700); err != nil {
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		log.Error("create run directory", "err", err)
 	}
 	job := Job{
@@ -520,7 +513,6 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 		WorkflowPath:   run.WorkflowPath,
 		WorkflowSource: []byte(cr.WorkflowSource),
 		Workspace:      workspace,
-		Home:           home,
 		Env:            r.cfg.Env,
 		Secrets:        cr.Secrets,
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
@@ -559,8 +551,7 @@ func (r *Runner) heartbeat(ctx context.Context, run int64, every time.Duration, 
 		case <-t.C:
 		}
 		hctx, hcancel := context.WithTimeout(ctx, max(r.cfg.Heartbeat*5, 10*time.Second))
-		var out api.HeartbeatOutput
-		err := r.client.Procedure(hctx, api.MethodHeartbeat, api.HeartbeatInput{Run: run}, &out)
+		out, err := r.client.Heartbeat(hctx, run)
 		hcancel()
 		switch {
 		case err == nil:

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/version"
 )
 
@@ -29,41 +29,16 @@ var errSupersededStop = fmt.Errorf("%w: another knotless-run process took this r
 // runner holds but of which this work directory has no spool.
 const lostRunMessage = "the runner process that ran it is gone and left no record of it here"
 
-// session is this process's runner session (api.MethodStartSession): its
-// id, sent as api.SessionHeader on every later runner call, and whether the
-// server said a newer session superseded it. Safe for concurrent use.
+// session is this process's runner session (api.MethodStartSession):
+// whether the server said a newer session superseded it. The session's id
+// travels with every call through logship.Client. Safe for concurrent use.
 type session struct {
-	mu sync.Mutex
-	id string
-
 	superseded chan struct{} // closed once the server answered SessionSuperseded
 	once       sync.Once
 	err        error // that answer
 }
 
 func newSession() *session { return &session{superseded: make(chan struct{})} }
-
-// auth wraps a client's AuthFunc to send the session, once there is one.
-func (s *session) auth(next api.AuthFunc) api.AuthFunc {
-	return func(req *http.Request, nsid string) error {
-		s.mu.Lock()
-		id := s.id
-		s.mu.Unlock()
-		if id != "" {
-			req.Header.Set(api.SessionHeader, id)
-		}
-		if next == nil {
-			return nil
-		}
-		return next(req, nsid)
-	}
-}
-
-func (s *session) set(id string) {
-	s.mu.Lock()
-	s.id = id
-	s.mu.Unlock()
-}
 
 // superseded reports whether err is the server's SessionSuperseded answer
 // and, the first time, logs it: then the claim loop and Run stop (see
@@ -97,15 +72,13 @@ func (r *Runner) startSession(ctx context.Context) ([]api.HeldRun, error) {
 	failures := 0
 	var approvalLogged time.Time
 	for {
-		var out api.StartSessionOutput
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		err := r.client.Procedure(cctx, api.MethodStartSession, in, &out)
+		out, err := r.client.StartSession(cctx, in)
 		cancel()
 		if err == nil {
 			if failures > 0 {
 				r.log.Info("the server answers again", "after_retries", failures)
 			}
-			r.sess.set(out.Session)
 			r.log.Info("runner session started", "held_runs", len(out.Runs), "lease_seconds", out.LeaseSeconds,
 				"handover_grace_seconds", out.HandoverGraceSeconds)
 			return out.Runs, nil
@@ -160,7 +133,7 @@ func (r *Runner) endUnknownRuns(held []api.HeldRun) {
 		if h.CancelRequested {
 			res = Result{State: api.StateCancelled, Reason: api.ReasonCancelled, Message: "cancelled; " + lostRunMessage}
 		}
-		sp, err := CreateSpool(r.path("spool"), h.Run)
+		sp, err := logship.CreateSpool(r.path("spool"), h.Run)
 		if err == nil {
 			err = SpoolReporter{Spool: sp}.Done(res)
 			sp.Close()

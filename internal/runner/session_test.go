@@ -11,21 +11,19 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/logship"
 )
 
 // sessionClient starts a runner session of st's identity, as another
 // knotless-run process would, and returns a client that sends it.
-func sessionClient(t *testing.T, st *State) *api.Client {
+func sessionClient(t *testing.T, st *State) *logship.Client {
 	t.Helper()
-	c := st.Client(nil)
-	var out api.StartSessionOutput
-	if err := c.Procedure(context.Background(), api.MethodStartSession, api.StartSessionInput{Executor: "test"}, &out); err != nil {
+	c := logship.NewClient(st.Client(nil))
+	if _, err := c.StartSession(context.Background(), api.StartSessionInput{Executor: "test"}); err != nil {
 		t.Fatalf("start session: %v", err)
 	}
-	s := newSession()
-	s.set(out.Session)
-	c.Auth = s.auth(c.Auth)
 	return c
 }
 
@@ -47,7 +45,7 @@ func (w *world) runnerIn(t *testing.T, work string, heartbeat time.Duration) (<-
 	r, err := New(Config{
 		State: st, StatePath: w.state, WorkDir: work, Logger: log, ApprovalPoll: 200 * time.Millisecond,
 		MaxBackoff: 500 * time.Millisecond, ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Logger: log}),
+		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: agenttest.Binary(t), Logger: log}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +112,9 @@ func TestRunner_HeldRunWithoutASpoolEndsRunnerLostAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var claim api.ClaimOutput
-	if err := sessionClient(t, st).Procedure(context.Background(), api.MethodClaim, api.ClaimInput{}, &claim); err != nil ||
-		claim.Run == nil || claim.Run.Run.ID != other.ID {
-		t.Fatalf("claim: %v %+v, want run %d", err, claim.Run, other.ID)
+	claimed, err := sessionClient(t, st).Claim(context.Background(), 0)
+	if err != nil || claimed == nil || claimed.Run.ID != other.ID {
+		t.Fatalf("claim: %v %+v, want run %d", err, claimed, other.ID)
 	}
 	w.startRunner(nil)
 	final := w.waitFinal(other.ID, 30*time.Second)

@@ -1,16 +1,13 @@
-package runner
+package logship
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
-	"strconv"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -20,12 +17,12 @@ import (
 const MaxChunk = 1 << 20
 
 // Shipper delivers one run's spool to the server: log bytes by offset with
-// MethodAppendLog, then the journal's step updates in order (each after the
-// log bytes written before it), then MethodComplete once everything else is
-// delivered; then it removes the spool. While the server is unreachable it
-// keeps everything on disk and retries with backoff.
+// Client.AppendLog, then the journal's step updates in order (each after
+// the log bytes written before it), then Client.Complete once everything
+// else is delivered; then it removes the spool. While the server is
+// unreachable it keeps everything on disk and retries with backoff.
 type Shipper struct {
-	Client *api.Client
+	Client *Client
 	Spool  *Spool
 	Log    *slog.Logger
 	// MaxBackoff caps the wait between retries; 0 means 15 s.
@@ -152,7 +149,7 @@ func (sh *Shipper) send(ctx context.Context, e JournalEntry) (done bool, err err
 	defer cancel()
 	switch {
 	case e.Step != nil:
-		err := sh.Client.Procedure(ctx, api.MethodUpdateStep, e.Step, nil)
+		err := sh.Client.UpdateStep(ctx, *e.Step)
 		switch {
 		case err == nil:
 			return false, nil
@@ -174,7 +171,7 @@ func (sh *Shipper) send(ctx context.Context, e JournalEntry) (done bool, err err
 				return false, err
 			}
 		}
-		err := sh.Client.Procedure(ctx, api.MethodComplete, e.Complete, nil)
+		err := sh.Client.Complete(ctx, *e.Complete)
 		switch {
 		case err == nil:
 			log.Info("result delivered", "state", e.Complete.State, "reason", e.Complete.Reason)
@@ -274,21 +271,11 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 func (sh *Shipper) appendLog(ctx context.Context, step int, off int64, body []byte) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, sh.callTimeout())
 	defer cancel()
-	params := url.Values{
-		"run":    {strconv.FormatInt(sh.Spool.Run(), 10)},
-		"step":   {strconv.Itoa(step)},
-		"offset": {strconv.FormatInt(off, 10)},
-	}
-	resp, err := sh.Client.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", bytes.NewReader(body))
+	size, err := sh.Client.AppendLog(ctx, sh.Spool.Run(), step, off, body)
 	if err != nil {
 		return 0, fmt.Errorf("append %d log bytes to run %d step %d at %d: %w", len(body), sh.Spool.Run(), step, off, err)
 	}
-	var out api.AppendLogOutput
-	err = decodeJSON(resp, &out)
-	if err != nil {
-		return 0, fmt.Errorf("append log to run %d step %d: %w", sh.Spool.Run(), step, err)
-	}
-	return out.Size, nil
+	return size, nil
 }
 
 // notHeld reports whether the server refused a delivery because this

@@ -1,4 +1,4 @@
-package runner
+package logship
 
 import (
 	"bytes"
@@ -143,46 +143,42 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(&testWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// recordingLogger is testLogger that also keeps the lines, for tests that
-// wait for an event the runner logs.
-func recordingLogger(t *testing.T) (*slog.Logger, *testWriter) {
-	w := &testWriter{t: t, keep: true}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})), w
-}
+type testWriter struct{ t *testing.T }
 
-type testWriter struct {
-	t    *testing.T
-	keep bool
-	mu   sync.Mutex
-	buf  bytes.Buffer
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
+func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
-	if w.keep {
-		w.mu.Lock()
-		w.buf.Write(p)
-		w.mu.Unlock()
-	}
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
-func (w *testWriter) contains(s string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Contains(w.buf.String(), s)
+// appendStep and appendDone journal what runner.SpoolReporter would.
+func appendStep(t *testing.T, sp *Spool, in api.UpdateStepInput) {
+	t.Helper()
+	in.Run = sp.Run()
+	if err := sp.Append(JournalEntry{Step: &in}); err != nil {
+		t.Fatal(err)
+	}
 }
+
+func appendDone(t *testing.T, sp *Spool, in api.CompleteInput) {
+	t.Helper()
+	in.Run = sp.Run()
+	if err := sp.Append(JournalEntry{Complete: &in}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func startShipper(t *testing.T, srv *logServer, sp *Spool) (context.CancelFunc, chan error) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	sh := &Shipper{Client: &api.Client{BaseURL: hs.URL}, Spool: sp, Log: testLogger(t), MaxBackoff: 100 * time.Millisecond}
+	sh := &Shipper{Client: NewClient(&api.Client{BaseURL: hs.URL}), Spool: sp, Log: testLogger(t), MaxBackoff: 100 * time.Millisecond}
 	go func() { done <- sh.Run(ctx) }()
 	t.Cleanup(cancel)
 	return cancel, done
@@ -195,13 +191,12 @@ func TestShipper_DeliversLogsBeforeUpdatesAndCompleteLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, done := startShipper(t, srv, sp)
-	rep := SpoolReporter{Spool: sp}
 
-	setup, _ := rep.Log(0)
+	setup, _ := sp.Log(0)
 	setup.Write([]byte("setup line\n"))
 	setup.Close()
-	rep.Step(StepUpdate{Step: 1, Name: "build", State: api.StepRunning})
-	w, _ := rep.Log(1)
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "build", State: api.StepRunning})
+	w, _ := sp.Log(1)
 	var want bytes.Buffer
 	for i := range 2000 {
 		line := fmt.Sprintf("line %d %s\n", i, strings.Repeat("x", i%300))
@@ -213,8 +208,8 @@ func TestShipper_DeliversLogsBeforeUpdatesAndCompleteLast(t *testing.T) {
 	want.Write(big)
 	w.Write(big)
 	w.Close()
-	rep.Step(StepUpdate{Step: 1, Name: "build", State: api.StepSucceeded, ExitCode: ptr(0)})
-	rep.Done(Result{State: api.StateSucceeded})
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "build", State: api.StepSucceeded, ExitCode: ptr(0)})
+	appendDone(t, sp, api.CompleteInput{State: api.StateSucceeded})
 
 	select {
 	case err := <-done:
@@ -261,9 +256,8 @@ func TestShipper_ServerDownKeepsEverythingAndDeliversLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, done := startShipper(t, srv, sp)
-	rep := SpoolReporter{Spool: sp}
-	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
-	w, _ := rep.Log(1)
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := sp.Log(1)
 	w.Write([]byte("before\n"))
 	waitFor(t, 10*time.Second, "failed deliveries", func() bool {
 		srv.mu.Lock()
@@ -272,8 +266,8 @@ func TestShipper_ServerDownKeepsEverythingAndDeliversLater(t *testing.T) {
 	})
 	w.Write([]byte("during\n"))
 	w.Close()
-	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepFailed, ExitCode: ptr(3), Reason: api.ReasonExitCode})
-	rep.Done(Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(3)})
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepFailed, ExitCode: ptr(3), Reason: api.ReasonExitCode})
+	appendDone(t, sp, api.CompleteInput{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: ptr(3)})
 	if srv.finalState(8) != "" {
 		t.Fatal("complete arrived while the server was down")
 	}
@@ -309,7 +303,7 @@ func TestShipper_OffsetGapResendsFromServerSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.logs["9/1"] = []byte("abc")
-	SpoolReporter{Spool: sp}.Done(Result{State: api.StateSucceeded})
+	appendDone(t, sp, api.CompleteInput{State: api.StateSucceeded})
 	sp.Close()
 	_, done := startShipper(t, srv, sp)
 	if err := <-done; err != nil {
@@ -327,9 +321,8 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := SpoolReporter{Spool: sp}
-	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
-	w, _ := rep.Log(1)
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := sp.Log(1)
 	w.Write([]byte("first half\n"))
 	// A first process ships part of it, then dies.
 	cancel, done := startShipper(t, srv, sp)
@@ -348,7 +341,7 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 	if ok, _ := sp2.Completed(); ok {
 		t.Fatal("journal reports completion before Done")
 	}
-	SpoolReporter{Spool: sp2}.Done(Result{State: api.StateErrored, Reason: api.ReasonRunnerLost})
+	appendDone(t, sp2, api.CompleteInput{State: api.StateErrored, Reason: api.ReasonRunnerLost})
 	_, done2 := startShipper(t, srv, sp2)
 	if err := <-done2; err != nil {
 		t.Fatal(err)
@@ -370,7 +363,7 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
 	srv := newLogServer()
 	srv.finished[11] = true
-	shipEndedRunExpectingDrop(t, srv, 11, Result{State: api.StateCancelled, Reason: api.ReasonCancelled},
+	shipEndedRunExpectingDrop(t, srv, 11, api.CompleteInput{State: api.StateCancelled, Reason: api.ReasonCancelled},
 		"a run the server ended")
 }
 
@@ -380,25 +373,24 @@ func TestShipper_RunFinishedOnServerDropsSpool(t *testing.T) {
 func TestShipper_RunHeldByAnotherIdentityDropsSpool(t *testing.T) {
 	srv := newLogServer()
 	srv.foreign[12] = true
-	shipEndedRunExpectingDrop(t, srv, 12, Result{State: api.StateCancelled, Reason: api.ReasonRunnerStopped},
+	shipEndedRunExpectingDrop(t, srv, 12, api.CompleteInput{State: api.StateCancelled, Reason: api.ReasonRunnerStopped},
 		"a run another runner holds")
 }
 
 // shipEndedRunExpectingDrop spools run id (one running step with one log
 // line, then res) and ships it to srv: the shipper must return without an
 // error within 10 s and remove the spool. what names the run in the failure.
-func shipEndedRunExpectingDrop(t *testing.T, srv *logServer, id int64, res Result, what string) {
+func shipEndedRunExpectingDrop(t *testing.T, srv *logServer, id int64, res api.CompleteInput, what string) {
 	t.Helper()
 	sp, err := CreateSpool(t.TempDir(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := SpoolReporter{Spool: sp}
-	rep.Step(StepUpdate{Step: 1, Name: "s", State: api.StepRunning})
-	w, _ := rep.Log(1)
+	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepRunning})
+	w, _ := sp.Log(1)
 	w.Write([]byte("x\n"))
 	w.Close()
-	rep.Done(res)
+	appendDone(t, sp, res)
 	_, done := startShipper(t, srv, sp)
 	select {
 	case err := <-done:

@@ -1,4 +1,4 @@
-package runner
+package logship
 
 import (
 	"bytes"
@@ -44,10 +44,10 @@ type JournalEntry struct {
 	Complete *api.CompleteInput   `json:"complete,omitempty"`
 }
 
-const (
-	journalName = "journal.jsonl"
-	cursorName  = "shipped.json"
-)
+// JournalFile is the journal's file name in a spool directory.
+const JournalFile = "journal.jsonl"
+
+const cursorName = "shipped.json"
 
 // CreateSpool makes the spool of run under root (root/<run>). It fails if
 // one exists already.
@@ -73,7 +73,7 @@ func OpenSpool(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, journalName))
+	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
 	if err == nil && len(data) > 0 && data[len(data)-1] != '\n' {
 		_, err = s.journal.Write([]byte("\n"))
 	}
@@ -85,7 +85,7 @@ func OpenSpool(dir string) (*Spool, error) {
 }
 
 func openSpool(dir string, run int64) (*Spool, error) {
-	f, err := os.OpenFile(filepath.Join(dir, journalName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, JournalFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
 	}
@@ -181,7 +181,7 @@ func (s *Spool) Close() error {
 // returns them with the offset after the last one read. A torn last line (a
 // crash mid-write) is left for a later call.
 func (s *Spool) Entries(off int64) ([]JournalEntry, int64, error) {
-	f, err := os.Open(filepath.Join(s.dir, journalName))
+	f, err := os.Open(filepath.Join(s.dir, JournalFile))
 	if err != nil {
 		return nil, off, fmt.Errorf("read journal of run %d: %w", s.run, err)
 	}

@@ -1,0 +1,144 @@
+package logship
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// Client makes the runner's calls to its server, one typed method per XRPC
+// method, so that no NSID or request shape is spelled out elsewhere. Errors
+// are api.Client's: *api.Error for an answer other than 2xx (test them with
+// api.IsError and api.Retryable), else the transport's. Each call is bound
+// by its ctx only. A Client is safe for concurrent use.
+type Client struct {
+	api     *api.Client
+	session atomic.Pointer[string]
+}
+
+// NewClient returns a Client over c, typically State.Client's (which signs
+// every call with the runner's key). c is not modified.
+func NewClient(c *api.Client) *Client {
+	cl := &Client{}
+	cp := *c
+	auth := c.Auth
+	cp.Auth = func(req *http.Request, nsid string) error {
+		if auth != nil {
+			if err := auth(req, nsid); err != nil {
+				return err
+			}
+		}
+		if s := cl.session.Load(); s != nil && nsid != api.MethodStartSession {
+			req.Header.Set(api.SessionHeader, *s)
+		}
+		return nil
+	}
+	cl.api = &cp
+	return cl
+}
+
+// SetSession makes every later call but StartSession carry session (as
+// StartSession answered it) in api.SessionHeader; "" sends none. Safe to
+// call concurrently with calls in flight (they carry the old or the new).
+func (c *Client) SetSession(session string) {
+	if session == "" {
+		c.session.Store(nil)
+		return
+	}
+	c.session.Store(&session)
+}
+
+// Claim long-polls for a queued run the runner qualifies for, for up to
+// wait (whole seconds; the server caps it at 60 s). It returns nil, nil when
+// none came. ctx must allow wait plus a round trip.
+func (c *Client) Claim(ctx context.Context, wait time.Duration) (*api.ClaimedRun, error) {
+	var out api.ClaimOutput
+	if err := c.api.Procedure(ctx, api.MethodClaim, api.ClaimInput{Wait: int(wait / time.Second)}, &out); err != nil {
+		return nil, err
+	}
+	return out.Run, nil
+}
+
+// Heartbeat renews the lease of run; the answer says whether a person
+// asked to cancel it. api.ErrRunFinished and api.ErrNotFound mean the
+// server ended the run or forgot it.
+func (c *Client) Heartbeat(ctx context.Context, run int64) (api.HeartbeatOutput, error) {
+	var out api.HeartbeatOutput
+	err := c.api.Procedure(ctx, api.MethodHeartbeat, api.HeartbeatInput{Run: run}, &out)
+	return out, err
+}
+
+// UpdateStep records a step's change of state. Idempotent.
+func (c *Client) UpdateStep(ctx context.Context, in api.UpdateStepInput) error {
+	return c.api.Procedure(ctx, api.MethodUpdateStep, in, nil)
+}
+
+// AppendLog sends body as the bytes of run's step log from byte offset on
+// and returns the log's stored size after the call. Idempotent: bytes the
+// server holds already are skipped. An offset past the stored size fails
+// with api.ErrOffsetGap, whose Size is the stored size.
+func (c *Client) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
+	params := url.Values{
+		"run":    {strconv.FormatInt(run, 10)},
+		"step":   {strconv.Itoa(step)},
+		"offset": {strconv.FormatInt(offset, 10)},
+	}
+	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var out api.AppendLogOutput
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("decode answer of %s: %w", api.MethodAppendLog, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return out.Size, nil
+}
+
+// Complete records the run's final state. Repeating the same call
+// succeeds; another final state fails with api.ErrRunFinished.
+func (c *Client) Complete(ctx context.Context, in api.CompleteInput) error {
+	return c.api.Procedure(ctx, api.MethodComplete, in, nil)
+}
+
+// StartSession opens a new session of the runner's identity, superseding
+// every earlier one, lists the runs the runner holds, and makes every later
+// call of c carry the new session (SetSession).
+func (c *Client) StartSession(ctx context.Context, in api.StartSessionInput) (api.StartSessionOutput, error) {
+	var out api.StartSessionOutput
+	err := c.api.Procedure(ctx, api.MethodStartSession, in, &out)
+	if err == nil {
+		c.SetSession(out.Session)
+	}
+	return out, err
+}
+
+// Handover ends the current session and leaves its runs to the runner's
+// next session for the server's handover grace.
+func (c *Client) Handover(ctx context.Context, in api.HandoverInput) (api.HandoverOutput, error) {
+	var out api.HandoverOutput
+	err := c.api.Procedure(ctx, api.MethodHandover, in, &out)
+	return out, err
+}
+
+// ResumeRun returns what a claim gave for a run the runner holds (with a
+// new run token and the secrets anew) and renews its lease.
+// api.ErrRunFinished: the run is final; api.ErrForbidden: another runner
+// holds it.
+func (c *Client) ResumeRun(ctx context.Context, run int64) (*api.ClaimedRun, error) {
+	var out api.ClaimedRun
+	if err := c.api.Procedure(ctx, api.MethodResumeRun, api.RunRef{Run: run}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

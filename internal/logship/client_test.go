@@ -1,0 +1,88 @@
+package logship
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession pins
+// the NSID of each typed call and that SetSession's value travels on every
+// call but the one that opens a session.
+func TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]string{} // NSID → session header
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nsid := strings.TrimPrefix(r.URL.Path, "/xrpc/")
+		mu.Lock()
+		seen[nsid] = r.Header.Get(api.SessionHeader)
+		mu.Unlock()
+		if r.Header.Get("X-Auth") != "signed" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var out any = struct{}{}
+		switch nsid {
+		case api.MethodStartSession:
+			out = api.StartSessionOutput{Session: "s2"}
+		case api.MethodAppendLog:
+			out = api.AppendLogOutput{Size: 5}
+		case api.MethodResumeRun:
+			out = api.ClaimedRun{Run: api.Run{ID: 3}, CancelRequested: true}
+		case api.MethodHeartbeat:
+			out = api.HeartbeatOutput{Cancel: true}
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	defer hs.Close()
+	c := NewClient(&api.Client{BaseURL: hs.URL, Auth: func(req *http.Request, _ string) error {
+		req.Header.Set("X-Auth", "signed") // the runner's own signing still runs
+		return nil
+	}})
+	ctx := context.Background()
+	c.SetSession("s1")
+	s, err := c.StartSession(ctx, api.StartSessionInput{Executor: "shell"})
+	if err != nil || s.Session != "s2" {
+		t.Fatalf("StartSession: %+v, %v", s, err)
+	}
+	c.SetSession(s.Session)
+	if cr, err := c.Claim(ctx, 0); err != nil || cr != nil {
+		t.Fatalf("Claim: %+v, %v", cr, err)
+	}
+	if hb, err := c.Heartbeat(ctx, 3); err != nil || !hb.Cancel {
+		t.Fatalf("Heartbeat: %+v, %v", hb, err)
+	}
+	if err := c.UpdateStep(ctx, api.UpdateStepInput{Run: 3, Step: 1, State: api.StepRunning}); err != nil {
+		t.Fatalf("UpdateStep: %v", err)
+	}
+	if size, err := c.AppendLog(ctx, 3, 1, 0, []byte("hello")); err != nil || size != 5 {
+		t.Fatalf("AppendLog: %d, %v", size, err)
+	}
+	if err := c.Complete(ctx, api.CompleteInput{Run: 3, State: api.StateSucceeded}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if cr, err := c.ResumeRun(ctx, 3); err != nil || cr.Run.ID != 3 || !cr.CancelRequested {
+		t.Fatalf("ResumeRun: %+v, %v", cr, err)
+	}
+	if _, err := c.Handover(ctx, api.HandoverInput{Reason: "SIGTERM"}); err != nil {
+		t.Fatalf("Handover: %v", err)
+	}
+	want := map[string]string{
+		api.MethodStartSession: "", api.MethodClaim: "s2", api.MethodHeartbeat: "s2", api.MethodUpdateStep: "s2",
+		api.MethodAppendLog: "s2", api.MethodComplete: "s2", api.MethodResumeRun: "s2", api.MethodHandover: "s2",
+	}
+	for nsid, session := range want {
+		if got, ok := seen[nsid]; !ok || got != session {
+			t.Errorf("%s: called %v, session header %q, want %q", nsid, ok, got, session)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("methods called: %v", seen)
+	}
+}

@@ -1,0 +1,92 @@
+package runnercli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/runner"
+)
+
+func newExec(g *globals, stdout io.Writer) *cobra.Command {
+	var (
+		work     string
+		exf      *executorFlags
+		secrets  []string
+		logLimit = sizeValue(runner.DefaultLogLimit)
+		envs     = &envValue{}
+	)
+	cmd := &cobra.Command{
+		Use:   "exec FILE [--executor shell] [--secret NAME]...",
+		Short: "Run one workflow file locally, without a server",
+		Long: `exec runs the workflow FILE from the local checkout (the git work tree that
+holds FILE, or the current directory) through the same code as a runner does,
+and prints each step's log between step headers and footers, then a summary.
+
+The steps run in the checkout itself, not in a copy: files they create stay.
+Secrets named with --secret are read from the environment variable of the same
+name (a missing one is an error before anything runs) and masked in the output.
+
+Exit status: 0 when the run succeeded, 1 when it failed, errored or was
+cancelled, 2 when the command line was wrong.`,
+		Example: `  knotless-run exec .knotless/workflows/ci.yml
+  DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
+  knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("exec takes one workflow FILE, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("log-level") && os.Getenv("KNOTLESS_LOG_LEVEL") == "" {
+				g.logLevel = "warn" // the framed output already tells each event
+			}
+			log := g.logger()
+			if work == "" {
+				dir, err := os.MkdirTemp("", "knotless-exec-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				work = dir
+			}
+			if err := os.MkdirAll(work, 0o700); err != nil {
+				return fmt.Errorf("work directory: %w", err)
+			}
+			ex, err := exf.newExecutor(work, log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
+				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
+				LogLimit: int64(logLimit), Env: envs.m, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			if res.State != api.StateSucceeded {
+				return exitError{exitFail}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	exf = addExecutorFlags(f, "where the run executes")
+	f.StringArrayVar(&secrets, "secret", nil, "secret NAME to pass, value from the environment variable NAME (repeatable)")
+	f.StringVar(&work, "work", "", "directory for the executor's files, among them the steps' HOME (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
+	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
+	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	envFlag(f, "work", "KNOTLESS_WORK")
+	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
+	return cmd
+}

@@ -1,0 +1,102 @@
+package runnercli
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/shell"
+)
+
+// executors are the executors knotless-run offers, the default first; each
+// `run` and `exec` gets fresh options of every one. An executor is added
+// with one line here.
+var executors = []func() ExecutorOptions{
+	func() ExecutorOptions { return &shell.Options{} },
+}
+
+// ExecutorOptions is one executor's part of the command line: its flags and
+// how to make it from their values.
+type ExecutorOptions interface {
+	// Name is the executor's name as --executor spells it.
+	Name() string
+	// AddFlags adds the executor's flags to fs, each named "<Name>-..."
+	// (e.g. --kube-namespace). The command adds to each flag's help its
+	// environment variable (KNOTLESS_ and the name in upper case, '-' as
+	// '_') and that only --executor <Name> uses it.
+	AddFlags(fs *pflag.FlagSet)
+	// New makes the executor from the flags' values, after they were
+	// parsed, and from what the runner's own flags say (work directory,
+	// absolute or relative to the current one; agent program; logger).
+	// Errors say what to fix.
+	New(setup executor.Setup) (executor.Executor, error)
+}
+
+// executorFlags are the --executor flag and every executor's own flags of
+// one command.
+type executorFlags struct {
+	fs    *pflag.FlagSet
+	name  string
+	agent string // --agent
+	opts  []ExecutorOptions
+	owner map[string]string // flag name → executor name
+}
+
+// addExecutorFlags adds --executor (help: "<what>: shell, ..."), --agent
+// and every executor's flags to fs.
+func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
+	e := &executorFlags{fs: fs, owner: map[string]string{}}
+	var names []string
+	for _, newOpts := range executors {
+		o := newOpts()
+		e.opts = append(e.opts, o)
+		names = append(names, o.Name())
+	}
+	fs.StringVar(&e.name, "executor", names[0], what+": "+strings.Join(names, ", ")+envNote("KNOTLESS_EXECUTOR"))
+	envFlag(fs, "executor", "KNOTLESS_EXECUTOR")
+	fs.StringVar(&e.agent, "agent", "", "the step agent program, knotless-agent (default: the one beside knotless-run, else the one in PATH)"+envNote("KNOTLESS_AGENT"))
+	envFlag(fs, "agent", "KNOTLESS_AGENT")
+	for _, o := range e.opts {
+		own := pflag.NewFlagSet(o.Name(), pflag.ContinueOnError)
+		o.AddFlags(own)
+		own.VisitAll(func(f *pflag.Flag) {
+			if !strings.HasPrefix(f.Name, o.Name()+"-") {
+				panic(fmt.Sprintf("executor %s adds flag --%s: its flags must start with %q", o.Name(), f.Name, o.Name()+"-"))
+			}
+			env := "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+			f.Usage += " (only with --executor " + o.Name() + ")" + envNote(env)
+			fs.AddFlag(f)
+			envFlag(fs, f.Name, env)
+			e.owner[f.Name] = o.Name()
+		})
+	}
+	return e
+}
+
+// newExecutor makes the executor --executor names from its flags' values.
+// Flags of other executors given on the command line are ignored, with a
+// warning (from the environment they are ignored silently: one environment
+// may serve runners of several executors).
+func (e *executorFlags) newExecutor(work string, log *slog.Logger) (executor.Executor, error) {
+	setup := executor.Setup{Work: work, Agent: e.agent, Logger: log}
+	var chosen ExecutorOptions
+	var names []string
+	for _, o := range e.opts {
+		names = append(names, o.Name())
+		if o.Name() == e.name {
+			chosen = o
+		}
+	}
+	if chosen == nil {
+		return nil, usagef("unknown executor %q (available: %s)", e.name, strings.Join(names, ", "))
+	}
+	e.fs.Visit(func(f *pflag.Flag) { // the flags set on the command line
+		if owner, ok := e.owner[f.Name]; ok && owner != e.name {
+			log.Warn(fmt.Sprintf("--%s is a flag of the %s executor: --executor %s ignores it", f.Name, owner, e.name))
+		}
+	})
+	return chosen.New(setup)
+}

@@ -1,0 +1,66 @@
+package runnercli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/runner"
+)
+
+func newLogin(g *globals, stdout io.Writer) *cobra.Command {
+	var o runner.LoginOptions
+	var labels string
+	cmd := &cobra.Command{
+		Use:   "login --server URL --repo OWNER/REPO --name NAME --state FILE [--labels a,b]",
+		Short: "Register this runner with a server and write its state file",
+		Long: `login makes a new runner identity (a P-256 key pair; its DID is the key's did:key),
+registers it with the server for one repository as pending, and writes the state
+file (JSON, mode 0600, holding the private key: keep it out of job environments).
+An owner of the repository must then approve the runner; login prints the
+command, with the runner's DID so that only this registration is approved.
+
+A runner that was removed on the server logs in again with --force (a new
+identity, approved anew).`,
+		Example: `  knotless-run login --server https://ci.example.com --repo alice/app \
+      --name builder-1 --labels linux,big --state /etc/knotless/runner.json
+  KNOTLESS_SERVER=http://127.0.0.1:8080 knotless-run login --repo alice/app --name dev --state runner.json
+  knotless-run login --force --server https://ci.example.com --repo alice/app --name builder-1 --state runner.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Server == "" || o.Repo == "" || o.Name == "" || o.State == "" {
+				return usagef("login needs --server, --repo, --name and --state")
+			}
+			if err := runner.CheckServerURL(strings.TrimRight(strings.TrimSpace(o.Server), "/")); err != nil {
+				if !cmd.Flags().Changed("server") {
+					return usagef("%v (server URL from KNOTLESS_SERVER)", err)
+				}
+				return err
+			}
+			if labels != "" {
+				o.Labels = strings.Split(labels, ",")
+			}
+			st, err := runner.Login(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "Registered runner %s for %s (%s); it is pending approval.\n", st.Name, st.Repo, st.DID)
+			fmt.Fprintf(stdout, "State written to %s (mode 0600).\n", o.State)
+			fmt.Fprintf(stdout, "An owner of %s must approve it with:\n\n  %s\n\n", st.Repo, st.ApproveCommand())
+			fmt.Fprintf(stdout, "Then start it: knotless-run run --state %s --executor shell --work DIR\n", o.State)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Server, "server", "", "server URL, e.g. https://ci.example.com"+envNote("KNOTLESS_SERVER"))
+	f.StringVar(&o.Repo, "repo", "", "repository the runner serves, OWNER/NAME")
+	f.StringVar(&o.Name, "name", "", "runner name, unique in the repository")
+	f.StringVar(&labels, "labels", "", "comma-separated labels the runner advertises (workflows' runners: must all match)")
+	f.StringVar(&o.State, "state", "", "state file to write"+envNote("KNOTLESS_STATE"))
+	f.BoolVar(&o.Force, "force", false, "replace an existing state file (its identity is lost)")
+	envFlag(f, "server", "KNOTLESS_SERVER")
+	envFlag(f, "state", "KNOTLESS_STATE")
+	return cmd
+}

@@ -1,0 +1,106 @@
+package runnercli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/runner"
+)
+
+func newRun(g *globals) *cobra.Command {
+	var (
+		statePath, work string
+		exf             *executorFlags
+		cfg             runner.Config
+		logLimit        = sizeValue(runner.DefaultLogLimit)
+		envs            = &envValue{}
+	)
+	cmd := &cobra.Command{
+		Use:   "run --state FILE --executor shell --work DIR",
+		Short: "Claim runs from the server and execute them",
+		Long: `run long-polls the server for runs this runner qualifies for and executes up to
+--capacity of them at once: it fetches the commit into a bare mirror under DIR
+(only what is missing), checks it out into a fresh workspace, executes the steps
+with the executor, and ships masked logs, step states and the result. Logs and
+results are spooled under DIR first, so nothing is lost while the server is
+unreachable; a later start delivers what an earlier process left.
+
+Started before its approval, the runner waits and retries. On SIGTERM or SIGINT
+it stops claiming, lets running runs finish for up to --stop-wait, then cancels
+them (reason runner-stopped), delivers its spools and exits 0. A second signal
+cancels running runs at once.
+
+Work directory layout:
+  DIR/mirrors/OWNER/NAME.git   bare mirror per repository
+  DIR/runs/<run>/workspace     checkout of a run (removed after it)
+  DIR/spool/<run>/             logs and results not yet delivered
+  DIR/shell/run-<run>/         the shell executor's files of a run, with
+                               the steps' HOME (removed after it)
+
+Every run gets a fresh HOME, made by the executor, so tool caches start
+cold; --env points tools at a cache the runs share, e.g. GOCACHE.
+
+If the server no longer knows the runner (it was removed), run logs what
+to do, cancels its running runs and exits 1.`,
+		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
+  knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
+  knotless-run run --state runner.json --work work \
+      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if statePath == "" || work == "" {
+				return usagef("run needs --state FILE and --work DIR")
+			}
+			log := g.logger()
+			ex, err := exf.newExecutor(work, log)
+			if err != nil {
+				return err
+			}
+			st, err := runner.LoadState(statePath)
+			if err != nil {
+				return err
+			}
+			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
+			cfg.LogLimit = int64(logLimit)
+			cfg.Env = envs.m
+			r, err := runner.New(cfg)
+			if err != nil {
+				return err
+			}
+			// The first SIGTERM/SIGINT stops gracefully, a second one
+			// cancels running runs at once.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				sig := <-sigs
+				log.Info("signal received: stopping (claiming no more runs; a second signal cancels running runs at once)",
+					"signal", sig.String(), "stop_wait", cfg.StopWait)
+				cancel()
+				<-sigs
+				r.StopNow()
+			}()
+			return r.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	exf = addExecutorFlags(f, "where runs execute")
+	f.StringVar(&statePath, "state", "", "state file written by login"+envNote("KNOTLESS_STATE"))
+	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools"+envNote("KNOTLESS_WORK"))
+	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once"+envNote("KNOTLESS_CAPACITY"))
+	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
+	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
+	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
+		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "log-limit": "KNOTLESS_LOG_LIMIT"} {
+		envFlag(f, flag, env)
+	}
+	return cmd
+}
