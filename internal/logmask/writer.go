@@ -71,6 +71,31 @@ func New(out io.Writer, secrets []string) *Writer {
 	return w
 }
 
+// NewResumed is New for a stream that continues where another Writer with
+// the same secrets left off at one of its checkpoints (see Checkpoint):
+// given the checkpoint's lastHidden, its output continues that Writer's
+// output exactly as if one Writer had masked the whole stream.
+func NewResumed(out io.Writer, secrets []string, lastHidden bool) *Writer {
+	w := New(out, secrets)
+	w.prevHidden = lastHidden
+	return w
+}
+
+// Checkpoint reports how many input bytes the Writer has decided and
+// passed on so far (n), and whether the last of them was hidden. ok is
+// false when the state cannot be resumed from here: a masked span
+// continues past the decided bytes. A Writer made with NewResumed(...,
+// lastHidden) and fed the input from byte n on writes what this Writer
+// would have written from then on.
+func (w *Writer) Checkpoint() (n int64, lastHidden, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ac == nil {
+		return w.pos, false, true
+	}
+	return w.emitted, w.prevHidden, len(w.spans) == 0
+}
+
 // Write masks p and writes to the underlying writer everything that can
 // no longer be part of a secret: all but the shortest tail of the stream
 // that is the start of a masked form. It returns len(p) when the
@@ -87,7 +112,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	if w.ac == nil {
-		return w.writeOut(p, len(p))
+		n, err := w.writeOut(p, len(p))
+		if err == nil {
+			w.pos += int64(len(p))
+			w.emitted = w.pos
+		}
+		return n, err
 	}
 	w.obuf = w.obuf[:0]
 	w.src = srcView{held: w.held, heldAt: w.emitted, p: p, pAt: w.pos}

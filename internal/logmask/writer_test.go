@@ -357,3 +357,43 @@ func TestWriter_CompleteSecretAtEndOfWriteIsNotHeld(t *testing.T) {
 		t.Fatalf("out = %q, want %q before any further Write", out.String(), "token ***")
 	}
 }
+
+// A restarted runner masks the rest of a step's output with a new Writer
+// from the last checkpoint: the two outputs together must be exactly the
+// output of one Writer over the whole stream, wherever the cut falls.
+func TestWriter_ResumedAtACheckpointContinuesTheSameOutput(t *testing.T) {
+	for _, secrets := range [][]string{nil, {"abcdef", "efgh", "s3cr3t-value"}} {
+		testResumedAtCheckpoint(t, secrets)
+	}
+}
+
+func testResumedAtCheckpoint(t *testing.T, secrets []string) {
+	stream := []byte("x abcdefgh y abcdef z efgh abcdefxy s3cr3t-value s3cr3t-values3cr3t-value end abc")
+	var whole bytes.Buffer
+	one := New(&whole, secrets)
+	for i := range stream {
+		one.Write(stream[i : i+1])
+	}
+	one.Close()
+	for cut := 0; cut <= len(stream); cut++ {
+		var first bytes.Buffer
+		w := New(&first, secrets)
+		var n int64
+		var hidden bool
+		outAt := 0
+		for i := 0; i < cut; i++ {
+			w.Write(stream[i : i+1])
+			if cn, ch, ok := w.Checkpoint(); ok {
+				n, hidden, outAt = cn, ch, first.Len()
+			}
+		}
+		var rest bytes.Buffer
+		r := NewResumed(&rest, secrets, hidden)
+		r.Write(stream[n:])
+		r.Close()
+		got := append(first.Bytes()[:outAt:outAt], rest.Bytes()...)
+		if !bytes.Equal(got, whole.Bytes()) {
+			t.Fatalf("cut after byte %d, resumed at checkpoint %d: got %q, want %q", cut, n, got, whole.Bytes())
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 // Files in the spool directory:
 //
 //	step-<N>.log    the masked log bytes of step N (0 = setup), append-only
+//	step-<N>.raw    the step's last checkpoint (resume.go)
 //	journal.jsonl   one JournalEntry per line, append-only
 //	shipped.json    the cursor of what the server acknowledged (shipCursor)
 //
@@ -37,11 +38,17 @@ type Spool struct {
 	notify  chan struct{}
 }
 
-// JournalEntry is one line of a spool's journal: either a step update or the
-// run's final result (always the last entry).
+// JournalEntry is one line of a spool's journal: a step update or the run's
+// final result (always the last entry), which are shipped, or a local entry
+// for a restarted runner (Claim, Session; see resume.go), which is not.
 type JournalEntry struct {
 	Step     *api.UpdateStepInput `json:"step,omitempty"`
 	Complete *api.CompleteInput   `json:"complete,omitempty"`
+	// Claim is the run as claimed (the first entry).
+	Claim *ClaimRecord `json:"claim,omitempty"`
+	// Session is the executor.Handle of the run's environment, as JSON,
+	// once it was prepared.
+	Session json.RawMessage `json:"session,omitempty"`
 }
 
 // JournalFile is the journal's file name in a spool directory.

@@ -15,6 +15,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logmask"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/version"
 	"knotless.dev/knotless/internal/workflow"
 )
@@ -74,7 +75,59 @@ type Job struct {
 	Cleanup func() error
 	// Logger receives one line per event; nil means slog.Default().
 	Logger *slog.Logger
+	// Resume, when set, takes over a run that an earlier runner process
+	// began (what its spool's journal says); nil runs the job from the start.
+	Resume *Resume
+	// Handover, when it closes, makes Execute let go of the run for the
+	// runner's successor: the environment is detached, not cleaned up, a
+	// running step goes on, and nothing more is reported (Execute returns
+	// a Result with an empty State). Nil never closes.
+	Handover <-chan struct{}
 }
+
+// Resume is what a restarted runner knows of a run it takes over, from the
+// journal of the run's spool.
+type Resume struct {
+	// Session is the handle of the run's environment; nil when the earlier
+	// process never got one (setup then starts over: a new checkout and a
+	// new environment).
+	Session *executor.Handle
+	// Started is when the run began; its timeout counts from then.
+	Started time.Time
+	// Steps are the latest updates the earlier process recorded, by step
+	// index (0 is setup).
+	Steps map[int]api.UpdateStepInput
+	// Checkpoints say how far each step's log got into the step's raw
+	// output, by step index; the step that was running resumes there.
+	Checkpoints map[int]logship.Checkpoint
+	// By says who took the run over, for the setup log.
+	By string
+	// Recovered is the environment, when the caller recovered it already
+	// (the runner does, before it sweeps what nobody takes over); else
+	// Execute recovers Session itself. RecoverErr is why an earlier
+	// recovery failed for good (executor.ErrNotRecoverable).
+	Recovered  executor.Session
+	RecoverErr error
+}
+
+// Journal is implemented by a Reporter that keeps what a restarted runner
+// needs to take a run over (SpoolReporter): Execute records the
+// environment's handle and each step log's checkpoints through it, and
+// resumes a step's log at its checkpoint. With a Reporter that lacks it,
+// runs are not recorded for taking over.
+type Journal interface {
+	// RecordSession records the environment's handle.
+	RecordSession(h executor.Handle) error
+	// Checkpoints opens step's checkpoint records.
+	Checkpoints(step int) (*logship.CheckpointWriter, error)
+	// ResumeLog opens step's log cut back to size bytes, for appending, and
+	// returns its last byte.
+	ResumeLog(step int, size int64) (io.WriteCloser, byte, error)
+}
+
+// errHandedOver ends an execution that let go of its run for the runner's
+// successor.
+var errHandedOver = errors.New("the run was handed over to the next runner process")
 
 // Execute runs job's workflow through ex and reports everything to rep: it
 // parses the workflow (errored/workflow-invalid), checks the commit out
@@ -98,7 +151,24 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 		}
 	}
 	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets, ended: map[int]bool{}}
+	if j, ok := rep.(Journal); ok {
+		e.journal = j
+	}
+	if job.Resume != nil {
+		for idx, u := range job.Resume.Steps {
+			if u.State != api.StepPending && u.State != api.StepRunning {
+				e.ended[idx] = true
+			}
+		}
+	}
 	res := e.run(ctx)
+	if e.handedOver {
+		if err := e.setup.close(); err != nil {
+			log.Warn("close setup log", "err", err)
+		}
+		log.Info("run handed over to the next runner process; its environment goes on")
+		return Result{}
+	}
 	res.Message = logmask.String(res.Message, secrets) // it leaves the runner too
 	if job.Cleanup != nil {
 		if err := job.Cleanup(); err != nil {
@@ -139,20 +209,30 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 const SetupName = "setup"
 
 type execution struct {
-	ended   map[int]bool // steps whose final state was reported
-	job     Job
-	ex      executor.Executor
-	rep     Reporter
-	log     *slog.Logger
-	secrets []string
-	setup   *setupLog
-	wf      *workflow.Workflow
+	ended      map[int]bool // steps whose final state was reported
+	job        Job
+	ex         executor.Executor
+	rep        Reporter
+	journal    Journal // nil when rep keeps none
+	log        *slog.Logger
+	secrets    []string
+	setup      *setupLog
+	wf         *workflow.Workflow
+	handedOver bool // the run was let go for the runner's successor
+}
+
+// handingOver reports whether the runner is handing its runs over.
+func (e *execution) handingOver() bool {
+	return e.job.Handover != nil && isClosed(e.job.Handover)
 }
 
 func (e *execution) run(ctx context.Context) Result {
 	e.setup = openSetupLog(e.rep, e.secrets, e.job.LogLimit, e.log)
 	sl := e.setup
-	e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepRunning})
+	resume := e.job.Resume
+	if !e.ended[api.SetupStep] {
+		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepRunning})
+	}
 	commit := e.job.SHA
 	if commit == "" {
 		commit = "(none)"
@@ -160,7 +240,11 @@ func (e *execution) run(ctx context.Context) Result {
 	if e.job.Ref != "" {
 		commit += " (" + e.job.Ref + ")"
 	}
-	sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)
+	if resume == nil {
+		sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)
+	} else {
+		sl.printf("%s took the run over from an earlier runner process (knotless-run %s)\n", resume.By, version.Version)
+	}
 
 	wf, err := workflow.Parse(e.job.WorkflowPath, e.job.WorkflowSource)
 	if err != nil {
@@ -171,17 +255,21 @@ func (e *execution) run(ctx context.Context) Result {
 	}
 	e.wf = wf
 	for i, st := range wf.Steps {
-		e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})
+		if _, known := e.resumed(i + 1); !known {
+			e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})
+		}
 	}
-	if len(wf.Caches) > 0 {
-		sl.printf("caches are not supported by this runner yet: running cold\n")
-	}
-	if len(wf.Outputs) > 0 {
-		sl.printf("outputs are not supported by this runner yet: outputs not collected\n")
-	}
-	for _, name := range sortedKeys(e.job.Secrets) {
-		if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
-			sl.printf("warning: secret %s is shorter than %d bytes or blank: it is NOT masked in logs\n", name, logmask.MinSecretLen)
+	if resume == nil {
+		if len(wf.Caches) > 0 {
+			sl.printf("caches are not supported by this runner yet: running cold\n")
+		}
+		if len(wf.Outputs) > 0 {
+			sl.printf("outputs are not supported by this runner yet: outputs not collected\n")
+		}
+		for _, name := range sortedKeys(e.job.Secrets) {
+			if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
+				sl.printf("warning: secret %s is shorter than %d bytes or blank: it is NOT masked in logs\n", name, logmask.MinSecretLen)
+			}
 		}
 	}
 
@@ -189,43 +277,113 @@ func (e *execution) run(ctx context.Context) Result {
 	if timeout <= 0 {
 		timeout = workflow.DefaultTimeout
 	}
-	runCtx, cancelRun := context.WithTimeoutCause(ctx, timeout, errRunTimeout)
+	remaining := timeout
+	if resume != nil && !resume.Started.IsZero() {
+		remaining = timeout - time.Since(resume.Started)
+	}
+	runCtx, cancelRun := context.WithTimeoutCause(ctx, max(remaining, 0), errRunTimeout)
 	defer cancelRun()
+	// A handover cuts setup short: the successor starts it over.
+	setupCtx, cancelSetup := context.WithCancelCause(runCtx)
+	defer cancelSetup(nil)
+	if e.job.Handover != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-e.job.Handover:
+				cancelSetup(errHandedOver)
+			case <-stop:
+			}
+		}()
+	}
 
-	if e.job.Checkout != nil {
-		// Checkout tells what it does (fetching, then checking out).
-		if err := e.job.Checkout(runCtx, sl); err != nil {
+	var sess executor.Session
+	if resume != nil && resume.Session != nil {
+		switch {
+		case resume.Recovered != nil:
+			sess = resume.Recovered
+		case resume.RecoverErr != nil:
+			err = resume.RecoverErr
+		default:
+			sess, err = e.ex.Recover(setupCtx, *resume.Session)
+		}
+		if err != nil {
+			if e.handingOver() {
+				e.handedOver = true
+				return Result{}
+			}
 			if res, stopped := e.stopped(runCtx, timeout); stopped {
 				return res
 			}
-			sl.printf("checkout failed: %v\n", err)
-			return Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}
+			sl.printf("the run's environment could not be taken over: %v\n", err)
+			return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
+		}
+		e.log.Info("run's environment recovered", "executor", e.ex.Name())
+	} else {
+		if e.job.Checkout != nil {
+			// Checkout tells what it does (fetching, then checking out).
+			if err := e.job.Checkout(setupCtx, sl); err != nil {
+				if e.handingOver() {
+					e.handedOver = true
+					return Result{}
+				}
+				if res, stopped := e.stopped(runCtx, timeout); stopped {
+					return res
+				}
+				sl.printf("checkout failed: %v\n", err)
+				return Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}
+			}
+		}
+		id := e.job.ID
+		if id == "" {
+			id = "run-" + strconv.FormatInt(e.job.Run, 10)
+		}
+		sess, err = e.ex.Prepare(setupCtx, executor.Spec{
+			ID:          id,
+			Image:       wf.Image,
+			Workspace:   e.job.Workspace,
+			CPUs:        wf.Resources.CPUs,
+			MemoryBytes: wf.Resources.MemoryBytes,
+			DiskBytes:   wf.Resources.DiskBytes,
+			Timeout:     remaining,
+			Labels:      e.job.Labels,
+			Log:         sl,
+		})
+		if err != nil {
+			if e.handingOver() {
+				e.handedOver = true
+				return Result{}
+			}
+			if res, stopped := e.stopped(runCtx, timeout); stopped {
+				return res
+			}
+			sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), err)
+			return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
+		}
+		if e.journal != nil {
+			if err := e.journal.RecordSession(sess.Handle()); err != nil {
+				e.log.Warn("could not record the run's environment: a restarted runner cannot take this run over", "err", err)
+			}
 		}
 	}
-
-	id := e.job.ID
-	if id == "" {
-		id = "run-" + strconv.FormatInt(e.job.Run, 10)
-	}
-	sess, err := e.ex.Prepare(runCtx, executor.Spec{
-		ID:          id,
-		Image:       wf.Image,
-		Workspace:   e.job.Workspace,
-		CPUs:        wf.Resources.CPUs,
-		MemoryBytes: wf.Resources.MemoryBytes,
-		DiskBytes:   wf.Resources.DiskBytes,
-		Timeout:     timeout,
-		Labels:      e.job.Labels,
-		Log:         sl,
-	})
-	if err != nil {
-		if res, stopped := e.stopped(runCtx, timeout); stopped {
-			return res
-		}
-		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), err)
-		return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
+	if e.job.Handover != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-e.job.Handover:
+				_ = sess.Detach()
+			case <-stop:
+			}
+		}()
 	}
 	defer func() {
+		if e.handedOver || e.handingOver() {
+			e.handedOver = true
+			_ = sess.Detach()
+			return
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		if err := sess.Cleanup(cctx); err != nil {
@@ -236,11 +394,20 @@ func (e *execution) run(ctx context.Context) Result {
 	return e.steps(runCtx, sess, timeout)
 }
 
+// resumed returns what an earlier process recorded of step idx.
+func (e *execution) resumed(idx int) (api.UpdateStepInput, bool) {
+	if e.job.Resume == nil {
+		return api.UpdateStepInput{}, false
+	}
+	u, ok := e.job.Resume.Steps[idx]
+	return u, ok && u.State != api.StepPending
+}
+
 // steps executes the workflow's steps in order and returns the run's result.
 func (e *execution) steps(ctx context.Context, sess executor.Session, timeout time.Duration) Result {
 	wf := e.wf
 	res := Result{State: api.StateSucceeded}
-	if _, stopped := e.stopped(ctx, timeout); !stopped {
+	if _, stopped := e.stopped(ctx, timeout); !stopped && !e.ended[api.SetupStep] {
 		// Later setup-log lines (cleanup) are still shipped; the CLI
 		// prints what comes after the steps.
 		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepSucceeded})
@@ -248,6 +415,15 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 	ended := false
 	for i, st := range wf.Steps {
 		idx, name := i+1, stepName(st, i)
+		if e.ended[idx] {
+			// An earlier runner process ran it to its end.
+			if u, _ := e.resumed(idx); !ended {
+				if r, fails := resultOf(u, st, name); fails {
+					res, ended = r, true
+				}
+			}
+			continue
+		}
 		if ended {
 			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
@@ -258,6 +434,9 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 			continue
 		}
 		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
+		if e.handedOver {
+			return Result{}
+		}
 		e.report(upd)
 		if fails && !ended {
 			res, ended = stepRes, true
@@ -266,30 +445,74 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 	return res
 }
 
+// resultOf is the run's result as a step's final update u implies it (the
+// update an earlier runner process recorded), and whether it ends the run.
+func resultOf(u api.UpdateStepInput, st workflow.Step, name string) (Result, bool) {
+	switch {
+	case u.State == api.StepSucceeded || u.State == api.StepSkipped:
+		return Result{}, false
+	case u.State == api.StepCancelled:
+		reason := u.Reason
+		if reason == "" {
+			reason = api.ReasonCancelled
+		}
+		return Result{State: api.StateCancelled, Reason: reason}, true
+	case u.Reason == api.ReasonExitCode && u.ExitCode != nil:
+		return Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: u.ExitCode,
+			Message: fmt.Sprintf("step %d (%s) exited with %d", u.Step, name, *u.ExitCode)}, !st.ContinueOnError
+	case executor.EnvironmentFault(u.Reason) || u.Reason == api.ReasonWorkflowInvalid:
+		return Result{State: api.StateErrored, Reason: u.Reason, Message: fmt.Sprintf("step %d (%s): %s", u.Step, name, u.Reason)}, true
+	}
+	return Result{State: api.StateFailed, Reason: u.Reason, Message: fmt.Sprintf("step %d (%s): %s", u.Step, name, u.Reason)}, !st.ContinueOnError
+}
+
 // step executes one step. It returns the step's final update and, when the
 // step ends the run, the run's result.
 func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st workflow.Step, runTimeout time.Duration) (StepUpdate, Result, bool) {
 	name := stepName(st, idx-1)
 	log := e.log.With("step", idx, "name", name)
-	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
-	log.Info("step started")
+	var resumeAt *logship.Checkpoint
+	if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
+		c := e.job.Resume.Checkpoints[idx] // none: from the start
+		resumeAt = &c
+		log.Info("step resumed", "raw_offset", c.Raw, "log_bytes", c.Log)
+	} else {
+		e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
+		log.Info("step started")
+	}
 	start := time.Now()
 
-	out, closeOut, err := e.stepLog(idx)
+	out, err := e.stepLog(idx, resumeAt)
 	if err != nil {
 		log.Error("open step log", "err", err)
 		return StepUpdate{Step: idx, Name: name, State: api.StepFailed, Reason: api.ReasonExecutor, Duration: time.Since(start)},
 			Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: err.Error()}, true
 	}
 	xs, problem := e.buildStep(sess, st, name, out)
+	xs.ID = strconv.Itoa(idx)
 	var r executor.Result
 	if problem == nil {
+		if resumeAt != nil {
+			xs.Offset = resumeAt.Raw
+		}
+		out.started()
 		r, err = sess.Exec(ctx, xs, out)
 	}
-	if cerr := closeOut(); cerr != nil {
+	if errors.Is(err, executor.ErrDetached) && e.handingOver() {
+		e.handedOver = true
+		out.abandon()
+		return StepUpdate{}, Result{}, true
+	}
+	if r.Note != "" {
+		out.note("[knotless: " + r.Note + "]\n")
+	}
+	if cerr := out.close(); cerr != nil {
 		log.Error("close step log", "err", cerr)
 	}
 	upd := StepUpdate{Step: idx, Name: name, Duration: time.Since(start)}
+	if r.Duration > 0 {
+		upd.Duration = r.Duration
+	}
 	if r.ExitCode >= 0 && problem == nil && err == nil {
 		upd.ExitCode = ptr(r.ExitCode)
 	}
@@ -317,6 +540,9 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 		// The executor saw a cancel the run's context did not carry.
 		upd.State, upd.Reason = api.StepCancelled, api.ReasonCancelled
 		return upd, Result{State: api.StateCancelled, Reason: api.ReasonCancelled}, true
+	case executor.EnvironmentFault(r.Reason):
+		upd.State, upd.Reason = api.StepFailed, r.Reason
+		return upd, Result{State: api.StateErrored, Reason: r.Reason, Message: fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)}, true
 	case r.Reason != "":
 		upd.State, upd.Reason = api.StepFailed, r.Reason
 		msg := fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)
@@ -433,22 +659,121 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 	}, nil
 }
 
-// stepLog opens step idx's log through the masker and the cap. close
-// flushes the masker and closes the reporter's writer.
-func (e *execution) stepLog(idx int) (io.Writer, func() error, error) {
-	w, err := e.rep.Log(idx)
-	if err != nil {
-		return nil, nil, err
-	}
-	cw := newCapWriter(w, e.job.LogLimit)
-	m := logmask.New(cw, e.secrets)
-	return m, func() error {
-		err := m.Close()
-		if cw.err != nil {
-			e.log.Error("step log lost bytes", "step", idx, "err", cw.err)
+// stepLog opens step idx's log through the masker and the cap, resuming it
+// at the checkpoint at when the step was running under an earlier runner
+// process. The returned writer records checkpoints as it goes.
+func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
+	o := &stepOut{e: e, idx: idx}
+	var w io.WriteCloser
+	var err error
+	if at != nil && e.journal != nil {
+		var last byte
+		if w, last, err = e.journal.ResumeLog(idx, at.Log); err != nil {
+			return nil, err
 		}
-		return errors.Join(err, w.Close())
-	}, nil
+		o.file = &countWriter{w: w, n: at.Log}
+		o.cw = resumeCapWriter(o.file, e.job.LogLimit, at.Log, last)
+		o.m = logmask.NewResumed(o.cw, e.secrets, at.Hidden)
+		o.raw = at.Raw
+	} else {
+		if w, err = e.rep.Log(idx); err != nil {
+			return nil, err
+		}
+		o.file = &countWriter{w: w}
+		o.cw = newCapWriter(o.file, e.job.LogLimit)
+		o.m = logmask.New(o.cw, e.secrets)
+	}
+	o.w = w
+	if e.journal != nil {
+		if o.cp, err = e.journal.Checkpoints(idx); err != nil {
+			e.log.Warn("could not record checkpoints: a restarted runner would resume this step's log from its start", "step", idx, "err", err)
+		}
+	}
+	return o, nil
+}
+
+// stepOut is a step's log: what Exec writes (the step's raw output) and the
+// runner's own notes go through the masker and the cap to the reporter.
+// After each write of output it records a checkpoint: how many raw output
+// bytes the log holds, masked, and its size.
+type stepOut struct {
+	e    *execution
+	idx  int
+	m    *logmask.Writer
+	cw   *capWriter
+	file *countWriter
+	w    io.WriteCloser
+	cp   *logship.CheckpointWriter
+
+	raw    int64 // raw output offset of the masker's first byte of output
+	notes  int64 // bytes of notes the masker took before the output began
+	output bool  // the step's output has begun
+}
+
+func (o *stepOut) Write(p []byte) (int, error) {
+	n, err := o.m.Write(p)
+	if o.output && o.cp != nil {
+		if dec, hidden, ok := o.m.Checkpoint(); ok && dec >= o.notes {
+			if cerr := o.cp.Save(logship.Checkpoint{Raw: o.raw + dec - o.notes, Log: o.file.n, Hidden: hidden}); cerr != nil {
+				o.e.log.Warn("record a checkpoint", "step", o.idx, "err", cerr)
+				_ = o.cp.Close()
+				o.cp = nil
+			}
+		}
+	}
+	return n, err
+}
+
+// started marks where the step's own output begins: what was written
+// before (notes such as a missing secret) is not part of it.
+func (o *stepOut) started() {
+	if o.output {
+		return
+	}
+	if err := o.m.Flush(); err != nil {
+		o.e.log.Warn("flush step log", "step", o.idx, "err", err)
+	}
+	o.notes, _, _ = o.m.Checkpoint()
+	o.output = true
+}
+
+// note writes a line of the runner's own after the step's output.
+func (o *stepOut) note(s string) {
+	o.output = false
+	_, _ = io.WriteString(o.m, s)
+}
+
+// close flushes the masker and closes the reporter's writer.
+func (o *stepOut) close() error {
+	err := o.m.Close()
+	if o.cw.err != nil {
+		o.e.log.Error("step log lost bytes", "step", o.idx, "err", o.cw.err)
+	}
+	if o.cp != nil {
+		_ = o.cp.Close()
+	}
+	return errors.Join(err, o.w.Close())
+}
+
+// abandon closes the log as it is, leaving the masker's held bytes for the
+// next runner process (it resumes at the last checkpoint).
+func (o *stepOut) abandon() {
+	if o.cp != nil {
+		_ = o.cp.Close()
+	}
+	_ = o.w.Close()
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (e *execution) report(u StepUpdate) {

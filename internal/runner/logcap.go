@@ -34,6 +34,15 @@ func newCapWriter(out io.Writer, limit int64) *capWriter {
 	return &capWriter{out: out, limit: limit}
 }
 
+// resumeCapWriter continues a log that holds n bytes already, the last of
+// them last: past the limit, it holds the marker and nothing more comes.
+func resumeCapWriter(out io.Writer, limit, n int64, last byte) *capWriter {
+	c := newCapWriter(out, limit)
+	c.n, c.last = min(n, c.limit), last
+	c.truncated = n > c.limit
+	return c
+}
+
 func (c *capWriter) Write(p []byte) (int, error) {
 	if c.err != nil || c.truncated {
 		return len(p), nil

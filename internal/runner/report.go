@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"encoding/json"
 	"io"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
 )
 
@@ -63,6 +65,25 @@ func (r SpoolReporter) Done(res Result) error {
 	return r.Spool.Append(logship.JournalEntry{Complete: &api.CompleteInput{
 		Run: r.Spool.Run(), State: res.State, Reason: res.Reason, Message: res.Message, ExitCode: res.ExitCode,
 	}})
+}
+
+// RecordSession implements Journal.
+func (r SpoolReporter) RecordSession(h executor.Handle) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return r.Spool.Append(logship.JournalEntry{Session: b})
+}
+
+// Checkpoints implements Journal.
+func (r SpoolReporter) Checkpoints(step int) (*logship.CheckpointWriter, error) {
+	return r.Spool.Checkpoints(step)
+}
+
+// ResumeLog implements Journal.
+func (r SpoolReporter) ResumeLog(step int, size int64) (io.WriteCloser, byte, error) {
+	return r.Spool.ResumeLog(step, size)
 }
 
 func ptr[T any](v T) *T { return &v }

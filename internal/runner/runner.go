@@ -91,6 +91,20 @@ type Runner struct {
 	unknownErr  error
 
 	sess *session // this process's runner session (session.go)
+
+	handover     chan struct{} // closed by Handover
+	handoverOnce sync.Once
+}
+
+// Handover makes Run hand its runs over to the next knotless-run process
+// on the same work directory and return: it stops claiming, lets go of
+// every run's environment (their steps go on), tells the server (which
+// keeps the runs' leases for its handover grace), and returns nil without
+// cancelling anything or waiting for deliveries; the next process takes
+// the runs over and delivers what is left. Safe to call at any time and
+// more than once.
+func (r *Runner) Handover() {
+	r.handoverOnce.Do(func() { close(r.handover) })
 }
 
 // refused records that the server does not know this runner (err is its
@@ -141,13 +155,14 @@ func New(cfg Config) (*Runner, error) {
 		log = slog.Default()
 	}
 	return &Runner{
-		cfg:     cfg,
-		log:     log.With("runner", cfg.State.Name),
-		sess:    newSession(),
-		client:  logship.NewClient(cfg.State.Client(cfg.HTTP)),
-		mirrors: &Mirrors{Root: filepath.Join(abs, "mirrors")},
-		hurry:   make(chan struct{}),
-		unknown: make(chan struct{}),
+		cfg:      cfg,
+		log:      log.With("runner", cfg.State.Name),
+		sess:     newSession(),
+		handover: make(chan struct{}),
+		client:   logship.NewClient(cfg.State.Client(cfg.HTTP)),
+		mirrors:  &Mirrors{Root: filepath.Join(abs, "mirrors")},
+		hurry:    make(chan struct{}),
+		unknown:  make(chan struct{}),
 	}, nil
 }
 
@@ -181,12 +196,29 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopShipping()
-	r.recoverSpools(shipCtx)
+	takeovers := r.recoverSpools(shipCtx, held)
+	r.cleanWorkDir(ctx, takeovers)
 
 	runsCtx, stopRuns := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRuns(ErrRunnerStopped)
 	var active sync.WaitGroup
 	slots := make(chan struct{}, r.cfg.Capacity)
+	for _, t := range takeovers {
+		active.Add(1)
+		took := false
+		select { // a taken-over run holds a slot when one is free
+		case slots <- struct{}{}:
+			took = true
+		default:
+		}
+		go func() {
+			defer active.Done()
+			if took {
+				defer func() { <-slots }()
+			}
+			r.takeOver(runsCtx, shipCtx, t)
+		}()
+	}
 
 	r.log.Info("runner started", "server", r.cfg.State.Server, "repo", r.cfg.State.Repo,
 		"executor", r.cfg.Executor.Name(), "capacity", r.cfg.Capacity, "work", r.cfg.WorkDir)
@@ -199,6 +231,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-r.unknown:
 			stopClaiming()
 		case <-r.sess.superseded:
+			stopClaiming()
+		case <-r.handover:
 			stopClaiming()
 		case <-claimCtx.Done():
 		}
@@ -215,8 +249,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	// Stopping.
 	done := make(chan struct{})
 	go func() { active.Wait(); close(done) }()
-	if len(slots) == 0 { // the claim loop has returned its own slot
+	if len(slots) == 0 && !isClosed(r.handover) { // the claim loop has returned its own slot
 		<-done
+	}
+	if isClosed(r.handover) {
+		return r.handOver(done, stopShipping)
 	}
 	if isClosed(r.sess.superseded) {
 		return r.stopSuperseded(done, stopShipping, stopRuns)
@@ -255,6 +292,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			<-done
 		case <-r.sess.superseded:
 			return r.stopSuperseded(done, stopShipping, stopRuns)
+		case <-r.handover:
+			return r.handOver(done, stopShipping)
 		}
 	}
 	shipped := make(chan struct{})
@@ -280,8 +319,9 @@ func (r *Runner) logNotRegistered(err error) {
 		r.cfg.State.Server, r.cfg.State.LoginCommand(r.cfg.StatePath)), "did", r.cfg.State.DID, "err", err)
 }
 
-// prepareWorkDir creates the work directory, takes its lock, and sweeps
-// what an earlier process left: workspaces and executor environments.
+// prepareWorkDir creates the work directory and takes its lock. What an
+// earlier process left is dealt with once the server said which runs this
+// runner still holds (recoverSpools, cleanWorkDir).
 func (r *Runner) prepareWorkDir(ctx context.Context) (func(), error) {
 	for _, d := range []string{"", "mirrors", "runs", "spool"} {
 		if err := os.MkdirAll(r.path(d), 0o700); err != nil {
@@ -302,57 +342,7 @@ func (r *Runner) prepareWorkDir(ctx context.Context) (func(), error) {
 		_ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
 		lf.Close()
 	}
-
-	ents, err := os.ReadDir(r.path("runs"))
-	if err != nil {
-		unlock()
-		return nil, fmt.Errorf("sweep work directory: %w", err)
-	}
-	for _, e := range ents {
-		r.log.Info("removing workspace left by an earlier process", "dir", r.path("runs", e.Name()))
-		if err := removeAll(r.path("runs", e.Name())); err != nil {
-			r.log.Error("remove leftover workspace", "err", err)
-		}
-	}
-	if err := r.cfg.Executor.Sweep(ctx, nil); err != nil {
-		r.log.Error("sweep executor environments", "err", err)
-	}
 	return unlock, nil
-}
-
-// recoverSpools starts shipping every spool an earlier process left. A run
-// whose journal has no result was interrupted: its result is recorded as
-// errored/runner-lost (the server may have said so already).
-func (r *Runner) recoverSpools(ctx context.Context) {
-	ents, err := os.ReadDir(r.path("spool"))
-	if err != nil {
-		r.log.Error("list spools", "err", err)
-		return
-	}
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		sp, err := logship.OpenSpool(r.path("spool", e.Name()))
-		if err != nil {
-			r.log.Error("open spool left by an earlier process", "dir", e.Name(), "err", err)
-			continue
-		}
-		done, err := sp.Completed()
-		if err != nil {
-			r.log.Error("read spool left by an earlier process", "run", sp.Run(), "err", err)
-		}
-		if !done {
-			err := SpoolReporter{Spool: sp}.Done(Result{State: api.StateErrored, Reason: api.ReasonRunnerLost,
-				Message: "the runner process stopped during the run"})
-			if err != nil {
-				r.log.Error("record lost run", "run", sp.Run(), "err", err)
-			}
-		}
-		sp.Close()
-		r.log.Info("delivering spool left by an earlier process", "run", sp.Run(), "interrupted", !done)
-		r.ship(ctx, sp)
-	}
 }
 
 // ship starts delivering sp; the channel it returns closes when the
@@ -469,10 +459,25 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()})
 		return
 	}
+	rec := &logship.ClaimRecord{Run: run, WorkflowSource: cr.WorkflowSource, GitURL: cr.GitURL, Started: time.Now()}
+	if err := sp.Append(logship.JournalEntry{Claim: rec}); err != nil {
+		log.Warn("could not record the claim: a restarted runner cannot take this run over", "err", err)
+	}
+	r.execute(runsCtx, shipCtx, sp, cr, nil)
+}
+
+// execute runs a claimed run, or one taken over from an earlier process
+// (resume set), recording it into sp, and ships sp.
+func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr *api.ClaimedRun, resume *Resume) {
+	run := cr.Run
+	log := r.log.With("run", run.ID)
 	delivered := r.ship(shipCtx, sp)
 
 	ctx, cancel := context.WithCancelCause(runsCtx)
 	defer cancel(nil)
+	if cr.CancelRequested {
+		cancel(ErrCancelled)
+	}
 	// The lease is renewed until the result is delivered, not only while
 	// the steps execute: a result spooled while the server was down must
 	// not find the run taken for lost when the server is back.
@@ -501,6 +506,12 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			}
 		}
 	}()
+	if resume != nil && resume.Session == nil {
+		// Setup starts over: a new checkout in a fresh workspace.
+		if err := removeAll(runDir); err != nil {
+			log.Error("remove the earlier process's workspace", "err", err)
+		}
+	}
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		log.Error("create run directory", "err", err)
 	}
@@ -526,7 +537,10 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			}, workspace, w)
 		},
 	}
-	Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp})
+	job.Resume, job.Handover = resume, r.handover
+	if res := Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp}); res.State == "" {
+		removed = true // handed over: the successor's steps use the workspace
+	}
 	close(executed)
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
 	"knotless.dev/knotless/internal/logship"
 )

@@ -210,9 +210,10 @@ func TestLogin_ServerWithoutSchemeSaysWhatToWrite(t *testing.T) {
 	}
 }
 
-// TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero drives the real
-// program: login, approval, a push, a run in progress, SIGTERM.
-func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
+// TestRun_SIGTERMWithoutHandoverCancelsRunsAfterStopWaitAndExitsZero
+// drives the real program: login, approval, a push, a run in progress,
+// SIGTERM with --handover=false (KNOTLESS_HANDOVER=false).
+func TestRun_SIGTERMWithoutHandoverCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and the runner as a process")
 	}
@@ -246,7 +247,7 @@ func TestRun_SIGTERMCancelsRunsAfterStopWaitAndExitsZero(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run, logs, runErr := command(tmp, []string{"KNOTLESS_STATE=" + state, "KNOTLESS_WORK=" + filepath.Join(tmp, "work"), "KNOTLESS_STOP_WAIT=1s"}, "run")
+	run, logs, runErr := command(tmp, []string{"KNOTLESS_STATE=" + state, "KNOTLESS_WORK=" + filepath.Join(tmp, "work"), "KNOTLESS_STOP_WAIT=1s", "KNOTLESS_HANDOVER=false"}, "run")
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}

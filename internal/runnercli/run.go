@@ -18,6 +18,7 @@ func newRun(g *globals) *cobra.Command {
 		cfg             runner.Config
 		logLimit        = sizeValue(runner.DefaultLogLimit)
 		envs            = &envValue{}
+		handover        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run --state FILE --executor shell --work DIR",
@@ -29,17 +30,32 @@ with the executor, and ships masked logs, step states and the result. Logs and
 results are spooled under DIR first, so nothing is lost while the server is
 unreachable; a later start delivers what an earlier process left.
 
-Started before its approval, the runner waits and retries. On SIGTERM or SIGINT
-it stops claiming, lets running runs finish for up to --stop-wait, then cancels
-them (reason runner-stopped), delivers its spools and exits 0. A second signal
-cancels running runs at once.
+Started before its approval, the runner waits and retries.
+
+Runs outlive the runner process: each run's steps are executed by a step agent
+(knotless-agent) that goes on while knotless-run restarts. A new knotless-run
+on the same --state and --work takes the runs over where they are: the running
+step goes on uninterrupted, its log resumes at the next byte, later steps run.
+
+On SIGTERM (what a service manager or Kubernetes sends to restart or upgrade
+it) the runner hands its runs over (--handover, the default): it stops claiming,
+tells the server, and exits 0 at once, leaving the runs to the next process on
+this work directory; the server waits its handover grace (5 minutes by default)
+before it ends them runner-lost. On SIGINT (Ctrl-C), or on SIGTERM with
+--handover=false, it stops claiming, lets running runs finish for up to
+--stop-wait, then cancels them (reason runner-stopped), delivers its spools
+and exits 0; a second signal cancels running runs at once.
+
+Two processes never run jobs with one identity: a new process with the same
+state file supersedes the old one, which stops at once (exit 1).
 
 Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
   DIR/runs/<run>/workspace     checkout of a run (removed after it)
   DIR/spool/<run>/             logs and results not yet delivered
-  DIR/shell/run-<run>/         the shell executor's files of a run, with
-                               the steps' HOME (removed after it)
+  DIR/shell/run-<run>/         the shell executor's files of a run: its step
+                               agent's socket, log and state, and the steps'
+                               HOME (removed after it)
 
 Every run gets a fresh HOME, made by the executor, so tool caches start
 cold; --env points tools at a cache the runs share, e.g. GOCACHE.
@@ -71,8 +87,9 @@ to do, cancels its running runs and exits 1.`,
 			if err != nil {
 				return err
 			}
-			// The first SIGTERM/SIGINT stops gracefully, a second one
-			// cancels running runs at once.
+			// SIGTERM hands the runs over (unless --handover=false);
+			// SIGINT stops gracefully; a second signal cancels running
+			// runs at once.
 			sigs := make(chan os.Signal, 2)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			defer signal.Stop(sigs)
@@ -80,6 +97,11 @@ to do, cancels its running runs and exits 1.`,
 			defer cancel()
 			go func() {
 				sig := <-sigs
+				if sig == syscall.SIGTERM && handover {
+					log.Info("signal received: handing the runs over to the next knotless-run process (they go on running)", "signal", sig.String())
+					r.Handover()
+					return
+				}
 				log.Info("signal received: stopping (claiming no more runs; a second signal cancels running runs at once)",
 					"signal", sig.String(), "stop_wait", cfg.StopWait)
 				cancel()
@@ -94,12 +116,13 @@ to do, cancels its running runs and exits 1.`,
 	f.StringVar(&statePath, "state", "", "state file written by login"+envNote("KNOTLESS_STATE"))
 	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools"+envNote("KNOTLESS_WORK"))
 	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once"+envNote("KNOTLESS_CAPACITY"))
-	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGTERM, how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
+	f.BoolVar(&handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT"+envNote("KNOTLESS_HANDOVER"))
+	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
-		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "log-limit": "KNOTLESS_LOG_LIMIT"} {
+		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT"} {
 		envFlag(f, flag, env)
 	}
 	return cmd

@@ -28,7 +28,15 @@ var (
 // Program paths inside binDir.
 func serverBin() string { return filepath.Join(binDir, "knotless-server") }
 func runnerBin() string { return filepath.Join(binDir, "knotless-run") }
-func cliBin() string    { return filepath.Join(binDir, "knotless") }
+
+// upgradeBin is knotless-run built again with version UpgradeVersion, with
+// its own knotless-agent beside it: the "new release" of upgrade tests.
+func upgradeBin() string { return filepath.Join(binDir, "upgrade", "knotless-run") }
+
+// UpgradeVersion is upgradeBin's version.
+const UpgradeVersion = "e2e-upgrade"
+
+func cliBin() string { return filepath.Join(binDir, "knotless") }
 
 // TestMain builds knotless, knotless-server and knotless-run once (with
 // -race when the test binary has it) and removes them afterwards.
@@ -68,14 +76,26 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(args, " "), err, out)
 		return 1
 	}
-	// The step agent is static (no cgo, so no -race), as released.
-	agentArgs := []string{"build", "-o", filepath.Join(dir, "knotless-agent"), "./cmd/knotless-agent"}
-	build = exec.Command(goTool, agentArgs...)
-	build.Dir = moduleRoot
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(agentArgs, " "), err, out)
-		return 1
+	// The step agent is static (no cgo, so no -race), as released; the
+	// upgrade build is a second knotless-run and agent with another version.
+	upgradeFlags := "-X knotless.dev/knotless/internal/version.Version=" + UpgradeVersion
+	for _, b := range []struct {
+		args []string
+		cgo  bool
+	}{
+		{[]string{"build", "-o", filepath.Join(dir, "knotless-agent"), "./cmd/knotless-agent"}, false},
+		{[]string{"build", "-ldflags", upgradeFlags, "-o", filepath.Join(dir, "upgrade", "knotless-agent"), "./cmd/knotless-agent"}, false},
+		{[]string{"build", "-ldflags", upgradeFlags, "-o", filepath.Join(dir, "upgrade", "knotless-run"), "./cmd/knotless-run"}, true},
+	} {
+		build = exec.Command(goTool, b.args...)
+		build.Dir = moduleRoot
+		if !b.cgo {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(b.args, " "), err, out)
+			return 1
+		}
 	}
 	return m.Run()
 }
@@ -280,6 +300,27 @@ func killTagged(tag string) []int {
 	for pid, environ := range procFiles("environ") {
 		for _, kv := range bytes.Split(environ, []byte{0}) {
 			if string(kv) == tag {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed = append(killed, pid)
+				}
+				break
+			}
+		}
+	}
+	return killed
+}
+
+// killAgentsUnder kills every knotless-agent whose state directory is
+// below root (what a test's runners left running) and returns their pids.
+func killAgentsUnder(root string) []int {
+	var killed []int
+	for pid, cmdline := range procFiles("cmdline") {
+		args := bytes.Split(cmdline, []byte{0})
+		if len(args) < 2 || filepath.Base(string(args[0])) != "knotless-agent" || string(args[1]) != "serve" {
+			continue
+		}
+		for i, a := range args {
+			if string(a) == "--dir" && i+1 < len(args) && strings.HasPrefix(string(args[i+1]), root+"/") {
 				if syscall.Kill(pid, syscall.SIGKILL) == nil {
 					killed = append(killed, pid)
 				}

@@ -18,12 +18,12 @@ func gateWait(name string) string {
 	return fmt.Sprintf(`while [ ! -e "$GATE/%s" ]; do sleep 0.05; done`, name)
 }
 
-// A runner SIGKILLed mid-step: the server ends the run errored/runner-lost
-// once the lease lapses, and the next runner process on the same work
-// directory kills what the step left running (its shell died with the
-// runner, its children did not), removes the leftover workspace, and runs
-// the next pipeline.
-func TestE2E_RunnerKilledMidRunEndsRunnerLost(t *testing.T) {
+// A runner SIGKILLed mid-step and not started again within the lease: the
+// server ends the run errored/runner-lost once the lease lapses, while the
+// step goes on under its agent; the next runner process on the same work
+// directory stops the agent and kills what the step was running, removes
+// the leftover workspace, and runs the next pipeline.
+func TestE2E_RunnerKilledAndNotBackWithinTheLeaseEndsRunnerLost(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 2*time.Second)
 	rid := w.registerRunner("r1")
@@ -58,8 +58,8 @@ steps:
 	if final.State != api.StateErrored || final.Reason != api.ReasonRunnerLost {
 		t.Fatalf("%s, want errored/runner-lost", describe(final))
 	}
-	if pids := pidsWithArg(sleepArg); len(pids) == 0 {
-		t.Fatalf("the step's processes are gone before a new runner started: the test proves nothing about the sweep")
+	if pids := pidsWithArg(sleepArg); len(pids) != 2 {
+		t.Fatalf("the step's processes %v: want both still running under the agent before a new runner starts", pids)
 	}
 
 	second := w.startRunner(rid)
@@ -190,10 +190,10 @@ steps:
 	}
 }
 
-// SIGTERM to a runner lets its running run finish within --stop-wait (then
-// the runner exits 0); with a short --stop-wait the run is cancelled with
-// reason runner-stopped instead.
-func TestE2E_RunnerSIGTERMFinishesRunningRun(t *testing.T) {
+// SIGINT to a runner (and SIGTERM with --handover=false) lets its running
+// run finish within --stop-wait (then the runner exits 0); with a short
+// --stop-wait the run is cancelled with reason runner-stopped instead.
+func TestE2E_RunnerSIGINTFinishesRunningRun(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 5*time.Second)
 	rid := w.registerRunner("r1")
@@ -212,7 +212,7 @@ steps:
 	patient := w.startRunner(rid, "--stop-wait", "30s")
 	run := w.pushOne(workflow("a"))
 	w.waitGate(run.ID, "started-a", 60*time.Second)
-	patient.signal(t, syscall.SIGTERM)
+	patient.signal(t, syscall.SIGINT)
 	waitFor(t, 10*time.Second, "the runner to say it lets the run finish", func() (bool, string) {
 		return strings.Contains(patient.output(), "letting running runs finish"), ""
 	})
@@ -227,7 +227,7 @@ steps:
 		t.Fatalf("%s, want succeeded: the stopping runner must let it finish", describe(final))
 	}
 	if code := patient.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("runner exited %d after SIGTERM, want 0", code)
+		t.Fatalf("runner exited %d after SIGINT, want 0", code)
 	}
 	if got := w.stepLog(run.ID, 1); got != "a opened\n" {
 		t.Fatalf("log = %q", got)
@@ -237,7 +237,7 @@ steps:
 		t.Fatalf("run pushed while the runner was stopping: %s, want queued", describe(r))
 	}
 
-	hasty := w.startRunner(rid, "--stop-wait", "1s")
+	hasty := w.startRunner(rid, "--stop-wait", "1s", "--handover=false")
 	run = queued
 	w.waitGate(run.ID, "started-b", 60*time.Second)
 	hasty.signal(t, syscall.SIGTERM)

@@ -25,16 +25,18 @@ import (
 // admin's token, one repository (admin/app) and a local git work tree that
 // pushes to it. Runners are added with registerRunner and startRunner.
 type world struct {
-	t      *testing.T
-	root   string // t.TempDir() holding everything below
-	data   string // server --data
-	home   string // HOME of every process
-	lease  time.Duration
-	server *proc
-	url    string // server URL, e.g. http://127.0.0.1:40123
-	token  string // admin API token
-	repo   string // "admin/app"
-	src    string // local work tree
+	t     *testing.T
+	root  string // t.TempDir() holding everything below
+	data  string // server --data
+	home  string // HOME of every process
+	lease time.Duration
+	// serverArgs are more knotless-server flags (e.g. --handover-grace).
+	serverArgs []string
+	server     *proc
+	url        string // server URL, e.g. http://127.0.0.1:40123
+	token      string // admin API token
+	repo       string // "admin/app"
+	src        string // local work tree
 	// gate is a directory passed to every step as $GATE: steps wait for
 	// files the test creates there, and create files the test waits for.
 	gate string
@@ -43,12 +45,13 @@ type world struct {
 	tag string
 }
 
-// newWorld starts a server with the given lease and creates admin/app.
-func newWorld(t *testing.T, lease time.Duration) *world {
+// newWorld starts a server with the given lease (and more server flags)
+// and creates admin/app.
+func newWorld(t *testing.T, lease time.Duration, serverArgs ...string) *world {
 	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, data: filepath.Join(root, "data"), home: filepath.Join(root, "home"),
-		lease: lease, repo: "admin/app", src: filepath.Join(root, "src"), gate: filepath.Join(root, "gate"),
+		lease: lease, serverArgs: serverArgs, repo: "admin/app", src: filepath.Join(root, "src"), gate: filepath.Join(root, "gate"),
 		tag: "KNOTLESS_E2E_TAG=" + randomHex(8)}
 	for _, d := range []string{w.home, w.src, w.gate} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -57,6 +60,9 @@ func newWorld(t *testing.T, lease time.Duration) *world {
 	}
 	// Registered first, so it runs last: after the runners are killed.
 	t.Cleanup(func() {
+		if pids := killAgentsUnder(root); len(pids) > 0 {
+			t.Logf("killed step agents runners left running: %v", pids)
+		}
 		if pids := killTagged(w.tag); len(pids) > 0 {
 			t.Logf("killed processes steps left running: %v", pids)
 		}
@@ -80,7 +86,7 @@ func (w *world) startServer(listen string) {
 	retryUntil := time.Now().Add(15 * time.Second)
 	for {
 		w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
-			"--data", w.data, "--listen", listen, "--lease", w.lease.String())
+			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String()}, w.serverArgs...)...)
 		ok := false
 		waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
 			u, err1 := os.ReadFile(urlFile)
@@ -219,9 +225,15 @@ func (w *world) registerRunner(name string) *runnerID {
 // step gets $GATE and the world's tag. extra are more flags.
 func (w *world) startRunner(r *runnerID, extra ...string) *proc {
 	w.t.Helper()
+	return w.startRunnerBin(runnerBin(), r, extra...)
+}
+
+// startRunnerBin is startRunner with another knotless-run program.
+func (w *world) startRunnerBin(bin string, r *runnerID, extra ...string) *proc {
+	w.t.Helper()
 	args := append([]string{"run", "--state", r.state, "--executor", "shell", "--work", r.work,
 		"--env", "GATE=" + w.gate, "--env", w.tag}, extra...)
-	return startProc(w.t, "knotless-run", baseEnv(w.home), w.root, runnerBin(), args...)
+	return startProc(w.t, "knotless-run", baseEnv(w.home), w.root, bin, args...)
 }
 
 // gitEnv is the environment of git commands: an author and committer for a

@@ -1,0 +1,201 @@
+package logship
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// What a restarted runner needs to take a run over lives in the spool too,
+// beside what is shipped:
+//
+//	journal.jsonl   Claim and Session entries (local only: never shipped)
+//	step-<N>.raw    the step's last checkpoint: how many raw output bytes of
+//	                the step the masked log step-<N>.log holds
+//
+// A log keeps masked bytes, so it cannot tell how far into the step's raw
+// output it got; the checkpoint can, and the next runner process resumes
+// the step's output there (executor.Step.Offset).
+
+// ClaimRecord is what a Claim journal entry keeps of a claimed run: what
+// the claim said, without the secrets and the run token (a restarted runner
+// asks for those again with api.MethodResumeRun).
+type ClaimRecord struct {
+	Run            api.Run `json:"run"`
+	WorkflowSource string  `json:"workflowSource"`
+	GitURL         string  `json:"gitUrl"`
+	// Started is when this runner began to execute the run; the run's
+	// timeout counts from it, also across restarts.
+	Started time.Time `json:"started"`
+}
+
+// Checkpoint pairs a step's raw output with its masked log: the first Raw
+// bytes of the step's output are exactly what the first Log bytes of
+// step-<N>.log hold, masked, and Hidden says whether the last of them was
+// masked (logmask.Writer.Checkpoint).
+type Checkpoint struct {
+	Raw    int64
+	Log    int64
+	Hidden bool
+}
+
+// A checkpoint file holds two slots of slotLen bytes, written in turn:
+// sequence (8), raw (8), log (8), hidden (1), CRC-32C of those (4). Reading
+// takes the valid slot with the higher sequence, so a write torn by a crash
+// leaves the other slot's checkpoint.
+const slotLen = 29
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// CheckpointWriter records one step's checkpoints.
+type CheckpointWriter struct {
+	f   *os.File
+	seq uint64
+	buf [slotLen]byte
+}
+
+func (s *Spool) checkpointPath(step int) string {
+	return filepath.Join(s.dir, fmt.Sprintf("step-%d.raw", step))
+}
+
+// Checkpoints opens step's checkpoint file for writing, continuing after
+// what it holds.
+func (s *Spool) Checkpoints(step int) (*CheckpointWriter, error) {
+	f, err := os.OpenFile(s.checkpointPath(step), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoints of run %d step %d: %w", s.run, step, err)
+	}
+	_, seq, _ := readCheckpoint(f)
+	return &CheckpointWriter{f: f, seq: seq}, nil
+}
+
+// Save records c (not synced: a crash loses at most the latest ones, and
+// an older checkpoint is as good, only resumed from further back).
+func (w *CheckpointWriter) Save(c Checkpoint) error {
+	w.seq++
+	b := w.buf[:]
+	binary.BigEndian.PutUint64(b[0:], w.seq)
+	binary.BigEndian.PutUint64(b[8:], uint64(c.Raw))
+	binary.BigEndian.PutUint64(b[16:], uint64(c.Log))
+	b[24] = 0
+	if c.Hidden {
+		b[24] = 1
+	}
+	binary.BigEndian.PutUint32(b[25:], crc32.Checksum(b[:25], crcTable))
+	_, err := w.f.WriteAt(b, int64(w.seq%2)*slotLen)
+	return err
+}
+
+// Close closes the file.
+func (w *CheckpointWriter) Close() error { return w.f.Close() }
+
+func readCheckpoint(f *os.File) (Checkpoint, uint64, bool) {
+	var buf [2 * slotLen]byte
+	n, _ := f.ReadAt(buf[:], 0)
+	var best Checkpoint
+	var bestSeq uint64
+	found := false
+	for i := 0; i+slotLen <= n; i += slotLen {
+		b := buf[i : i+slotLen]
+		if binary.BigEndian.Uint32(b[25:]) != crc32.Checksum(b[:25], crcTable) {
+			continue
+		}
+		seq := binary.BigEndian.Uint64(b[0:])
+		if seq == 0 || (found && seq <= bestSeq) {
+			continue
+		}
+		best = Checkpoint{Raw: int64(binary.BigEndian.Uint64(b[8:])), Log: int64(binary.BigEndian.Uint64(b[16:])), Hidden: b[24] == 1}
+		bestSeq, found = seq, true
+	}
+	return best, bestSeq, found
+}
+
+// LastCheckpoint returns step's newest checkpoint; ok is false when there
+// is none (the step's log is then taken as empty).
+func (s *Spool) LastCheckpoint(step int) (c Checkpoint, ok bool, err error) {
+	f, err := os.Open(s.checkpointPath(step))
+	if errors.Is(err, os.ErrNotExist) {
+		return Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read checkpoints of run %d step %d: %w", s.run, step, err)
+	}
+	defer f.Close()
+	c, _, ok = readCheckpoint(f)
+	return c, ok, nil
+}
+
+// ResumeLog cuts step's log back to size bytes (what a checkpoint covers;
+// bytes after it were written by a process that died before it could
+// record them, and will be written again) and opens it for appending. It
+// also returns the log's last byte (0 when empty).
+func (s *Spool) ResumeLog(step int, size int64) (io.WriteCloser, byte, error) {
+	f, err := os.OpenFile(s.logPath(step), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() < size {
+		err = fmt.Errorf("the log has %d bytes, its checkpoint says %d", fi.Size(), size)
+	}
+	if err == nil {
+		err = f.Truncate(size)
+	}
+	var last [1]byte
+	if err == nil && size > 0 {
+		_, err = f.ReadAt(last[:], size-1)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekEnd)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("resume log of run %d step %d: %w", s.run, step, err)
+	}
+	// O_APPEND is not settable after open with os: reopen for appending.
+	f.Close()
+	w, err := s.Log(step)
+	return w, last[0], err
+}
+
+// Record is what a spool's journal says of a run, for taking it over.
+type Record struct {
+	Claim *ClaimRecord
+	// Session is the executor's handle (JSON) of the run's environment;
+	// nil when the run never got one.
+	Session json.RawMessage
+	// Steps holds each step's latest update, by index (0 is setup).
+	Steps map[int]api.UpdateStepInput
+	// Complete is the run's result, when it has one.
+	Complete *api.CompleteInput
+}
+
+// Record reads the journal into a Record.
+func (s *Spool) Record() (Record, error) {
+	entries, _, err := s.Entries(0)
+	if err != nil {
+		return Record{}, err
+	}
+	r := Record{Steps: map[int]api.UpdateStepInput{}}
+	for _, e := range entries {
+		switch {
+		case e.Claim != nil:
+			r.Claim = e.Claim
+		case len(e.Session) > 0:
+			r.Session = e.Session
+		case e.Step != nil:
+			r.Steps[e.Step.Step] = *e.Step
+		case e.Complete != nil:
+			r.Complete = e.Complete
+		}
+	}
+	return r, nil
+}

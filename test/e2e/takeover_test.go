@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// countingWorkflow is one step that says its PID once, prints lines 1..n,
+// creates $GATE/half-TAG, waits for $GATE/go-TAG, prints n+1..2n and "done".
+// A step started twice would say its PID twice; a log that lost or
+// repeated bytes shows in the numbered lines.
+func countingWorkflow(tag string, n int) map[string]string {
+	return map[string]string{".knotless/workflows/ci.yml": fmt.Sprintf(`on:
+  push: {}
+steps:
+  - name: count
+    run: |
+      echo "step pid $$"
+      i=1
+      while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); done
+      touch "$GATE/half-%s"
+      %s
+      while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); done
+      echo done
+  - name: after
+    run: echo "second step ran"
+`, n, tag, gateWait("go-"+tag), 2*n)}
+}
+
+// assertCountingLog checks the counting step's log: one PID line, every
+// numbered line exactly once and in order, then "done".
+func assertCountingLog(t *testing.T, log string, n int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if len(lines) != 2*n+2 || !strings.HasPrefix(lines[0], "step pid ") || lines[len(lines)-1] != "done" {
+		t.Fatalf("step log has %d lines (want %d: one pid line, %d numbered, done); first %q, last %q",
+			len(lines), 2*n+2, 2*n, lines[0], lines[len(lines)-1])
+	}
+	for i := 1; i <= 2*n; i++ {
+		if lines[i] != fmt.Sprintf("line %d", i) {
+			t.Fatalf("step log line %d is %q, want %q: output lost, repeated or out of order", i+1, lines[i], fmt.Sprintf("line %d", i))
+		}
+	}
+}
+
+// A runner SIGKILLed mid-step and started again on the same state and work
+// directory: the step was never interrupted (it said its PID once), its log
+// is whole and in order, later steps run, and the run succeeds.
+func TestE2E_RunnerKilledMidStepIsTakenOverAndTheRunSucceeds(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("r1")
+	first := w.startRunner(rid)
+	const n = 3000
+	run := w.pushOne(countingWorkflow("k", n))
+	w.waitGate(run.ID, "half-k", 60*time.Second)
+
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	if r := w.run(run.ID); r.State != api.StateRunning {
+		t.Fatalf("%s after the runner died, want still running", describe(r))
+	}
+	second := w.startRunner(rid)
+	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+		return strings.Contains(second.output(), "taking over a run"), ""
+	})
+	w.openGate("go-k")
+	final := w.waitFinal(run.ID, 60*time.Second)
+	if final.State != api.StateSucceeded {
+		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
+	}
+	assertCountingLog(t, w.stepLog(run.ID, 1), n)
+	if got := w.stepLog(run.ID, 2); got != "second step ran\n" {
+		t.Fatalf("second step's log %q", got)
+	}
+	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "took the run over from an earlier runner process") {
+		t.Fatalf("the setup log does not say the run was taken over:\n%s", setup)
+	}
+	w.waitNoWorkspace(rid, run.ID)
+}
+
+// SIGTERM hands the runs over: the runner exits 0 at once while its step
+// goes on, and a new release of knotless-run (another binary, another
+// version) on the same work directory takes the run over; it succeeds with
+// a whole log.
+func TestE2E_HandoverToANewRunnerBinaryKeepsTheRunGoing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	rid := w.registerRunner("r1")
+	old := w.startRunner(rid)
+	const n = 2000
+	run := w.pushOne(countingWorkflow("h", n))
+	w.waitGate(run.ID, "half-h", 60*time.Second)
+
+	old.signal(t, syscall.SIGTERM)
+	if code := old.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("runner exited %d after SIGTERM, want 0:\n%s", code, old.output())
+	}
+	if !strings.Contains(old.output(), "handed over") {
+		t.Fatalf("the runner does not say it handed over:\n%s", old.output())
+	}
+	// Longer than the lease: the handover grace keeps the run.
+	time.Sleep(2 * w.lease)
+	if r := w.run(run.ID); r.State != api.StateRunning {
+		t.Fatalf("%s after the handover, want running", describe(r))
+	}
+	upgraded := w.startRunnerBin(upgradeBin(), rid)
+	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+		return strings.Contains(upgraded.output(), "taking over a run"), ""
+	})
+	w.openGate("go-h")
+	final := w.waitFinal(run.ID, 60*time.Second)
+	if final.State != api.StateSucceeded {
+		t.Fatalf("%s, want succeeded; runner log:\n%s", describe(final), upgraded.output())
+	}
+	assertCountingLog(t, w.stepLog(run.ID, 1), n)
+	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "(knotless-run "+UpgradeVersion+")") {
+		t.Fatalf("the setup log does not name the new release taking over:\n%s", setup)
+	}
+	w.waitNoWorkspace(rid, run.ID)
+}
+
+// A runner that handed its runs over and does not come back within the
+// server's handover grace: the run ends errored/runner-lost saying so,
+// while its step agent (and the step) go on; the next runner start stops
+// the agent, kills the step's processes and removes the workspace.
+func TestE2E_RunnerGoneLongerThanTheHandoverGraceEndsRunnerLostAndNextStartRemovesTheAgent(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2*time.Second, "--handover-grace", "3s")
+	rid := w.registerRunner("r1")
+	first := w.startRunner(rid)
+	sleepArg := "600." + fmt.Sprint(time.Now().UnixNano()%1_000_000_007)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: hang
+    run: |
+      setsid sleep ` + sleepArg + ` &
+      touch "$GATE/started"
+      sleep ` + sleepArg + `
+`})
+	w.waitGate(run.ID, "started", 60*time.Second)
+	first.signal(t, syscall.SIGTERM)
+	if code := first.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("runner exited %d after SIGTERM:\n%s", code, first.output())
+	}
+	final := w.waitRun(run.ID, 30*time.Second, "errored/runner-lost", func(r api.Run) bool { return api.IsFinal(r.State) })
+	if final.State != api.StateErrored || final.Reason != api.ReasonRunnerLost || !strings.Contains(final.Message, "handed the run over") {
+		t.Fatalf("%s, want errored/runner-lost saying the run was handed over", describe(final))
+	}
+	if pids := pidsWithArg(sleepArg); len(pids) != 2 {
+		t.Fatalf("the step's processes %v: want both sleeps still running under the agent, or the test proves nothing", pids)
+	}
+	sessionDir := filepath.Join(rid.work, "shell", "run-"+itoa(run.ID))
+	if !fileExists(sessionDir) {
+		t.Fatalf("no session directory %s", sessionDir)
+	}
+
+	second := w.startRunner(rid)
+	waitFor(t, 30*time.Second, "the next runner to stop the agent and the step's processes", func() (bool, string) {
+		if second.exited() {
+			t.Fatalf("the new runner exited:\n%s", second.output())
+		}
+		pids := pidsWithArg(sleepArg)
+		return len(pids) == 0 && !fileExists(sessionDir), fmt.Sprintf("pids %v, session directory exists %v", pids, fileExists(sessionDir))
+	})
+	w.waitNoWorkspace(rid, run.ID)
+	if r := w.run(run.ID); r.State != api.StateErrored || r.Reason != api.ReasonRunnerLost {
+		t.Fatalf("after the next start: %s, want still errored/runner-lost", describe(r))
+	}
+	next := w.pushOne(map[string]string{".knotless/workflows/ci.yml": "on:\n  push: {}\nsteps:\n  - run: echo fine\n"})
+	if r := w.waitFinal(next.ID, 60*time.Second); r.State != api.StateSucceeded {
+		t.Fatalf("next pipeline: %s", describe(r))
+	}
+}
+
+// waitNoWorkspace waits until the run's workspace is gone.
+func (w *world) waitNoWorkspace(rid *runnerID, run int64) {
+	w.t.Helper()
+	ws := filepath.Join(rid.work, "runs", itoa(run))
+	waitFor(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
+		_, err := os.Stat(ws)
+		return os.IsNotExist(err), ws + " exists"
+	})
+}
