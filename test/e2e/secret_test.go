@@ -73,6 +73,23 @@ steps:
 			t.Errorf("/proc/%d/environ of %s holds the secret", p.pid(), p.name)
 		}
 	}
+	// The step agent got the secret over its socket, for the step's
+	// execve only: not in its own environment, nor in any file it keeps
+	// (scripts, output, state) while the step runs.
+	agents := 0
+	for pid, cmdline := range cmdlines {
+		if args := bytes.Split(cmdline, []byte{0}); len(args) > 1 && filepath.Base(string(args[0])) == "knotless-agent" &&
+			bytes.Contains(cmdline, []byte(rid.work)) {
+			agents++
+			if env := environs[pid]; bytes.Contains(env, []byte(secret)) || bytes.Contains(env, []byte(b64)) {
+				t.Errorf("/proc/%d/environ of the step agent holds the secret", pid)
+			}
+		}
+	}
+	if agents == 0 {
+		t.Errorf("no knotless-agent of this runner runs while the step does")
+	}
+	grepTree(t, rid.work, secret, b64)
 	// Sanity: the step did receive it (its environment is the one place
 	// the value may be).
 	holders := 0
