@@ -12,18 +12,30 @@
 // command line, a URL or a log, never drop a log byte or a result without a
 // visible marker, and never leave a workspace behind.
 //
+// Runs outlive the process: the journal records what was claimed and the
+// environment's handle, and each step log a checkpoint of how far into the
+// step's raw output it got. A runner that starts asks the server which runs
+// it holds and takes those over (takeover.go): it recovers their
+// environments and resumes each running step's log at its checkpoint. On
+// Handover it lets go of every environment and exits, for its successor.
+//
 // Work directory layout (--work DIR):
 //
 //	DIR/.lock                        flock held by the one runner process using DIR
 //	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (fetched by SHA)
 //	DIR/runs/<run>/workspace         the run's checkout (removed after the run)
 //	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
-//	DIR/spool/<run>/journal.jsonl    step updates and the final result, in order
+//	DIR/spool/<run>/step-<N>.raw     step N's checkpoint: raw output bytes its log holds
+//	DIR/spool/<run>/journal.jsonl    the claim, the environment's handle, step
+//	                                 updates and the final result, in order
 //	DIR/spool/<run>/shipped.json     what the server acknowledged so far
-//	DIR/shell/run-<run>/             the shell executor's session: step scripts and
-//	                                 the steps' HOME (removed after the run)
+//	DIR/shell/run-<run>/             the shell executor's session: the step
+//	                                 agent's socket, log and state (scripts,
+//	                                 output) and the steps' HOME (removed
+//	                                 after the run)
 //
 // A spool is removed once the server acknowledged the run's result; a
-// runner that starts delivers every spool an earlier process left, and
-// removes every DIR/runs/* and executor environment it left.
+// runner that starts delivers every spool an earlier process left, takes
+// over the runs the server says it still holds, and removes every other
+// DIR/runs/* and executor environment an earlier process left.
 package runner
