@@ -80,10 +80,10 @@ type Executor interface {
 	// (found by its labels or its directory, also after a crash) whose ID is
 	// not in keep (IDs as Spec.ID) and that no live session of this
 	// Executor value holds: processes, containers, pods and files. It never
-	// removes an environment in keep: the runner calls it at start after it
-	// has recovered what it could, keeping exactly those. Idempotent; a
-	// failure to remove one environment does not stop the others (errors
-	// are joined).
+	// removes what Recover can still attach to and the runner wants: the
+	// runner calls it at start only after it has recovered every run it
+	// takes over, with exactly those in keep. Idempotent; a failure to
+	// remove one environment does not stop the others (errors are joined).
 	Sweep(ctx context.Context, keep []string) error
 }
 
@@ -204,6 +204,12 @@ func EnvironmentFault(reason string) bool {
 }
 
 // Session is one prepared (or recovered) environment.
+//
+// Faults: Exec's error means the environment let the step down before or
+// while it ran (the run ends errored/executor); a Result.Reason for which
+// EnvironmentFault holds (evicted, image-pull) ends it errored with that
+// reason; an exit code, a timeout or oom-killed are the step's own doing
+// (failed); cancelled is a person's or the runner's (cancelled).
 //
 // Steps execute one at a time: Exec, CopyIn and CopyOut must not be called
 // concurrently on one session. Detach and Cleanup may be called at any time,
