@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
 )
@@ -495,20 +496,20 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
 	workspace := filepath.Join(runDir, "workspace")
 	removed := false
-	cleanup := func() error {
+	removeWorkspace := func() error {
 		removed = true
-		return removeAll(runDir)
+		return cleanup.RemoveAll(runDir)
 	}
 	defer func() {
 		if !removed {
-			if err := cleanup(); err != nil {
+			if err := removeWorkspace(); err != nil {
 				log.Error("remove workspace", "err", err)
 			}
 		}
 	}()
 	if resume != nil && resume.Session == nil {
 		// Setup starts over: a new checkout in a fresh workspace.
-		if err := removeAll(runDir); err != nil {
+		if err := cleanup.RemoveAll(runDir); err != nil {
 			log.Error("remove the earlier process's workspace", "err", err)
 		}
 	}
@@ -530,7 +531,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		LogLimit:       r.cfg.LogLimit,
 		Grace:          r.cfg.Grace,
 		Logger:         r.log,
-		Cleanup:        cleanup,
+		Cleanup:        removeWorkspace,
 		Checkout: func(ctx context.Context, w io.Writer) error {
 			return r.mirrors.Checkout(ctx, Fetch{
 				Repo: run.Repo, URL: strings.TrimRight(r.cfg.State.Server, "/") + cr.GitURL, SHA: run.SHA, Token: cr.RunToken,
@@ -613,19 +614,4 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// removeAll removes dir like os.RemoveAll, also when steps left read-only
-// directories in it (Go's module cache does).
-func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
 }

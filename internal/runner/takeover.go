@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
 )
@@ -169,7 +170,7 @@ func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
 			continue
 		}
 		r.log.Info("removing workspace left by an earlier process", "dir", r.path("runs", e.Name()))
-		if err := removeAll(r.path("runs", e.Name())); err != nil {
+		if err := cleanup.RemoveAll(r.path("runs", e.Name())); err != nil {
 			r.log.Error("remove leftover workspace", "err", err)
 		}
 	}

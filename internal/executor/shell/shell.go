@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/stepagent"
 	"knotless.dev/knotless/internal/version"
@@ -508,7 +509,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 // removeSession stops whatever runs in a session directory and removes it.
 func (e *Executor) removeSession(ctx context.Context, dir string) error {
 	e.stopAgent(ctx, dir)
-	if err := removeAll(dir); err != nil {
+	if err := cleanup.RemoveAll(dir); err != nil {
 		return err
 	}
 	return nil
@@ -600,21 +601,6 @@ func procState(pid int) (byte, error) {
 // killTreeOf SIGKILLs every descendant of pid and reports how many.
 func killTreeOf(pid int) int {
 	return stepagent.KillDescendants(pid)
-}
-
-// removeAll removes dir like os.RemoveAll, also when steps left read-only
-// directories in it (Go's module cache does).
-func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(dir)
 }
 
 // forget drops s from the live sessions.
