@@ -179,8 +179,11 @@ func (c *Client) drop(cn *Conn, err error) {
 	if c.cur == cn {
 		c.cur = nil
 	}
+	closed := c.closed
 	c.mu.Unlock()
-	c.log.Info("connection to the step agent lost; resuming on a new one", "err", err)
+	if !closed { // Close lets go on purpose
+		c.log.Info("connection to the step agent lost; resuming on a new one", "err", err)
+	}
 }
 
 // RunStep starts st (or attaches to it when the agent has it already) and

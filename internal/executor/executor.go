@@ -37,6 +37,10 @@ type Setup struct {
 	Agent string
 	// Logger is the runner's logger.
 	Logger *slog.Logger
+	// Ephemeral says no process will ever take the environments over
+	// (`knotless-run exec`): they end with the process that made them, also
+	// when it is killed.
+	Ephemeral bool
 }
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell

@@ -243,7 +243,8 @@ func (e *execution) run(ctx context.Context) Result {
 	if resume == nil {
 		sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)
 	} else {
-		sl.printf("%s took the run over from an earlier runner process (knotless-run %s)\n", resume.By, version.Version)
+		sl.printf("%s took the run over from an earlier runner process at %s; a running step goes on where it was\n",
+			resume.By, time.Now().UTC().Format(time.RFC3339))
 	}
 
 	wf, err := workflow.Parse(e.job.WorkflowPath, e.job.WorkflowSource)

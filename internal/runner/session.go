@@ -27,7 +27,7 @@ var errSupersededStop = fmt.Errorf("%w: another knotless-run process took this r
 
 // lostRunMessage is the result message of a run the server says this
 // runner holds but of which this work directory has no spool.
-const lostRunMessage = "the runner process that ran it is gone and left no record of it here"
+const lostRunMessage = "the runner process that ran it is gone and left no record of it in this work directory (was it started with another --work?)"
 
 // session is this process's runner session (api.MethodStartSession):
 // whether the server said a newer session superseded it. The session's id
@@ -54,7 +54,7 @@ func (r *Runner) superseded(err error) bool {
 			path = "FILE"
 		}
 		r.log.Error("another knotless-run process started with this runner's identity (the same state file, "+path+
-			") and took it over: this process stops and leaves its runs to that one; run one process per state file",
+			") and took it over: this process stops, and stops its running runs without reporting them (a process on another work directory cannot take them over; the new one ends them); run one process per state file",
 			"err", err)
 		close(r.sess.superseded)
 	})

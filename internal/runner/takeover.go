@@ -14,6 +14,7 @@ import (
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
+	"knotless.dev/knotless/internal/version"
 )
 
 // A runner that starts finds in its work directory what an earlier process
@@ -112,7 +113,7 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 		Started:     rec.Claim.Started,
 		Steps:       rec.Steps,
 		Checkpoints: map[int]logship.Checkpoint{},
-		By:          fmt.Sprintf("runner process %d", os.Getpid()),
+		By:          fmt.Sprintf("knotless-run %s (process %d)", version.Version, os.Getpid()),
 	}
 	for idx, u := range rec.Steps {
 		if u.State == api.StepRunning && idx > 0 {

@@ -30,6 +30,9 @@ holds FILE, or the current directory) through the same code as a runner does,
 and prints each step's log between step headers and footers, then a summary.
 
 The steps run in the checkout itself, not in a copy: files they create stay.
+They end with exec: on SIGINT, SIGTERM, SIGHUP or a closed output pipe the run
+is cancelled and cleaned up, and if exec is killed outright its step agent
+ends the step within a second.
 Secrets named with --secret are read from the environment variable of the same
 name (a missing one is an error before anything runs) and masked in the output.
 
@@ -60,11 +63,15 @@ cancelled, 2 when the command line was wrong.`,
 			if err := os.MkdirAll(work, 0o700); err != nil {
 				return fmt.Errorf("work directory: %w", err)
 			}
-			ex, err := exf.newExecutor(work, log)
+			ex, err := exf.newExecutor(work, log, true)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			// Any of these ends the run cleanly: the terminal went away
+			// (SIGHUP) or the reader of the output did (SIGPIPE, as in
+			// `exec ... | head`). A SIGKILL cannot be caught: then the
+			// step agent notices that exec is gone and ends the step.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 			defer stop()
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,

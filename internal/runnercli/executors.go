@@ -80,8 +80,8 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 // Flags of other executors given on the command line are ignored, with a
 // warning (from the environment they are ignored silently: one environment
 // may serve runners of several executors).
-func (e *executorFlags) newExecutor(work string, log *slog.Logger) (executor.Executor, error) {
-	setup := executor.Setup{Work: work, Agent: e.agent, Logger: log}
+func (e *executorFlags) newExecutor(work string, log *slog.Logger, ephemeral bool) (executor.Executor, error) {
+	setup := executor.Setup{Work: work, Agent: e.agent, Logger: log, Ephemeral: ephemeral}
 	var chosen ExecutorOptions
 	var names []string
 	for _, o := range e.opts {

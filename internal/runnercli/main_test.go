@@ -1,6 +1,7 @@
 package runnercli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -287,4 +289,91 @@ func TestRun_SIGTERMWithoutHandoverCancelsRunsAfterStopWaitAndExitsZero(t *testi
 			t.Errorf("runner log lacks %q:\n%s", want, runErr.String())
 		}
 	}
+}
+
+// exec killed outright (SIGKILL: no handler runs) leaves no step running:
+// nobody will take its run over, so its step agent ends the step and exits
+// once exec is gone. Found by trying it: the agent and the step ran on for
+// the run's whole timeout.
+func TestExec_KilledExecLeavesNoStepRunning(t *testing.T) {
+	marker := "600." + strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 10)
+	dir := checkout(t, "on: {push: {}}\nsteps:\n  - run: |\n      echo started\n      sleep "+marker+"\n")
+	work := t.TempDir()
+	cmd, out, errb := command(dir, nil, "exec", ".knotless/workflows/ci.yml", "--work", work)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitUntil(t, 30*time.Second, "the step to start", func() bool { return strings.Contains(out.String(), "started\n") })
+	if len(pidsWithArg(marker)) != 1 {
+		t.Fatalf("no step process with argument %s", marker)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitUntil(t, 15*time.Second, "the step and its agent to end after exec was killed", func() bool {
+		return len(pidsWithArg(marker)) == 0 && len(pidsMentioning(work)) == 0
+	})
+	_ = errb
+}
+
+// --agent naming a missing program is refused at start, before anything is
+// claimed. Found by trying it: the runner started and errored every run.
+func TestRun_MissingAgentIsRefusedAtStart(t *testing.T) {
+	tmp := t.TempDir()
+	cmd, _, errb := command(tmp, nil, "run", "--state", filepath.Join(tmp, "none.json"), "--work", filepath.Join(tmp, "w"), "--agent", "/nonexistent/knotless-agent")
+	if code := exitCode(t, cmd.Run()); code != 1 || !strings.Contains(errb.String(), "--agent /nonexistent/knotless-agent") {
+		t.Fatalf("exit %d, stderr %q; want 1 and a message naming --agent", code, errb.String())
+	}
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pidsMentioning lists the processes whose command line contains s.
+func pidsMentioning(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// pidsWithArg lists the processes with arg among their arguments.
+func pidsWithArg(arg string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(b, []byte{0}) {
+			if string(a) == arg {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }

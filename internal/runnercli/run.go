@@ -21,7 +21,7 @@ func newRun(g *globals) *cobra.Command {
 		handover        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run --state FILE --executor shell --work DIR",
+		Use:   "run --state FILE --work DIR [--executor shell]",
 		Short: "Claim runs from the server and execute them",
 		Long: `run long-polls the server for runs this runner qualifies for and executes up to
 --capacity of them at once: it fetches the commit into a bare mirror under DIR
@@ -72,7 +72,7 @@ to do, cancels its running runs and exits 1.`,
 				return usagef("run needs --state FILE and --work DIR")
 			}
 			log := g.logger()
-			ex, err := exf.newExecutor(work, log)
+			ex, err := exf.newExecutor(work, log, false)
 			if err != nil {
 				return err
 			}

@@ -39,6 +39,9 @@ type Config struct {
 	// Heartbeat and DeadAfter: see agent.DefaultHeartbeat.
 	Heartbeat time.Duration
 	DeadAfter time.Duration
+	// ExitWithParent makes the agent end its steps and exit when the process
+	// that started it is gone (nobody will take the run over).
+	ExitWithParent bool
 	// NoCgroups makes the agent rely on being a child subreaper alone, even
 	// where it could give steps cgroups.
 	NoCgroups bool
@@ -111,6 +114,9 @@ func (a *Agent) Kill() string { return a.cg.describe() }
 // past its deadline with no client (nil); other errors are the listener's.
 func (a *Agent) Serve(l net.Listener) error {
 	go a.lingerWatch()
+	if a.cfg.ExitWithParent {
+		go a.parentWatch()
+	}
 	go func() {
 		<-a.shutdown
 		_ = l.Close()
@@ -165,6 +171,29 @@ func (a *Agent) lingerWatch() {
 		if idle {
 			a.log.Warn("the run's deadline passed and no runner came back: exiting", "deadline", a.cfg.Deadline, "linger", a.cfg.Linger)
 			a.Shutdown()
+			return
+		}
+	}
+}
+
+// parentWatch shuts the agent down once the process that started it is
+// gone (the agent is then re-parented, so its parent PID changes).
+func (a *Agent) parentWatch() {
+	parent := os.Getppid()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.shutdown:
+			return
+		case <-t.C:
+		}
+		if os.Getppid() != parent {
+			a.log.Warn("the process that started the agent is gone and nobody takes the run over: ending the steps and exiting")
+			a.Shutdown()
+			if err := os.RemoveAll(a.cfg.Dir); err != nil {
+				a.log.Warn("remove the agent's directory", "err", err)
+			}
 			return
 		}
 	}
@@ -552,6 +581,9 @@ func (w *dataWriter) flush() error {
 // that a later process reusing the PID is told apart), version and run.
 func (a *Agent) WriteState(extra map[string]any) error {
 	st := map[string]any{"pid": a.pid, "run": a.cfg.Run, "version": a.cfg.Version, "kill": a.cg.describe()}
+	if a.cg.usable() {
+		st["cgroup"] = a.cg.base
+	}
 	if t, err := ProcStartTime(a.pid); err == nil {
 		st["startTime"] = t
 	}

@@ -190,3 +190,12 @@ func signalCgroup(dir string, sig syscall.Signal) {
 		_ = syscall.Kill(pid, sig)
 	}
 }
+
+// KillCgroup SIGKILLs every process in the cgroup directory dir (a step's
+// cgroup an agent recorded, for cleaning up after an agent that died) and
+// removes it when it empties; it reports how many processes it found.
+func KillCgroup(dir string) int {
+	n := len(cgroupProcs(dir))
+	killCgroup(dir, killBound)
+	return n
+}

@@ -178,7 +178,11 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	// Recorded so that whoever cleans up after a dead agent can still kill
 	// the step's process group.
 	if st, err := ProcStartTime(pid); err == nil {
-		if b, err := json.Marshal(map[string]any{"pid": pid, "startTime": st}); err == nil {
+		rec := map[string]any{"pid": pid, "startTime": st}
+		if cgDir != "" {
+			rec["cgroup"] = cgDir
+		}
+		if b, err := json.Marshal(rec); err == nil {
 			_ = os.WriteFile(filepath.Join(sdir, "proc.json"), b, 0o600)
 		}
 	}

@@ -121,7 +121,7 @@ func TestE2E_HandoverToANewRunnerBinaryKeepsTheRunGoing(t *testing.T) {
 		t.Fatalf("%s, want succeeded; runner log:\n%s", describe(final), upgraded.output())
 	}
 	assertCountingLog(t, w.stepLog(run.ID, 1), n)
-	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "(knotless-run "+UpgradeVersion+")") {
+	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "knotless-run "+UpgradeVersion+" (process ") {
 		t.Fatalf("the setup log does not name the new release taking over:\n%s", setup)
 	}
 	w.waitNoWorkspace(rid, run.ID)

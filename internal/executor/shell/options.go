@@ -1,6 +1,9 @@
 package shell
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/pflag"
@@ -26,6 +29,11 @@ func (*Options) New(setup executor.Setup) (executor.Executor, error) {
 		if _, err := FindAgent(); err != nil {
 			return nil, err
 		}
+	} else if fi, err := os.Stat(setup.Agent); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		if err == nil {
+			err = errors.New("not an executable file")
+		}
+		return nil, fmt.Errorf("--agent %s: %v: give the path of knotless-agent from the same release as knotless-run", setup.Agent, err)
 	}
-	return New(Config{Dir: filepath.Join(setup.Work, Name), Agent: setup.Agent, Logger: setup.Logger}), nil
+	return New(Config{Dir: filepath.Join(setup.Work, Name), Agent: setup.Agent, Logger: setup.Logger, Ephemeral: setup.Ephemeral}), nil
 }

@@ -52,6 +52,9 @@ type Config struct {
 	// PATH is the PATH a step gets when Step.Env has no PATH. Empty means the
 	// runner's own PATH as it was when New was called.
 	PATH string
+	// Ephemeral makes each agent end its steps and exit when the process
+	// that started it is gone (`knotless-run exec`: nobody takes over).
+	Ephemeral bool
 	// AgentArgs are extra arguments for `knotless-agent serve`, e.g.
 	// "--no-cgroups".
 	AgentArgs []string
@@ -238,7 +241,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 		return nil, fmt.Errorf("connect to the step agent: %w", err)
 	}
 	s.workdir = hello.Workdir
-	if err := writeSetupLog(spec, hello.Kill); err != nil {
+	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral); err != nil {
 		_ = s.client.Shutdown(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("write setup log: %w", err)
 	}
@@ -272,6 +275,9 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 	}
 	if e.cfg.DeadAfter > 0 {
 		args = append(args, "--dead-after", e.cfg.DeadAfter.String())
+	}
+	if e.cfg.Ephemeral {
+		args = append(args, "--exit-with-parent")
 	}
 	args = append(args, e.cfg.AgentArgs...)
 	cmd := &exec.Cmd{
@@ -364,7 +370,7 @@ func (e *Executor) newSession(id, dir string) *session {
 
 // writeSetupLog tells the run's setup log what this executor is and what of
 // spec it ignores.
-func writeSetupLog(spec executor.Spec, kill string) error {
+func writeSetupLog(spec executor.Spec, kill string, ephemeral bool) error {
 	w := spec.Log
 	if w == nil {
 		return nil
@@ -376,7 +382,11 @@ func writeSetupLog(spec executor.Spec, kill string) error {
 	if _, err := fmt.Fprintf(w, "shell executor: steps run directly on this host as %s (uid %d), without isolation; use it for trusted repositories only\n", user, os.Getuid()); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "shell executor: a step agent runs the steps, so they go on while the runner restarts; a step's processes end with the step (%s)\n", kill); err != nil {
+	lives := "so they go on while the runner restarts"
+	if ephemeral {
+		lives = "which ends them if this process is killed"
+	}
+	if _, err := fmt.Fprintf(w, "shell executor: a step agent runs the steps, %s; a step's processes end with the step (%s)\n", lives, kill); err != nil {
 		return err
 	}
 	if spec.Image != "" {
@@ -537,12 +547,40 @@ func (e *Executor) stopAgent(ctx context.Context, dir string) {
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// The steps' own records: a step's cgroup holds every process it
+	// started (also those that left its process group, now orphans of
+	// init); its process group holds the rest where there is no cgroup.
 	steps, _ := os.ReadDir(filepath.Join(dir, "steps"))
 	for _, st := range steps {
-		if pid, ok := recordedProcess(filepath.Join(dir, "steps", st.Name(), "proc.json")); ok {
+		rec := filepath.Join(dir, "steps", st.Name(), "proc.json")
+		if cg := recordedCgroup(rec); cg != "" {
+			if n := stepagent.KillCgroup(cg); n > 0 {
+				e.log.Info("killed processes left in the cgroup of a step whose agent was gone", "dir", dir, "cgroup", cg, "processes", n)
+			}
+		}
+		if pid, ok := recordedProcess(rec); ok {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}
+	if cg := recordedCgroup(filepath.Join(dir, "agent.json")); cg != "" {
+		_ = os.Remove(cg)
+	}
+}
+
+// recordedCgroup reads {"cgroup"} from a state file: a cgroup directory
+// under /sys/fs/cgroup or another cgroup2 mount; "" when none.
+func recordedCgroup(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Cgroup string `json:"cgroup"`
+	}
+	if json.Unmarshal(b, &st) != nil || !filepath.IsAbs(st.Cgroup) {
+		return ""
+	}
+	return filepath.Clean(st.Cgroup)
 }
 
 // waitAgentGone waits for the agent recorded in dir to exit.

@@ -3,6 +3,7 @@ package shell_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -442,5 +443,69 @@ func TestShell_StreamCutAtRandomBytesLosesAndRepeatsNothing(t *testing.T) {
 		t.Errorf("only %d cuts happened; the test wants at least 100 during the step", n)
 	} else {
 		t.Logf("%d cuts, %d lines intact", n, lines)
+	}
+}
+
+// The agent killed mid-step (the OOM killer's doing): Exec fails (the
+// environment is gone), and Cleanup still kills every process the step
+// started, also those that left its process group, from the step's cgroup
+// the agent recorded. Found by trying it: the escaped processes lived on
+// as orphans of init.
+func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shell")
+	var log bytes.Buffer
+	_, s := newSession(t, shell.Config{Dir: dir}, executor.Spec{ID: "run-9", Log: &log})
+	if !strings.Contains(log.String(), "cgroup v2") {
+		t.Skipf("steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
+	}
+	var out syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "setsid sleep 600 &\necho \"esc $!\"\nsleep 600\n"}, &out)
+		done <- err
+	}()
+	var esc int
+	deadline := time.Now().Add(30 * time.Second)
+	for esc == 0 {
+		if rest, ok := strings.CutPrefix(out.String(), "esc "); ok && strings.HasSuffix(rest, "\n") {
+			esc, _ = strconv.Atoi(strings.TrimSpace(rest))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no esc line: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
+	b, err := os.ReadFile(filepath.Join(dir, "run-9", "agent.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ PID int }
+	if err := json.Unmarshal(b, &st); err != nil || st.PID <= 1 {
+		t.Fatalf("agent.json %s: %v", b, err)
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("Exec succeeded after its agent was killed")
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("Exec did not return after its agent was killed")
+	}
+	if !alive(esc) {
+		t.Fatalf("the escaped process %d died with the agent: the test proves nothing", esc)
+	}
+	if err := s.Cleanup(context.Background()); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for alive(esc) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the step's escaped process %d outlived its dead agent's Cleanup", esc)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
