@@ -212,6 +212,9 @@ type Runner struct {
 	Status     string     `json:"status"` // pending, approved
 	CreatedAt  time.Time  `json:"createdAt"`
 	LastSeenAt *time.Time `json:"lastSeenAt,omitempty"`
+	// HandoverUntil is set while the runner's last process has handed its
+	// runs over and no new process took them yet: they wait until then.
+	HandoverUntil *time.Time `json:"handoverUntil,omitempty"`
 }
 
 // RegisterRunnerInput is the body of MethodRegisterRunner. The JWT's issuer

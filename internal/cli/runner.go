@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,7 +48,11 @@ shortened in the table (the start and the end; --json shows it whole).`,
 			now := s.now()
 			t := newTable(s.stdout(), "NAME", "STATUS", "LABELS", "LAST SEEN", "REGISTERED", "DID")
 			for _, rn := range out.Runners {
-				t.row(rn.Name, rn.Status, strings.Join(rn.Labels, ","), agoPtr(rn.LastSeenAt, now), ago(rn.CreatedAt, now), shortDID(rn.DID))
+				status := rn.Status
+				if rn.HandoverUntil != nil {
+					status += ", handing over (runs wait " + rn.HandoverUntil.Sub(now).Round(time.Second).String() + " for its next process)"
+				}
+				t.row(rn.Name, status, strings.Join(rn.Labels, ","), agoPtr(rn.LastSeenAt, now), ago(rn.CreatedAt, now), shortDID(rn.DID))
 			}
 			return t.flush()
 		},

@@ -22,8 +22,12 @@ func apiRunner(x store.Runner) api.Runner {
 	if labels == nil {
 		labels = []string{}
 	}
-	return api.Runner{Repo: x.Repo, Name: x.Name, DID: x.DID, Labels: labels, Status: x.Status,
+	out := api.Runner{Repo: x.Repo, Name: x.Name, DID: x.DID, Labels: labels, Status: x.Status,
 		CreatedAt: x.CreatedAt, LastSeenAt: x.LastSeenAt}
+	if x.HandedOverAt != nil && x.HandoverUntil != nil && x.HandoverUntil.After(time.Now()) {
+		out.HandoverUntil = x.HandoverUntil
+	}
+	return out
 }
 
 func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {

@@ -215,6 +215,17 @@ func TestServer_NewSessionWithinTheHandoverGraceTakesTheRuns(t *testing.T) {
 	f := newFixture(t, servertest.Options{Lease: time.Second, HandoverGrace: time.Hour})
 	r, c := claimedRun(t, f)
 	procedure(t, r, api.MethodHandover, api.HandoverInput{Reason: "upgrade"}, nil)
+	// The owner sees that the runner is handing over, and until when.
+	handingOver := func() *time.Time {
+		var list api.ListRunnersOutput
+		if err := f.alice().Query(context.Background(), api.MethodListRunners, url.Values{"repo": {f.repo}}, &list); err != nil || len(list.Runners) != 1 {
+			t.Fatalf("runner list: %v %+v", err, list)
+		}
+		return list.Runners[0].HandoverUntil
+	}
+	if until := handingOver(); until == nil || time.Until(*until) < 50*time.Minute {
+		t.Fatalf("runner list after a handover: handoverUntil %v, want about an hour ahead", until)
+	}
 	// A handover is final for its session: no second one.
 	err := r.Client.Procedure(context.Background(), api.MethodHandover, api.HandoverInput{}, nil)
 	wantXRPC(t, "second handover", err, http.StatusConflict, api.ErrSessionSuperseded, "handed its runs over")
@@ -222,6 +233,9 @@ func TestServer_NewSessionWithinTheHandoverGraceTakesTheRuns(t *testing.T) {
 	out := r.StartSession(t)
 	if len(out.Runs) != 1 || out.Runs[0].Run != c.Run.ID {
 		t.Fatalf("held runs after handover = %+v, want run %d", out.Runs, c.Run.ID)
+	}
+	if until := handingOver(); until != nil {
+		t.Fatalf("runner list after a new session: still handing over until %v", until)
 	}
 	var resumed api.ClaimedRun
 	procedure(t, r, api.MethodResumeRun, api.RunRef{Run: c.Run.ID}, &resumed)
