@@ -33,9 +33,10 @@ type Spool struct {
 	dir string
 	run int64
 
-	mu      sync.Mutex
-	journal *os.File // nil once closed or for spools opened read-only
-	notify  chan struct{}
+	mu       sync.Mutex
+	journal  *os.File // nil once closed or for spools opened read-only
+	notify   chan struct{}
+	appended chan struct{}
 }
 
 // JournalEntry is one line of a spool's journal: a step update or the run's
@@ -96,7 +97,7 @@ func openSpool(dir string, run int64) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
 	}
-	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1)}, nil
+	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1), appended: make(chan struct{}, 1)}, nil
 }
 
 // Run is the run's ID.
@@ -107,6 +108,10 @@ func (s *Spool) Dir() string { return s.dir }
 
 // Changed is signalled (coalesced) whenever bytes or entries were added.
 func (s *Spool) Changed() <-chan struct{} { return s.notify }
+
+// Appended is signalled (coalesced) whenever an entry was added to the
+// journal.
+func (s *Spool) Appended() <-chan struct{} { return s.appended }
 
 func (s *Spool) poke() {
 	select {
@@ -169,6 +174,10 @@ func (s *Spool) Append(e JournalEntry) error {
 		}
 	}
 	s.poke()
+	select {
+	case s.appended <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
