@@ -233,10 +233,16 @@ func (c *cluster) push(ctx context.Context) error {
 	return err
 }
 
+// observeEvery is how often waitRunFinished asks the server: no figure
+// depends on when it notices (they come from the server's timestamps and
+// the steps' own clocks), and asking more often would only load the
+// machine the figures are taken on.
+const observeEvery = 50 * time.Millisecond
+
 // waitRunFinished finds the run of commit sha and waits until it is final.
 func (c *cluster) waitRunFinished(ctx context.Context, sha string, timeout time.Duration) (api.Run, error) {
 	var run api.Run
-	err := poll(ctx, timeout, "the run of "+sha[:8]+" to finish", func() (bool, error) {
+	err := pollEvery(ctx, observeEvery, timeout, "the run of "+sha[:8]+" to finish", func() (bool, error) {
 		if run.ID == 0 {
 			var list api.ListRunsOutput
 			if err := c.admin.Query(ctx, api.MethodListRuns, url.Values{"repo": {c.repo}, "limit": {"5"}}, &list); err != nil {

@@ -37,6 +37,9 @@ type Spool struct {
 	journal  *os.File // nil once closed or for spools opened read-only
 	notify   chan struct{}
 	appended chan struct{}
+
+	cursor    *os.File // shipped.json, once saveCursor opened it
+	cursorLen int      // the longest cursor written to it
 }
 
 // JournalEntry is one line of a spool's journal: a step update or the run's
@@ -291,24 +294,46 @@ func (s *Spool) loadCursor() (shipCursor, error) {
 	return c, nil
 }
 
+// saveCursor writes c over the cursor file, in place: a shipper saves it
+// after every acknowledgement, and a new file each time costs more than
+// the write. JSON shorter than an earlier one is padded with spaces. A
+// write torn by a crash leaves either an unreadable cursor (the next
+// process starts over) or a mix of the old and the new, each of which the
+// server acknowledged: behind, never ahead. Only the shipper calls it.
 func (s *Spool) saveCursor(c shipCursor) error {
 	data, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encode ship cursor of run %d: %w", s.run, err)
 	}
-	tmp := filepath.Join(s.dir, cursorName+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if s.cursor == nil {
+		f, err := os.OpenFile(filepath.Join(s.dir, cursorName), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+		}
+		s.cursor, s.cursorLen = f, int(fi.Size())
+	}
+	if pad := s.cursorLen - len(data); pad > 0 {
+		data = append(data, bytes.Repeat([]byte(" "), pad)...)
+	}
+	if _, err := s.cursor.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, cursorName)); err != nil {
-		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
-	}
+	s.cursorLen = len(data)
 	return nil
 }
 
 // Remove deletes the spool once everything was delivered.
 func (s *Spool) Remove() error {
 	s.Close()
+	if s.cursor != nil {
+		s.cursor.Close()
+		s.cursor = nil
+	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove spool of run %d: %w", s.run, err)
 	}

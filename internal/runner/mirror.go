@@ -112,7 +112,9 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 	if err := makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL)); err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
 	}
-	if err := git(ctx, dest, nil, log, "checkout", "-q", "--detach", f.SHA); err != nil {
+	// As clone's own checkout: the index and every file from HEAD's tree
+	// (no HEAD update, hence no reflog entry; HEAD is the commit already).
+	if err := git(ctx, dest, nil, log, "read-tree", "--reset", "-u", "HEAD"); err != nil {
 		return fmt.Errorf("check out %s: %w", f.SHA, err)
 	}
 	if packs(mirror) > maxPacks {

@@ -41,20 +41,27 @@ func fetchPack(ctx context.Context, mirror, url, sha, token string) error {
 	}
 	writePkt(&body, "done\n")
 
-	// index-pack starts while the server makes the pack.
+	// index-pack starts while the request goes out and the server makes
+	// the pack: starting a process takes as long as a round trip.
 	cmd := exec.CommandContext(ctx, "git", "-C", mirror, "index-pack", "--stdin")
 	cmd.Env = gitEnv(nil)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	pw, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
+	pr, pw := io.Pipe()
+	cmd.Stdin = pr
+	started := make(chan error, 1)
+	go func() {
+		err := cmd.Start()
+		if err != nil {
+			pr.CloseWithError(err)
+		}
+		started <- err
+	}()
 	copyErr := requestPack(ctx, url, token, &body, pw)
-	pw.Close()
+	pw.CloseWithError(copyErr)
+	if err := <-started; err != nil {
+		return fmt.Errorf("git index-pack: %w", err)
+	}
 	if copyErr != nil {
 		_ = cmd.Process.Kill() // it holds part of a pack at most
 		_ = cmd.Wait()

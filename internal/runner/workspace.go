@@ -17,9 +17,9 @@ import (
 // copies git's templates and writes a reflog): the .git directory gets
 // the mirror's object files, hard-linked (copied where a link fails, as on
 // another file system), HEAD naming the commit, and a config whose origin
-// is the repository's URL without credential. `git checkout` then fills
-// the index and the working tree, as it does after `git clone
-// --no-checkout`: no index yet means a first checkout of every file.
+// is the repository's URL without credential. `git read-tree --reset -u
+// HEAD` then fills the index and the working tree, as clone's own checkout
+// does.
 
 // workspaceConfig is .git/config of a workspace; %s is the origin's URL.
 const workspaceConfig = `[core]
@@ -55,27 +55,30 @@ func makeGitDir(mirror, dest, sha, url string) error {
 }
 
 // linkTree recreates the tree of object files under src in dst (which
-// exists): each file hard-linked, or copied where the link fails. Git's
-// temporary files and objects/info/alternates are left out: a workspace
-// needs nothing outside itself.
+// exists): each file hard-linked, or copied where the link fails; a
+// directory is made only for the files it gets (objects/info is usually
+// empty). Git's temporary files and objects/info/alternates are left out:
+// a workspace needs nothing outside itself.
 func linkTree(src, dst string) error {
+	made := map[string]bool{dst: true}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)
-		if err != nil || rel == "." {
+		if err != nil {
 			return err
 		}
-		target := filepath.Join(dst, rel)
 		name := d.Name()
-		switch {
-		case d.IsDir():
-			return os.Mkdir(target, 0o755)
-		case strings.HasPrefix(name, "tmp_") || strings.HasSuffix(name, ".lock") || rel == filepath.Join("info", "alternates"):
+		if strings.HasPrefix(name, "tmp_") || strings.HasSuffix(name, ".lock") || rel == filepath.Join("info", "alternates") || !d.Type().IsRegular() {
 			return nil
-		case !d.Type().IsRegular():
-			return nil
+		}
+		target := filepath.Join(dst, rel)
+		if dir := filepath.Dir(target); !made[dir] {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			made[dir] = true
 		}
 		if err := os.Link(p, target); err == nil {
 			return nil
