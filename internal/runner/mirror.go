@@ -100,16 +100,27 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
 		}
 	}
-	if !hasObject(mirror, f.SHA) {
+	// The workspace's .git, with links to the objects the mirror has, is
+	// made while the commit is fetched; the fetched pack is linked after.
+	gitDir := make(chan error, 1)
+	go func() { gitDir <- makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL)) }()
+	fetched := !hasObject(mirror, f.SHA)
+	if fetched {
 		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, withoutCredential(f.URL))
 		if err := m.fetch(ctx, mirror, f, log); err != nil {
+			<-gitDir
+			_ = os.RemoveAll(filepath.Join(dest, ".git"))
 			return err
 		}
 	} else {
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
 	fmt.Fprintf(log, "checking out %s\n", f.SHA)
-	if err := makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL)); err != nil {
+	err = <-gitDir
+	if err == nil && fetched {
+		err = linkTree(filepath.Join(mirror, "objects"), filepath.Join(dest, ".git", "objects"))
+	}
+	if err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
 	}
 	// As clone's own checkout: the index and every file from HEAD's tree

@@ -57,8 +57,10 @@ func makeGitDir(mirror, dest, sha, url string) error {
 // linkTree recreates the tree of object files under src in dst (which
 // exists): each file hard-linked, or copied where the link fails; a
 // directory is made only for the files it gets (objects/info is usually
-// empty). Git's temporary files and objects/info/alternates are left out:
-// a workspace needs nothing outside itself.
+// empty). A file dst has already is kept (object files never change: a
+// second pass adds what a fetch brought). Git's temporary files, .keep
+// files and objects/info/alternates are left out: a workspace needs
+// nothing outside itself.
 func linkTree(src, dst string) error {
 	made := map[string]bool{dst: true}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -70,7 +72,7 @@ func linkTree(src, dst string) error {
 			return err
 		}
 		name := d.Name()
-		if strings.HasPrefix(name, "tmp_") || strings.HasSuffix(name, ".lock") || rel == filepath.Join("info", "alternates") || !d.Type().IsRegular() {
+		if strings.HasPrefix(name, "tmp_") || strings.HasSuffix(name, ".lock") || strings.HasSuffix(name, ".keep") || rel == filepath.Join("info", "alternates") || !d.Type().IsRegular() {
 			return nil
 		}
 		target := filepath.Join(dst, rel)
@@ -80,10 +82,15 @@ func linkTree(src, dst string) error {
 			}
 			made[dir] = true
 		}
-		if err := os.Link(p, target); err == nil {
+		err = os.Link(p, target)
+		if err == nil || errors.Is(err, fs.ErrExist) {
 			return nil
 		}
-		return copyFile(p, target)
+		err = copyFile(p, target)
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
 	})
 }
 
