@@ -20,8 +20,8 @@ import (
 
 // cluster is one benchmark's world: a knotless-server process on a fresh
 // data directory, optionally knotless-run processes, and a local git
-// checkout that pushes to the server. Close stops every process it started
-// and removes the directory.
+// checkout that pushes to the server. Close stops every process it started,
+// the step agents the runners started included, and removes the directory.
 type cluster struct {
 	bin   string // directory holding the built programs
 	dir   string // temporary directory holding everything below
@@ -31,8 +31,9 @@ type cluster struct {
 	repo  string // "admin/bench"
 	git   string // the local checkout
 
-	server *proc
-	procs  []*proc // every process started, in order
+	server  *proc
+	procs   []*proc             // every process started, in order
+	runners map[string][]string // knotless-run's arguments, by runner name
 }
 
 // proc is a started program; done is closed once it has exited.
@@ -51,7 +52,7 @@ func startCluster(ctx context.Context, bin, workflow string) (c *cluster, err er
 	if err != nil {
 		return nil, fmt.Errorf("make temporary directory: %w", err)
 	}
-	c = &cluster{bin: bin, dir: dir, repo: "admin/bench", git: filepath.Join(dir, "checkout")}
+	c = &cluster{bin: bin, dir: dir, repo: "admin/bench", git: filepath.Join(dir, "checkout"), runners: map[string][]string{}}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -131,9 +132,37 @@ func (c *cluster) startRunner(ctx context.Context, name string, flags ...string)
 		return fmt.Errorf("approve runner %s: %w", name, err)
 	}
 	args := append([]string{"run", "--state", state, "--executor", "shell",
-		"--work", filepath.Join(c.dir, name+"-work"), "--capacity", "1", "--stop-wait", "2s"}, flags...)
+		"--work", c.work(name), "--capacity", "1", "--stop-wait", "2s"}, flags...)
+	c.runners[name] = args
 	_, err := c.start("knotless-run", args...)
 	return err
+}
+
+// work is the work directory of runner name.
+func (c *cluster) work(name string) string { return filepath.Join(c.dir, name+"-work") }
+
+// runner returns the newest knotless-run process of runner name.
+func (c *cluster) runner(name string) *proc {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		if p.name == "knotless-run" && len(p.cmd.Args) > 3 && p.cmd.Args[3] == filepath.Join(c.dir, name+".json") {
+			return p
+		}
+	}
+	return nil
+}
+
+// restartRunner starts runner name again with the arguments it had, on
+// the same state file and work directory; the earlier process must have
+// exited. It returns the new process and the moment just before it started.
+func (c *cluster) restartRunner(name string) (*proc, time.Time, error) {
+	args, ok := c.runners[name]
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("no runner %s was started", name)
+	}
+	t0 := time.Now()
+	p, err := c.start("knotless-run", args...)
+	return p, t0, err
 }
 
 // waitRunnerPolling waits until the runner has been heard from, i.e. its
@@ -175,10 +204,21 @@ func (c *cluster) gitCmd(ctx context.Context, args ...string) (string, error) {
 
 // commit makes a new commit changing one file and returns its SHA.
 func (c *cluster) commit(ctx context.Context, i int) (string, error) {
+	return c.commitWorkflow(ctx, i, "")
+}
+
+// commitWorkflow makes a new commit changing one file and, unless workflow
+// is empty, replacing the workflow with it; it returns the commit's SHA.
+func (c *cluster) commitWorkflow(ctx context.Context, i int, workflow string) (string, error) {
 	if err := os.WriteFile(filepath.Join(c.git, "iteration"), []byte(fmt.Sprintln(i)), 0o644); err != nil {
 		return "", fmt.Errorf("write iteration file: %w", err)
 	}
-	if _, err := c.gitCmd(ctx, "add", "iteration"); err != nil {
+	if workflow != "" {
+		if err := os.WriteFile(filepath.Join(c.git, ".knotless", "workflows", "bench.yml"), []byte(workflow), 0o644); err != nil {
+			return "", fmt.Errorf("write workflow: %w", err)
+		}
+	}
+	if _, err := c.gitCmd(ctx, "add", "-A"); err != nil {
 		return "", err
 	}
 	if _, err := c.gitCmd(ctx, "commit", "-q", "-m", fmt.Sprint("iteration ", i)); err != nil {
@@ -193,10 +233,16 @@ func (c *cluster) push(ctx context.Context) error {
 	return err
 }
 
+// observeEvery is how often waitRunFinished asks the server: no figure
+// depends on when it notices (they come from the server's timestamps and
+// the steps' own clocks), and asking more often would only load the
+// machine the figures are taken on.
+const observeEvery = 50 * time.Millisecond
+
 // waitRunFinished finds the run of commit sha and waits until it is final.
 func (c *cluster) waitRunFinished(ctx context.Context, sha string, timeout time.Duration) (api.Run, error) {
 	var run api.Run
-	err := poll(ctx, timeout, "the run of "+sha[:8]+" to finish", func() (bool, error) {
+	err := pollEvery(ctx, observeEvery, timeout, "the run of "+sha[:8]+" to finish", func() (bool, error) {
 		if run.ID == 0 {
 			var list api.ListRunsOutput
 			if err := c.admin.Query(ctx, api.MethodListRuns, url.Values{"repo": {c.repo}, "limit": {"5"}}, &list); err != nil {
@@ -248,11 +294,16 @@ func (c *cluster) logTails() string {
 }
 
 // Close stops every process, the last started first (SIGTERM to its
-// process group, SIGKILL after 5 s), and removes the directory unless
-// KNOTLESS_BENCH_KEEP is set.
+// process group, SIGKILL after 5 s), then the step agents the runners left
+// (stopAgents), and removes the directory unless KNOTLESS_BENCH_KEEP is set.
 func (c *cluster) Close() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
+		select {
+		case <-p.done:
+			continue // its process group may be another's by now
+		default:
+		}
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-p.done:
@@ -262,6 +313,10 @@ func (c *cluster) Close() {
 		}
 	}
 	c.procs = nil
+	// A runner stopped with SIGTERM hands its runs over: their agents stay.
+	if n := stopAgents(c.dir, 5*time.Second); n > 0 {
+		progress("stopped %d step agent(s) the runners left running", n)
+	}
 	if os.Getenv("KNOTLESS_BENCH_KEEP") != "" {
 		fmt.Fprintf(os.Stderr, "bench files kept in %s\n", c.dir)
 		return
@@ -291,6 +346,11 @@ func (c *cluster) waitFile(ctx context.Context, path string, dst *string) error 
 // ends. An error with done false is transient (reported only on timeout);
 // with done true it ends the wait at once.
 func poll(ctx context.Context, timeout time.Duration, what string, cond func() (done bool, err error)) error {
+	return pollEvery(ctx, 10*time.Millisecond, timeout, what, cond)
+}
+
+// pollEvery is poll calling cond every interval.
+func pollEvery(ctx context.Context, interval, timeout time.Duration, what string, cond func() (done bool, err error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, err := cond()
@@ -309,7 +369,7 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func() (
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -70,6 +72,9 @@ type LogResult struct {
 	// /dev/null, whole process timed (median of 3): the runner's pipeline
 	// without a server.
 	ExecMBps float64 `json:"execMbPerSecond"`
+	// Ratio is MedianMBps / ExecMBps: the log path to the server against
+	// the runner alone, both measured in this invocation.
+	Ratio float64 `json:"ratioToExec"`
 }
 
 // benchLogs runs a step printing mb megabytes through a runner to a server,
@@ -105,8 +110,8 @@ func benchLogs(ctx context.Context, bin string, mb, times int) (*LogResult, erro
 			return nil, fmt.Errorf("log run %d: run %d ended %s %s %s\n%s", i, run.ID, run.State, run.Reason, run.Message, c.logTails())
 		}
 		stored := run.Steps[1].LogSize
-		if stored < size {
-			return nil, fmt.Errorf("log run %d: the server holds %d bytes of step 1, want at least %d", i, stored, size)
+		if want := size + 2*dateLine; stored != want {
+			return nil, fmt.Errorf("log run %d: the server holds %d bytes of step 1, want %d", i, stored, want)
 		}
 		start, err := c.stepStart(ctx, run.ID)
 		if err != nil {
@@ -118,9 +123,12 @@ func benchLogs(ctx context.Context, bin string, mb, times int) (*LogResult, erro
 		}
 		total := run.FinishedAt.Sub(start)
 		r := LogRun{Bytes: stored, StepMs: msf(end.Sub(start)), TotalMs: msf(total), MBps: float64(mb) / total.Seconds()}
+		if err := c.checkLog(ctx, run.ID, size); err != nil {
+			return nil, fmt.Errorf("log run %d: %w", i, err)
+		}
 		res.Runs = append(res.Runs, r)
 		rates = append(rates, r.MBps)
-		progress("log %d/%d: %d bytes stored; step ran %s, start → succeeded %s: %.1f MB/s",
+		progress("log %d/%d: %d bytes stored, every one as printed; step ran %s, start → succeeded %s: %.1f MB/s",
 			i+1, times, stored, ms(end.Sub(start)), ms(total), r.MBps)
 		if err := c.waitWorkspaceGone(ctx, "runner-1", run.ID); err != nil {
 			return nil, err
@@ -138,16 +146,73 @@ func benchLogs(ctx context.Context, bin string, mb, times int) (*LogResult, erro
 	res.GeneratorMBps = float64(mb) / gen.Seconds()
 	wf := filepath.Join(".knotless", "workflows", "bench.yml")
 	execTime, err := medianWall(ctx, times, func() *exec.Cmd {
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "knotless-run"), "exec", wf, "--log-limit", res.LogLimit)
+		// Its work directory is under the cluster's, where Close finds the
+		// agent of an exec cut short.
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "knotless-run"), "exec", wf,
+			"--log-limit", res.LogLimit, "--work", filepath.Join(c.dir, "exec-work"))
 		cmd.Dir = c.git
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		// SIGTERM lets exec stop its step and agent; SIGKILL after 5 s.
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 5 * time.Second
 		return cmd
 	})
 	if err != nil {
 		return nil, fmt.Errorf("time knotless-run exec: %w", err)
 	}
 	res.ExecMBps = float64(mb) / execTime.Seconds()
-	progress("log references: generator alone %.1f MB/s, knotless-run exec %.1f MB/s", res.GeneratorMBps, res.ExecMBps)
+	res.Ratio = res.MedianMBps / res.ExecMBps
+	progress("log references: generator alone %.1f MB/s, knotless-run exec %.1f MB/s; to the server %.2f× exec",
+		res.GeneratorMBps, res.ExecMBps, res.Ratio)
 	return res, nil
+}
+
+// dateLine is the length of what `date +%s%N` prints: 19 digits and a
+// newline (until 2286).
+const dateLine = 20
+
+// checkLog reads step 1's whole log of run back from the server and checks
+// that it is exactly what logScript(size) printed: a time, size bytes of
+// logLine lines, a time.
+func (c *cluster) checkLog(ctx context.Context, run, size int64) error {
+	resp, err := c.admin.Do(ctx, http.MethodGet, api.MethodGetRunLog,
+		url.Values{"run": {fmt.Sprint(run)}, "step": {"1"}}, "", nil)
+	if err != nil {
+		return fmt.Errorf("read run %d's log: %w", run, err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReaderSize(resp.Body, 1<<20)
+	line := make([]byte, len(logLine)+1)
+	checkDate := func(where string) error {
+		s, err := r.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("run %d's log: %s time: %w", run, where, err)
+		}
+		if _, err := parseNanos(strings.TrimSpace(s)); err != nil || len(s) != dateLine {
+			return fmt.Errorf("run %d's log: %s line is %q, want a time", run, where, s)
+		}
+		return nil
+	}
+	if err := checkDate("first"); err != nil {
+		return err
+	}
+	want := logLine + "\n"
+	for off := int64(0); off < size; off += int64(len(line)) {
+		n := min(int64(len(line)), size-off)
+		if _, err := io.ReadFull(r, line[:n]); err != nil {
+			return fmt.Errorf("run %d's log: byte %d of the output: %w", run, off, err)
+		}
+		if string(line[:n]) != want[:n] {
+			return fmt.Errorf("run %d's log differs from what the step printed within bytes %d-%d", run, off, off+n)
+		}
+	}
+	if err := checkDate("last"); err != nil {
+		return err
+	}
+	if n, _ := io.Copy(io.Discard, r); n != 0 {
+		return fmt.Errorf("run %d's log has %d bytes more than the step printed", run, n)
+	}
+	return nil
 }
 
 // stepEnd reads the time step 1 of run printed as its last line; size is

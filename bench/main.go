@@ -1,10 +1,13 @@
 // Command bench measures Knotless with its real programs as processes: push
-// to first step started, log throughput from runner to server, and a server
-// holding many idle runners' long polls. `make bench` runs it; it prints a
-// table (or JSON with -json) and asserts nothing.
+// to first step started (against `git push` alone), log throughput from
+// runner to server (against the runner alone), the cost of a step, a runner
+// restart to its step streaming again, and a server holding many idle
+// runners' long polls. `make bench` runs it; it prints a table (or JSON with
+// -json) and asserts nothing.
 //
 // Each benchmark starts its own knotless-server on a temporary data
-// directory and stops every process it started when it ends, also on Ctrl-C.
+// directory and stops every process it started when it ends, also on
+// failure and Ctrl-C: the step agents the runners started included.
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,34 +28,46 @@ import (
 // Report is everything one invocation measured; a benchmark not selected
 // with -only is nil.
 type Report struct {
-	Machine Machine     `json:"machine"`
-	Push    *PushResult `json:"push,omitempty"`
-	Log     *LogResult  `json:"log,omitempty"`
-	Idle    *IdleResult `json:"idle,omitempty"`
+	Machine Machine        `json:"machine"`
+	Push    *PushResult    `json:"push,omitempty"`
+	Log     *LogResult     `json:"log,omitempty"`
+	Steps   *StepsResult   `json:"steps,omitempty"`
+	Restart *RestartResult `json:"restart,omitempty"`
+	Idle    *IdleResult    `json:"idle,omitempty"`
 }
+
+// benchmarks are the names -only takes, in the order they run.
+var benchmarks = []string{"push", "log", "steps", "restart", "idle"}
 
 func main() {
 	bin := flag.String("bin", "bin", "directory holding knotless-server and knotless-run")
 	n := flag.Int("n", 20, "push benchmark: measured pushes (after one warm-up push)")
 	logMB := flag.Int("log-mb", 100, "log benchmark: megabytes (10^6 bytes) the step prints")
 	logRuns := flag.Int("log-runs", 3, "log benchmark: runs")
+	steps := flag.Int("steps", 50, "steps benchmark: steps of the long run")
+	stepsRuns := flag.Int("steps-runs", 5, "steps benchmark: runs of each length")
+	restarts := flag.Int("restarts", 10, "restart benchmark: runner restarts")
 	runners := flag.Int("runners", 200, "idle benchmark: runners long-polling")
 	idle := flag.Duration("idle", 30*time.Second, "idle benchmark: measuring window")
-	only := flag.String("only", "push,log,idle", "benchmarks to run, comma-separated: push, log, idle")
+	only := flag.String("only", strings.Join(benchmarks, ","), "benchmarks to run, comma-separated: "+strings.Join(benchmarks, ", "))
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	flag.Parse()
 
 	selected := map[string]bool{}
 	for _, name := range strings.Split(*only, ",") {
 		name = strings.TrimSpace(name)
-		if name != "push" && name != "log" && name != "idle" {
-			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want push, log or idle)\n", name)
+		if !slices.Contains(benchmarks, name) {
+			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want %s)\n", name, strings.Join(benchmarks, ", "))
 			os.Exit(2)
 		}
 		selected[name] = true
 	}
-	if *n < 1 || *logMB < 1 || *logRuns < 1 || *runners < 1 || *idle < time.Second {
-		fmt.Fprintln(os.Stderr, "bench: -n, -log-mb, -log-runs and -runners must be at least 1, -idle at least 1s")
+	if *n < 1 || *logMB < 1 || *logRuns < 1 || *stepsRuns < 1 || *restarts < 1 || *runners < 1 || *idle < time.Second {
+		fmt.Fprintln(os.Stderr, "bench: -n, -log-mb, -log-runs, -steps-runs, -restarts and -runners must be at least 1, -idle at least 1s")
+		os.Exit(2)
+	}
+	if *steps < 2 {
+		fmt.Fprintln(os.Stderr, "bench: -steps must be at least 2")
 		os.Exit(2)
 	}
 	dir, err := filepath.Abs(*bin)
@@ -66,7 +82,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep := Report{Machine: machine()}
-	cfg := config{bin: dir, pushes: *n, logMB: *logMB, logRuns: *logRuns, runners: *runners, idle: *idle}
+	cfg := config{bin: dir, pushes: *n, logMB: *logMB, logRuns: *logRuns, steps: *steps, stepsRuns: *stepsRuns,
+		restarts: *restarts, runners: *runners, idle: *idle}
 	err = runSelected(ctx, &rep, selected, cfg)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -90,6 +107,9 @@ type config struct {
 	bin            string // absolute
 	pushes         int
 	logMB, logRuns int
+	steps          int
+	stepsRuns      int
+	restarts       int
 	runners        int
 	idle           time.Duration
 }
@@ -106,6 +126,16 @@ func runSelected(ctx context.Context, rep *Report, selected map[string]bool, cfg
 	if selected["log"] {
 		if rep.Log, err = benchLogs(ctx, cfg.bin, cfg.logMB, cfg.logRuns); err != nil {
 			return fmt.Errorf("log benchmark: %w", err)
+		}
+	}
+	if selected["steps"] {
+		if rep.Steps, err = benchSteps(ctx, cfg.bin, cfg.steps, cfg.stepsRuns); err != nil {
+			return fmt.Errorf("steps benchmark: %w", err)
+		}
+	}
+	if selected["restart"] {
+		if rep.Restart, err = benchRestart(ctx, cfg.bin, cfg.restarts); err != nil {
+			return fmt.Errorf("restart benchmark: %w", err)
 		}
 	}
 	if selected["idle"] {

@@ -40,6 +40,9 @@ type PushResult struct {
 	FirstStep Summary `json:"firstStep"`
 	// Succeeded is push start → the run recorded succeeded (server, ms).
 	Succeeded Summary `json:"succeeded"`
+	// Ratio is FirstStep.Median / Push.Median: push to first step against
+	// `git push` alone, both measured in this invocation.
+	Ratio float64 `json:"ratioToPush"`
 }
 
 // benchPush pushes n new commits, one at a time, to a server with one idle
@@ -95,6 +98,7 @@ func benchPush(ctx context.Context, bin string, n int) (*PushResult, error) {
 			i-warmup+1, n, ms(pushed), ms(started.Sub(t0)), ms(run.FinishedAt.Sub(t0)))
 	}
 	res.Push, res.Queued, res.FirstStep, res.Succeeded = summarize(push), summarize(queued), summarize(first), summarize(done)
+	res.Ratio = res.FirstStep.Median / res.Push.Median
 	return res, nil
 }
 

@@ -23,6 +23,8 @@ func printReport(w io.Writer, rep Report) {
 		row("run queued (server clock, ms)", p.Queued)
 		row("first step's process started", p.FirstStep)
 		row("run succeeded (server clock, ms)", p.Succeeded)
+		fmt.Fprintf(w, "   first step / git push (medians, this invocation): %.2f× (target ≤ 1.5×: %s)\n",
+			p.Ratio, verdict(p.Ratio <= 1.5))
 	}
 
 	if l := rep.Log; l != nil {
@@ -36,10 +38,38 @@ func printReport(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "   for reference (median of %d, into /dev/null): the step's pipeline alone %.1f MB/s,\n"+
 			"   knotless-run exec of the same workflow (no server; whole process) %.1f MB/s\n",
 			len(l.Runs), l.GeneratorMBps, l.ExecMBps)
+		fmt.Fprintf(w, "   to the server / knotless-run exec (medians, this invocation): %.2f× (target ≥ 0.8×: %s);\n"+
+			"   every run's log read back whole: every byte stored, in order\n", l.Ratio, verdict(l.Ratio >= 0.8))
+	}
+
+	if st := rep.Steps; st != nil {
+		fmt.Fprintf(w, "\n3. Cost of a step: runs of 1 and of %d steps of `true`, %d of each, in turns; a run's\n"+
+			"   duration is from its start to its result recorded (server clock)\n", st.Steps, st.Runs)
+		fmt.Fprintf(w, "   %-36s %10s %10s %10s %10s\n", "", "median", "p90", "min", "max")
+		row := func(name string, s Summary) {
+			fmt.Fprintf(w, "   %-36s %7.1f ms %7.1f ms %7.1f ms %7.1f ms\n", name, s.Median, s.P90, s.Min, s.Max)
+		}
+		row("run of 1 step", st.One)
+		row(fmt.Sprintf("run of %d steps", st.Steps), st.Many)
+		fmt.Fprintf(w, "   per extra step (difference of the medians / %d): %.1f ms\n", st.Steps-1, st.PerStepMs)
+	}
+
+	if r := rep.Restart; r != nil {
+		fmt.Fprintf(w, "\n4. Runner restart: a step prints a line every 20 ms; the runner is killed (SIGKILL) and\n"+
+			"   started again, %d times; from the new process's start to the first byte past what the\n"+
+			"   killed one had written\n", r.Restarts)
+		fmt.Fprintf(w, "   %-36s %10s %10s %10s %10s\n", "", "median", "p90", "min", "max")
+		row := func(name string, s Summary) {
+			fmt.Fprintf(w, "   %-36s %7.1f ms %7.1f ms %7.1f ms %7.1f ms\n", name, s.Median, s.P90, s.Min, s.Max)
+		}
+		row("in the runner's spool", r.Spool)
+		row("at the server", r.Server)
+		fmt.Fprintf(w, "   target: median at the server ≤ 2 s: %s; the step's %d lines all stored once, in order\n",
+			verdict(r.Server.Median <= 2000), r.Lines)
 	}
 
 	if d := rep.Idle; d != nil {
-		fmt.Fprintf(w, "\n3. %d idle runners long-polling one server (claim wait %d s): the server process\n",
+		fmt.Fprintf(w, "\n5. %d idle runners long-polling one server (claim wait %d s): the server process\n",
 			d.Runners, d.Wait)
 		row := func(name, rss, cpu string) { fmt.Fprintf(w, "   %-40s %12s %20s\n", name, rss, cpu) }
 		row("", "RSS", "CPU (% of one core)")
@@ -54,4 +84,11 @@ func printReport(w io.Writer, rep Report) {
 			"   this program's own CPU (the %d clients, not counted above) %.2f%%\n",
 			d.Answered, d.Errors, d.Threads, d.Runners, d.ClientCPU)
 	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
 }

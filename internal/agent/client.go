@@ -240,30 +240,8 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			case TypeStarted:
 				started = true
 			case TypeOutput:
-				id, off, data, derr := DecodeOutput(f.Payload)
-				if derr != nil {
-					err = derr
-					continue
-				}
-				if id != st.ID {
-					continue
-				}
-				if off > offset {
-					err = fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", st.ID, offset, off)
-					continue
-				}
-				if skip := offset - off; skip > 0 {
-					if skip >= int64(len(data)) {
-						continue
-					}
-					data = data[skip:]
-				}
-				if werr == nil {
-					if _, e := out.Write(data); e != nil {
-						werr = e
-					}
-				}
-				offset += int64(len(data))
+				err = writeOutput(f.Payload, st.ID, &offset, out, &werr)
+				f.Release()
 			case TypeExit:
 				var ex Exit
 				if err = Decode(f.Type, f.Payload, &ex); err != nil {
@@ -298,6 +276,35 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 		}
 		c.drop(cn, err)
 	}
+}
+
+// writeOutput writes an Output payload of step id to out, past what
+// *offset says arrived already, and advances *offset. A write error is kept
+// in *werr (later output is discarded); an error return is the stream's.
+func writeOutput(payload []byte, id string, offset *int64, out io.Writer, werr *error) error {
+	fid, off, data, err := DecodeOutput(payload)
+	if err != nil {
+		return err
+	}
+	if fid != id {
+		return nil
+	}
+	if off > *offset {
+		return fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", id, *offset, off)
+	}
+	if skip := *offset - off; skip > 0 {
+		if skip >= int64(len(data)) {
+			return nil
+		}
+		data = data[skip:]
+	}
+	if *werr == nil {
+		if _, e := out.Write(data); e != nil {
+			*werr = e
+		}
+	}
+	*offset += int64(len(data))
+	return nil
 }
 
 // minChunk is the smallest output frame a client asks for, in bytes.
@@ -467,6 +474,7 @@ func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, src string, consume 
 				// without it, then report.
 				hw.w = io.Discard
 			}
+			f.Release()
 		case TypeDataEnd:
 			var end DataEnd
 			if err := Decode(f.Type, f.Payload, &end); err != nil {

@@ -18,10 +18,42 @@ const (
 	DefaultDeadAfter = 20 * time.Second
 )
 
-// Frame is a received frame; Payload is its own copy.
+// Frame is a received frame; Payload is its own memory, valid until
+// Release.
 type Frame struct {
 	Type    Type
 	Payload []byte
+	pooled  *[]byte // Payload's buffer when it came from payloads
+}
+
+// Release hands a large payload's memory back for later frames; Payload
+// must not be used afterwards. Calling it is optional (a frame never
+// released is collected); calling it twice is a bug.
+func (f Frame) Release() {
+	if f.pooled != nil {
+		payloads.Put(f.pooled)
+	}
+}
+
+// payloads recycles the buffers of large frames (Output, Data), which a
+// chatty step sends back to back.
+var payloads sync.Pool
+
+// pooledMin is the smallest payload read into a pooled buffer; smaller
+// frames (JSON, heartbeats) get their own.
+const pooledMin = 32 << 10
+
+// payloadBuffer returns a buffer of need bytes: from payloads when need is
+// large, with its pool pointer, else a new one.
+func payloadBuffer(need int) ([]byte, *[]byte) {
+	if need < pooledMin {
+		return make([]byte, need), nil
+	}
+	if p, ok := payloads.Get().(*[]byte); ok && cap(*p) >= need {
+		return (*p)[:need], p
+	}
+	b := make([]byte, need, max(need, MaxPayload+trailerLen))
+	return b, &b
 }
 
 // Conn is one handshaken connection, used by both sides: a reader goroutine
@@ -67,8 +99,18 @@ func (c *Conn) readLoop() {
 	defer close(c.done)
 	defer close(c.frames)
 	for {
-		t, p, err := c.fr.ReadFrame()
+		// Each payload is read into a buffer of its own: it is handed over
+		// on the channel, no copy needed.
+		var pooled *[]byte
+		t, p, err := c.fr.readFrame(func(need int) []byte {
+			var b []byte
+			b, pooled = payloadBuffer(need)
+			return b
+		})
 		if err != nil {
+			if pooled != nil {
+				payloads.Put(pooled)
+			}
 			if m := c.deadMsg.Load(); m != nil {
 				err = fmt.Errorf("%w: %s", ErrDead, *m)
 			} else if c.closed.Load() {
@@ -82,7 +124,7 @@ func (c *Conn) readLoop() {
 			continue
 		}
 		select {
-		case c.frames <- Frame{t, append([]byte(nil), p...)}:
+		case c.frames <- Frame{Type: t, Payload: p, pooled: pooled}:
 		case <-c.stop:
 			c.err = errors.New("agent protocol: connection closed")
 			return

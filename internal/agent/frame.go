@@ -23,10 +23,13 @@ const Version = 1
 // bytes.
 const MaxPayload = 1 << 20
 
-// OutputChunk is the most output bytes the agent puts in one Output frame,
-// and DataChunk the most tar bytes in one Data frame.
+// OutputChunk is the most output bytes the agent puts in one Output frame
+// (MaxPayload less room for the frame's step ID and offset), and DataChunk
+// the most tar bytes in one Data frame. A chatty step's output travels in
+// frames as large as the agent's pipe buffer: every frame costs both sides
+// system calls and the runner a checkpoint.
 const (
-	OutputChunk = 256 << 10
+	OutputChunk = MaxPayload - 128
 	DataChunk   = 256 << 10
 )
 
@@ -225,6 +228,17 @@ func quoteLine(b []byte) string {
 // frame gives io.ErrUnexpectedEOF; a frame that fails its checksum or
 // announces more than MaxPayload bytes gives an error wrapping ErrCorrupt.
 func (fr *FrameReader) ReadFrame() (Type, []byte, error) {
+	return fr.readFrame(func(need int) []byte {
+		if cap(fr.buf) < need {
+			fr.buf = make([]byte, need, max(need, 64<<10))
+		}
+		return fr.buf[:need]
+	})
+}
+
+// readFrame is ReadFrame reading the payload and its checksum into the
+// buffer of need bytes that buf returns.
+func (fr *FrameReader) readFrame(buf func(need int) []byte) (Type, []byte, error) {
 	if _, err := io.ReadFull(fr.r, fr.hdr[:1]); err != nil {
 		return 0, nil, err // io.EOF between frames
 	}
@@ -235,19 +249,15 @@ func (fr *FrameReader) ReadFrame() (Type, []byte, error) {
 	if n > MaxPayload {
 		return 0, nil, fmt.Errorf("%w: %s frame announces %d bytes (at most %d)", ErrCorrupt, Type(fr.hdr[0]), n, MaxPayload)
 	}
-	need := int(n) + trailerLen
-	if cap(fr.buf) < need {
-		fr.buf = make([]byte, need, max(need, 64<<10))
-	}
-	buf := fr.buf[:need]
-	if _, err := io.ReadFull(fr.r, buf); err != nil {
+	b := buf(int(n) + trailerLen)
+	if _, err := io.ReadFull(fr.r, b); err != nil {
 		return 0, nil, unexpected(err)
 	}
-	sum := crc32.Update(crc32.Update(0, castagnoli, fr.hdr[:]), castagnoli, buf[:n])
-	if got := binary.BigEndian.Uint32(buf[n:]); got != sum {
+	sum := crc32.Update(crc32.Update(0, castagnoli, fr.hdr[:]), castagnoli, b[:n])
+	if got := binary.BigEndian.Uint32(b[n:]); got != sum {
 		return 0, nil, fmt.Errorf("%w: %s frame of %d bytes fails its checksum", ErrCorrupt, Type(fr.hdr[0]), n)
 	}
-	return Type(fr.hdr[0]), buf[:n], nil
+	return Type(fr.hdr[0]), b[:n], nil
 }
 
 func unexpected(err error) error {

@@ -118,6 +118,15 @@ func (c *Client) Procedure(ctx context.Context, nsid string, in, out any) error 
 	return decodeBody(resp, out)
 }
 
+// Sized is a request body whose length Do cannot see otherwise (it sees
+// that of a *bytes.Reader, *bytes.Buffer or *strings.Reader): Do sends
+// Size() as its Content-Length instead of a chunked body. It must hold
+// exactly that many bytes.
+type Sized interface {
+	io.Reader
+	Size() int64
+}
+
 // Do sends one request and returns the response when its status is 2xx; the
 // caller closes its body. A non-2xx answer is returned as *Error, its body
 // consumed and closed.
@@ -125,6 +134,9 @@ func (c *Client) Do(ctx context.Context, method, nsid string, params url.Values,
 	req, err := http.NewRequestWithContext(ctx, method, c.URL(nsid, params), body)
 	if err != nil {
 		return nil, fmt.Errorf("build %s request: %w", nsid, err)
+	}
+	if s, ok := body.(Sized); ok {
+		req.ContentLength = s.Size()
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

@@ -91,6 +91,17 @@ type Executor interface {
 	Sweep(ctx context.Context, keep []string) error
 }
 
+// EarlyPreparer is implemented by an executor whose Prepare reads nothing
+// of the checkout: it only makes spec.Workspace the steps' working
+// directory. When PrepareEarly says so, the runner calls Prepare while it
+// makes the checkout, with spec.Workspace an existing directory that is
+// still being filled, so that the environment's start overlaps the fetch.
+// The first Exec, CopyIn or CopyOut comes after the checkout is complete;
+// if the checkout fails, the runner cleans the session up.
+type EarlyPreparer interface {
+	PrepareEarly() bool
+}
+
 // Handle locates one environment so that a later runner process can Recover
 // it (as a Nomad task handle does). The runner records it in its journal as
 // JSON; Data belongs to the executor and is opaque to everyone else. A

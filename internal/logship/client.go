@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -87,12 +89,62 @@ func (c *Client) UpdateStep(ctx context.Context, in api.UpdateStepInput) error {
 // server holds already are skipped. An offset past the stored size fails
 // with api.ErrOffsetGap, whose Size is the stored size.
 func (c *Client) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
+	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body))
+}
+
+// AppendLogFile is AppendLog with the n bytes of the file at path from
+// byte offset on as the body. They go from the file to the connection with
+// sendfile(2), not through this process's memory. Each call reads through
+// a descriptor of its own: the HTTP transport may still be reading a
+// failed request's body after the call returned.
+func (c *Client) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		f.Close()
+		return 0, err
+	}
+	// The transport closes the body (and so f) once it is done with it.
+	return c.appendLog(ctx, run, step, offset, &fileBody{f: f, end: offset + n, n: n})
+}
+
+// fileBody is a request body of the bytes of f up to offset end, from f's
+// offset on: a syscall.Conn, which the HTTP transport's copy to a TCP
+// connection hands to sendfile(2) (limited to the Content-Length, n).
+// Read, which the transport also uses, goes by f's offset, which sendfile
+// advances.
+type fileBody struct {
+	f      *os.File
+	end, n int64
+}
+
+func (b *fileBody) Read(p []byte) (int, error) {
+	pos, err := b.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	if pos >= b.end {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.end-pos {
+		p = p[:b.end-pos]
+	}
+	return b.f.Read(p)
+}
+
+func (b *fileBody) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallConn() }
+func (b *fileBody) Close() error                          { return b.f.Close() }
+func (b *fileBody) Size() int64                           { return b.n }
+
+func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader) (int64, error) {
 	params := url.Values{
 		"run":    {strconv.FormatInt(run, 10)},
 		"step":   {strconv.Itoa(step)},
 		"offset": {strconv.FormatInt(offset, 10)},
 	}
-	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", bytes.NewReader(body))
+	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", body)
 	if err != nil {
 		return 0, err
 	}

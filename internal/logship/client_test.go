@@ -1,10 +1,14 @@
 package logship
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -84,5 +88,35 @@ func TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession(t *tes
 	}
 	if len(seen) != len(want) {
 		t.Errorf("methods called: %v", seen)
+	}
+}
+
+// TestClient_AppendLogFileSendsExactlyItsRangeWithALength pins that a
+// file's range goes with a Content-Length (the server reads it in one go)
+// and holds exactly those bytes, however long the file is, and that the
+// file stays the caller's.
+func TestClient_AppendLogFileSendsExactlyItsRangeWithALength(t *testing.T) {
+	var got []byte
+	var length int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		length = r.ContentLength
+		got, _ = io.ReadAll(r.Body)
+		_ = json.NewEncoder(w).Encode(api.AppendLogOutput{Size: 10 + int64(len(got))})
+	}))
+	defer hs.Close()
+	path := filepath.Join(t.TempDir(), "log")
+	data := bytes.Repeat([]byte("0123456789"), 200_000) // 2 MB: past the transport's buffers
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(&api.Client{BaseURL: hs.URL})
+	for _, n := range []int64{1, 5, 1 << 20, int64(len(data)) - 10} {
+		size, err := c.AppendLogFile(context.Background(), 3, 1, 10, path, n)
+		if err != nil || size != 10+n {
+			t.Fatalf("AppendLogFile of %d bytes: %d, %v", n, size, err)
+		}
+		if length != n || !bytes.Equal(got, data[10:10+n]) {
+			t.Fatalf("AppendLogFile of %d bytes: the server got %d bytes (Content-Length %d), want bytes 10-%d of the file", n, len(got), length, 10+n)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -164,6 +165,38 @@ func (s *Spool) ResumeLog(step int, size int64) (io.WriteCloser, byte, error) {
 	f.Close()
 	w, err := s.Log(step)
 	return w, last[0], err
+}
+
+// releaseUnit is the granularity, in bytes, in which releaseLog gives a
+// log's space back.
+const releaseUnit = 1 << 20
+
+// releaseLog gives back the space (on disk and in the page cache) of
+// step's log from byte from up to about acked, bytes the server has
+// acknowledged, which nothing reads again: it punches a hole, and the log
+// keeps its size (reading the hole gives zeros). Only whole releaseUnits
+// below the step's last checkpoint go (a restarted runner reads the byte
+// before it); a step without checkpoints keeps its log. It returns how far
+// the log is released now; an error means the file system cannot do it.
+func (s *Spool) releaseLog(step int, from, acked int64) (int64, error) {
+	c, ok, err := s.LastCheckpoint(step)
+	if err != nil || !ok {
+		return from, nil
+	}
+	end := (min(acked, c.Log-1) / releaseUnit) * releaseUnit
+	if end <= from {
+		return from, nil
+	}
+	f, err := os.OpenFile(s.logPath(step), os.O_WRONLY, 0)
+	if err != nil {
+		return from, nil // gone: nothing to give back
+	}
+	defer f.Close()
+	const punchHole, keepSize = 0x02, 0x01 // FALLOC_FL_PUNCH_HOLE, FALLOC_FL_KEEP_SIZE
+	if err := syscall.Fallocate(int(f.Fd()), punchHole|keepSize, from, end-from); err != nil {
+		return from, fmt.Errorf("release log of run %d step %d: %w", s.run, step, err)
+	}
+	return end, nil
 }
 
 // Record is what a spool's journal says of a run, for taking it over.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,8 +12,13 @@ import (
 	"knotless.dev/knotless/internal/api"
 )
 
-// MaxChunk is the largest appendLog body the shipper sends, in bytes.
-const MaxChunk = 1 << 20
+// MaxChunk is the largest appendLog body the shipper sends, in bytes: the
+// server's own limit. A log that is behind goes in few large requests, one
+// that keeps up in small ones (whatever the spool holds). An answer 413
+// (a proxy with a lower limit) halves the chunk, down to minChunk.
+const MaxChunk = 8 << 20
+
+const minChunk = 64 << 10
 
 // Shipper delivers one run's spool to the server: log bytes by offset with
 // Client.AppendLog, then the journal's step updates in order (each after
@@ -35,8 +39,19 @@ type Shipper struct {
 	seen       int            // journal entries read so far
 	pending    []JournalEntry // read, not yet acknowledged
 	logsClosed bool           // the server refuses further log bytes (run final)
-	buf        []byte         // one chunk
+	chunk      int            // the largest chunk sent (0: MaxChunk)
+	roundBytes int64          // log bytes the last round delivered
+	released   map[int]int64  // by step: how much of its log was given back (releaseLog)
+	noRelease  bool           // the spool's file system cannot give space back
 }
+
+// A round that delivered at least lingerMin log bytes is followed by a
+// pause of linger before the next: the most a streaming log's bytes wait
+// for their request.
+const (
+	linger    = 20 * time.Millisecond
+	lingerMin = 256 << 10
+)
 
 // errShipped ends a Shipper's work: the spool is delivered (or the server
 // has no use for the rest).
@@ -97,6 +112,19 @@ func (sh *Shipper) Run(ctx context.Context) error {
 			log.Info("shipping resumed", "after_retries", failures)
 			failures = 0
 		}
+		if sh.roundBytes >= lingerMin {
+			// A step is streaming: let its output gather for a moment,
+			// so that it goes in fewer, larger requests (each costs the
+			// runner and the server a signature, a lookup and a round
+			// trip) instead of one per write. A journal entry (the step
+			// ended) cuts the pause short.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-sh.Spool.Appended():
+			case <-time.After(linger):
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -109,6 +137,7 @@ func (sh *Shipper) Run(ctx context.Context) error {
 // round delivers what the spool holds now. It returns errShipped when the
 // run's result was acknowledged.
 func (sh *Shipper) round(ctx context.Context) error {
+	sh.roundBytes = 0
 	entries, off, err := sh.Spool.Entries(sh.journalOff)
 	if err != nil {
 		return err
@@ -215,10 +244,9 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 			_ = sh.Spool.saveCursor(sh.cur) // behind is harmless; the next save catches up
 		}
 	}()
-	if sh.buf == nil {
-		sh.buf = make([]byte, MaxChunk)
+	if sh.chunk == 0 {
+		sh.chunk = MaxChunk
 	}
-	buf := sh.buf
 	for _, step := range steps {
 		f, err := os.Open(sh.Spool.logPath(step))
 		if err != nil {
@@ -234,19 +262,36 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 			if off >= fi.Size() {
 				break
 			}
-			n := min(int64(MaxChunk), fi.Size()-off)
-			if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
-				f.Close()
-				return fmt.Errorf("read log of run %d step %d: %w", sh.Spool.Run(), step, err)
-			}
-			size, err := sh.appendLog(ctx, step, off, buf[:n])
+			n := min(int64(sh.chunk), fi.Size()-off)
+			size, err := sh.appendLog(ctx, step, off, n)
 			var xe *api.Error
 			switch {
+			case errors.As(err, &xe) && xe.Status == http.StatusRequestEntityTooLarge && sh.chunk > minChunk:
+				sh.chunk = max(sh.chunk/2, minChunk)
+				sh.Log.Info("the server refuses chunks this large; sending smaller ones", "run", sh.Spool.Run(), "bytes", sh.chunk)
 			case err == nil && size <= off:
 				f.Close()
 				return fmt.Errorf("append log to run %d step %d at %d: the server stored nothing (size %d)", sh.Spool.Run(), step, off, size)
 			case err == nil:
+				sh.roundBytes += size - off
 				sh.cur.Logs[step] = size
+				changed = true
+				if size-sh.released[step] >= releaseUnit && !sh.noRelease {
+					// Give back what the server holds: the spool then never
+					// keeps a long log whole (on disk, in the page cache).
+					// The cursor goes first, so that no later process
+					// reads the released bytes to send them.
+					if err := sh.Spool.saveCursor(sh.cur); err == nil {
+						changed = false
+						sh.release(step, size)
+					}
+				}
+			case errors.As(err, &xe) && xe.Name == api.ErrOffsetGap && xe.Size != nil && *xe.Size < sh.released[step]:
+				// The server lost bytes it had acknowledged, and the spool
+				// gave them back: nothing can send them again.
+				sh.Log.Error("the server lost log bytes it had acknowledged, which the runner no longer has; the rest of the step's log is not sent",
+					"run", sh.Spool.Run(), "step", step, "server_bytes", *xe.Size, "released_bytes", sh.released[step])
+				sh.cur.Logs[step] = fi.Size()
 				changed = true
 			case errors.As(err, &xe) && xe.Name == api.ErrOffsetGap && xe.Size != nil:
 				// The server holds less than we thought (or more): resume
@@ -268,12 +313,26 @@ func (sh *Shipper) shipLogs(ctx context.Context) error {
 	return nil
 }
 
-func (sh *Shipper) appendLog(ctx context.Context, step int, off int64, body []byte) (int64, error) {
+// release gives back step's log up to about acked bytes (Spool.releaseLog).
+func (sh *Shipper) release(step int, acked int64) {
+	if sh.released == nil {
+		sh.released = map[int]int64{}
+	}
+	done, err := sh.Spool.releaseLog(step, sh.released[step], acked)
+	if err != nil {
+		sh.noRelease = true
+		sh.Log.Debug("the spool cannot give back shipped log bytes; it keeps them until the run is delivered", "run", sh.Spool.Run(), "err", err)
+		return
+	}
+	sh.released[step] = done
+}
+
+func (sh *Shipper) appendLog(ctx context.Context, step int, off, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, sh.callTimeout())
 	defer cancel()
-	size, err := sh.Client.AppendLog(ctx, sh.Spool.Run(), step, off, body)
+	size, err := sh.Client.AppendLogFile(ctx, sh.Spool.Run(), step, off, sh.Spool.logPath(step), n)
 	if err != nil {
-		return 0, fmt.Errorf("append %d log bytes to run %d step %d at %d: %w", len(body), sh.Spool.Run(), step, off, err)
+		return 0, fmt.Errorf("append %d log bytes to run %d step %d at %d: %w", n, sh.Spool.Run(), step, off, err)
 	}
 	return size, nil
 }

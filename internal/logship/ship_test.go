@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +34,8 @@ type logServer struct {
 	downHits int            // requests answered while down
 	finished map[int64]bool // runs whose appends/updates answer RunFinished
 	foreign  map[int64]bool // runs another runner holds: everything answers Forbidden
+	maxBody  int            // appendLog bodies larger than this are refused 413 (a proxy); 0: none
+	appends  int            // appendLog requests answered
 }
 
 func newLogServer() *logServer {
@@ -73,6 +77,12 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if refused(run) {
 			return
 		}
+		if s.maxBody > 0 && len(body) > s.maxBody {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			w.Write([]byte("<html>413 Request Entity Too Large</html>"))
+			return
+		}
+		s.appends++
 		key := q.Get("run") + "/" + q.Get("step")
 		have := int64(len(s.logs[key]))
 		if off > have {
@@ -403,4 +413,96 @@ func shipEndedRunExpectingDrop(t *testing.T, srv *logServer, id int64, res api.C
 	if _, err := os.Stat(sp.Dir()); !os.IsNotExist(err) {
 		t.Fatal("spool kept")
 	}
+}
+
+func TestShipper_TooLargeAnswerHalvesTheChunk(t *testing.T) {
+	srv := newLogServer()
+	srv.maxBody = 600 << 10 // a proxy's limit
+	sp, err := CreateSpool(t.TempDir(), 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := sp.Log(1)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 3<<16) // 3 MiB
+	w.Write(want)
+	w.Close()
+	appendDone(t, sp, api.CompleteInput{State: api.StateSucceeded})
+	_, done := startShipper(t, srv, sp)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shipper: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("shipper did not finish")
+	}
+	if got := srv.log(11, 1); !bytes.Equal(got, want) {
+		t.Fatalf("log differs: got %d bytes, want %d", len(got), len(want))
+	}
+	if srv.appends < 6 {
+		t.Fatalf("%d requests for 3 MiB in chunks of at most 600 KiB", srv.appends)
+	}
+}
+
+// TestShipper_GivesBackShippedBytesBelowTheCheckpoint pins that the spool
+// does not keep a long log whole: what the server acknowledged goes (the
+// file keeps its size), except what a restarted runner reads (from the
+// byte before the step's last checkpoint on), and a log without
+// checkpoints (setup) stays.
+func TestShipper_GivesBackShippedBytesBelowTheCheckpoint(t *testing.T) {
+	srv := newLogServer()
+	sp, err := CreateSpool(t.TempDir(), 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probePunch(sp.Dir()); err != nil {
+		t.Skipf("the file system cannot punch holes: %v", err)
+	}
+	setup, _ := sp.Log(0)
+	setupBytes := bytes.Repeat([]byte("setup\n"), 400_000) // 2.4 MB
+	setup.Write(setupBytes)
+	setup.Close()
+	w, _ := sp.Log(1)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 5<<16) // 5 MiB
+	w.Write(want)
+	cw, err := sp.Checkpoints(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ckpt = 3<<20 + 1000
+	if err := cw.Save(Checkpoint{Raw: ckpt, Log: ckpt}); err != nil {
+		t.Fatal(err)
+	}
+	cw.Close()
+	startShipper(t, srv, sp)
+	waitFor(t, 20*time.Second, "the log delivered", func() bool { return len(srv.log(12, 1)) == len(want) })
+	if got := srv.log(12, 1); !bytes.Equal(got, want) {
+		t.Fatal("the server's log differs from the spool's")
+	}
+	path := filepath.Join(sp.Dir(), "step-1.log")
+	waitFor(t, 10*time.Second, "the shipped bytes given back", func() bool {
+		b, _ := os.ReadFile(path)
+		return len(b) == len(want) && bytes.Count(b[:3<<20], []byte{0}) == 3<<20
+	})
+	b, _ := os.ReadFile(path)
+	if !bytes.Equal(b[3<<20:], want[3<<20:]) {
+		t.Fatal("bytes from the checkpoint's megabyte on were given back")
+	}
+	if b, _ := os.ReadFile(filepath.Join(sp.Dir(), "step-0.log")); !bytes.Equal(b, setupBytes) {
+		t.Fatal("the setup log, which has no checkpoints, changed")
+	}
+}
+
+// probePunch reports whether files in dir can have holes punched.
+func probePunch(dir string) error {
+	f, err := os.CreateTemp(dir, "probe")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 8192)); err != nil {
+		return err
+	}
+	return syscall.Fallocate(int(f.Fd()), 0x02|0x01, 0, 4096)
 }

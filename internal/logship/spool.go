@@ -33,9 +33,13 @@ type Spool struct {
 	dir string
 	run int64
 
-	mu      sync.Mutex
-	journal *os.File // nil once closed or for spools opened read-only
-	notify  chan struct{}
+	mu       sync.Mutex
+	journal  *os.File // nil once closed or for spools opened read-only
+	notify   chan struct{}
+	appended chan struct{}
+
+	cursor    *os.File // shipped.json, once saveCursor opened it
+	cursorLen int      // the longest cursor written to it
 }
 
 // JournalEntry is one line of a spool's journal: a step update or the run's
@@ -96,7 +100,7 @@ func openSpool(dir string, run int64) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
 	}
-	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1)}, nil
+	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1), appended: make(chan struct{}, 1)}, nil
 }
 
 // Run is the run's ID.
@@ -107,6 +111,10 @@ func (s *Spool) Dir() string { return s.dir }
 
 // Changed is signalled (coalesced) whenever bytes or entries were added.
 func (s *Spool) Changed() <-chan struct{} { return s.notify }
+
+// Appended is signalled (coalesced) whenever an entry was added to the
+// journal.
+func (s *Spool) Appended() <-chan struct{} { return s.appended }
 
 func (s *Spool) poke() {
 	select {
@@ -169,6 +177,10 @@ func (s *Spool) Append(e JournalEntry) error {
 		}
 	}
 	s.poke()
+	select {
+	case s.appended <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -282,24 +294,46 @@ func (s *Spool) loadCursor() (shipCursor, error) {
 	return c, nil
 }
 
+// saveCursor writes c over the cursor file, in place: a shipper saves it
+// after every acknowledgement, and a new file each time costs more than
+// the write. JSON shorter than an earlier one is padded with spaces. A
+// write torn by a crash leaves either an unreadable cursor (the next
+// process starts over) or a mix of the old and the new, each of which the
+// server acknowledged: behind, never ahead. Only the shipper calls it.
 func (s *Spool) saveCursor(c shipCursor) error {
 	data, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("encode ship cursor of run %d: %w", s.run, err)
 	}
-	tmp := filepath.Join(s.dir, cursorName+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if s.cursor == nil {
+		f, err := os.OpenFile(filepath.Join(s.dir, cursorName), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
+		}
+		s.cursor, s.cursorLen = f, int(fi.Size())
+	}
+	if pad := s.cursorLen - len(data); pad > 0 {
+		data = append(data, bytes.Repeat([]byte(" "), pad)...)
+	}
+	if _, err := s.cursor.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, cursorName)); err != nil {
-		return fmt.Errorf("write ship cursor of run %d: %w", s.run, err)
-	}
+	s.cursorLen = len(data)
 	return nil
 }
 
 // Remove deletes the spool once everything was delivered.
 func (s *Spool) Remove() error {
 	s.Close()
+	if s.cursor != nil {
+		s.cursor.Close()
+		s.cursor = nil
+	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove spool of run %d: %w", s.run, err)
 	}

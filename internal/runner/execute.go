@@ -66,8 +66,10 @@ type Job struct {
 	// Grace is the SIGTERM-to-SIGKILL wait of a cancelled step; 0 means the
 	// executor's default.
 	Grace time.Duration
-	// Checkout, when set, puts the commit at Workspace; it writes git's
-	// output to log (the setup log). An error ends the run errored/checkout.
+	// Checkout, when set, puts the commit at Workspace, which does not
+	// exist or is an empty directory (made so that an executor that
+	// prepares early can start meanwhile); it writes git's output to log
+	// (the setup log). An error ends the run errored/checkout.
 	Checkout func(ctx context.Context, log io.Writer) error
 	// Cleanup, when set, removes what the run left on this host (the
 	// workspace); it runs after the session's cleanup and before the result
@@ -322,50 +324,10 @@ func (e *execution) run(ctx context.Context) Result {
 		}
 		e.log.Info("run's environment recovered", "executor", e.ex.Name())
 	} else {
-		if e.job.Checkout != nil {
-			// Checkout tells what it does (fetching, then checking out).
-			if err := e.job.Checkout(setupCtx, sl); err != nil {
-				if e.handingOver() {
-					e.handedOver = true
-					return Result{}
-				}
-				if res, stopped := e.stopped(runCtx, timeout); stopped {
-					return res
-				}
-				sl.printf("checkout failed: %v\n", err)
-				return Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}
-			}
-		}
-		id := e.job.ID
-		if id == "" {
-			id = "run-" + strconv.FormatInt(e.job.Run, 10)
-		}
-		sess, err = e.ex.Prepare(setupCtx, executor.Spec{
-			ID:          id,
-			Image:       wf.Image,
-			Workspace:   e.job.Workspace,
-			CPUs:        wf.Resources.CPUs,
-			MemoryBytes: wf.Resources.MemoryBytes,
-			DiskBytes:   wf.Resources.DiskBytes,
-			Timeout:     remaining,
-			Labels:      e.job.Labels,
-			Log:         sl,
-		})
-		if err != nil {
-			if e.handingOver() {
-				e.handedOver = true
-				return Result{}
-			}
-			if res, stopped := e.stopped(runCtx, timeout); stopped {
-				return res
-			}
-			sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), err)
-			return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
-		}
-		if e.journal != nil {
-			if err := e.journal.RecordSession(sess.Handle()); err != nil {
-				e.log.Warn("could not record the run's environment: a restarted runner cannot take this run over", "err", err)
-			}
+		var res Result
+		var failed bool
+		if sess, res, failed = e.setUp(runCtx, setupCtx, timeout, remaining); failed {
+			return res
 		}
 	}
 	if e.job.Handover != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -497,6 +498,57 @@ steps:
 	for i, st := range ex.steps {
 		if home, ok := st.Env["HOME"]; ok {
 			t.Errorf("step %d was handed HOME=%s", i+1, home)
+		}
+	}
+}
+
+// TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout pins the
+// environment an executor that prepares early (shell) starts while the
+// checkout is made: a failed checkout cleans it up (no agent, no session
+// directory left), and a good one finds it ready, its setup-log lines after
+// the checkout's.
+func TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout(t *testing.T) {
+	for _, fail := range []bool{true, false} {
+		shellDir := filepath.Join(t.TempDir(), "shell")
+		ex := shell.New(shell.Config{Dir: shellDir, Agent: agenttest.Binary(t), Logger: testLogger(t)})
+		job := testJob(t, "on: {push: {}}\nsteps:\n  - run: cat file.txt\n")
+		job.Workspace = filepath.Join(t.TempDir(), "ws") // made by Execute
+		job.Checkout = func(ctx context.Context, log io.Writer) error {
+			// The environment starts meanwhile: wait until its agent listens.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if _, err := os.Stat(filepath.Join(shellDir, "run-42", "agent.json")); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					return errors.New("the environment did not start during the checkout")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			io.WriteString(log, "checkout line\n")
+			if fail {
+				return errors.New("fatal: not our ref")
+			}
+			return os.WriteFile(filepath.Join(job.Workspace, "file.txt"), []byte("checked out\n"), 0o644)
+		}
+		rep := newMemReporter()
+		res := Execute(context.Background(), job, ex, rep)
+		setup := rep.log(0)
+		if fail {
+			if res.State != api.StateErrored || res.Reason != api.ReasonCheckout {
+				t.Fatalf("failed checkout: result %+v\n%s", res, setup)
+			}
+			if ents, err := os.ReadDir(shellDir); err != nil || len(ents) != 0 {
+				t.Fatalf("failed checkout: the environment stayed: %v %v", ents, err)
+			}
+			continue
+		}
+		if res.State != api.StateSucceeded || rep.log(1) != "checked out\n" {
+			t.Fatalf("result %+v, step log %q\n%s", res, rep.log(1), setup)
+		}
+		c, e := strings.Index(setup, "checkout line"), strings.Index(setup, "shell executor:")
+		if c < 0 || e < c {
+			t.Fatalf("the executor's setup lines are not after the checkout's:\n%s", setup)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Mirrors keeps one bare git repository per server repository under Root
@@ -68,7 +69,7 @@ func (m *Mirrors) Path(repo string) (string, error) {
 	return filepath.Join(m.Root, owner, name+".git"), nil
 }
 
-// Checkout makes dest (which must not exist) a self-contained checkout of
+// Checkout makes dest (which must not exist, or be empty) a self-contained checkout of
 // f.SHA with a detached HEAD and origin f.URL (any user name or password in
 // it removed), fetching the commit into the repository's mirror first if it
 // is missing. git's output goes to log. The run token never reaches dest.
@@ -99,40 +100,90 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
 		}
 	}
-	if git(ctx, mirror, nil, io.Discard, "cat-file", "-e", f.SHA+"^{commit}") != nil {
-		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, f.URL)
-		auth := base64.StdEncoding.EncodeToString([]byte("knotless-run:" + f.Token))
-		env := []string{
-			"GIT_CONFIG_COUNT=1",
-			"GIT_CONFIG_KEY_0=http.extraHeader",
-			"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
-		}
-		// The ref keeps the commit reachable and gives later fetches a
-		// "have" to negotiate from.
-		refspec := f.SHA + ":refs/knotless/" + f.SHA
-		if err := git(ctx, mirror, env, log, "fetch", "--no-tags", "--no-write-fetch-head", "-q", f.URL, refspec); err != nil {
-			return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, err)
+	// The workspace's .git, with links to the objects the mirror has, is
+	// made while the commit is fetched; the fetched pack is linked after.
+	gitDir := make(chan error, 1)
+	go func() { gitDir <- makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL)) }()
+	fetched := !hasObject(mirror, f.SHA)
+	if fetched {
+		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, withoutCredential(f.URL))
+		if err := m.fetch(ctx, mirror, f, log); err != nil {
+			<-gitDir
+			_ = os.RemoveAll(filepath.Join(dest, ".git"))
+			return err
 		}
 	} else {
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
 	fmt.Fprintf(log, "checking out %s\n", f.SHA)
-	// The mirror's HEAD names the commit, so that the clone starts detached
-	// there: no branch, and no warning about a mirror without branches.
-	if err := git(ctx, mirror, nil, log, "update-ref", "--no-deref", "HEAD", f.SHA); err != nil {
+	err = <-gitDir
+	if err == nil && fetched {
+		err = linkTree(filepath.Join(mirror, "objects"), filepath.Join(dest, ".git", "objects"))
+	}
+	if err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
 	}
-	// A clone from a plain path hard-links the object files and copies them
-	// where a link fails (another file system). Not --local: with it, git
-	// dies on the first link that fails instead of copying.
-	if err := git(ctx, "", nil, log, "clone", "-q", "--no-checkout", "--", mirror, dest); err != nil {
-		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
-	}
-	if err := git(ctx, dest, nil, log, "remote", "set-url", "origin", withoutCredential(f.URL)); err != nil {
-		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
-	}
-	if err := git(ctx, dest, nil, log, "checkout", "-q", "--detach", f.SHA); err != nil {
+	// As clone's own checkout: the index and every file from HEAD's tree
+	// (no HEAD update, hence no reflog entry; HEAD is the commit already).
+	if err := git(ctx, dest, nil, log, "read-tree", "--reset", "-u", "HEAD"); err != nil {
 		return fmt.Errorf("check out %s: %w", f.SHA, err)
+	}
+	if packs(mirror) > maxPacks {
+		go m.repack(f.Repo, mirror)
+	}
+	return nil
+}
+
+// maxPacks is how many packs a mirror gathers (one per fetch) before they
+// are made one, after a checkout and outside it.
+const maxPacks = 50
+
+func packs(mirror string) int {
+	p, _ := filepath.Glob(filepath.Join(mirror, "objects", "pack", "pack-*.pack"))
+	return len(p)
+}
+
+// repack makes the mirror's packs one, holding the mirror's lock. Object
+// lookups slow down with many packs, and each workspace links every pack.
+// Workspaces made before keep their links to the old packs' files.
+func (m *Mirrors) repack(repo, mirror string) {
+	l := m.lock(repo)
+	l.Lock()
+	defer l.Unlock()
+	if packs(mirror) <= maxPacks {
+		return // another repack came first
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	_ = git(ctx, mirror, nil, io.Discard, "repack", "-a", "-d", "-q")
+}
+
+// fetch gets f.SHA into mirror: over HTTP in one request (fetchPack), else
+// (another URL, or that failed) with `git fetch`. Fetched objects stay in
+// packs (a workspace links a few pack files, not one file per object).
+func (m *Mirrors) fetch(ctx context.Context, mirror string, f Fetch, log io.Writer) error {
+	if strings.HasPrefix(f.URL, "http://") || strings.HasPrefix(f.URL, "https://") {
+		err := fetchPack(ctx, mirror, f.URL, f.SHA, f.Token)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, ctx.Err())
+		}
+		fmt.Fprintf(log, "fetching in one request failed (%v); trying git fetch\n", err)
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("knotless-run:" + f.Token))
+	env := []string{
+		"GIT_CONFIG_COUNT=1",
+		"GIT_CONFIG_KEY_0=http.extraHeader",
+		"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
+	}
+	// The ref keeps the commit reachable and gives later fetches a
+	// "have" to negotiate from.
+	refspec := f.SHA + ":refs/knotless/" + f.SHA
+	if err := git(ctx, mirror, env, log, "-c", "fetch.unpackLimit=1", "-c", "maintenance.auto=false",
+		"fetch", "--no-tags", "--no-write-fetch-head", "-q", f.URL, refspec); err != nil {
+		return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, err)
 	}
 	return nil
 }
@@ -171,13 +222,7 @@ func git(ctx context.Context, dir string, extra []string, out io.Writer, args ..
 		args = append([]string{"-C", dir}, args...)
 	}
 	cmd := exec.CommandContext(ctx, "git", args...)
-	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "LC_ALL=C"}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GIT_") && !strings.HasPrefix(kv, "LC_ALL=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, extra...)
+	cmd.Env = gitEnv(extra)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
@@ -191,6 +236,19 @@ func git(ctx context.Context, dir string, extra []string, out io.Writer, args ..
 		return fmt.Errorf("git %s: %w", subcommand(args), err)
 	}
 	return nil
+}
+
+// gitEnv is the environment of the git processes the runner starts: its
+// own minus any GIT_* variable, plus GIT_TERMINAL_PROMPT=0 (git never asks
+// for a password), plus extra.
+func gitEnv(extra []string) []string {
+	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "LC_ALL=C"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") && !strings.HasPrefix(kv, "LC_ALL=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
 }
 
 // subcommand is the first argument of a git command line that is not an

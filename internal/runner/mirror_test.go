@@ -268,3 +268,66 @@ func TestWithoutCredential_TakesUserAndPasswordOutOfAnyURL(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrors_FetchOverHTTPInOneRequestKeepsPacks pins the fetch from a
+// knotless server: one upload-pack request (no `git fetch`, whose fallback
+// says so in the log), with the mirror's newest commits as haves, objects
+// kept in packs (a workspace links a few files), the commit found again by
+// its ref, in a pack's index and as a loose object.
+func TestMirrors_FetchOverHTTPInOneRequestKeepsPacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server")
+	}
+	srv := servertest.Start(t, servertest.Options{})
+	token := srv.CreateAccount(t, "alice")
+	srv.CreateRepo(t, token, "app")
+	src := t.TempDir()
+	servertest.Git(t, src, "init", "-q", "-b", "main")
+	m := &Mirrors{Root: filepath.Join(t.TempDir(), "mirrors")}
+	url := srv.URL + "/alice/app.git"
+	for i, content := range []string{"one", "two", "three"} {
+		sha := servertest.Commit(t, src, map[string]string{"file.txt": content}, content)
+		srv.PushDir(t, src, "alice/app", token, "HEAD:refs/heads/main")
+		var log bytes.Buffer
+		ws := filepath.Join(t.TempDir(), "ws")
+		if i == 2 {
+			if err := os.Mkdir(ws, 0o755); err != nil { // made early, as for an executor that prepares early
+				t.Fatal(err)
+			}
+		}
+		if err := m.Checkout(context.Background(), Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token}, ws, &log); err != nil {
+			t.Fatalf("checkout %d: %v\n%s", i, err, log.String())
+		}
+		if strings.Contains(log.String(), "git fetch") || !strings.Contains(log.String(), "fetching "+sha) {
+			t.Fatalf("checkout %d did not fetch in one request:\n%s", i, log.String())
+		}
+		if got, _ := os.ReadFile(filepath.Join(ws, "file.txt")); string(got) != content {
+			t.Fatalf("checkout %d: workspace holds %q, want %q", i, got, content)
+		}
+		if st := servertest.Git(t, ws, "status", "--porcelain"); st != "" {
+			t.Fatalf("checkout %d: workspace not clean:\n%s", i, st)
+		}
+		if out, err := exec.Command("git", "-C", ws, "fsck", "--strict").CombinedOutput(); err != nil {
+			t.Fatalf("checkout %d: git fsck: %v\n%s", i, err, out)
+		}
+	}
+	mirror, _ := m.Path("alice/app")
+	loose, _ := filepath.Glob(filepath.Join(mirror, "objects", "??", "*"))
+	packs, _ := filepath.Glob(filepath.Join(mirror, "objects", "pack", "pack-*.pack"))
+	if len(loose) != 0 || len(packs) != 3 {
+		t.Fatalf("mirror holds %d loose objects and %d packs, want 0 and 3", len(loose), len(packs))
+	}
+	first := servertest.Git(t, src, "rev-list", "--max-parents=0", "HEAD")
+	tree := servertest.Git(t, src, "rev-parse", "HEAD^{tree}")
+	if !hasObject(mirror, first) || !hasObject(mirror, tree) {
+		t.Fatal("hasObject misses a commit and a tree the mirror's packs hold")
+	}
+	if hasObject(mirror, strings.Repeat("ab", 20)) {
+		t.Fatal("hasObject finds an object nobody made")
+	}
+	// A loose object (what `git fetch` of a few objects leaves) is found too.
+	blob := servertest.Git(t, mirror, "hash-object", "-w", "--stdin")
+	if !hasObject(mirror, blob) {
+		t.Fatalf("hasObject misses loose object %s", blob)
+	}
+}

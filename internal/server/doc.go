@@ -1,5 +1,6 @@
 // Package server is knotless-server: the XRPC API under /xrpc/<NSID>, git
-// smart HTTP hosting at /OWNER/NAME.git (through `git http-backend`),
+// smart HTTP hosting at /OWNER/NAME.git (fetches by `git upload-pack
+// --stateless-rpc` itself, pushes through `git http-backend`),
 // pipelines made from pushes and manual triggers, run scheduling (long-poll
 // claims, leases and their sweeper), step logs as files, and encrypted
 // secrets. Everything persistent goes through store.Store or the data

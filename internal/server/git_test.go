@@ -38,6 +38,32 @@ func TestGit_PushAndCloneWithTokenAsPassword(t *testing.T) {
 	servertest.Git(t, "", "clone", "-q", f.GitURL(f.repo, f.AdminToken), filepath.Join(t.TempDir(), "admin"))
 }
 
+// TestGit_FetchOverEveryProtocolVersion pins the server's own
+// upload-pack (no http-backend) for clients speaking protocol v0 and v2:
+// clone, and a fetch by SHA of a commit no branch names any more.
+func TestGit_FetchOverEveryProtocolVersion(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	dir := servertest.WorkTree(t, map[string]string{"README": "one\n"})
+	f.push(t, dir, "main")
+	first := servertest.Git(t, dir, "rev-parse", "HEAD")
+	servertest.Commit(t, dir, map[string]string{"README": "two\n"}, "two")
+	f.push(t, dir, "main")
+	for _, v := range []string{"0", "2"} {
+		clone := filepath.Join(t.TempDir(), "clone")
+		servertest.Git(t, "", "-c", "protocol.version="+v, "clone", "-q", f.GitURL(f.repo, f.token), clone)
+		if b, err := os.ReadFile(filepath.Join(clone, "README")); err != nil || string(b) != "two\n" {
+			t.Fatalf("protocol %s: cloned README = %q, %v", v, b, err)
+		}
+		bare := filepath.Join(t.TempDir(), "bare")
+		servertest.Git(t, "", "init", "-q", "--bare", bare)
+		servertest.Git(t, bare, "-c", "protocol.version="+v, "fetch", "-q", f.GitURL(f.repo, f.token), first+":refs/x")
+		if got := servertest.Git(t, bare, "rev-parse", "refs/x"); got != first {
+			t.Fatalf("protocol %s: fetched %s, want %s", v, got, first)
+		}
+	}
+}
+
 func TestGit_WrongOrMissingTokenIsRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})

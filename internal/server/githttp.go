@@ -145,6 +145,9 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 		s.receivePack(w, r, repo, user)
 		return
 	}
+	if !push && s.serveUploadPack(w, r, s.repoDir(repo.Owner, repo.Name), rest) {
+		return
+	}
 	s.httpBackend(w, r, user)
 }
 

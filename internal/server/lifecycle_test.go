@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -168,6 +169,54 @@ func TestAppendLog_RetriesAndOverlapsNeverDuplicateAndGapsAreRefused(t *testing.
 	other := f.RegisterRunner(t, f.repo, "r2", nil, true)
 	if _, err := appendLog(other, id, 1, 17, "x"); !api.IsError(err, api.ErrForbidden) {
 		t.Errorf("append by a runner that does not hold the run: err = %v, want Forbidden", err)
+	}
+}
+
+// TestAppendLog_BodiesOfKnownAndUnknownLengthAndOverTheLimit pins both
+// ways a body is read (in one go when its length is known, in pieces when
+// it is chunked), across buffers reused from one request to the next, and
+// that a body over the limit is refused whole (413) and stores nothing.
+func TestAppendLog_BodiesOfKnownAndUnknownLengthAndOverTheLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	send := func(offset int64, body io.Reader) (int64, error) {
+		resp, err := r.Client.Do(context.Background(), http.MethodPost, api.MethodAppendLog,
+			url.Values{"run": {fmt.Sprint(id)}, "step": {"1"}, "offset": {fmt.Sprint(offset)}},
+			"application/octet-stream", body)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		var out api.AppendLogOutput
+		return out.Size, json.NewDecoder(resp.Body).Decode(&out)
+	}
+	var want strings.Builder
+	for i, n := range []int{3 << 20, 100, 1 << 20, 70 << 10, 5 << 20} {
+		chunk := strings.Repeat(string(rune('a'+i)), n)
+		body := io.Reader(strings.NewReader(chunk)) // Content-Length set
+		if i%2 == 1 {
+			body = io.MultiReader(body) // length unknown: chunked
+		}
+		size, err := send(int64(want.Len()), body)
+		want.WriteString(chunk)
+		if err != nil || size != int64(want.Len()) {
+			t.Fatalf("chunk %d (%d bytes): size %d, err %v; want size %d", i, n, size, err, want.Len())
+		}
+	}
+	if log := f.runLog(t, id, 1); log != want.String() {
+		t.Fatalf("the log differs from what was sent (%d bytes, want %d)", len(log), want.Len())
+	}
+	for _, body := range []io.Reader{strings.NewReader(strings.Repeat("x", 8<<20+1)), io.MultiReader(strings.NewReader(strings.Repeat("x", 8<<20+1)))} {
+		_, err := send(int64(want.Len()), body)
+		var e *api.Error
+		if !errorAs(err, &e) || e.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("a body over 8 MiB: err %v, want 413", err)
+		}
+	}
+	if log := f.runLog(t, id, 1); len(log) != want.Len() {
+		t.Fatalf("a refused body stored bytes: the log has %d, want %d", len(log), want.Len())
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // logFiles keeps step logs as files: DIR/logs/<run>/<step>.log. A log's
@@ -78,7 +80,28 @@ func (l *logFiles) append(run int64, step int, offset int64, data []byte) (befor
 	if err != nil {
 		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", run, step, err)
 	}
+	dropBehind(f, size, size+int64(n))
 	return size, size + int64(n), f.Close()
+}
+
+// dropUnit is the unit in which dropBehind hands a growing log to the disk.
+const dropUnit = 8 << 20
+
+// dropBehind keeps a long log that is being written from filling the page
+// cache: a log is written once and read rarely, mostly at its end (people
+// following a run). Each time an append [before, after) completes a
+// dropUnit, the unit is written back at once (asynchronously), and the
+// unit two before it, whose writeback is done by then, leaves the page
+// cache; the last two units stay for followers. Best effort: pages still
+// dirty are simply kept.
+func dropBehind(f *os.File, before, after int64) {
+	for b := (before/dropUnit + 1) * dropUnit; b <= after; b += dropUnit {
+		fd := int(f.Fd())
+		_ = unix.SyncFileRange(fd, b-dropUnit, dropUnit, unix.SYNC_FILE_RANGE_WRITE)
+		if b >= 3*dropUnit {
+			_ = unix.Fadvise(fd, b-3*dropUnit, dropUnit, unix.FADV_DONTNEED)
+		}
+	}
 }
 
 // open returns the log for reading; os.ErrNotExist when nothing was written.
@@ -98,4 +121,40 @@ func (l *logFiles) copyRange(w io.Writer, run int64, step int, offset, end int64
 	defer f.Close()
 	_, err = io.Copy(w, io.NewSectionReader(f, offset, end-offset))
 	return err
+}
+
+// chunkBuffers recycles the buffers appendLog bodies are read into: a
+// runner streaming a long log sends one chunk after the other, and a fresh
+// buffer each time would be cleared and collected each time.
+var chunkBuffers bufferPool
+
+// bufferPool holds buffers in power-of-two size classes from 64 KiB up.
+type bufferPool struct{ classes [16]sync.Pool }
+
+type pooledBuffer struct {
+	b     []byte // the requested length of the buffer
+	class int
+}
+
+const minBufferClass = 16 // 64 KiB
+
+func (p *bufferPool) get(n int) *pooledBuffer {
+	c := 0
+	for 1<<(minBufferClass+c) < n {
+		c++
+	}
+	if c >= len(p.classes) {
+		return &pooledBuffer{b: make([]byte, n), class: -1}
+	}
+	if b, ok := p.classes[c].Get().(*pooledBuffer); ok {
+		b.b = b.b[:n]
+		return b
+	}
+	return &pooledBuffer{b: make([]byte, n, 1<<(minBufferClass+c)), class: c}
+}
+
+func (p *bufferPool) put(b *pooledBuffer) {
+	if b.class >= 0 {
+		p.classes[b.class].Put(b)
+	}
 }

@@ -410,10 +410,11 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	if _, err := s.heldRun(ctx, x, id); err != nil {
 		return err
 	}
-	data, err := readLimited(r, maxLogChunk)
+	data, release, err := readLogChunk(r, maxLogChunk)
 	if err != nil {
 		return err
 	}
+	defer release()
 	before, after, err := s.logs.append(id, int(step), offset, data)
 	var gap *errGap
 	if errors.As(err, &gap) {
@@ -440,10 +441,33 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	return writeJSON(w, api.AppendLogOutput{Size: after})
 }
 
+// readLogChunk reads an appendLog body of at most limit bytes into a
+// buffer of chunkBuffers; release gives it back once the bytes are stored.
+// A body of known length is read in one go, without growing a buffer.
+func readLogChunk(r *http.Request, limit int64) (data []byte, release func(), err error) {
+	if r.ContentLength < 0 {
+		data, err = readLimited(r, limit)
+		return data, func() {}, err
+	}
+	if r.ContentLength > limit {
+		return nil, nil, bodyTooLarge(limit)
+	}
+	buf := chunkBuffers.get(int(r.ContentLength))
+	if _, err := io.ReadFull(r.Body, buf.b); err != nil {
+		chunkBuffers.put(buf)
+		return nil, nil, badRequest("read body: %v", err)
+	}
+	return buf.b, func() { chunkBuffers.put(buf) }, nil
+}
+
+func bodyTooLarge(limit int64) error {
+	return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest,
+		"body exceeds the limit of %d bytes per request; send smaller chunks", limit)
+}
+
 // readLimited reads a request body of at most limit bytes.
 func readLimited(r *http.Request, limit int64) ([]byte, error) {
-	tooLarge := xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest,
-		"body exceeds the limit of %d bytes per request; send smaller chunks", limit)
+	tooLarge := bodyTooLarge(limit)
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}

@@ -320,6 +320,7 @@ func (h *connHandler) run() {
 				h.copyIn.n += int64(len(p))
 				_, _ = h.copyIn.pw.Write(p) // an unpacking error is reported at DataEnd
 			}
+			f.Release()
 		case agent.TypeDataEnd:
 			var end agent.DataEnd
 			if err := agent.Decode(t, p, &end); err != nil {

@@ -213,7 +213,7 @@ func growPipe(f *os.File) {
 func pump(r *os.File, w *os.File, s *step) error {
 	defer r.Close()
 	defer w.Close()
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, 1<<20) // the pipe's size (growPipe)
 	var werr error
 	for {
 		n, err := r.Read(buf)

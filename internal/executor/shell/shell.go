@@ -104,6 +104,12 @@ func New(cfg Config) *Executor {
 // Name returns "shell".
 func (e *Executor) Name() string { return Name }
 
+// PrepareEarly reports true: Prepare only hands the workspace's path to
+// the agent, which reads nothing in it before a step starts.
+func (e *Executor) PrepareEarly() bool { return true }
+
+var _ executor.EarlyPreparer = (*Executor)(nil)
+
 // FindAgent returns the knotless-agent program: the one beside the running
 // program, else the one in PATH. The error says where it looked.
 func FindAgent() (string, error) {

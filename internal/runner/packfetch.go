@@ -1,0 +1,241 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A run's commit reaches the mirror in one request to the server's
+// upload-pack (git's smart HTTP, stateless): the commit as the want, the
+// mirror's newest commits as haves, "done"; the pack that comes back goes
+// to `git index-pack`, and a ref names the commit. `git fetch` does the
+// same with four more processes (remote-http twice, a connectivity walk,
+// maintenance) and a request more (the ref advertisement, which a fetch by
+// SHA does not need). Checkout falls back to `git fetch` when this fails.
+
+// maxHaves bounds the commits offered as haves: the newest refs of the
+// mirror, where a new commit's parents almost always are.
+const maxHaves = 32
+
+// fetchPack fetches commit sha from the repository at url (http or https)
+// into mirror, authenticating with token as the basic-auth password.
+func fetchPack(ctx context.Context, mirror, url, sha, token string) error {
+	var body bytes.Buffer
+	writePkt(&body, "want "+sha+" side-band-64k ofs-delta no-progress agent=knotless-run\n")
+	body.WriteString("0000")
+	for _, h := range newestRefs(mirror, maxHaves) {
+		writePkt(&body, "have "+h+"\n")
+	}
+	writePkt(&body, "done\n")
+
+	// index-pack starts while the request goes out and the server makes
+	// the pack: starting a process takes as long as a round trip.
+	cmd := exec.CommandContext(ctx, "git", "-C", mirror, "index-pack", "--stdin")
+	cmd.Env = gitEnv(nil)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	pr, pw := io.Pipe()
+	cmd.Stdin = pr
+	started := make(chan error, 1)
+	go func() {
+		err := cmd.Start()
+		if err != nil {
+			pr.CloseWithError(err)
+		}
+		started <- err
+	}()
+	copyErr := requestPack(ctx, url, token, &body, pw)
+	pw.CloseWithError(copyErr)
+	if err := <-started; err != nil {
+		return fmt.Errorf("git index-pack: %w", err)
+	}
+	if copyErr != nil {
+		_ = cmd.Process.Kill() // it holds part of a pack at most
+		_ = cmd.Wait()
+		return copyErr
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("git index-pack: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return writeRef(mirror, "refs/knotless/"+sha, sha)
+}
+
+// requestPack posts body to the upload-pack of the repository at url and
+// writes the pack of the answer to w.
+func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+"/git-upload-pack", body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+	req.Header.Set("Accept", "application/x-git-upload-pack-result")
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("knotless-run:"+token)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-result" {
+		return fmt.Errorf("upload-pack: answer of type %q", ct)
+	}
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	// ACK or NAK lines, then the pack on side band 1.
+	for {
+		line, err := peekPkt(r)
+		if err != nil {
+			return fmt.Errorf("upload-pack: %w", err)
+		}
+		if len(line) > 0 && line[0] <= 3 {
+			break
+		}
+		if _, err := readPkt(r); err != nil {
+			return fmt.Errorf("upload-pack: %w", err)
+		}
+		switch s := string(line); {
+		case strings.HasPrefix(s, "ERR "):
+			return fmt.Errorf("upload-pack: %s", strings.TrimSpace(s[4:]))
+		case strings.HasPrefix(s, "ACK ") || strings.HasPrefix(s, "NAK"):
+		default:
+			return fmt.Errorf("upload-pack: unexpected %q", s)
+		}
+	}
+	return demuxPack(r, w)
+}
+
+// demuxPack copies side band 1 of an upload-pack answer to w until the
+// flush that ends it; band 3 is the server's error.
+func demuxPack(r *bufio.Reader, w io.Writer) error {
+	for {
+		p, err := readPkt(r)
+		if err != nil {
+			return fmt.Errorf("upload-pack: %w", err)
+		}
+		if p == nil {
+			return nil // flush: the pack is whole
+		}
+		switch p[0] {
+		case 1:
+			if _, err := w.Write(p[1:]); err != nil {
+				return fmt.Errorf("git index-pack: %w", err)
+			}
+		case 3:
+			return fmt.Errorf("upload-pack: %s", strings.TrimSpace(string(p[1:])))
+		}
+	}
+}
+
+func writePkt(b *bytes.Buffer, s string) { fmt.Fprintf(b, "%04x%s", len(s)+4, s) }
+
+// readPkt reads one pkt-line: its payload, nil for a flush.
+func readPkt(r *bufio.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	n, err := strconv.ParseUint(string(hdr[:]), 16, 16)
+	if err != nil {
+		return nil, fmt.Errorf("bad pkt-line length %q", hdr[:])
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if n < 4 {
+		return nil, fmt.Errorf("bad pkt-line length %d", n)
+	}
+	p := make([]byte, n-4)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return p, nil
+}
+
+// peekPkt returns the next pkt-line's payload without consuming it (nil
+// for a flush).
+func peekPkt(r *bufio.Reader) ([]byte, error) {
+	hdr, err := r.Peek(4)
+	if err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	n, err := strconv.ParseUint(string(hdr), 16, 16)
+	if err != nil || (n > 0 && n < 4) {
+		return nil, fmt.Errorf("bad pkt-line length %q", hdr)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	p, err := r.Peek(int(n))
+	if err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return p[4:], nil
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// newestRefs returns the commits of up to n of the mirror's
+// refs/knotless/* refs (one per commit fetched, named by it), newest first.
+func newestRefs(mirror string, n int) []string {
+	ents, err := os.ReadDir(filepath.Join(mirror, "refs", "knotless"))
+	if err != nil {
+		return nil
+	}
+	type ref struct {
+		sha string
+		at  time.Time
+	}
+	var refs []ref
+	for _, e := range ents {
+		if !shaRE.MatchString(e.Name()) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			refs = append(refs, ref{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(refs, func(a, b ref) int { return b.at.Compare(a.at) })
+	var out []string
+	for _, r := range refs[:min(n, len(refs))] {
+		out = append(out, r.sha)
+	}
+	return out
+}
+
+// writeRef makes the loose ref name of repository dir point at sha, as git
+// does: through name.lock, renamed into place.
+func writeRef(dir, name, sha string) error {
+	path := filepath.Join(dir, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write ref %s: %w", name, err)
+	}
+	lock := path + ".lock"
+	if err := os.WriteFile(lock, []byte(sha+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write ref %s: %w", name, err)
+	}
+	if err := os.Rename(lock, path); err != nil {
+		os.Remove(lock)
+		return fmt.Errorf("write ref %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+)
+
+// setUp makes the run's checkout and prepares its environment, and records
+// the environment's handle. When the executor prepares without reading the
+// checkout (executor.EarlyPreparer), both go on at once: the environment
+// starts (a shell agent, a pod) while the commit is fetched. What Prepare
+// writes for the setup log is held until the checkout's lines are in, so
+// the log reads as if one came after the other. failed says that res is
+// the run's result (or, with e.handedOver, that the run was handed over).
+func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining time.Duration) (sess executor.Session, res Result, failed bool) {
+	sl := e.setup
+	id := e.job.ID
+	if id == "" {
+		id = "run-" + strconv.FormatInt(e.job.Run, 10)
+	}
+	wf := e.wf
+	spec := executor.Spec{
+		ID:          id,
+		Image:       wf.Image,
+		Workspace:   e.job.Workspace,
+		CPUs:        wf.Resources.CPUs,
+		MemoryBytes: wf.Resources.MemoryBytes,
+		DiskBytes:   wf.Resources.DiskBytes,
+		Timeout:     remaining,
+		Labels:      e.job.Labels,
+		Log:         sl,
+	}
+	// stop is the result of a setup that ended early: handed over, or the
+	// run stopped (cancelled, timed out).
+	stop := func() (Result, bool) {
+		if e.handingOver() {
+			e.handedOver = true
+			return Result{}, true
+		}
+		return e.stopped(runCtx, timeout)
+	}
+
+	var prepErr error
+	prepared := make(chan struct{})
+	early := false
+	if ep, ok := e.ex.(executor.EarlyPreparer); ok && ep.PrepareEarly() && e.job.Checkout != nil {
+		early = os.MkdirAll(e.job.Workspace, 0o755) == nil
+	}
+	prepCtx, cancelPrep := context.WithCancel(setupCtx)
+	defer cancelPrep()
+	var prepLog lockedBuffer
+	if early {
+		spec.Log = &prepLog
+		go func() {
+			defer close(prepared)
+			sess, prepErr = e.ex.Prepare(prepCtx, spec)
+		}()
+	}
+
+	if e.job.Checkout != nil {
+		// Checkout tells what it does (fetching, then checking out).
+		if err := e.job.Checkout(setupCtx, sl); err != nil {
+			if early {
+				cancelPrep()
+				<-prepared
+				if prepErr == nil {
+					e.cleanUp(sess)
+				}
+			}
+			if res, stopped := stop(); stopped {
+				return nil, res, true
+			}
+			sl.printf("checkout failed: %v\n", err)
+			return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
+		}
+	}
+	if early {
+		<-prepared
+		_, _ = sl.Write(prepLog.Bytes())
+		sl.flush()
+	} else {
+		sess, prepErr = e.ex.Prepare(setupCtx, spec)
+	}
+	if prepErr != nil {
+		if res, stopped := stop(); stopped {
+			return nil, res, true
+		}
+		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), prepErr)
+		return nil, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(prepErr.Error())}, true
+	}
+	if e.journal != nil {
+		if err := e.journal.RecordSession(sess.Handle()); err != nil {
+			e.log.Warn("could not record the run's environment: a restarted runner cannot take this run over", "err", err)
+		}
+	}
+	return sess, Result{}, false
+}
+
+// cleanUp removes an environment the run will not use.
+func (e *execution) cleanUp(sess executor.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := sess.Cleanup(ctx); err != nil {
+		e.log.Error("clean up session", "err", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.b.Bytes()...)
+}
