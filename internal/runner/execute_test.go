@@ -97,7 +97,7 @@ func testJob(t *testing.T, workflowYAML string) Job {
 }
 
 func testShell(t *testing.T) *shell.Executor {
-	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Agent: agenttest.Binary(t), Logger: testLogger(t)})
+	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)})
 }
 
 func execute(t *testing.T, ctx context.Context, job Job) (*memReporter, Result) {
@@ -510,7 +510,7 @@ steps:
 func TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout(t *testing.T) {
 	for _, fail := range []bool{true, false} {
 		shellDir := filepath.Join(t.TempDir(), "shell")
-		ex := shell.New(shell.Config{Dir: shellDir, Agent: agenttest.Binary(t), Logger: testLogger(t)})
+		ex := shell.New(shell.Config{Dir: shellDir, Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)})
 		job := testJob(t, "on: {push: {}}\nsteps:\n  - run: cat file.txt\n")
 		job.Workspace = filepath.Join(t.TempDir(), "ws") // made by Execute
 		job.Checkout = func(ctx context.Context, log io.Writer) error {

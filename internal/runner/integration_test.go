@@ -121,7 +121,7 @@ func (w *world) startRunner(tweak func(*Config)) (stop func()) {
 	cfg := Config{
 		State: st, WorkDir: w.work, Logger: log, ApprovalPoll: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
 		ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Executor: shell.New(shell.Config{Dir: filepath.Join(w.work, "shell"), Agent: agenttest.Binary(w.t), Logger: log}),
+		Executor: shell.New(shell.Config{Dir: filepath.Join(w.work, "shell"), Agent: agenttest.Binary(w.t), Ephemeral: true, Logger: log}),
 	}
 	if tweak != nil {
 		tweak(&cfg)

@@ -45,7 +45,7 @@ func (w *world) runnerIn(t *testing.T, work string, heartbeat time.Duration) (<-
 	r, err := New(Config{
 		State: st, StatePath: w.state, WorkDir: work, Logger: log, ApprovalPoll: 200 * time.Millisecond,
 		MaxBackoff: 500 * time.Millisecond, ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: agenttest.Binary(t), Logger: log}),
+		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: log}),
 	})
 	if err != nil {
 		t.Fatal(err)

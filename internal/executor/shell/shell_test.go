@@ -36,6 +36,8 @@ func newSession(t *testing.T, cfg shell.Config, spec executor.Spec) (*shell.Exec
 	if cfg.Agent == "" {
 		cfg.Agent = agenttest.Binary(t)
 	}
+	// Agents end with the test binary, also when it is killed (a -timeout).
+	cfg.Ephemeral = true
 	if spec.ID == "" {
 		spec.ID = "run-1"
 	}
@@ -65,7 +67,7 @@ func harness(agentArgs ...string) executortest.Harness {
 	}
 	return executortest.Harness{
 		Executor: func(t *testing.T) func() executor.Executor {
-			cfg := shell.Config{Dir: dirOf(t), Agent: agenttest.Binary(t), AgentArgs: agentArgs}
+			cfg := shell.Config{Dir: dirOf(t), Agent: agenttest.Binary(t), AgentArgs: agentArgs, Ephemeral: true}
 			return func() executor.Executor { return shell.New(cfg) }
 		},
 		Spec: func(t *testing.T, id string) executor.Spec {
