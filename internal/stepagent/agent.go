@@ -258,6 +258,17 @@ type copyIn struct {
 	n int64
 }
 
+// decode reads f's JSON payload; one that does not decode means the
+// stream is not what the protocol says: the caller ends the connection.
+func decode[T any](h *connHandler, f agent.Frame) (T, bool) {
+	var v T
+	if err := agent.Decode(f.Type, f.Payload, &v); err != nil {
+		h.fail(f.Type, "", err)
+		return v, false
+	}
+	return v, true
+}
+
 func (h *connHandler) fail(t agent.Type, stepID string, err error) {
 	_ = h.cn.WriteJSON(agent.TypeError, agent.Error{For: t.String(), Step: stepID, Message: err.Error()})
 }
@@ -274,9 +285,8 @@ func (h *connHandler) run() {
 		t, p := f.Type, f.Payload
 		switch t {
 		case agent.TypeStart:
-			var req agent.Start
-			if err := agent.Decode(t, p, &req); err != nil {
-				h.fail(t, "", err)
+			req, ok := decode[agent.Start](h, f)
+			if !ok {
 				return
 			}
 			s, attached, err := h.a.start(&req)
@@ -289,9 +299,8 @@ func (h *connHandler) run() {
 			}
 			h.follow(s, req.Offset, req.Chunk)
 		case agent.TypeAttach:
-			var req agent.Attach
-			if err := agent.Decode(t, p, &req); err != nil {
-				h.fail(t, "", err)
+			req, ok := decode[agent.Attach](h, f)
+			if !ok {
 				return
 			}
 			s := h.a.step(req.ID)
@@ -301,16 +310,14 @@ func (h *connHandler) run() {
 			}
 			h.follow(s, req.Offset, req.Chunk)
 		case agent.TypeStop:
-			var req agent.Stop
-			if err := agent.Decode(t, p, &req); err != nil {
-				h.fail(t, "", err)
+			req, ok := decode[agent.Stop](h, f)
+			if !ok {
 				return
 			}
 			h.a.stop(req)
 		case agent.TypeCopyIn:
-			var req agent.CopyIn
-			if err := agent.Decode(t, p, &req); err != nil {
-				h.fail(t, "", err)
+			req, ok := decode[agent.CopyIn](h, f)
+			if !ok {
 				return
 			}
 			h.startCopyIn(req)
@@ -322,16 +329,14 @@ func (h *connHandler) run() {
 			}
 			f.Release()
 		case agent.TypeDataEnd:
-			var end agent.DataEnd
-			if err := agent.Decode(t, p, &end); err != nil {
-				h.fail(t, "", err)
+			end, ok := decode[agent.DataEnd](h, f)
+			if !ok {
 				return
 			}
 			h.endCopyIn(end)
 		case agent.TypeCopyOut:
-			var req agent.CopyOut
-			if err := agent.Decode(t, p, &req); err != nil {
-				h.fail(t, "", err)
+			req, ok := decode[agent.CopyOut](h, f)
+			if !ok {
 				return
 			}
 			h.copyOut(req)
