@@ -124,6 +124,11 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 				cfg.URL = u
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			// Libraries that log through slog's default logger (indigo
+			// does) go to the same place, under --log-level, their
+			// informational lines at debug: they are not events of this
+			// server an operator follows.
+			slog.SetDefault(slog.New(demoted{cfg.Logger.Handler()}))
 			return run(cmd.Context(), cfg)
 		},
 	}
@@ -138,8 +143,12 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"how long a claimed run lives without a runner heartbeat before it ends errored/runner-lost")
 	f.DurationVar(&cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
 		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
+	f.IntVar(&cfg.Limits.MaxConns, "max-conns", server.DefaultMaxConns,
+		"connections held at once; past it the one waiting longest for a request is closed, or new ones wait")
+	f.IntVar(&cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
+		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "log-level"} {
+	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level"} {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}
@@ -212,6 +221,28 @@ func run(ctx context.Context, cfg server.Config) error {
 		cfg.Logger.Info("server stopped")
 	}
 	return serveErr
+}
+
+// demoted is a slog handler that passes records below warn on at debug.
+type demoted struct{ slog.Handler }
+
+func (d demoted) Enabled(ctx context.Context, l slog.Level) bool {
+	return d.Handler.Enabled(ctx, demote(l))
+}
+
+func (d demoted) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demote(r.Level)
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d demoted) WithAttrs(as []slog.Attr) slog.Handler { return demoted{d.Handler.WithAttrs(as)} }
+func (d demoted) WithGroup(name string) slog.Handler    { return demoted{d.Handler.WithGroup(name)} }
+
+func demote(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return slog.LevelDebug
+	}
+	return l
 }
 
 // URLFile is the file in the data directory holding the URL the running

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/svcauth"
 )
 
 func TestEnvFallbacks_FlagWinsOverEnvironment(t *testing.T) {
@@ -93,6 +95,19 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 			t.Fatalf("the log holds the admin token: %s", l)
 		}
 	}
+	// A forged runner token is refused without a log line: anyone can
+	// send them (indigo's validator logged one per token at INFO).
+	var desc api.DescribeServerOutput
+	if err := c.Query(context.Background(), api.MethodDescribeServer, nil, &desc); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := svcauth.GenerateKey()
+	forger, _ := svcauth.GenerateKey()
+	did, _ := svcauth.DIDKey(key)
+	forged := &api.Client{BaseURL: base, Auth: (&svcauth.Signer{DID: did, Audience: desc.DID, Key: forger}).AuthFunc()}
+	if err := forged.Procedure(context.Background(), api.MethodRegisterRunner, api.RegisterRunnerInput{}, nil); err == nil {
+		t.Fatal("register with a forged token succeeded")
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +122,21 @@ func TestServer_StartsServesAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(log, "\n"), "server stopped") {
 		t.Errorf("no clean stop in the log:\n%s", strings.Join(log, "\n"))
+	}
+	for _, l := range log {
+		if strings.Contains(l, "purging") || strings.Contains(l, did) {
+			t.Errorf("a forged runner token made a log line: %s", l)
+		}
+	}
+}
+
+func TestLibraryLogs_GoToTheServerLogBelowWarnAtDebug(t *testing.T) {
+	var b strings.Builder
+	lib := slog.New(demoted{slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo})})
+	lib.Info("chatter")
+	lib.With("k", "v").WithGroup("g").Warn("trouble")
+	if out := b.String(); strings.Contains(out, "chatter") || !strings.Contains(out, "level=WARN msg=trouble k=v") {
+		t.Errorf("at --log-level info, a library's info and warn lines gave:\n%s\nwant the warning only", out)
 	}
 }
 

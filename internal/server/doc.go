@@ -3,8 +3,10 @@
 // --stateless-rpc` itself, pushes through `git http-backend`),
 // pipelines made from pushes and manual triggers, run scheduling (long-poll
 // claims, leases and their sweeper), step logs as files, and encrypted
-// secrets. Everything persistent goes through store.Store or the data
-// directory:
+// secrets. What one client can hold of it (connections, the time a
+// header, a body or an unread answer may take) is bounded by
+// Config.Limits: conns.go and limits.go. Everything persistent goes
+// through store.Store or the data directory:
 //
 //	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600
 //	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size

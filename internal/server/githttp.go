@@ -194,7 +194,11 @@ func (s *Server) httpBackend(w http.ResponseWriter, r *http.Request, user string
 		defer f.Close()
 		n, err := io.Copy(f, r.Body)
 		if err != nil {
-			http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
+			status := http.StatusBadRequest
+			if errors.Is(err, errBodyTooSlow) {
+				status = http.StatusRequestTimeout
+			}
+			http.Error(w, "read request body: "+err.Error(), status)
 			return
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {

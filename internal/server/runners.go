@@ -30,6 +30,9 @@ func apiRunner(x store.Runner) api.Runner {
 	return out
 }
 
+// maxRegisterBody caps registerRunner's input: a name, labels and a key.
+const maxRegisterBody = 64 << 10
+
 func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	tok, ok := bearer(r)
@@ -37,9 +40,54 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 		return xerr(http.StatusUnauthorized, api.ErrAuthRequired,
 			"registering a runner takes a service-auth JWT signed by the runner's key")
 	}
+	// The key that must have signed the token: the one already registered
+	// for this DID, else the one inside a did:key, else the one the body
+	// gives. The token is checked before the body is read whenever the
+	// header suffices (always for knotless-run, whose DIDs are did:keys):
+	// a client without a valid token cannot make the server wait for a
+	// body.
 	var in api.RegisterRunnerInput
-	if err := decodeInput(r, &in); err != nil {
+	var key atcrypto.PublicKey
+	bodyRead, needBody, fromDIDKey := false, false, false
+	lookup := func(ctx context.Context, did string) (atcrypto.PublicKey, error) {
+		var err error
+		if x, lerr := s.store.RunnerByDID(ctx, did); lerr == nil {
+			key, err = parsePublicKey(x.PublicKey)
+			return key, err
+		}
+		if strings.HasPrefix(did, "did:key:") {
+			key, err = svcauth.DIDKeyLookup(ctx, did)
+			fromDIDKey = err == nil
+			return key, err
+		}
+		if !bodyRead {
+			needBody = true
+			return nil, errors.New("the key is in the body")
+		}
+		if in.PublicKey == "" {
+			return nil, errors.New("publicKey is required for a DID that is not a did:key")
+		}
+		key, err = parsePublicKey(in.PublicKey)
+		return key, err
+	}
+	did, err := s.verify(ctx, tok, api.MethodRegisterRunner, lookup)
+	if needBody {
+		if err := decodeInputLimit(r, &in, maxRegisterBody); err != nil {
+			return err
+		}
+		bodyRead = true
+		did, err = s.verify(ctx, tok, api.MethodRegisterRunner, lookup)
+	}
+	if err != nil {
 		return err
+	}
+	if !bodyRead {
+		if err := decodeInputLimit(r, &in, maxRegisterBody); err != nil {
+			return err
+		}
+		if fromDIDKey && in.PublicKey != "" && in.PublicKey != key.Multibase() {
+			return badRequest("publicKey does not match the did:key %s", did)
+		}
 	}
 	if !runnerRE.MatchString(in.Name) {
 		return badRequest("runner name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", in.Name)
@@ -50,31 +98,6 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	repo, err := s.repoByFullName(ctx, in.Repo)
-	if err != nil {
-		return err
-	}
-	// The key that must have signed the token: the one already registered
-	// for this DID, else the one inside a did:key, else the one given.
-	var key atcrypto.PublicKey
-	lookup := func(ctx context.Context, did string) (atcrypto.PublicKey, error) {
-		if x, err := s.store.RunnerByDID(ctx, did); err == nil {
-			key, err = parsePublicKey(x.PublicKey)
-			return key, err
-		}
-		if strings.HasPrefix(did, "did:key:") {
-			key, err = svcauth.DIDKeyLookup(ctx, did)
-			if err == nil && in.PublicKey != "" && in.PublicKey != key.Multibase() {
-				return nil, errors.New("publicKey does not match the did:key")
-			}
-			return key, err
-		}
-		if in.PublicKey == "" {
-			return nil, errors.New("publicKey is required for a DID that is not a did:key")
-		}
-		key, err = parsePublicKey(in.PublicKey)
-		return key, err
-	}
-	did, err := s.verify(ctx, tok, api.MethodRegisterRunner, lookup)
 	if err != nil {
 		return err
 	}
@@ -455,7 +478,7 @@ func readLogChunk(r *http.Request, limit int64) (data []byte, release func(), er
 	buf := chunkBuffers.get(int(r.ContentLength))
 	if _, err := io.ReadFull(r.Body, buf.b); err != nil {
 		chunkBuffers.put(buf)
-		return nil, nil, badRequest("read body: %v", err)
+		return nil, nil, bodyError(err)
 	}
 	return buf.b, func() { chunkBuffers.put(buf) }, nil
 }
@@ -473,7 +496,7 @@ func readLimited(r *http.Request, limit int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, badRequest("read body: %v", err)
+		return nil, bodyError(err)
 	}
 	if int64(len(data)) > limit {
 		return nil, tooLarge

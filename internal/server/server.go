@@ -72,6 +72,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Git is the git program; default "git" found in PATH.
 	Git string
+	// Limits bound what one client can hold of the server: connections,
+	// and how long a request's header, body and answer may take.
+	Limits Limits
 }
 
 func (c *Config) fill() error {
@@ -101,6 +104,7 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Limits.fill()
 	if c.Git == "" {
 		c.Git = "git"
 	}
@@ -164,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
-	s.handler = s.routes()
+	s.handler = s.withDeadlines(s.routes())
 	go s.sweep()
 	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
 	return s, nil
@@ -260,11 +264,18 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve answers requests on ln until ctx is cancelled, then stops accepting,
 // ends long polls, waits up to 30 s for requests in flight and returns nil.
-// It does not Close the server.
+// It does not Close the server. The connections it holds are bounded by
+// Config.Limits (see connLimiter).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	lim := s.cfg.Limits
+	cl := newConnLimiter(ln, lim.MaxConns, lim.MaxConnsPerClient, s.log)
+	ln = cl
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: lim.HeaderTimeout,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+		IdleTimeout:       lim.IdleTimeout,
+		ConnState:         cl.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)

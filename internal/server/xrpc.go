@@ -226,12 +226,20 @@ var empty = struct{}{}
 // decodeInput reads a procedure's JSON body into v. An empty body leaves v
 // as it is; handlers check the fields they need.
 func decodeInput(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
-	if err != nil {
-		return badRequest("read body: %v", err)
+	return decodeInputLimit(r, v, maxJSONBody)
+}
+
+// decodeInputLimit is decodeInput for a body of at most limit bytes.
+func decodeInputLimit(r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest, "body larger than %d bytes", limit)
 	}
-	if len(body) > maxJSONBody {
-		return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest, "body larger than %d bytes", maxJSONBody)
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return bodyError(err)
+	}
+	if int64(len(body)) > limit {
+		return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest, "body larger than %d bytes", limit)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil // no body: every field takes its zero value
@@ -240,6 +248,15 @@ func decodeInput(r *http.Request, v any) error {
 		return badRequest("invalid JSON body: %v", err)
 	}
 	return nil
+}
+
+// bodyError is the answer to a request whose body could not be read: 408
+// for one too slow (see Limits), else 400.
+func bodyError(err error) error {
+	if errors.Is(err, errBodyTooSlow) {
+		return xerr(http.StatusRequestTimeout, api.ErrInvalidRequest, "read body: %v", err)
+	}
+	return badRequest("read body: %v", err)
 }
 
 // intParam reads an integer query parameter; def when absent.

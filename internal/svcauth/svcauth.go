@@ -1,9 +1,10 @@
 // Package svcauth signs and verifies the atproto service-auth JWTs runners
 // send with every request (https://atproto.com/specs/xrpc#inter-service-authentication-jwt):
 // iss = the runner's DID, aud = the server's DID, lxm = the XRPC method,
-// a short expiry and a unique jti. It wraps indigo's atproto/auth and
-// atproto/atcrypto and adds what they leave out: refusing replayed jti
-// values and tokens that live too long.
+// a short expiry and a unique jti. It signs with indigo's atproto/auth and
+// verifies with the same JWT library and key types, adding what indigo's
+// validator leaves out: refusing replayed jti values and tokens that live
+// too long.
 //
 // It never logs or returns token contents in errors.
 package svcauth
@@ -19,7 +20,6 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 	"github.com/bluesky-social/indigo/atproto/auth"
-	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/golang-jwt/jwt/v5"
 
@@ -136,43 +136,69 @@ type Verifier struct {
 // Verify checks the signature, audience, expiry, lifetime, lxm == nsid and
 // that jti was never seen, and returns the issuer's DID. Errors wrap one of
 // ErrExpired, ErrWrongMethod, ErrReplayed, ErrTooLong or ErrInvalid.
+//
+// It looks the issuer's key up once and logs nothing: indigo's
+// ServiceAuthValidator, on a bad signature, logs an INFO line through
+// slog's default logger and looks the key up a second time (it purges a
+// caching directory first), which lets anyone with a forged token write
+// to the server's log at any log level.
 func (v *Verifier) Verify(ctx context.Context, token, nsid string) (string, error) {
 	lxm, err := syntax.ParseNSID(nsid)
 	if err != nil {
 		return "", fmt.Errorf("%w: method %q: %v", ErrInvalid, nsid, err)
 	}
-	val := auth.ServiceAuthValidator{
-		Audience:        v.Audience,
-		Dir:             directory{keys: v.Keys},
-		TimestampLeeway: v.leeway(),
-	}
-	did, err := val.Validate(ctx, token, &lxm)
-	if err != nil {
-		switch {
-		case errors.Is(err, jwt.ErrTokenExpired):
-			return "", fmt.Errorf("%w: %v", ErrExpired, err)
-		case strings.Contains(err.Error(), "Lexicon endpoint (LXM)"):
-			return "", fmt.Errorf("%w: want %s", ErrWrongMethod, nsid)
-		default:
-			return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	var iss syntax.DID
+	keyFunc := func(t *jwt.Token) (any, error) {
+		c, ok := t.Claims.(*claims)
+		if !ok || c.Issuer == "" {
+			return nil, fmt.Errorf("%w: missing 'iss' claim", jwt.ErrTokenInvalidIssuer)
 		}
+		did, err := syntax.ParseDID(c.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("%w: invalid DID: %v", jwt.ErrTokenInvalidIssuer, err)
+		}
+		key, err := v.Keys(ctx, did.String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: key of %s: %v", jwt.ErrTokenInvalidIssuer, did, err)
+		}
+		iss = did
+		return key, nil
 	}
-	// The signature is valid: reading the claims without re-verifying is safe.
-	var claims jwt.RegisteredClaims
-	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err != nil {
-		return "", fmt.Errorf("%w: claims: %v", ErrInvalid, err)
-	}
-	if claims.ID == "" || claims.ExpiresAt == nil || claims.IssuedAt == nil {
+	var c claims
+	_, err = jwt.ParseWithClaims(token, &c, keyFunc,
+		jwt.WithValidMethods(validMethods),
+		jwt.WithAudience(v.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(v.leeway()))
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "", fmt.Errorf("%w: %v", ErrExpired, err)
+	case err != nil:
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	case c.LexMethod != lxm.String():
+		return "", fmt.Errorf("%w: want %s", ErrWrongMethod, nsid)
+	case c.ID == "" || c.ExpiresAt == nil || c.IssuedAt == nil:
 		return "", fmt.Errorf("%w: jti, exp and iat are required", ErrInvalid)
-	}
-	if claims.ExpiresAt.Sub(claims.IssuedAt.Time) > MaxTTL {
+	case c.ExpiresAt.Sub(c.IssuedAt.Time) > MaxTTL:
 		return "", ErrTooLong
 	}
-	if v.Replay != nil && v.Replay.Seen(did.String()+" "+claims.ID, claims.ExpiresAt.Add(v.leeway())) {
+	if v.Replay != nil && v.Replay.Seen(iss.String()+" "+c.ID, c.ExpiresAt.Add(v.leeway())) {
 		return "", ErrReplayed
 	}
-	return did.String(), nil
+	return iss.String(), nil
 }
+
+// claims are a service-auth JWT's: the registered ones and lxm, the XRPC
+// method the token is for.
+type claims struct {
+	jwt.RegisteredClaims
+	LexMethod string `json:"lxm,omitempty"`
+}
+
+// validMethods are the JWT algorithms of atproto keys (P-256 and
+// secp256k1); importing indigo's atproto/auth registers them with jwt.
+var validMethods = []string{"ES256", "ES256K"}
 
 func (v *Verifier) leeway() time.Duration {
 	if v.Leeway == 0 {
@@ -180,37 +206,6 @@ func (v *Verifier) leeway() time.Duration {
 	}
 	return v.Leeway
 }
-
-// directory adapts a KeyLookup to indigo's identity.Directory.
-type directory struct{ keys KeyLookup }
-
-func (d directory) LookupDID(ctx context.Context, did syntax.DID) (*identity.Identity, error) {
-	pub, err := d.keys(ctx, did.String())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", identity.ErrDIDNotFound, err)
-	}
-	return &identity.Identity{
-		DID:    did,
-		Handle: syntax.HandleInvalid,
-		Keys: map[string]identity.VerificationMethod{
-			"atproto": {Type: "Multikey", PublicKeyMultibase: pub.Multibase()},
-		},
-	}, nil
-}
-
-func (d directory) LookupHandle(context.Context, syntax.Handle) (*identity.Identity, error) {
-	return nil, identity.ErrHandleNotFound
-}
-
-func (d directory) Lookup(ctx context.Context, atid syntax.AtIdentifier) (*identity.Identity, error) {
-	did, err := atid.AsDID()
-	if err != nil {
-		return nil, identity.ErrHandleNotFound
-	}
-	return d.LookupDID(ctx, did)
-}
-
-func (d directory) Purge(context.Context, syntax.AtIdentifier) error { return nil }
 
 // MemoryReplayCache is an in-process ReplayCache. Entries are dropped once
 // expired. A restarted server forgets them; tokens live at most MaxTTL.

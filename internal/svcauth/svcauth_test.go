@@ -1,10 +1,14 @@
 package svcauth
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/atcrypto"
 )
 
 func newPair(t *testing.T) (*Signer, *Verifier) {
@@ -78,5 +82,38 @@ func TestVerify_RefusesOtherAudienceAndForeignKey(t *testing.T) {
 	tok, _ = forged.Token("dev.knotless.runner.claim")
 	if _, err := v.Verify(context.Background(), tok, "dev.knotless.runner.claim"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("forged issuer: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestVerify_ForgedTokenLogsNothingAndLooksTheKeyUpOnce(t *testing.T) {
+	// indigo's validator logged an INFO line per forged token through
+	// slog's default logger, whatever the server's log level.
+	var logged bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	s, v := newPair(t)
+	lookups := 0
+	v.Keys = func(ctx context.Context, did string) (atcrypto.PublicKey, error) {
+		lookups++
+		return DIDKeyLookup(ctx, did)
+	}
+	forger, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := &Signer{DID: s.DID, Audience: s.Audience, Key: forger}
+	tok, err := forged.Token("dev.knotless.runner.claim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(context.Background(), tok, "dev.knotless.runner.claim"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("forged token: err = %v, want ErrInvalid", err)
+	}
+	if logged.Len() > 0 {
+		t.Errorf("verifying a forged token logged:\n%s", logged.String())
+	}
+	if lookups != 1 {
+		t.Errorf("key looked up %d times for one token, want 1", lookups)
 	}
 }

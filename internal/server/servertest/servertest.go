@@ -36,6 +36,9 @@ type Options struct {
 	// Logger receives the server's log; default: lines go to t.Log (shown
 	// for failing tests or with -v) until the test ends.
 	Logger *slog.Logger
+	// Limits bound connections and slow clients; zero fields take
+	// server.Default* values.
+	Limits server.Limits
 }
 
 // Server is a running test server.
@@ -89,7 +92,7 @@ func (s *Server) start(ln net.Listener) {
 	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
-		Logger: logger,
+		Logger: logger, Limits: s.opts.Limits,
 	})
 	if err != nil {
 		ln.Close()
