@@ -139,7 +139,8 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f.DurationVar(&cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
 		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "log-level"} {
+	limits := clientLimitFlags(f, &cfg.ClientLimits)
+	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "log-level"}, limits...) {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

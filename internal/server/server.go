@@ -72,6 +72,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Git is the git program; default "git" found in PATH.
 	Git string
+	// ClientLimits bound what one client can make the server hold.
+	ClientLimits
 }
 
 func (c *Config) fill() error {
@@ -104,6 +106,7 @@ func (c *Config) fill() error {
 	if c.Git == "" {
 		c.Git = "git"
 	}
+	c.ClientLimits.fill()
 	p, err := exec.LookPath(c.Git)
 	if err != nil {
 		return fmt.Errorf("find git program %q (install git): %w", c.Git, err)
@@ -125,8 +128,9 @@ type Server struct {
 	store   store.Store
 	did     string // the server's DID: the audience of runner JWTs
 	aead    cipher.AEAD
-	replay  svcauth.ReplayCache
+	replay  replayCaches
 	hub     *hub
+	claims  *claimWaiters
 	logs    *logFiles
 	repoMu  [64]sync.Mutex // serializes receive-pack per repository (striped by id)
 	handler http.Handler
@@ -175,9 +179,10 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	s := &Server{
 		lock:      lock,
 		cfg:       cfg,
-		log:       cfg.Logger,
-		replay:    svcauth.NewMemoryReplayCache(),
+		log:       slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
+		replay:    newReplayCaches(cfg.ClientLimits),
 		hub:       newHub(),
+		claims:    newClaimWaiters(),
 		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
 		seen:      map[int64]time.Time{},
 		closing:   make(chan struct{}),

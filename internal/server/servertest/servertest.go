@@ -36,6 +36,9 @@ type Options struct {
 	// Logger receives the server's log; default: lines go to t.Log (shown
 	// for failing tests or with -v) until the test ends.
 	Logger *slog.Logger
+	// ClientLimits are the server's limits on what one client may make it
+	// hold; zero fields take the defaults.
+	ClientLimits server.ClientLimits
 }
 
 // Server is a running test server.
@@ -89,7 +92,7 @@ func (s *Server) start(ln net.Listener) {
 	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
-		Logger: logger,
+		Logger: logger, ClientLimits: s.opts.ClientLimits,
 	})
 	if err != nil {
 		ln.Close()
