@@ -18,7 +18,7 @@ func clientLimitFlags(f *pflag.FlagSet, l *server.ClientLimits) []string {
 	f.IntVar(&l.MaxClaimsPerRunner, "max-claims-per-runner", server.DefaultMaxClaimsPerRunner,
 		"most claims (long polls) one runner identity has open at once; more are refused at once")
 	f.IntVar(&l.ReplayCacheSize, "replay-cache-size", server.DefaultReplayCacheSize,
-		"most unexpired runner tokens remembered against replay (~60 bytes each); when full, new tokens are refused until old ones expire")
+		"most unexpired runner tokens remembered against replay (~65 bytes each); when full, new tokens are refused until old ones expire")
 	f.IntVar(&l.ReplayPerRunner, "replay-per-runner", server.DefaultReplayPerRunner,
 		"most unexpired tokens remembered for one runner identity (a runner's requests within its tokens' lifetime, 60 s)")
 	f.IntVar(&l.ReplayRegistration, "replay-registrations", server.DefaultReplayRegistration,

@@ -270,7 +270,7 @@ func (d directory) Purge(context.Context, syntax.AtIdentifier) error { return ni
 
 // MemoryReplayCache is an in-process ReplayCache of bounded size. Entries
 // are dropped once expired, in constant time per entry (they are grouped
-// by the second they expire in). An entry costs about 60 bytes whatever
+// by the second they expire in). An entry costs about 65 bytes whatever
 // the length of its jti (it is kept as a 128-bit hash of issuer and jti).
 // A restarted server forgets them; tokens live at most MaxTTL.
 type MemoryReplayCache struct {
