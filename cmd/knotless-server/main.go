@@ -148,7 +148,8 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f.IntVar(&cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
 		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level"} {
+	limits := clientLimitFlags(f, &cfg.ClientLimits)
+	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level"}, limits...) {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

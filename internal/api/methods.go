@@ -19,7 +19,9 @@ const (
 	// Q, user. Out: ListReposOutput (repos the caller owns; all for admins).
 	MethodListRepos = "dev.knotless.repo.list"
 
-	// Q, user. Params: repo, pipeline, limit. Out: ListRunsOutput (newest first).
+	// Q, user. Params: repo, pipeline, limit (default 50, at most the
+	// server's page cap), cursor (from the previous page). Out:
+	// ListRunsOutput (newest first; Cursor set when there may be more).
 	MethodListRuns = "dev.knotless.run.list"
 	// Q, user. Params: run. Out: Run (with Steps).
 	MethodGetRun = "dev.knotless.run.get"
@@ -43,7 +45,9 @@ const (
 	// P, runner (the JWT proves possession of the key being registered).
 	// In: RegisterRunnerInput. Out: Runner (status pending).
 	MethodRegisterRunner = "dev.knotless.runner.register"
-	// Q, user. Params: repo. Out: ListRunnersOutput.
+	// Q, user. Params: repo, limit (default 100, at most the server's page
+	// cap), cursor (from the previous page). Out: ListRunnersOutput (by
+	// name; Cursor set when there may be more).
 	MethodListRunners = "dev.knotless.runner.list"
 	// P, user (owner or admin). In: RunnerRef. Out: Runner.
 	MethodApproveRunner = "dev.knotless.runner.approve"

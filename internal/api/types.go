@@ -150,9 +150,11 @@ type Step struct {
 	LogSize  int64  `json:"logSize"` // bytes
 }
 
-// ListRunsOutput is the answer of MethodListRuns.
+// ListRunsOutput is the answer of MethodListRuns. Cursor, when set, reads
+// the next page (older runs): pass it as the "cursor" parameter.
 type ListRunsOutput struct {
-	Runs []Run `json:"runs"`
+	Runs   []Run  `json:"runs"`
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // RunRef names a run.
@@ -237,9 +239,11 @@ type RunnerRef struct {
 	DID  string `json:"did,omitempty"`
 }
 
-// ListRunnersOutput is the answer of MethodListRunners.
+// ListRunnersOutput is the answer of MethodListRunners. Cursor, when set,
+// reads the next page: pass it as the "cursor" parameter.
 type ListRunnersOutput struct {
 	Runners []Runner `json:"runners"`
+	Cursor  string   `json:"cursor,omitempty"`
 }
 
 // ClaimInput is the body of MethodClaim.

@@ -123,6 +123,9 @@ Without --did the server makes a did:key for the account.`,
   knotless account create dave --json | jq -r .token > dave.token`,
 		Args: exactArgs(1, "one HANDLE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.CheckHandle(args[0]); err != nil {
+				return usageErrorf("%v", err)
+			}
 			var out api.CreateAccountOutput
 			in := api.CreateAccountInput{Handle: args[0], DID: did, Admin: admin}
 			if err := s.procedure(cmd.Context(), api.MethodCreateAccount, in, &out); err != nil {

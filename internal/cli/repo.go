@@ -30,8 +30,10 @@ func (s *session) repoArg(ctx context.Context, flag string, required bool) (stri
 		}
 		return "", nil
 	}
-	owner, name, ok := strings.Cut(r, "/")
-	if !ok {
+	if !strings.Contains(r, "/") {
+		if err := api.CheckName("repository name", r); err != nil {
+			return "", usageErrorf("%v", err)
+		}
 		acct, err := s.whoami(ctx)
 		if err != nil {
 			return "", fmt.Errorf("find the owner of repository %q: %w", r, err)
@@ -39,8 +41,8 @@ func (s *session) repoArg(ctx context.Context, flag string, required bool) (stri
 		s.repo = acct.Handle + "/" + r
 		return s.repo, nil
 	}
-	if owner == "" || name == "" || strings.Contains(name, "/") {
-		return "", usageErrorf("repository %q: want OWNER/NAME", r)
+	if err := api.CheckRepo(r); err != nil {
+		return "", usageErrorf("%v", err)
 	}
 	s.repo = r
 	return r, nil
@@ -76,6 +78,13 @@ checkout to it.`,
   knotless repo create app --json`,
 		Args: exactArgs(1, "one NAME or OWNER/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			check := api.CheckRepo
+			if !strings.Contains(args[0], "/") {
+				check = func(n string) error { return api.CheckName("repository name", n) }
+			}
+			if err := check(args[0]); err != nil {
+				return usageErrorf("%v", err)
+			}
 			var r api.Repo
 			if err := s.procedure(cmd.Context(), api.MethodCreateRepo, api.CreateRepoInput{Repo: args[0]}, &r); err != nil {
 				return fmt.Errorf("create repository %s: %w", args[0], err)

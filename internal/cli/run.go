@@ -42,9 +42,13 @@ func (s *session) getRun(ctx context.Context, id int64) (api.Run, error) {
 }
 
 // listRuns calls run.list; repo "" and pipeline 0 mean any, limit 0 the
-// server's default.
-func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, limit int) ([]api.Run, error) {
+// server's default, cursor "" the first page. It returns one page and the
+// cursor of the next ("" when there is none).
+func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, limit int, cursor string) ([]api.Run, string, error) {
 	p := url.Values{}
+	if cursor != "" {
+		p.Set("cursor", cursor)
+	}
 	if repo != "" {
 		p.Set("repo", repo)
 	}
@@ -57,17 +61,17 @@ func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, lim
 	var out api.ListRunsOutput
 	if err := s.query(ctx, api.MethodListRuns, p, &out); err != nil {
 		if repo != "" {
-			return nil, fmt.Errorf("list runs of %s: %w", repo, err)
+			return nil, "", fmt.Errorf("list runs of %s: %w", repo, err)
 		}
-		return nil, fmt.Errorf("list runs: %w", err)
+		return nil, "", fmt.Errorf("list runs: %w", err)
 	}
-	return out.Runs, nil
+	return out.Runs, out.Cursor, nil
 }
 
 // latestPipeline is the id of the newest pipeline (of repo, if set), 0 when
 // there is none.
 func (s *session) latestPipeline(ctx context.Context, repo string) (int64, error) {
-	runs, err := s.listRuns(ctx, repo, 0, 20)
+	runs, _, err := s.listRuns(ctx, repo, 0, 20, "")
 	if err != nil {
 		return 0, err
 	}
@@ -82,19 +86,28 @@ func (s *session) latestPipeline(ctx context.Context, repo string) (int64, error
 
 // pipelineRuns lists the runs of one pipeline, oldest first.
 func (s *session) pipelineRuns(ctx context.Context, repo string, pipeline int64) ([]api.Run, error) {
-	runs, err := s.listRuns(ctx, repo, pipeline, 1000)
-	if err != nil {
-		return nil, err
+	var runs []api.Run
+	cursor := ""
+	for {
+		page, next, err := s.listRuns(ctx, repo, pipeline, 0, cursor)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, page...)
+		if next == "" || next == cursor {
+			break
+		}
+		cursor = next
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
 	return runs, nil
 }
 
 func (s *session) runListCmd() *cobra.Command {
-	var repo, pipeline string
+	var repo, pipeline, cursor string
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--repo R] [--pipeline N|latest] [--limit N]",
+		Use:   "list [--repo R] [--pipeline N|latest] [--limit N] [--cursor C]",
 		Short: "List runs, newest first",
 		Long: `List runs, newest first: of one repository with --repo (or $KNOTLESS_REPO),
 else of every repository you can see. --pipeline narrows to one pipeline;
@@ -127,7 +140,7 @@ else of every repository you can see. --pipeline narrows to one pipeline;
 					return usageErrorf("--pipeline %q: want a pipeline id or latest", pipeline)
 				}
 			}
-			runs, err := s.listRuns(ctx, r, pid, limit)
+			runs, next, err := s.listRuns(ctx, r, pid, limit, cursor)
 			if err != nil {
 				return err
 			}
@@ -135,18 +148,25 @@ else of every repository you can see. --pipeline narrows to one pipeline;
 				runs = []api.Run{}
 			}
 			if s.jsonOut {
-				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs})
+				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs, Cursor: next})
 			}
 			if len(runs) == 0 {
 				fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
 				return nil
 			}
-			return s.printRuns(s.stdout(), runs)
+			if err := s.printRuns(s.stdout(), runs); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(s.stderr(), "Older runs: add --cursor %s\n", next)
+			}
+			return nil
 		},
 	}
 	s.addRepoFlag(cmd, &repo)
 	cmd.Flags().StringVar(&pipeline, "pipeline", "", "only runs of this pipeline id, or latest")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many runs (0: the server's default)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the page of older runs a previous list pointed to")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,9 +17,10 @@ func (s *session) runnerCmd() *cobra.Command {
 `+"`knotless-run login`"+` and stays pending until the repository's owner or an
 admin approves it; only approved runners claim runs.`)
 
-	var listRepo string
+	var listRepo, listCursor string
+	var listLimit int
 	list := &cobra.Command{
-		Use:   "list --repo R",
+		Use:   "list --repo R [--limit N] [--cursor C]",
 		Short: "List a repository's runners, pending and approved",
 		Long: `List the runners registered for a repository: name, status (pending or
 approved), labels, when each was last seen and registered, and its DID,
@@ -31,8 +33,15 @@ shortened in the table (the start and the end; --json shows it whole).`,
 			if err != nil {
 				return err
 			}
+			p := url.Values{"repo": {r}}
+			if listCursor != "" {
+				p.Set("cursor", listCursor)
+			}
+			if listLimit > 0 {
+				p.Set("limit", strconv.Itoa(listLimit))
+			}
 			var out api.ListRunnersOutput
-			if err := s.query(cmd.Context(), api.MethodListRunners, url.Values{"repo": {r}}, &out); err != nil {
+			if err := s.query(cmd.Context(), api.MethodListRunners, p, &out); err != nil {
 				return fmt.Errorf("list runners of %s: %w", r, err)
 			}
 			if out.Runners == nil {
@@ -54,10 +63,18 @@ shortened in the table (the start and the end; --json shows it whole).`,
 				}
 				t.row(rn.Name, status, strings.Join(rn.Labels, ","), agoPtr(rn.LastSeenAt, now), ago(rn.CreatedAt, now), shortDID(rn.DID))
 			}
-			return t.flush()
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if out.Cursor != "" {
+				fmt.Fprintf(s.stderr(), "More runners: add --cursor %s\n", out.Cursor)
+			}
+			return nil
 		},
 	}
 	s.addRepoFlag(list, &listRepo)
+	list.Flags().IntVarP(&listLimit, "limit", "n", 0, "at most this many runners (0: the server's default)")
+	list.Flags().StringVar(&listCursor, "cursor", "", "the page of runners a previous list pointed to")
 	cmd.AddCommand(list)
 
 	var approveRepo, approveDID string

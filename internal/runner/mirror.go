@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // Mirrors keeps one bare git repository per server repository under Root
@@ -42,8 +44,7 @@ type Fetch struct {
 }
 
 var (
-	shaRE  = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
-	partRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 )
 
 func (m *Mirrors) lock(repo string) *sync.Mutex {
@@ -62,11 +63,17 @@ func (m *Mirrors) lock(repo string) *sync.Mutex {
 
 // Path returns the mirror's directory for repo ("OWNER/NAME").
 func (m *Mirrors) Path(repo string) (string, error) {
-	owner, name, ok := strings.Cut(repo, "/")
-	if !ok || !partRE.MatchString(owner) || !partRE.MatchString(name) || strings.HasSuffix(name, ".git") {
-		return "", fmt.Errorf("repository %q is not OWNER/NAME", repo)
+	// The server's names follow api.CheckRepo; a name that does not
+	// could leave Root.
+	if err := api.CheckRepo(repo); err != nil {
+		return "", err
 	}
-	return filepath.Join(m.Root, owner, name+".git"), nil
+	owner, name, _ := strings.Cut(repo, "/")
+	rel := filepath.Join(owner, name+".git")
+	if !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("repository %q: its mirror would leave %s", repo, m.Root)
+	}
+	return filepath.Join(m.Root, rel), nil
 }
 
 // Checkout makes dest (which must not exist, or be empty) a self-contained checkout of

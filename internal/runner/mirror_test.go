@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
 )
 
@@ -329,5 +330,24 @@ func TestMirrors_FetchOverHTTPInOneRequestKeepsPacks(t *testing.T) {
 	blob := servertest.Git(t, mirror, "hash-object", "-w", "--stdin")
 	if !hasObject(mirror, blob) {
 		t.Fatalf("hasObject misses loose object %s", blob)
+	}
+}
+
+func TestMirrors_PathTakesTheServersNameRuleAndStaysInsideRoot(t *testing.T) {
+	m := &Mirrors{Root: t.TempDir()}
+	for _, repo := range []string{"alice/app", "alice/a.b-c_d", "bob/x..y"} {
+		p, err := m.Path(repo)
+		if err != nil || api.CheckRepo(repo) != nil {
+			t.Errorf("Path(%q) = %v; api.CheckRepo = %v; want both to accept it", repo, err, api.CheckRepo(repo))
+			continue
+		}
+		if rel, err := filepath.Rel(m.Root, p); err != nil || !filepath.IsLocal(rel) {
+			t.Errorf("Path(%q) = %s, outside %s", repo, p, m.Root)
+		}
+	}
+	for _, repo := range []string{"../x", "alice/..", "alice/.x", "..%2f/x", "alice/x.git", "alice/a/b", "-x/app"} {
+		if _, err := m.Path(repo); err == nil {
+			t.Errorf("Path(%q) = nil error, want the name rule's", repo)
+		}
 	}
 }

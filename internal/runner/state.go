@@ -126,8 +126,8 @@ func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 	if err := CheckServerURL(server); err != nil {
 		return nil, err
 	}
-	if owner, name, ok := strings.Cut(opts.Repo, "/"); !ok || owner == "" || name == "" || strings.Contains(name, "/") {
-		return nil, usagef("--repo %q: want OWNER/NAME", opts.Repo)
+	if err := api.CheckRepo(opts.Repo); err != nil {
+		return nil, usagef("--repo: %v", err)
 	}
 	if !opts.Force {
 		if _, err := os.Lstat(opts.State); err == nil {

@@ -15,23 +15,23 @@ import (
 )
 
 var (
-	handleRE = regexp.MustCompile(`^[a-z0-9.-]{1,63}$`)
-	repoRE   = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 	// runner names and labels
 	runnerRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 	secretRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
+// validHandle and validRepoName apply api.CheckHandle and api.CheckName,
+// the one rule for names that become directories.
 func validHandle(h string) error {
-	if !handleRE.MatchString(h) {
-		return badRequest("handle %q: use 1-63 characters of lowercase a-z, 0-9, '.' and '-'", h)
+	if err := api.CheckHandle(h); err != nil {
+		return badRequest("%v", err)
 	}
 	return nil
 }
 
 func validRepoName(n string) error {
-	if !repoRE.MatchString(n) || n == "." || n == ".." || strings.HasSuffix(strings.ToLower(n), ".git") {
-		return badRequest("repository name %q: use 1-100 characters of A-Z, a-z, 0-9, '.', '_' and '-', not ending in .git", n)
+	if err := api.CheckName("repository name", n); err != nil {
+		return badRequest("%v", err)
 	}
 	return nil
 }
@@ -103,6 +103,9 @@ func (s *Server) createRepo(w http.ResponseWriter, r *http.Request, caller store
 	if err := validRepoName(name); err != nil {
 		return err
 	}
+	if err := validHandle(ownerHandle); err != nil {
+		return err
+	}
 	owner := caller
 	if ownerHandle != caller.Handle {
 		if !caller.Admin {
@@ -149,10 +152,10 @@ func (s *Server) listRepos(w http.ResponseWriter, r *http.Request, caller store.
 
 // repoByFullName resolves "OWNER/NAME" (404 when absent).
 func (s *Server) repoByFullName(ctx context.Context, full string) (store.Repo, error) {
-	owner, name, ok := strings.Cut(full, "/")
-	if !ok || owner == "" || name == "" {
-		return store.Repo{}, badRequest("repo %q: want OWNER/NAME", full)
+	if err := api.CheckRepo(full); err != nil {
+		return store.Repo{}, badRequest("%v", err)
 	}
+	owner, name, _ := strings.Cut(full, "/")
 	repo, err := s.store.RepoByName(ctx, owner, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return repo, xerr(http.StatusNotFound, api.ErrNotFound, "no repository %s (knotless repo list shows yours)", full)

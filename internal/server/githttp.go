@@ -12,28 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
 )
-
-var gitPathRE = regexp.MustCompile(`^/([a-z0-9.-]{1,63})/([A-Za-z0-9._-]{1,100})\.git(/.*)?$`)
-
-// gitPath splits "/OWNER/NAME.git/REST".
-func gitPath(p string) (owner, name, rest string, ok bool) {
-	m := gitPathRE.FindStringSubmatch(p)
-	if m == nil || validRepoName(m[2]) != nil {
-		return "", "", "", false
-	}
-	return m[1], m[2], m[3], true
-}
-
-// repoDir is the bare repository of OWNER/NAME.
-func (s *Server) repoDir(owner, name string) string {
-	return filepath.Join(s.cfg.DataDir, ReposDir, owner, name+".git")
-}
 
 // git runs git on a bare repository and returns its standard output.
 func (s *Server) git(ctx context.Context, dir string, args ...string) ([]byte, error) {
@@ -51,7 +34,10 @@ func (s *Server) git(ctx context.Context, dir string, args ...string) ([]byte, e
 // initBare creates the bare repository of OWNER/NAME (idempotent), set up
 // to let runners fetch any commit by SHA and to accept pushes over HTTP.
 func (s *Server) initBare(ctx context.Context, owner, name string) error {
-	dir := s.repoDir(owner, name)
+	dir, err := s.repoPath(owner, name)
+	if err != nil {
+		return badRequest("%v", err)
+	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return fmt.Errorf("create repository directory: %w", err)
 	}

@@ -46,7 +46,7 @@ func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
 	// Every runner was heard from: all polls passed authentication.
 	eventually(t, 60*time.Second, "all runners to start polling", func() bool {
 		var list api.ListRunnersOutput
-		if err := f.alice().Query(context.Background(), api.MethodListRunners, url.Values{"repo": {f.repo}}, &list); err != nil {
+		if err := f.alice().Query(context.Background(), api.MethodListRunners, url.Values{"repo": {f.repo}, "limit": {"1000"}}, &list); err != nil {
 			return false
 		}
 		for _, r := range list.Runners {

@@ -360,7 +360,8 @@ func TestLimits_SlowBodyOfAValidTokenTimesOut(t *testing.T) {
 		}
 		return map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"}
 	}
-	body := fmt.Sprintf(`{"repo":%q,"name":"slow","labels":[%s]}`, f.repo, strings.Repeat(`"l",`, 200)+`"l"`)
+	// Padded with white space (valid JSON) to a size worth pausing in.
+	body := fmt.Sprintf(`{"repo":%q,"name":"slow","labels":["l"]%s}`, f.repo, strings.Repeat(" ", 800))
 
 	t.Run("stalled", func(t *testing.T) {
 		c := dialFrom(t, f, "")

@@ -8,7 +8,7 @@ import (
 )
 
 // hub wakes goroutines waiting for something to change under a key (a
-// repository's queue, a run's logs and state) without polling: wait returns
+// run's logs and state, a runner's session) without polling: wait returns
 // a channel that notify closes. Waiters subscribe before they look, so no
 // change between looking and waiting is missed.
 type hub struct {
@@ -40,8 +40,7 @@ func (h *hub) notify(key string) {
 	}
 }
 
-func repoKey(id int64) string { return "repo:" + strconv.FormatInt(id, 10) }
-func runKey(id int64) string  { return "run:" + strconv.FormatInt(id, 10) }
+func runKey(id int64) string { return "run:" + strconv.FormatInt(id, 10) }
 
 // runnerKey is notified when a runner's session ends (a new session
 // started, or it handed over).

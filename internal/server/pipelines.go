@@ -192,7 +192,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 				"state", run.State, "reason", run.Reason, "message", run.Message)
 		}
 	}
-	s.hub.notify(repoKey(repo.ID))
+	s.claims.offer(runs) // wakes one waiting runner per queued run
 	return p, runs, nil
 }
 

@@ -317,7 +317,7 @@ func TestClaim_TwoRunnersRacingForOneRunOneWins(t *testing.T) {
 	var mu sync.Mutex
 	var won []string
 	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
+	for i := 0; i < server.DefaultMaxClaimsPerRunner; i++ {
 		for _, r := range runners {
 			wg.Add(1)
 			go func() {

@@ -89,13 +89,8 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("publicKey does not match the did:key %s", did)
 		}
 	}
-	if !runnerRE.MatchString(in.Name) {
-		return badRequest("runner name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", in.Name)
-	}
-	for _, l := range in.Labels {
-		if !runnerRE.MatchString(l) {
-			return badRequest("label %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", l)
-		}
+	if err := s.checkRegistration(&in); err != nil {
+		return err
 	}
 	repo, err := s.repoByFullName(ctx, in.Repo)
 	if err != nil {
@@ -105,9 +100,12 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	slices.Sort(labels)
 	labels = slices.Compact(labels)
 	x, created, err := s.store.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: in.Name, DID: did,
-		PublicKey: key.Multibase(), Labels: labels, CreatedAt: time.Now()})
+		PublicKey: key.Multibase(), Labels: labels, CreatedAt: time.Now()}, s.cfg.MaxPendingRunners)
 	if errors.Is(err, store.ErrConflict) {
 		return s.registerConflict(ctx, did, repo, in.Name)
+	}
+	if errors.Is(err, store.ErrLimit) {
+		return s.tooManyPending(repo.FullName())
 	}
 	if err != nil {
 		return err
@@ -136,13 +134,20 @@ func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, a store.Acc
 	if err != nil {
 		return err
 	}
-	xs, err := s.store.ListRunners(r.Context(), repo.ID)
+	limit, err := s.pageLimit(r, defaultRunnerPage)
+	if err != nil {
+		return err
+	}
+	xs, err := s.store.ListRunners(r.Context(), repo.ID, r.URL.Query().Get("cursor"), limit)
 	if err != nil {
 		return err
 	}
 	out := api.ListRunnersOutput{Runners: []api.Runner{}}
 	for _, x := range xs {
 		out.Runners = append(out.Runners, apiRunner(x))
+	}
+	if len(xs) == limit {
+		out.Cursor = xs[len(xs)-1].Name
 	}
 	return writeJSON(w, out)
 }
@@ -219,13 +224,24 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 	}
 	session := r.Header.Get(api.SessionHeader)
 	wait := time.Duration(min(max(in.Wait, 0), 60)) * time.Second
+	// Registered before the first look: a run queued after it wakes us.
+	waiter, err := s.enterClaim(x)
+	if err != nil {
+		return err
+	}
+	defer s.claims.leave(waiter)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
-		queued := s.hub.wait(repoKey(x.RepoID)) // subscribe before looking
 		// A new session or a handover ends this one: answer at once.
 		ended := s.hub.wait(runnerKey(x.ID))
-		got, err := s.tryClaim(ctx, x, session)
+		pending := s.claims.beforeLook(waiter)
+		got, look, err := s.tryClaim(ctx, x, session)
+		var claimed int64
+		if got != nil {
+			claimed = got.Run.ID
+		}
+		s.claims.afterLook(waiter, look.runner, look.queued, claimed, pending)
 		if err != nil || got != nil {
 			if err != nil {
 				return err
@@ -236,7 +252,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 			return writeJSON(w, api.ClaimOutput{})
 		}
 		select {
-		case <-queued:
+		case <-waiter.wake:
 		case <-ended:
 		case <-deadline.C:
 			return writeJSON(w, api.ClaimOutput{})
@@ -248,32 +264,48 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 	}
 }
 
+// claimLook is what one tryClaim saw: the runner as stored (nil if it
+// could not be read) and the runs queued in its repository.
+type claimLook struct {
+	runner *store.Runner
+	queued []store.Run
+}
+
 // tryClaim claims the oldest queued run of x's repository that x qualifies
 // for, or returns nil. Only the runner's open session claims.
-func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (*api.ClaimedRun, error) {
+func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (*api.ClaimedRun, claimLook, error) {
+	var look claimLook
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, look, ctx.Err()
 	}
 	// The runner may have been removed while it waited.
 	x, err := s.store.RunnerByDID(ctx, x.DID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+		return nil, look, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
 			"runner %s of %s was removed: register again (knotless-run login) and have an owner approve it", x.Name, x.Repo)
 	}
 	if err != nil {
-		return nil, err
+		return nil, look, err
 	}
+	look.runner = &x
 	if x.Status != api.RunnerApproved {
-		return nil, xerr(http.StatusForbidden, api.ErrNotApproved,
+		return nil, look, xerr(http.StatusForbidden, api.ErrNotApproved,
 			"runner %s of %s is no longer approved: an owner approves it with: knotless runner approve --repo %s %s", x.Name, x.Repo, x.Repo, x.Name)
 	}
 	if err := checkSession(x, session); err != nil {
-		return nil, err // superseded while it long-polled
+		return nil, look, err // superseded while it long-polled
 	}
 	queued, err := s.store.QueuedRuns(ctx, x.RepoID)
 	if err != nil {
-		return nil, err
+		return nil, look, err
 	}
+	look.queued = queued
+	out, err := s.claimFirst(ctx, x, session, queued)
+	return out, look, err
+}
+
+// claimFirst claims the first run of queued x qualifies for and can get.
+func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run) (*api.ClaimedRun, error) {
 	for _, run := range queued {
 		if !qualifies(x, run) {
 			continue
@@ -388,8 +420,8 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
-	if in.Step < 0 {
-		return badRequest("step must be >= 0")
+	if err := s.checkStep(int64(in.Step)); err != nil {
+		return err
 	}
 	if !validStepState(in.State) {
 		return badRequest("step state %q: want pending, running, succeeded, failed, skipped or cancelled", in.State)
@@ -398,8 +430,8 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 	if err != nil {
 		return err
 	}
-	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: in.Name, State: in.State,
-		ExitCode: in.ExitCode, Reason: in.Reason, UpdatedAt: time.Now()})
+	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: cut(in.Name, maxStepName), State: in.State,
+		ExitCode: in.ExitCode, Reason: cut(in.Reason, maxReason), UpdatedAt: time.Now()})
 	if err != nil {
 		return err
 	}
@@ -427,8 +459,11 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	if err != nil {
 		return err
 	}
-	if step < 0 || step > 1<<20 || offset < 0 {
+	if step < 0 || offset < 0 {
 		return badRequest("parameters step and offset are required and must be >= 0")
+	}
+	if err := s.checkStep(step); err != nil {
+		return err
 	}
 	if _, err := s.heldRun(ctx, x, id); err != nil {
 		return err
@@ -516,8 +551,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	if err != nil {
 		return err
 	}
-	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: in.Reason,
-		Message: in.Message, ExitCode: in.ExitCode, At: time.Now()})
+	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: cut(in.Reason, maxReason),
+		Message: cut(in.Message, maxMessage), ExitCode: in.ExitCode, At: time.Now()})
 	if errors.Is(err, store.ErrRunFinished) {
 		return runFinished(run)
 	}

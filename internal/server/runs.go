@@ -11,9 +11,6 @@ import (
 	"knotless.dev/knotless/internal/store"
 )
 
-// maxListLimit caps dev.knotless.run.list's limit.
-const maxListLimit = 1000
-
 // apiRun converts a stored run; steps may be nil.
 func apiRun(r store.Run, steps []api.Step) api.Run {
 	return api.Run{
@@ -70,14 +67,14 @@ func (s *Server) visibleRun(ctx context.Context, a store.Account, id int64) (sto
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Account) error {
 	ctx := r.Context()
 	f := store.RunFilter{}
-	limit, err := intParam(r, "limit", 50)
+	limit, err := s.pageLimit(r, defaultRunPage)
 	if err != nil {
 		return err
 	}
-	if limit <= 0 || limit > maxListLimit {
-		return badRequest("limit must be 1..%d", maxListLimit)
+	f.Limit = limit
+	if f.Before, err = intParam(r, "cursor", 0); err != nil || f.Before < 0 {
+		return badRequest("parameter cursor: pass the cursor of the previous page")
 	}
-	f.Limit = int(limit)
 	if full := r.URL.Query().Get("repo"); full != "" {
 		repo, err := s.managedRepo(ctx, a, full)
 		if err != nil {
@@ -117,6 +114,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 	out := api.ListRunsOutput{Runs: []api.Run{}}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, apiRun(run, nil))
+	}
+	if len(runs) == limit {
+		out.Cursor = strconv.FormatInt(runs[len(runs)-1].ID, 10)
 	}
 	return writeJSON(w, out)
 }
@@ -176,8 +176,11 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account)
 	if err != nil {
 		return err
 	}
-	if step < 0 || step > 1<<20 || offset < 0 || wait < 0 || wait > 60 {
+	if step < 0 || offset < 0 || wait < 0 || wait > 60 {
 		return badRequest("step and offset must be >= 0, wait 0..60 seconds")
+	}
+	if err := s.checkStep(step); err != nil {
+		return err
 	}
 	if _, err := s.visibleRun(ctx, a, id); err != nil {
 		return err

@@ -75,6 +75,9 @@ type Config struct {
 	// Limits bound what one client can hold of the server: connections,
 	// and how long a request's header, body and answer may take.
 	Limits Limits
+	// ClientLimits bound what one client can make the server hold: tokens
+	// remembered, runners registered, claims open, list pages.
+	ClientLimits
 }
 
 func (c *Config) fill() error {
@@ -108,6 +111,7 @@ func (c *Config) fill() error {
 	if c.Git == "" {
 		c.Git = "git"
 	}
+	c.ClientLimits.fill()
 	p, err := exec.LookPath(c.Git)
 	if err != nil {
 		return fmt.Errorf("find git program %q (install git): %w", c.Git, err)
@@ -129,8 +133,9 @@ type Server struct {
 	store   store.Store
 	did     string // the server's DID: the audience of runner JWTs
 	aead    cipher.AEAD
-	replay  svcauth.ReplayCache
+	replay  replayCaches
 	hub     *hub
+	claims  *claimWaiters
 	logs    *logFiles
 	repoMu  [64]sync.Mutex // serializes receive-pack per repository (striped by id)
 	handler http.Handler
@@ -179,9 +184,10 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	s := &Server{
 		lock:      lock,
 		cfg:       cfg,
-		log:       cfg.Logger,
-		replay:    svcauth.NewMemoryReplayCache(),
+		log:       slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
+		replay:    newReplayCaches(cfg.ClientLimits),
 		hub:       newHub(),
+		claims:    newClaimWaiters(),
 		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
 		seen:      map[int64]time.Time{},
 		closing:   make(chan struct{}),

@@ -10,6 +10,11 @@ import (
 	"knotless.dev/knotless/internal/store"
 )
 
+// maxExplainRunners caps the runners explainQueued reads per repository,
+// so that a list of runs stays cheap however many runners registered; a
+// repository with more is explained from the first ones by name.
+const maxExplainRunners = 200
+
 // explainQueued fills the Message of every queued run that has none with
 // why it is still waiting (see waitingMessage). The message is computed
 // when read, never stored; each repository's runners are read once.
@@ -24,7 +29,7 @@ func (s *Server) explainQueued(ctx context.Context, runs []store.Run) error {
 		rs, ok := byRepo[r.RepoID]
 		if !ok {
 			var err error
-			if rs, err = s.store.ListRunners(ctx, r.RepoID); err != nil {
+			if rs, err = s.store.ListRunners(ctx, r.RepoID, "", maxExplainRunners); err != nil {
 				return fmt.Errorf("read runners of %s: %w", r.Repo, err)
 			}
 			byRepo[r.RepoID] = rs

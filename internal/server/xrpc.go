@@ -336,13 +336,18 @@ func (s *Server) authRunner(r *http.Request, nsid string, needSession bool) (sto
 		found = x
 		return parsePublicKey(x.PublicKey)
 	}
-	if _, err := s.verify(r.Context(), tok, nsid, lookup); err != nil {
+	claims, err := s.checkToken(r.Context(), tok, nsid, lookup)
+	if err != nil {
 		return store.Runner{}, err
 	}
 	if found.Status != api.RunnerApproved {
 		return found, xerr(http.StatusForbidden, api.ErrNotApproved,
 			"runner %s of %s is not approved yet; the owner approves it with: knotless runner approve --repo %s %s",
 			found.Name, found.Repo, found.Repo, found.Name)
+	}
+	// Only approved runners' tokens take room in the replay cache.
+	if err := s.consumeToken(claims, s.replay.runners, "runner "+found.Name); err != nil {
+		return found, err
 	}
 	if needSession {
 		if err := checkSession(found, r.Header.Get(api.SessionHeader)); err != nil {
@@ -353,26 +358,60 @@ func (s *Server) authRunner(r *http.Request, nsid string, needSession bool) (sto
 	return found, nil
 }
 
-// verify checks a runner JWT and maps failures to XRPC errors: ExpiredToken
-// for an expired one, InvalidToken for anything else.
+// verify checks a registration's JWT and records its jti (in the cache of
+// registrations, apart from the runners'): checkToken, then consumeToken.
 func (s *Server) verify(ctx context.Context, tok, nsid string, keys svcauth.KeyLookup) (string, error) {
-	v := &svcauth.Verifier{Audience: s.did, Keys: keys, Replay: s.replay}
-	did, err := v.Verify(ctx, tok, nsid)
+	c, err := s.checkToken(ctx, tok, nsid, keys)
+	if err != nil {
+		return "", err
+	}
+	if err := s.consumeToken(c, s.replay.registrations, "registering key"); err != nil {
+		return "", err
+	}
+	return c.Issuer, nil
+}
+
+// checkToken checks a runner JWT, all but its replay, and maps failures to
+// XRPC errors: ExpiredToken for an expired one, InvalidToken for anything
+// else.
+func (s *Server) checkToken(ctx context.Context, tok, nsid string, keys svcauth.KeyLookup) (svcauth.Claims, error) {
+	v := &svcauth.Verifier{Audience: s.did, Keys: keys}
+	c, err := v.Check(ctx, tok, nsid)
 	switch {
 	case err == nil:
-		return did, nil
+		return c, nil
 	case errors.Is(err, svcauth.ErrExpired):
-		return "", xerr(http.StatusUnauthorized, api.ErrExpiredToken, "runner token expired; check the runner's clock")
+		return c, xerr(http.StatusUnauthorized, api.ErrExpiredToken, "runner token expired; check the runner's clock")
 	case errors.Is(err, svcauth.ErrWrongMethod):
-		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was issued for another method")
-	case errors.Is(err, svcauth.ErrReplayed):
-		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was already used")
+		return c, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was issued for another method")
 	case errors.Is(err, svcauth.ErrTooLong):
-		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token lives longer than %s", svcauth.MaxTTL)
+		return c, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token lives longer than %s", svcauth.MaxTTL)
 	default:
-		return "", xerr(http.StatusUnauthorized, api.ErrInvalidToken,
-			"runner token invalid (unknown runner, wrong audience or bad signature)")
+		return c, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"runner token invalid (unknown runner, wrong audience, bad signature, or a jti over %d bytes)", svcauth.MaxJTIBytes)
 	}
+}
+
+// consumeToken records a checked token's jti in cache: a replayed token is
+// refused, and so is a new one when the cache may hold no more (who names
+// the issuer for the message).
+func (s *Server) consumeToken(c svcauth.Claims, cache svcauth.ReplayCache, who string) error {
+	v := &svcauth.Verifier{Replay: cache}
+	err := v.Consume(c)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, svcauth.ErrReplayed):
+		return xerr(http.StatusUnauthorized, api.ErrInvalidToken, "runner token was already used")
+	case errors.Is(err, svcauth.ErrIssuerFull):
+		return xerr(http.StatusTooManyRequests, api.ErrTooManyTokens,
+			"%s sent more than %d requests within its tokens' lifetime (the server's --replay-per-runner): slow down; each token is remembered until it expires (at most %s)",
+			who, s.cfg.ReplayPerRunner, svcauth.MaxTTL)
+	case errors.Is(err, svcauth.ErrReplayFull):
+		return xerr(http.StatusServiceUnavailable, api.ErrTooManyTokens,
+			"the server remembers as many unexpired runner tokens as it may (--replay-cache-size, --replay-registrations) and accepts new ones as old ones expire: retry in a minute")
+	}
+	return err
 }
 
 // newToken returns prefix + 32 random bytes in unpadded base64url.

@@ -100,7 +100,9 @@ func TestAccountsAndRepos_ValidationAndPermissions(t *testing.T) {
 	if err := alice.Procedure(ctx, api.MethodCreateAccount, api.CreateAccountInput{Handle: "eve"}, nil); !api.IsError(err, api.ErrForbidden) {
 		t.Errorf("account creation by a non-admin: err = %v, want Forbidden", err)
 	}
-	for _, h := range []string{"Alice", "", "a_b", strings.Repeat("a", 64)} {
+	// The one name rule (api.CheckHandle): no ".", "..", leading dot, dash
+	// or underscore, at most 100 characters, lowercase.
+	for _, h := range []string{"Alice", "", ".", "..", ".hidden", "-x", "_x", "a/b", "x.git", strings.Repeat("a", 101)} {
 		if err := s.Admin().Procedure(ctx, api.MethodCreateAccount, api.CreateAccountInput{Handle: h}, nil); !api.IsError(err, api.ErrInvalidRequest) {
 			t.Errorf("handle %q: err = %v, want InvalidRequest", h, err)
 		}

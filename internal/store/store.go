@@ -17,6 +17,9 @@ var (
 	// ErrRunFinished: the run is already in a final state and the operation
 	// would change it.
 	ErrRunFinished = errors.New("run already finished")
+	// ErrLimit: the operation would pass a limit the caller gave (e.g.
+	// RegisterRunner's maxPending).
+	ErrLimit = errors.New("limit reached")
 )
 
 // Account is a user of the server.
@@ -123,7 +126,10 @@ type RunFilter struct {
 	RepoID     int64
 	PipelineID int64
 	OwnerID    int64 // only runs of repositories this account owns
-	Limit      int
+	// Before, when set, lists only runs with a smaller id: the next page
+	// after a page whose last run had that id.
+	Before int64
+	Limit  int
 }
 
 // Claim is what ClaimRun records on a queued run.
@@ -282,14 +288,18 @@ type Store interface {
 	// RegisterRunner creates a pending runner. Registering the same DID for
 	// the same repository and name again is idempotent (labels are updated;
 	// created is false). ErrConflict when the name is taken by another DID
-	// or the DID is registered under another repository or name.
-	RegisterRunner(ctx context.Context, r Runner) (out Runner, created bool, err error)
+	// or the DID is registered under another repository or name. ErrLimit
+	// when creating it would make more than maxPending pending runners in
+	// the repository (0: no limit); the count and the insert are atomic.
+	RegisterRunner(ctx context.Context, r Runner, maxPending int) (out Runner, created bool, err error)
 	// RunnerByDID: ErrNotFound when absent.
 	RunnerByDID(ctx context.Context, did string) (Runner, error)
 	// RunnerByName: ErrNotFound when absent.
 	RunnerByName(ctx context.Context, repoID int64, name string) (Runner, error)
-	// ListRunners lists a repository's runners by name.
-	ListRunners(ctx context.Context, repoID int64) ([]Runner, error)
+	// ListRunners lists a repository's runners by name: at most limit of
+	// them (0: all), those whose name sorts after after ("" from the
+	// first).
+	ListRunners(ctx context.Context, repoID int64, after string, limit int) ([]Runner, error)
 	// ApproveRunner marks a runner approved (idempotent).
 	ApproveRunner(ctx context.Context, id int64) (Runner, error)
 	// RemoveRunner deletes a runner; ErrNotFound when absent. Runs it holds

@@ -11,6 +11,8 @@ package svcauth
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,6 +33,14 @@ const DefaultTTL = 60 * time.Second
 
 // MaxTTL is the longest lifetime (exp - iat) Verifier accepts.
 const MaxTTL = 5 * time.Minute
+
+// MaxTokenBytes is the longest token Verifier parses: a service-auth JWT
+// of a P-256 or K-256 key is about 500 bytes.
+const MaxTokenBytes = 4 << 10
+
+// MaxJTIBytes is the longest jti Verifier accepts (Signer makes 22):
+// every accepted jti is remembered until its token expires.
+const MaxJTIBytes = 128
 
 // GenerateKey makes a new P-256 signing key.
 func GenerateKey() (atcrypto.PrivateKeyExportable, error) {
@@ -103,6 +113,13 @@ var (
 	ErrReplayed    = errors.New("token was already used (jti)")
 	ErrTooLong     = errors.New("token lifetime exceeds the maximum")
 	ErrInvalid     = errors.New("token invalid")
+	// ErrReplayFull: the replay cache holds as many unexpired tokens as
+	// it may; it refuses new ones until some expire (it never forgets a
+	// used one early, which would let it be replayed).
+	ErrReplayFull = errors.New("too many unexpired tokens to remember another")
+	// ErrIssuerFull: the replay cache holds as many unexpired tokens of
+	// this issuer as it may hold for one.
+	ErrIssuerFull = errors.New("too many unexpired tokens of this issuer to remember another")
 )
 
 // KeyLookup returns the public key of a DID. It is how the verifier knows
@@ -117,11 +134,14 @@ func DIDKeyLookup(_ context.Context, did string) (atcrypto.PublicKey, error) {
 	return atcrypto.ParsePublicDIDKey(did)
 }
 
-// ReplayCache remembers jti values until they expire. Seen records jti and
-// reports whether it was recorded before. Implementations must be safe for
-// concurrent use.
+// ReplayCache remembers the jti values of accepted tokens until they
+// expire. Record remembers jti of issuer until exp; it fails with
+// ErrReplayed when that jti of that issuer is remembered already, and with
+// ErrReplayFull or ErrIssuerFull (remembering nothing) when it may not
+// hold another: an entry is never dropped before exp. Implementations must
+// be safe for concurrent use.
 type ReplayCache interface {
-	Seen(jti string, exp time.Time) bool
+	Record(issuer, jti string, exp time.Time) error
 }
 
 // Verifier checks runner tokens. Safe for concurrent use.
@@ -133,19 +153,45 @@ type Verifier struct {
 	Leeway time.Duration
 }
 
+// Claims are what Check found in a valid token.
+type Claims struct {
+	Issuer string    // the issuer's DID
+	JTI    string    // at most MaxJTIBytes
+	Until  time.Time // exp plus the leeway: until when the token is accepted
+}
+
 // Verify checks the signature, audience, expiry, lifetime, lxm == nsid and
 // that jti was never seen, and returns the issuer's DID. Errors wrap one of
-// ErrExpired, ErrWrongMethod, ErrReplayed, ErrTooLong or ErrInvalid.
+// ErrExpired, ErrWrongMethod, ErrReplayed, ErrTooLong, ErrInvalid,
+// ErrReplayFull or ErrIssuerFull. It is Check followed by Consume.
+func (v *Verifier) Verify(ctx context.Context, token, nsid string) (string, error) {
+	c, err := v.Check(ctx, token, nsid)
+	if err != nil {
+		return "", err
+	}
+	if err := v.Consume(c); err != nil {
+		return "", err
+	}
+	return c.Issuer, nil
+}
+
+// Check is Verify without the replay check: a caller that refuses some
+// valid tokens anyway (an issuer not allowed to call) calls Consume only
+// for those it accepts, so that they alone take room in the replay cache.
+// A token longer than MaxTokenBytes is refused before it is parsed.
 //
 // It looks the issuer's key up once and logs nothing: indigo's
 // ServiceAuthValidator, on a bad signature, logs an INFO line through
 // slog's default logger and looks the key up a second time (it purges a
 // caching directory first), which lets anyone with a forged token write
 // to the server's log at any log level.
-func (v *Verifier) Verify(ctx context.Context, token, nsid string) (string, error) {
+func (v *Verifier) Check(ctx context.Context, token, nsid string) (Claims, error) {
+	if len(token) > MaxTokenBytes {
+		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxTokenBytes)
+	}
 	lxm, err := syntax.ParseNSID(nsid)
 	if err != nil {
-		return "", fmt.Errorf("%w: method %q: %v", ErrInvalid, nsid, err)
+		return Claims{}, fmt.Errorf("%w: method %q: %v", ErrInvalid, nsid, err)
 	}
 	var iss syntax.DID
 	keyFunc := func(t *jwt.Token) (any, error) {
@@ -173,20 +219,36 @@ func (v *Verifier) Verify(ctx context.Context, token, nsid string) (string, erro
 		jwt.WithLeeway(v.leeway()))
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return "", fmt.Errorf("%w: %v", ErrExpired, err)
+		return Claims{}, fmt.Errorf("%w: %v", ErrExpired, err)
 	case err != nil:
-		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	case c.LexMethod != lxm.String():
-		return "", fmt.Errorf("%w: want %s", ErrWrongMethod, nsid)
+		return Claims{}, fmt.Errorf("%w: want %s", ErrWrongMethod, nsid)
 	case c.ID == "" || c.ExpiresAt == nil || c.IssuedAt == nil:
-		return "", fmt.Errorf("%w: jti, exp and iat are required", ErrInvalid)
+		return Claims{}, fmt.Errorf("%w: jti, exp and iat are required", ErrInvalid)
+	case len(c.ID) > MaxJTIBytes:
+		return Claims{}, fmt.Errorf("%w: jti longer than %d bytes", ErrInvalid, MaxJTIBytes)
 	case c.ExpiresAt.Sub(c.IssuedAt.Time) > MaxTTL:
-		return "", ErrTooLong
+		return Claims{}, ErrTooLong
 	}
-	if v.Replay != nil && v.Replay.Seen(iss.String()+" "+c.ID, c.ExpiresAt.Add(v.leeway())) {
-		return "", ErrReplayed
+	return Claims{Issuer: iss.String(), JTI: c.ID, Until: c.ExpiresAt.Add(v.leeway())}, nil
+}
+
+// Consume records c's jti in the replay cache (if any): ErrReplayed when
+// it was recorded before, ErrReplayFull or ErrIssuerFull when the cache
+// may not hold it.
+func (v *Verifier) Consume(c Claims) error {
+	if v.Replay == nil {
+		return nil
 	}
-	return iss.String(), nil
+	return v.Replay.Record(c.Issuer, c.JTI, c.Until)
+}
+
+func (v *Verifier) leeway() time.Duration {
+	if v.Leeway == 0 {
+		return 5 * time.Second
+	}
+	return v.Leeway
 }
 
 // claims are a service-auth JWT's: the registered ones and lxm, the XRPC
@@ -200,43 +262,100 @@ type claims struct {
 // secp256k1); importing indigo's atproto/auth registers them with jwt.
 var validMethods = []string{"ES256", "ES256K"}
 
-func (v *Verifier) leeway() time.Duration {
-	if v.Leeway == 0 {
-		return 5 * time.Second
-	}
-	return v.Leeway
-}
-
-// MemoryReplayCache is an in-process ReplayCache. Entries are dropped once
-// expired. A restarted server forgets them; tokens live at most MaxTTL.
+// MemoryReplayCache is an in-process ReplayCache of bounded size. Entries
+// are dropped once expired, in constant time per entry (they are grouped
+// by the second they expire in). An entry costs about 65 bytes whatever
+// the length of its jti (it is kept as a 128-bit hash of issuer and jti).
+// A restarted server forgets them; tokens live at most MaxTTL.
 type MemoryReplayCache struct {
-	mu        sync.Mutex
-	seen      map[string]time.Time
-	now       func() time.Time
-	lastSweep time.Time
+	max, perIssuer int
+	now            func() time.Time
+
+	mu      sync.Mutex
+	seen    map[replayKey]struct{}
+	issuers map[uint64]int          // issuer hash → entries
+	byExp   map[int64][]replayEntry // second of expiry → entries
+	swept   int64                   // seconds before this one are dropped
 }
 
-// NewMemoryReplayCache returns an empty cache.
-func NewMemoryReplayCache() *MemoryReplayCache {
-	return &MemoryReplayCache{seen: map[string]time.Time{}, now: time.Now}
+type replayKey [16]byte
+
+type replayEntry struct {
+	key    replayKey
+	issuer uint64
 }
 
-// Seen implements ReplayCache.
-func (c *MemoryReplayCache) Seen(jti string, exp time.Time) bool {
+// NewMemoryReplayCache returns an empty cache that holds at most max
+// entries, at most perIssuer of one issuer (0: no limit).
+func NewMemoryReplayCache(max, perIssuer int) *MemoryReplayCache {
+	return &MemoryReplayCache{max: max, perIssuer: perIssuer, now: time.Now,
+		seen: map[replayKey]struct{}{}, issuers: map[uint64]int{}, byExp: map[int64][]replayEntry{}}
+}
+
+// Len returns the number of entries held (none of them expired).
+func (c *MemoryReplayCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
-	if now.Sub(c.lastSweep) > 10*time.Second {
-		c.lastSweep = now
-		for k, e := range c.seen {
-			if now.After(e) {
-				delete(c.seen, k)
+	c.sweep(c.now().Unix())
+	return len(c.seen)
+}
+
+// Record implements ReplayCache.
+func (c *MemoryReplayCache) Record(issuer, jti string, exp time.Time) error {
+	h := sha256.New()
+	h.Write([]byte(issuer))
+	ih := binary.BigEndian.Uint64(h.Sum(nil))
+	h.Write([]byte{0})
+	h.Write([]byte(jti))
+	var key replayKey
+	copy(key[:], h.Sum(nil))
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now().Unix()
+	c.sweep(now)
+	if _, ok := c.seen[key]; ok {
+		return ErrReplayed
+	}
+	if c.max > 0 && len(c.seen) >= c.max {
+		return ErrReplayFull
+	}
+	if c.perIssuer > 0 && c.issuers[ih] >= c.perIssuer {
+		return ErrIssuerFull
+	}
+	sec := exp.Unix()
+	if exp.After(time.Unix(sec, 0)) {
+		sec++ // kept until the end of the second exp falls in, never less
+	}
+	sec = max(sec, now+1)
+	c.seen[key] = struct{}{}
+	c.issuers[ih]++
+	c.byExp[sec] = append(c.byExp[sec], replayEntry{key: key, issuer: ih})
+	return nil
+}
+
+// sweep drops the entries that expired by second now (inclusive).
+func (c *MemoryReplayCache) sweep(now int64) {
+	if c.swept == 0 || now-c.swept > int64(len(c.byExp)) {
+		for sec := range c.byExp { // long idle: fewer buckets than seconds
+			if sec <= now {
+				c.drop(sec)
 			}
 		}
+	} else {
+		for sec := c.swept; sec <= now; sec++ {
+			c.drop(sec)
+		}
 	}
-	if e, ok := c.seen[jti]; ok && !now.After(e) {
-		return true
+	c.swept = max(c.swept, now+1)
+}
+
+func (c *MemoryReplayCache) drop(sec int64) {
+	for _, e := range c.byExp[sec] {
+		delete(c.seen, e.key)
+		if c.issuers[e.issuer]--; c.issuers[e.issuer] <= 0 {
+			delete(c.issuers, e.issuer)
+		}
 	}
-	c.seen[jti] = exp
-	return false
+	delete(c.byExp, sec)
 }

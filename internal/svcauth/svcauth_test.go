@@ -24,7 +24,7 @@ func newPair(t *testing.T) (*Signer, *Verifier) {
 	server, _ := GenerateKey()
 	aud, _ := DIDKey(server)
 	return &Signer{DID: did, Audience: aud, Key: key},
-		&Verifier{Audience: aud, Keys: DIDKeyLookup, Replay: NewMemoryReplayCache()}
+		&Verifier{Audience: aud, Keys: DIDKeyLookup, Replay: NewMemoryReplayCache(0, 0)}
 }
 
 func TestVerify_AcceptsFreshTokenOnce(t *testing.T) {

@@ -39,6 +39,9 @@ type Options struct {
 	// Limits bound connections and slow clients; zero fields take
 	// server.Default* values.
 	Limits server.Limits
+	// ClientLimits are the server's limits on what one client may make it
+	// hold; zero fields take the defaults.
+	ClientLimits server.ClientLimits
 }
 
 // Server is a running test server.
@@ -92,7 +95,7 @@ func (s *Server) start(ln net.Listener) {
 	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
-		Logger: logger, Limits: s.opts.Limits,
+		Logger: logger, Limits: s.opts.Limits, ClientLimits: s.opts.ClientLimits,
 	})
 	if err != nil {
 		ln.Close()

@@ -34,7 +34,7 @@ func getRunner(ctx context.Context, q querier, where string, args ...any) (store
 }
 
 // RegisterRunner implements store.Store.
-func (d *DB) RegisterRunner(ctx context.Context, in store.Runner) (store.Runner, bool, error) {
+func (d *DB) RegisterRunner(ctx context.Context, in store.Runner, maxPending int) (store.Runner, bool, error) {
 	if in.CreatedAt.IsZero() {
 		in.CreatedAt = time.Now()
 	}
@@ -56,6 +56,16 @@ func (d *DB) RegisterRunner(ctx context.Context, in store.Runner) (store.Runner,
 			return err
 		case !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("read runner: %w", err)
+		}
+		if maxPending > 0 {
+			var pending int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runners WHERE repo_id = ? AND status = ?`,
+				in.RepoID, api.RunnerPending).Scan(&pending); err != nil {
+				return fmt.Errorf("count pending runners: %w", err)
+			}
+			if pending >= maxPending {
+				return fmt.Errorf("%d runners await approval: %w", pending, store.ErrLimit)
+			}
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO runners (repo_id, name, did, public_key, labels, status, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, in.RepoID, in.Name, in.DID, in.PublicKey, jsonList(in.Labels),
@@ -93,8 +103,12 @@ func (d *DB) RunnerByName(ctx context.Context, repoID int64, name string) (store
 }
 
 // ListRunners implements store.Store.
-func (d *DB) ListRunners(ctx context.Context, repoID int64) ([]store.Runner, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+runnerCols+runnerFrom+` WHERE x.repo_id = ? ORDER BY x.name`, repoID)
+func (d *DB) ListRunners(ctx context.Context, repoID int64, after string, limit int) ([]store.Runner, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT `+runnerCols+runnerFrom+` WHERE x.repo_id = ? AND x.name > ? ORDER BY x.name LIMIT ?`,
+		repoID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runners: %w", err)
 	}

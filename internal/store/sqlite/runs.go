@@ -189,6 +189,10 @@ func (d *DB) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, erro
 		where += " AND repos.owner_id = ?"
 		args = append(args, f.OwnerID)
 	}
+	if f.Before != 0 {
+		where += " AND r.id < ?"
+		args = append(args, f.Before)
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 50

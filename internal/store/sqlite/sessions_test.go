@@ -19,7 +19,7 @@ import (
 func claimAll(t *testing.T, db *DB, repo store.Repo, runs []store.Run, until time.Time) store.Runner {
 	t.Helper()
 	ctx := context.Background()
-	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"})
+	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func TestExpireLeases_LapsedRunsEndWithReason(t *testing.T) {
 	db, _ := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 3)
-	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"})
+	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,17 +190,17 @@ func TestRegisterRunner_NameAndDIDAreUnique(t *testing.T) {
 	db, _ := open(t)
 	ctx := context.Background()
 	repo, _ := seed(t, db, 0)
-	x, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z", Labels: []string{"l"}})
+	x, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z", Labels: []string{"l"}}, 0)
 	if err != nil || !created || x.Status != api.RunnerPending {
 		t.Fatalf("register = %+v, %v, %v", x, created, err)
 	}
-	if _, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z"}); err != nil || created {
+	if _, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z"}, 0); err != nil || created {
 		t.Fatalf("same again: created %v, err %v; want idempotent", created, err)
 	}
-	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:b", PublicKey: "z"}); !errors.Is(err, store.ErrConflict) {
+	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:b", PublicKey: "z"}, 0); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("name taken by another DID: err = %v, want ErrConflict", err)
 	}
-	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r2", DID: "did:key:a", PublicKey: "z"}); !errors.Is(err, store.ErrConflict) {
+	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r2", DID: "did:key:a", PublicKey: "z"}, 0); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("DID under a second name: err = %v, want ErrConflict", err)
 	}
 	if x, err = db.ApproveRunner(ctx, x.ID); err != nil || x.Status != api.RunnerApproved {
