@@ -139,7 +139,15 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f.DurationVar(&cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
 		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "log-level"} {
+	cfg.MaxPushSize, cfg.MaxFetchRequest = server.DefaultMaxPushSize, server.DefaultMaxFetchRequest
+	f.Var(byteSize{&cfg.MaxPushSize}, "max-push-size",
+		"largest push (request body, uncompressed) the server takes; a larger one is refused before it is stored")
+	f.Var(byteSize{&cfg.MaxFetchRequest}, "max-fetch-request",
+		"largest fetch request (wants and haves, uncompressed); a larger one is cut there and refused")
+	f.Var(byteSize{&cfg.RepoQuota}, "repo-quota",
+		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
+	for _, name := range []string{"data", "listen", "url", "lease", "handover-grace", "log-level",
+		"max-push-size", "max-fetch-request", "repo-quota"} {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

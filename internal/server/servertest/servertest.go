@@ -36,6 +36,9 @@ type Options struct {
 	// Logger receives the server's log; default: lines go to t.Log (shown
 	// for failing tests or with -v) until the test ends.
 	Logger *slog.Logger
+	// MaxPushSize, MaxFetchRequest and RepoQuota are the git limits of
+	// server.Config; default theirs.
+	MaxPushSize, MaxFetchRequest, RepoQuota int64
 }
 
 // Server is a running test server.
@@ -89,7 +92,7 @@ func (s *Server) start(ln net.Listener) {
 	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
-		Logger: logger,
+		Logger: logger, MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
 	})
 	if err != nil {
 		ln.Close()
