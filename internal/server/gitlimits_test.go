@@ -504,6 +504,7 @@ func gitCtx(t *testing.T, ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+	cmd.WaitDelay = time.Second // git's helpers hold its output open
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }

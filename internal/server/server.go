@@ -48,7 +48,7 @@ const (
 	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm)
 	LogsDir        = "logs"        // logs/<run>/<step>.log
 	ReposDir       = "repos"       // repos/<owner>/<name>.git (bare)
-	TmpDir         = "tmp"         // spooled request bodies
+	TmpDir         = "tmp"         // spooled push bodies
 	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
 	ServerKeyFile  = "server.key"  // P-256 private key (multibase), the server DID's key, 0600
 	AdminTokenFile = "admin.token" // the admin account's API token, written on first start, 0600
