@@ -281,8 +281,10 @@ func TestServer_ChunkedUploadPackBodyIsCutAtItsCap(t *testing.T) {
 	if !strings.Contains(got, "ERR fetch request larger than 1 MiB") || !strings.Contains(got, "--max-fetch-request") {
 		t.Errorf("answer %q does not say the fetch request is over --max-fetch-request", got)
 	}
-	// A normal fetch still works.
-	servertest.Git(t, "", "clone", "-q", f.GitURL(f.repo, f.token), filepath.Join(t.TempDir(), "clone"))
+	// The run goes on: its token still fetches its commit.
+	if out, err := fetchBySHA(t, f, c.RunToken, c.Run.SHA, "0"); err != nil {
+		t.Errorf("the run's own fetch after the attack: %v\n%s", err, out)
+	}
 }
 
 // TestServer_FetchRequestWithContentLengthOverItsCapIsRefusedUnread pins
@@ -317,6 +319,9 @@ func TestServer_ChunkedBodyToAnotherGitPathIsNotSpooled(t *testing.T) {
 		}
 	}
 	m.end("chunked bodies to dumb-HTTP paths", 0)
+	if out, err := fetchBySHA(t, f, c.RunToken, c.Run.SHA, "0"); err != nil {
+		t.Errorf("the run's own fetch after the attack: %v\n%s", err, out)
+	}
 }
 
 // bigWorkTree is a work tree on main whose one commit holds n random
@@ -507,4 +512,20 @@ func gitCtx(t *testing.T, ctx context.Context, args ...string) (string, error) {
 	cmd.WaitDelay = time.Second // git's helpers hold its output open
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// TestServer_SpoolsLeftByACrashAreRemovedAtStart pins the last way out
+// of a spool: a server killed mid-push leaves it, the next start removes
+// it.
+func TestServer_SpoolsLeftByACrashAreRemovedAtStart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	tmp := filepath.Join(f.DataDir, server.TmpDir)
+	if err := os.WriteFile(filepath.Join(tmp, "push-123"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.Restart()
+	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+		t.Fatalf("DATA/tmp after a start: %v, %v; want empty", ents, err)
+	}
 }
