@@ -148,8 +148,16 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f.IntVar(&cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
 		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cfg.MaxPushSize, cfg.MaxFetchRequest = server.DefaultMaxPushSize, server.DefaultMaxFetchRequest
+	f.Var(byteSize{&cfg.MaxPushSize}, "max-push-size",
+		"largest push (request body, uncompressed) the server takes; a larger one is refused before it is stored")
+	f.Var(byteSize{&cfg.MaxFetchRequest}, "max-fetch-request",
+		"largest fetch request (wants and haves, uncompressed); a larger one is cut there and refused")
+	f.Var(byteSize{&cfg.RepoQuota}, "repo-quota",
+		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
-	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level"}, limits...) {
+	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
+		"max-push-size", "max-fetch-request", "repo-quota"}, limits...) {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

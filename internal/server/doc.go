@@ -10,8 +10,8 @@
 //
 //	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600
 //	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size
-//	DIR/repos/<owner>/<name>.git bare repositories
-//	DIR/tmp/                 spooled chunked git request bodies
+//	DIR/repos/<owner>/<name>.git bare repositories (refs/knotless/* hidden: heldcommits.go)
+//	DIR/tmp/                 pushes spooled whole before their repository's lock (emptied at start)
 //	DIR/secret.key           32 random bytes: AES-256-GCM key of secrets, 0600
 //	DIR/server.key           P-256 private key (multibase); the server DID is its did:key, 0600
 //	DIR/admin.token          the admin account's API token (first start), 0600

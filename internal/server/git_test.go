@@ -39,8 +39,9 @@ func TestGit_PushAndCloneWithTokenAsPassword(t *testing.T) {
 }
 
 // TestGit_FetchOverEveryProtocolVersion pins the server's own
-// upload-pack (no http-backend) for clients speaking protocol v0 and v2:
-// clone, and a fetch by SHA of a commit no branch names any more.
+// upload-pack (no http-backend) for clients asking for protocol v0 and v2
+// (both answered in v0, see uploadpack.go): clone, and a fetch by SHA of
+// a commit no branch names any more but one reaches.
 func TestGit_FetchOverEveryProtocolVersion(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, servertest.Options{})

@@ -32,7 +32,8 @@ func (s *Server) git(ctx context.Context, dir string, args ...string) ([]byte, e
 }
 
 // initBare creates the bare repository of OWNER/NAME (idempotent), set up
-// to let runners fetch any commit by SHA and to accept pushes over HTTP.
+// to accept pushes over HTTP. What fetches may ask for is set where
+// upload-pack runs (serveConfig).
 func (s *Server) initBare(ctx context.Context, owner, name string) error {
 	dir, err := s.repoPath(owner, name)
 	if err != nil {
@@ -44,7 +45,7 @@ func (s *Server) initBare(ctx context.Context, owner, name string) error {
 	if _, err := s.git(ctx, dir, "init", "--quiet", "--bare", "--initial-branch=main", dir); err != nil {
 		return fmt.Errorf("create repository %s/%s: %w", owner, name, err)
 	}
-	for _, kv := range [][2]string{{"uploadpack.allowAnySHA1InWant", "true"}, {"http.receivepack", "true"}} {
+	for _, kv := range [][2]string{{"http.receivepack", "true"}} {
 		if _, err := s.git(ctx, dir, "config", kv[0], kv[1]); err != nil {
 			return fmt.Errorf("configure repository %s/%s: %w", owner, name, err)
 		}
@@ -127,86 +128,53 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	default:
 		user = fmt.Sprintf("run-%d", run.ID)
 	}
-	if push && rest == "/git-receive-pack" {
-		s.receivePack(w, r, repo, user)
-		return
-	}
-	if !push && s.serveUploadPack(w, r, s.repoDir(repo.Owner, repo.Name), rest) {
-		return
-	}
-	s.httpBackend(w, r, user)
-}
-
-// receivePack serves one push, serialized per repository, and makes
-// pipelines for the refs it created or updated.
-func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.Repo, user string) {
-	mu := &s.repoMu[repo.ID%int64(len(s.repoMu))]
-	mu.Lock()
-	defer mu.Unlock()
-	// Pipelines are made even if the pusher hangs up after sending.
-	ctx := context.WithoutCancel(r.Context())
 	dir := s.repoDir(repo.Owner, repo.Name)
-	before, err := s.refs(ctx, dir)
-	if err != nil {
-		s.log.Error("git: read refs before push", "repo", repo.FullName(), "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
+	switch {
+	case push && rest == "/git-receive-pack" && r.Method == http.MethodPost:
+		s.receivePack(w, r, repo, user)
+	case push && rest == "/info/refs" && r.Method == http.MethodGet:
+		s.httpBackend(w, r, user, http.NoBody, 0)
+	case !push && s.serveUploadPack(w, r, dir, rest):
+	default:
+		// Dumb HTTP would hand out any object file, reachable or not.
+		http.Error(w, "not a smart-HTTP git request: this server speaks only git's smart HTTP protocol (git 1.6.6 or later)",
+			http.StatusNotFound)
 	}
-	s.httpBackend(w, r, user)
-	after, err := s.refs(ctx, dir)
-	if err != nil {
-		s.log.Error("git: read refs after push", "repo", repo.FullName(), "err", err)
-		return
-	}
-	s.afterPush(ctx, repo, before, after)
 }
 
-// httpBackend hands the request to `git http-backend`. The request's
-// Authorization header is not passed on: no token reaches git's
-// environment.
-func (s *Server) httpBackend(w http.ResponseWriter, r *http.Request, user string) {
+// httpBackend hands a receive-pack request to `git http-backend`, with
+// body (size bytes, nothing chunked or compressed) as the request's body.
+// The request's Authorization header is not passed on: no token reaches
+// git's environment.
+func (s *Server) httpBackend(w http.ResponseWriter, r *http.Request, user string, body io.Reader, size int64) {
 	r = r.Clone(r.Context())
 	r.Header.Del("Authorization")
-	// net/http/cgi refuses chunked bodies (git sends large pushes chunked):
-	// spool them to a file so the length is known.
-	if r.ContentLength < 0 || len(r.TransferEncoding) > 0 {
-		f, err := os.CreateTemp(filepath.Join(s.cfg.DataDir, TmpDir), "body-*")
-		if err != nil {
-			s.log.Error("git: spool request body", "err", err)
-			http.Error(w, "internal error", http.StatusInternalServerError)
-			return
-		}
-		defer os.Remove(f.Name())
-		defer f.Close()
-		n, err := io.Copy(f, r.Body)
-		if err != nil {
-			status := http.StatusBadRequest
-			if errors.Is(err, errBodyTooSlow) {
-				status = http.StatusRequestTimeout
-			}
-			http.Error(w, "read request body: "+err.Error(), status)
-			return
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			http.Error(w, "internal error", http.StatusInternalServerError)
-			return
-		}
-		r.Body, r.ContentLength, r.TransferEncoding = f, n, nil
-		s.log.Debug("git: spooled chunked request body", "bytes", n)
+	r.Header.Del("Content-Encoding")
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(body), size, nil
+	env := []string{
+		"GIT_PROJECT_ROOT=" + filepath.Join(s.cfg.DataDir, ReposDir),
+		"GIT_HTTP_EXPORT_ALL=1",
+		"REMOTE_USER=" + user,
 	}
 	h := &cgi.Handler{
-		Path: s.cfg.Git,
-		Args: []string{"http-backend"},
-		Dir:  filepath.Join(s.cfg.DataDir, ReposDir),
-		Env: []string{
-			"GIT_PROJECT_ROOT=" + filepath.Join(s.cfg.DataDir, ReposDir),
-			"GIT_HTTP_EXPORT_ALL=1",
-			"REMOTE_USER=" + user,
-		},
+		Path:       s.cfg.Git,
+		Args:       []string{"http-backend"},
+		Dir:        filepath.Join(s.cfg.DataDir, ReposDir),
+		Env:        append(env, gitConfigEnv(append(serveConfig, [2]string{"receive.maxInputSize", fmt.Sprint(s.cfg.MaxPushSize)}))...),
 		InheritEnv: []string{"HOME", "TMPDIR"},
 		Stderr:     &logWriter{s: s},
 	}
 	h.ServeHTTP(w, r)
+}
+
+// gitConfigEnv passes configuration to git through its environment, as
+// `git -c` does on the command line (and over a repository's own).
+func gitConfigEnv(kvs [][2]string) []string {
+	env := []string{fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(kvs))}
+	for i, kv := range kvs {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	return env
 }
 
 // logWriter turns git's standard error into log lines.

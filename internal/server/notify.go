@@ -70,6 +70,7 @@ func (s *Server) sweep() {
 		for _, r := range lost {
 			s.log.Warn("run finished", "run", r.ID, "repo", r.Repo, "workflow", r.Workflow,
 				"state", r.State, "reason", r.Reason, "runner", r.RunnerName, "message", r.Message)
+			s.runEnded(context.Background(), r)
 			s.hub.notify(runKey(r.ID))
 		}
 	}

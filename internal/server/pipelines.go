@@ -192,6 +192,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 				"state", run.State, "reason", run.Reason, "message", run.Message)
 		}
 	}
+	s.holdPipelineCommit(ctx, repo, p, runs)
 	s.claims.offer(runs) // wakes one waiting runner per queued run
 	return p, runs, nil
 }

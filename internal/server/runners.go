@@ -332,6 +332,8 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 			if _, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
 				State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now()}); cerr != nil {
 				s.log.Error("end unclaimable run", "run", run.ID, "err", cerr)
+			} else {
+				s.releasePipeline(ctx, run.PipelineID, run.Repo)
 			}
 			s.hub.notify(runKey(run.ID))
 			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
@@ -562,6 +564,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	if !api.IsFinal(before.State) {
 		s.log.Info("run finished", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
 			"state", run.State, "reason", run.Reason, "runner", x.Name)
+		s.runEnded(r.Context(), run)
 	}
 	s.hub.notify(runKey(run.ID))
 	return writeJSON(w, empty)

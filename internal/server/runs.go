@@ -258,6 +258,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	} else {
 		s.log.Info("run cancel requested", "run", run.ID, "repo", run.Repo, "runner", run.RunnerName, "by", a.Handle)
 	}
+	s.runEnded(r.Context(), run)
 	s.hub.notify(runKey(run.ID))
 	steps, err := s.runSteps(r.Context(), run.ID)
 	if err != nil {

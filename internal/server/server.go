@@ -33,6 +33,14 @@ const (
 	// DefaultHandoverGrace is how long runs a runner handed over wait for
 	// its next session (a restarted or upgraded knotless-run).
 	DefaultHandoverGrace = 5 * time.Minute
+	// DefaultMaxPushSize caps one push's request body (its commands and
+	// pack, uncompressed), as git's receive.maxInputSize would; GitHub
+	// refuses pushes over 2 GiB.
+	DefaultMaxPushSize = 1 << 30
+	// DefaultMaxFetchRequest caps one fetch request's body (wants and
+	// haves, uncompressed): git's own http-backend buffers at most 10 MiB
+	// of one (GIT_HTTP_MAX_REQUEST_BUFFER).
+	DefaultMaxFetchRequest = 10 << 20
 )
 
 // Names of files and directories inside Config.DataDir.
@@ -40,7 +48,7 @@ const (
 	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm)
 	LogsDir        = "logs"        // logs/<run>/<step>.log
 	ReposDir       = "repos"       // repos/<owner>/<name>.git (bare)
-	TmpDir         = "tmp"         // spooled request bodies
+	TmpDir         = "tmp"         // spooled push bodies
 	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
 	ServerKeyFile  = "server.key"  // P-256 private key (multibase), the server DID's key, 0600
 	AdminTokenFile = "admin.token" // the admin account's API token, written on first start, 0600
@@ -78,6 +86,16 @@ type Config struct {
 	// ClientLimits bound what one client can make the server hold: tokens
 	// remembered, runners registered, claims open, list pages.
 	ClientLimits
+	// MaxPushSize caps the request body of one push in bytes (uncompressed):
+	// a larger push is refused, before any of it is stored when it says
+	// its length, else once that much arrived.
+	MaxPushSize int64
+	// MaxFetchRequest caps the request body of one fetch in bytes
+	// (uncompressed wants and haves); a larger one is cut there.
+	MaxFetchRequest int64
+	// RepoQuota caps the size of one repository on disk in bytes: a push
+	// that would take it past is refused. 0 is no quota.
+	RepoQuota int64
 }
 
 func (c *Config) fill() error {
@@ -108,6 +126,13 @@ func (c *Config) fill() error {
 		c.Logger = slog.Default()
 	}
 	c.Limits.fill()
+	if c.MaxPushSize <= 0 {
+		c.MaxPushSize = DefaultMaxPushSize
+	}
+	if c.MaxFetchRequest <= 0 {
+		c.MaxFetchRequest = DefaultMaxFetchRequest
+	}
+	c.RepoQuota = max(c.RepoQuota, 0)
 	if c.Git == "" {
 		c.Git = "git"
 	}
@@ -137,7 +162,7 @@ type Server struct {
 	hub     *hub
 	claims  *claimWaiters
 	logs    *logFiles
-	repoMu  [64]sync.Mutex // serializes receive-pack per repository (striped by id)
+	repoMu  repoLocks // serializes the pushes of a repository once their packs arrived
 	handler http.Handler
 
 	seenMu sync.Mutex
@@ -199,6 +224,7 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
 	}
+	s.cleanTmp()
 	secretKey, err := loadOrCreate(filepath.Join(cfg.DataDir, SecretKeyFile), func() ([]byte, error) {
 		k := make([]byte, 32)
 		_, err := rand.Read(k)

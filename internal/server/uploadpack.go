@@ -2,14 +2,10 @@ package server
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -17,11 +13,12 @@ import (
 // run directly, as `git http-backend` would run it: one process per
 // request instead of the CGI program and then upload-pack. A runner's
 // fetch of a run's commit is on the way from a push to the run's first
-// step. Pushes and dumb-HTTP requests still go through http-backend.
-
-// gitProtocolRE is what a Git-Protocol header may hold (passed on to git
-// as GIT_PROTOCOL, like http-backend does): "version=2" and its kin.
-var gitProtocolRE = regexp.MustCompile(`^[A-Za-z0-9=:._-]{1,100}$`)
+// step. Pushes still go through http-backend.
+//
+// Only protocol v0 is spoken, whatever the client's Git-Protocol header
+// asks (git clients fall back to it): a v2 fetch serves any object named
+// by its id, reachable or not, as uploadpack.allowReachableSHA1InWant
+// binds only v0 (see heldcommits.go).
 
 // serveUploadPack serves the smart-HTTP upload-pack requests of the bare
 // repository dir, and reports whether rest was one.
@@ -44,13 +41,16 @@ func noCache(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
 }
 
-// uploadPackCmd is `git upload-pack --stateless-rpc [args] dir` with the
-// request's protocol version.
+// uploadPackCmd is `git upload-pack --stateless-rpc [args] dir`, speaking
+// protocol v0 with serveConfig.
 func (s *Server) uploadPackCmd(r *http.Request, dir string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(r.Context(), s.cfg.Git, append(append([]string{"upload-pack", "--stateless-rpc"}, args...), dir)...)
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	if p := r.Header.Get("Git-Protocol"); gitProtocolRE.MatchString(p) {
-		cmd.Env = append(cmd.Env, "GIT_PROTOCOL="+p)
+	argv := append(serveConfigArgs(), "upload-pack", "--stateless-rpc")
+	cmd := exec.CommandContext(r.Context(), s.cfg.Git, append(append(argv, args...), dir)...)
+	cmd.Env = []string{"GIT_TERMINAL_PROMPT=0"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_PROTOCOL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
 	}
 	cmd.Stderr = &logWriter{s: s}
 	return cmd
@@ -67,47 +67,69 @@ func (s *Server) advertiseUploadPack(w http.ResponseWriter, r *http.Request, dir
 	noCache(w)
 	w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
 	var b bytes.Buffer
-	if !slices.Contains(strings.Split(r.Header.Get("Git-Protocol"), ":"), "version=2") {
-		// Protocol v0 opens with the service line; v2 does not.
-		const line = "# service=git-upload-pack\n"
-		fmt.Fprintf(&b, "%04x%s0000", len(line)+4, line)
-	}
+	writePkt(&b, "# service=git-upload-pack\n")
+	b.WriteString("0000")
 	b.Write(out)
 	_, _ = w.Write(b.Bytes())
 }
 
 // uploadPack answers POST git-upload-pack: the client's wants and haves
-// in, the pack out, as it comes.
+// in, the pack out, as it comes. The body streams to upload-pack (nothing
+// is spooled) through its cap, Config.MaxFetchRequest.
 func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, dir string) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-request" {
 		http.Error(w, fmt.Sprintf("unsupported content type %q", ct), http.StatusUnsupportedMediaType)
 		return
 	}
-	body := io.Reader(r.Body)
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(r.Body)
-		if err != nil {
-			http.Error(w, "bad gzip body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		defer zr.Close()
-		body = zr
+	noCache(w)
+	w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
+	tooLarge := fmt.Sprintf("fetch request larger than %s, this server's limit (knotless-server --max-fetch-request); "+
+		"fetch fewer refs at a time, or ask the server's operator to raise the limit", size(s.cfg.MaxFetchRequest))
+	if r.ContentLength > s.cfg.MaxFetchRequest {
+		s.log.Warn("git upload-pack: request refused before its body", "dir", dir, "content_length", r.ContentLength)
+		refuseFetch(w, tooLarge)
+		return
+	}
+	body, err := newCappedBody(r, s.cfg.MaxFetchRequest)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	cmd := s.uploadPackCmd(r, dir)
 	cmd.Stdin = body
-	noCache(w)
-	w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
-	cmd.Stdout = flushWriter{w}
-	if err := cmd.Run(); err != nil && r.Context().Err() == nil {
+	out := &flushWriter{w: w}
+	cmd.Stdout = out
+	err = cmd.Run()
+	switch {
+	case body.over():
+		s.log.Warn("git upload-pack: request cut at its cap", "dir", dir, "limit", s.cfg.MaxFetchRequest)
+		if !out.wrote {
+			refuseFetch(w, tooLarge)
+		}
+	case err != nil && r.Context().Err() == nil:
 		s.log.Warn("git upload-pack", "dir", dir, "err", err)
 	}
 }
 
+// refuseFetch answers a fetch with git's error packet, which git shows as
+// "remote error: MSG", and closes the connection: the rest of the body is
+// not read.
+func refuseFetch(w http.ResponseWriter, msg string) {
+	w.Header().Set("Connection", "close")
+	var b bytes.Buffer
+	writePkt(&b, "ERR "+msg+"\n")
+	_, _ = w.Write(b.Bytes())
+}
+
 // flushWriter sends what upload-pack writes at once: its answer is a
 // stream the client reads as it comes (progress, then the pack).
-type flushWriter struct{ w http.ResponseWriter }
+type flushWriter struct {
+	w     http.ResponseWriter
+	wrote bool // the answer has begun
+}
 
-func (f flushWriter) Write(p []byte) (int, error) {
+func (f *flushWriter) Write(p []byte) (int, error) {
+	f.wrote = true
 	n, err := f.w.Write(p)
 	if fl, ok := f.w.(http.Flusher); ok {
 		fl.Flush()

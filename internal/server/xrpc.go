@@ -112,6 +112,13 @@ func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "knotless-server\nXRPC API: %s/xrpc/%s\n", s.cfg.URL, api.MethodDescribeServer)
 		return
 	}
+	if strings.Contains(r.URL.Path, ".git/") {
+		// Dumb HTTP would hand out any object file, reachable or not.
+		w.Header().Set("Connection", "close") // the body is not read
+		http.Error(w, "not a smart HTTP git request: this server serves /OWNER/NAME.git/ followed by info/refs, git-upload-pack or git-receive-pack only (git 1.6.6 or later)",
+			http.StatusNotFound)
+		return
+	}
 	http.NotFound(w, r)
 }
 

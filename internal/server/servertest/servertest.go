@@ -42,6 +42,9 @@ type Options struct {
 	// ClientLimits are the server's limits on what one client may make it
 	// hold; zero fields take the defaults.
 	ClientLimits server.ClientLimits
+	// MaxPushSize, MaxFetchRequest and RepoQuota are the git limits of
+	// server.Config; default theirs.
+	MaxPushSize, MaxFetchRequest, RepoQuota int64
 }
 
 // Server is a running test server.
@@ -96,6 +99,7 @@ func (s *Server) start(ln net.Listener) {
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: s.opts.ClientLimits,
+		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
 	})
 	if err != nil {
 		ln.Close()
