@@ -39,6 +39,9 @@ type step struct {
 
 	size atomic.Int64 // output bytes written so far
 
+	oomBefore uint64 // OOM kills counted when the step started (oomKills)
+	oomKnown  bool   // whether they could be counted
+
 	mu      sync.Mutex
 	grown   chan struct{} // closed and replaced whenever size grows
 	stopped string        // the reason of the first Stop; "" when none
@@ -162,7 +165,11 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		Sys:   sys,
 	}
 	start := time.Now()
+	oomBefore, oomKnown := oomKills(cgDir)
 	pid, waitCh, err := a.reap.forkExec(shellPath, append(slices.Clip(argv), script), attr)
+	if err == nil {
+		preferOOMVictim(pid)
+	}
 	clear(env)
 	devnull.Close()
 	pw.Close()
@@ -196,6 +203,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	}
 	pumped := make(chan error, 1)
 	go func() { pumped <- pump(pr, wf, s) }()
+	s.oomBefore, s.oomKnown = oomBefore, oomKnown
 	go a.supervise(s, pid, cgDir, waitCh, pumped, time.Duration(req.TimeoutMS)*time.Millisecond)
 	a.log.Info("step started", "step", req.ID, "pid", pid)
 	return s, nil
@@ -320,6 +328,15 @@ wait:
 		// outside the agent's tree got it (passed over a socket).
 		a.log.Warn("the step's output is held open by a process outside the agent's reach; stopped reading", "step", s.id)
 		note = joinNote(note, "output cut: a process the agent cannot reach still holds the step's output open")
+	}
+	// A process of the step killed by the kernel for want of memory (the
+	// container's or the step's limit) makes the step oom-killed, whatever
+	// its exit code: a shell whose child was killed may still exit 0.
+	if reason == "" && s.oomKnown {
+		if n, ok := oomKills(cgDir); ok && n > s.oomBefore {
+			reason = "oom-killed"
+			note = joinNote(note, fmt.Sprintf("the kernel killed %d of the step's processes for exceeding the memory limit", n-s.oomBefore))
+		}
 	}
 	ex := agent.Exit{
 		ID: s.id, ExitCode: exitCode(ws), Reason: reason,

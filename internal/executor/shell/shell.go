@@ -22,6 +22,7 @@ import (
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentsession"
 	"knotless.dev/knotless/internal/stepagent"
 	"knotless.dev/knotless/internal/version"
 )
@@ -80,7 +81,7 @@ type Executor struct {
 	log *slog.Logger
 
 	mu   sync.Mutex
-	live map[string]*session // by Spec.ID, until Cleanup or Detach
+	live map[string]*agentsession.Session // by Spec.ID, until Cleanup or Detach
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -98,7 +99,7 @@ func New(cfg Config) *Executor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Executor{cfg: cfg, log: log.With("executor", Name), live: map[string]*session{}}
+	return &Executor{cfg: cfg, log: log.With("executor", Name), live: map[string]*agentsession.Session{}}
 }
 
 // Name returns "shell".
@@ -209,7 +210,7 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 	return s, nil
 }
 
-func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdir, bin string) (*session, error) {
+func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdir, bin string) (*agentsession.Session, error) {
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, fmt.Errorf("create executor directory: %w", err)
 	}
@@ -241,14 +242,14 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err := e.startAgent(ctx, bin, dir, workdir, home, spec.ID, deadline); err != nil {
 		return nil, err
 	}
-	s := e.newSession(spec.ID, dir)
-	hello, err := s.client.Connect(ctx)
+	client := e.newClient(spec.ID, dir)
+	hello, err := client.Connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the step agent: %w", err)
 	}
-	s.workdir = hello.Workdir
+	s := e.newSession(spec.ID, dir, hello.Workdir, client)
 	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral); err != nil {
-		_ = s.client.Shutdown(context.WithoutCancel(ctx))
+		_ = client.Shutdown(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("write setup log: %w", err)
 	}
 	ok = true
@@ -358,7 +359,7 @@ func (e *Executor) dialer(dir string) agent.Dialer {
 	}
 }
 
-func (e *Executor) newSession(id, dir string) *session {
+func (e *Executor) newClient(id, dir string) *agent.Client {
 	opts := agent.Options{
 		Name:      "knotless-run " + version.Version,
 		Heartbeat: e.cfg.Heartbeat,
@@ -371,7 +372,20 @@ func (e *Executor) newSession(id, dir string) *session {
 			return nil
 		},
 	}
-	return &session{exe: e, id: id, dir: dir, client: agent.NewClient(e.dialer(dir), opts), closing: make(chan struct{}), detaching: make(chan struct{})}
+	return agent.NewClient(e.dialer(dir), opts)
+}
+
+// newSession is the session of the agent in dir that client reaches.
+func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *agentsession.Session {
+	data, _ := json.Marshal(handleData{Dir: dir})
+	var s *agentsession.Session
+	s = agentsession.New(agentsession.Config{
+		Executor: Name, ID: id, Workdir: workdir, Client: client,
+		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
+		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
+		Forget: func() { e.forget(id, s) },
+	})
+	return s
 }
 
 // writeSetupLog tells the run's setup log what this executor is and what of
@@ -468,8 +482,8 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 	}
 	e.live[h.ID] = nil
 	e.mu.Unlock()
-	s := e.newSession(h.ID, dir)
-	hello, err := s.client.Connect(ctx)
+	client := e.newClient(h.ID, dir)
+	hello, err := client.Connect(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
@@ -479,9 +493,8 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		}
 		return nil, fmt.Errorf("recover shell session %s: %w", h.ID, err)
 	}
-	s.workdir = hello.Workdir
-	e.live[h.ID] = s
-	return s, nil
+	e.live[h.ID] = e.newSession(h.ID, dir, hello.Workdir, client)
+	return e.live[h.ID], nil
 }
 
 // Sweep stops the agent of every session directory under Config.Dir whose
@@ -648,10 +661,10 @@ func killTreeOf(pid int) int {
 }
 
 // forget drops s from the live sessions.
-func (e *Executor) forget(s *session) {
+func (e *Executor) forget(id string, s *agentsession.Session) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.live[s.id] == s {
-		delete(e.live, s.id)
+	if e.live[id] == s {
+		delete(e.live, id)
 	}
 }
