@@ -50,7 +50,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `knotless-agent is Knotless's step agent; runners start it, people do not.
 
   knotless-agent serve --dir DIR --socket PATH [flags]   run the agent for one run
-  knotless-agent connect --socket PATH                   bridge STDIN/STDOUT to a running agent
+  knotless-agent connect --socket PATH [--wait DUR]     bridge STDIN/STDOUT to a running agent
   knotless-agent version
 
 Run "knotless-agent serve -h" for the serve flags.
@@ -135,12 +135,18 @@ func serve(args []string) int {
 func connect(args []string) int {
 	fs := flag.NewFlagSet("connect", flag.ExitOnError)
 	socket := fs.String("socket", "", "the agent's Unix socket (required)")
+	wait := fs.Duration("wait", 0, "keep trying this long while nothing listens on the socket yet (an agent starting)")
 	_ = fs.Parse(args)
 	if *socket == "" {
 		fmt.Fprintln(os.Stderr, "knotless-agent connect: --socket is required")
 		return 2
 	}
+	deadline := time.Now().Add(*wait)
 	c, err := agent.DialUnix(context.Background(), *socket)
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		c, err = agent.DialUnix(context.Background(), *socket)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "knotless-agent connect: %v\n", err)
 		return 1

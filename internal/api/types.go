@@ -32,6 +32,12 @@ const (
 	ReasonExecutor = "executor"
 	// ReasonRunnerStopped: the runner was shut down before the run finished.
 	ReasonRunnerStopped = "runner-stopped"
+	// ReasonUnschedulable: the run's pod was not scheduled in time; the
+	// message holds the scheduler's words.
+	ReasonUnschedulable = "unschedulable"
+	// ReasonPodLost: the run's pod vanished or ended under a running step
+	// (deleted from outside, its node lost).
+	ReasonPodLost = "pod-lost"
 )
 
 // Step states.

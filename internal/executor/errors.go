@@ -12,3 +12,15 @@ var ErrDetached = errors.New("executor: session detached")
 
 // ErrClosed is returned by a session's methods once Cleanup was called.
 var ErrClosed = errors.New("executor: session cleaned up")
+
+// Fault is an error of an environment that knows why the run cannot go
+// on: Reason is the run's reason (an api.Reason* value such as image-pull,
+// unschedulable, pod-lost, or executor) and Message what a person can act
+// on (the kubelet's or the scheduler's own words). The runner ends the run
+// errored with Reason when EnvironmentFault(Reason) holds, else failed.
+type Fault struct {
+	Reason  string
+	Message string
+}
+
+func (f *Fault) Error() string { return f.Reason + ": " + f.Message }

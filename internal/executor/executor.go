@@ -31,6 +31,10 @@ type Setup struct {
 	// Work is the runner's work directory; an executor keeps its files in
 	// Work/<its name>.
 	Work string
+	// Runner is the runner's name (its state's), which executors put on
+	// what they make so that Sweep finds it; "exec" for `knotless-run
+	// exec`.
+	Runner string
 	// Agent is the step agent program (knotless-agent) to run or copy into
 	// environments; empty means the one beside the running program, else
 	// the one in PATH.
@@ -212,7 +216,8 @@ type Result struct {
 // limit) or by a person (cancelled).
 func EnvironmentFault(reason string) bool {
 	switch reason {
-	case api.ReasonEvicted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost:
+	case api.ReasonEvicted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
+		api.ReasonUnschedulable, api.ReasonPodLost:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"sync"
@@ -93,6 +94,13 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 			return nil, res, true
 		}
 		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), prepErr)
+		if f := (*executor.Fault)(nil); errors.As(prepErr, &f) && f.Reason != "" {
+			state := api.StateErrored
+			if !executor.EnvironmentFault(f.Reason) {
+				state = api.StateFailed
+			}
+			return nil, Result{State: state, Reason: f.Reason, Message: firstLine(f.Message)}, true
+		}
 		return nil, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(prepErr.Error())}, true
 	}
 	if e.journal != nil {

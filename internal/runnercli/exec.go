@@ -63,7 +63,7 @@ cancelled, 2 when the command line was wrong.`,
 			if err := os.MkdirAll(work, 0o700); err != nil {
 				return fmt.Errorf("work directory: %w", err)
 			}
-			ex, err := exf.newExecutor(work, log, true)
+			ex, err := exf.newExecutor(work, "exec", log, true)
 			if err != nil {
 				return err
 			}

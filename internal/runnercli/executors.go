@@ -1,6 +1,7 @@
 package runnercli
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/internal/executor/shell"
 )
 
@@ -16,6 +18,7 @@ import (
 // with one line here.
 var executors = []func() ExecutorOptions{
 	func() ExecutorOptions { return &shell.Options{} },
+	func() ExecutorOptions { return &kube.Options{} },
 }
 
 // ExecutorOptions is one executor's part of the command line: its flags and
@@ -23,10 +26,10 @@ var executors = []func() ExecutorOptions{
 type ExecutorOptions interface {
 	// Name is the executor's name as --executor spells it.
 	Name() string
-	// AddFlags adds the executor's flags to fs, each named "<Name>-..."
-	// (e.g. --kube-namespace). The command adds to each flag's help its
-	// environment variable (KNOTLESS_ and the name in upper case, '-' as
-	// '_') and that only --executor <Name> uses it.
+	// AddFlags adds the executor's flags to fs (e.g. --namespace); no two
+	// executors may add the same name. The command adds to each flag's
+	// help its environment variable (KNOTLESS_ and the name in upper
+	// case, '-' as '_') and that only --executor <Name> uses it.
 	AddFlags(fs *pflag.FlagSet)
 	// New makes the executor from the flags' values, after they were
 	// parsed, and from what the runner's own flags say (work directory,
@@ -63,8 +66,8 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 		own := pflag.NewFlagSet(o.Name(), pflag.ContinueOnError)
 		o.AddFlags(own)
 		own.VisitAll(func(f *pflag.Flag) {
-			if !strings.HasPrefix(f.Name, o.Name()+"-") {
-				panic(fmt.Sprintf("executor %s adds flag --%s: its flags must start with %q", o.Name(), f.Name, o.Name()+"-"))
+			if other, dup := e.owner[f.Name]; dup || fs.Lookup(f.Name) != nil {
+				panic(fmt.Sprintf("executor %s adds flag --%s, which %s has already", o.Name(), f.Name, cmp.Or(other, "the command")))
 			}
 			env := "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 			f.Usage += " (only with --executor " + o.Name() + ")" + envNote(env)
@@ -80,8 +83,8 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 // Flags of other executors given on the command line are ignored, with a
 // warning (from the environment they are ignored silently: one environment
 // may serve runners of several executors).
-func (e *executorFlags) newExecutor(work string, log *slog.Logger, ephemeral bool) (executor.Executor, error) {
-	setup := executor.Setup{Work: work, Agent: e.agent, Logger: log, Ephemeral: ephemeral}
+func (e *executorFlags) newExecutor(work, runner string, log *slog.Logger, ephemeral bool) (executor.Executor, error) {
+	setup := executor.Setup{Work: work, Runner: runner, Agent: e.agent, Logger: log, Ephemeral: ephemeral}
 	var chosen ExecutorOptions
 	var names []string
 	for _, o := range e.opts {

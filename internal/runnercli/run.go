@@ -72,11 +72,11 @@ to do, cancels its running runs and exits 1.`,
 				return usagef("run needs --state FILE and --work DIR")
 			}
 			log := g.logger()
-			ex, err := exf.newExecutor(work, log, false)
+			st, err := runner.LoadState(statePath)
 			if err != nil {
 				return err
 			}
-			st, err := runner.LoadState(statePath)
+			ex, err := exf.newExecutor(work, st.Name, log, false)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,142 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
+)
+
+// executor returns a pods/exec stream executor for argv in the job
+// container of pod: WebSocket (protocol v5, which can close STDIN) with
+// client-go's fallback to SPDY when the upgrade fails or a proxy cannot
+// carry it, as kubectl does. The runner's Role needs create (and, for
+// older servers, get) on pods/exec.
+func (e *Executor) executor(pod string, argv []string, stdin bool) (remotecommand.Executor, error) {
+	req := e.client.CoreV1().RESTClient().Post().
+		Namespace(e.ns).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: Container,
+			Command:   argv,
+			Stdin:     stdin,
+			Stdout:    true,
+			Stderr:    true,
+		}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", req.URL().String())
+	if err != nil {
+		return nil, fmt.Errorf("WebSocket exec: %w", err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(e.rest, "POST", req.URL())
+	if err != nil {
+		return nil, fmt.Errorf("SPDY exec: %w", err)
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}
+
+// run execs argv in pod with stdin (nil: no STDIN stream, which SPDY
+// would otherwise wait on) and returns its stdout, stderr and exit code;
+// err is set when the command did not run to an exit status.
+func (e *Executor) run(ctx context.Context, pod string, argv []string, stdin io.Reader) (stdout, stderr []byte, code int, err error) {
+	exe, err := e.executor(pod, argv, stdin != nil)
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	var out, errOut bytes.Buffer
+	err = exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &errOut})
+	if err == nil {
+		return out.Bytes(), errOut.Bytes(), 0, nil
+	}
+	var exit utilexec.ExitError
+	if errors.As(err, &exit) && exit.Exited() {
+		return out.Bytes(), errOut.Bytes(), exit.ExitStatus(), nil
+	}
+	return out.Bytes(), errOut.Bytes(), -1, err
+}
+
+// stream is one exec of `knotless-agent connect` as a byte stream to the
+// agent: writes go to the exec's STDIN, reads come from its STDOUT. Its
+// STDERR (the bridge's own complaints) is kept for errors. Close ends the
+// exec; the agent and its steps go on.
+type stream struct {
+	inR  *io.PipeReader
+	inW  *io.PipeWriter
+	outR *io.PipeReader
+	outW *io.PipeWriter
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	err    error // how the exec ended
+}
+
+// openStream starts argv in pod (`knotless-agent connect`, or the
+// delivery script that becomes it) with STDIN, STDOUT and STDERR. It
+// returns at once; a failure to set the exec up shows as the stream's
+// first read error, with what the command wrote to STDERR.
+func (e *Executor) openStream(pod string, argv []string) (*stream, error) {
+	exe, err := e.executor(pod, argv, true)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{cancel: cancel, done: make(chan struct{})}
+	s.inR, s.inW = io.Pipe()
+	s.outR, s.outW = io.Pipe()
+	go func() {
+		defer close(s.done)
+		err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.inR, Stdout: s.outW, Stderr: lockedWriter{s}})
+		if err == nil {
+			err = io.EOF
+		} else if msg := strings.TrimSpace(s.stderrText()); msg != "" {
+			err = fmt.Errorf("%w (the bridge said: %s)", err, msg)
+		}
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		_ = s.outW.CloseWithError(err)
+		_ = s.inR.CloseWithError(err)
+	}()
+	return s, nil
+}
+
+type lockedWriter struct{ s *stream }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if w.s.stderr.Len() < 4096 {
+		w.s.stderr.Write(p[:min(len(p), 4096-w.s.stderr.Len())])
+	}
+	return len(p), nil
+}
+
+func (s *stream) stderrText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+func (s *stream) Read(p []byte) (int, error)  { return s.outR.Read(p) }
+func (s *stream) Write(p []byte) (int, error) { return s.inW.Write(p) }
+
+// Close ends the exec and waits for its goroutine.
+func (s *stream) Close() error {
+	_ = s.inW.Close()
+	s.cancel()
+	_ = s.outR.Close()
+	<-s.done
+	return nil
+}

@@ -1,0 +1,222 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// Options are the kube executor's part of knotless-run's command line
+// (runnercli.ExecutorOptions).
+type Options struct {
+	kubeconfig     string
+	namespace      string
+	image          string
+	cpus           string
+	memory         string
+	disk           string
+	runAs          string
+	runtimeClass   string
+	nodeSelector   []string
+	tolerations    []string
+	pullSecrets    []string
+	imagePullGrace time.Duration
+	pendingTimeout time.Duration
+}
+
+// Name returns "kube".
+func (*Options) Name() string { return Name }
+
+// AddFlags adds the kube executor's flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the standard loading rules: KUBECONFIG, ~/.kube/config, else the pod's ServiceAccount when in a cluster); never stored")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the job pods (default: the runner pod's own, else the kubeconfig context's)")
+	fs.StringVar(&o.image, "image", "", "job image for workflows that name no image:")
+	fs.StringVar(&o.cpus, "cpus", DefaultCPUs, "job pod cpu (requests = limits), and the most a workflow's resources: may ask for")
+	fs.StringVar(&o.memory, "memory", "2Gi", "job pod memory (requests = limits), and the most a workflow may ask for")
+	fs.StringVar(&o.disk, "disk", "10Gi", "job pod ephemeral storage (requests = limits; also each emptyDir's sizeLimit), and the most a workflow may ask for")
+	fs.StringVar(&o.runAs, "run-as", DefaultRunAs.String(), "job container user: UID:GID, or image for the image's own (non-root) user")
+	fs.StringVar(&o.runtimeClass, "runtime-class", "", "RuntimeClass of job pods, e.g. gvisor or kata")
+	fs.StringArrayVar(&o.nodeSelector, "node-selector", nil, "node label KEY=VALUE job pods must run on (repeatable)")
+	fs.StringArrayVar(&o.tolerations, "toleration", nil, "taint job pods tolerate: KEY[=VALUE][:EFFECT] (repeatable)")
+	fs.StringArrayVar(&o.pullSecrets, "pull-secret", nil, "image pull Secret in the job pods' namespace (repeatable)")
+	fs.DurationVar(&o.imagePullGrace, "image-pull-grace", DefaultImagePullGrace, "how long an image that cannot be pulled is retried before the run ends errored/image-pull")
+	fs.DurationVar(&o.pendingTimeout, "pending-timeout", DefaultPendingTimeout, "how long a job pod may stay unscheduled before the run ends errored/unschedulable")
+}
+
+// New makes the kube executor from the flags: client configuration by
+// LoadClientConfig, the runner's own pod as owner when it runs in one
+// (OwnPod), the step agent setup.Agent (or the one beside knotless-run).
+// It logs once what Kubernetes cannot do of a runner's limits.
+func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
+	rc, ns, inCluster, err := LoadClientConfig(o.kubeconfig, o.namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{
+		Rest: rc, Namespace: ns, Runner: setup.Runner, Image: o.image, CPUs: o.cpus,
+		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
+		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, Logger: setup.Logger,
+	}
+	if cfg.Memory, err = workflow.ParseSize(o.memory); err != nil {
+		return nil, fmt.Errorf("--memory %q: %v", o.memory, err)
+	}
+	if cfg.Disk, err = workflow.ParseSize(o.disk); err != nil {
+		return nil, fmt.Errorf("--disk %q: %v", o.disk, err)
+	}
+	if cfg.RunAs, err = ParseRunAs(o.runAs); err != nil {
+		return nil, err
+	}
+	if cfg.NodeSelector, err = ParseNodeSelector(o.nodeSelector); err != nil {
+		return nil, err
+	}
+	if cfg.Tolerations, err = ParseTolerations(o.tolerations); err != nil {
+		return nil, err
+	}
+	cfg.Agent = setup.Agent
+	if cfg.Agent == "" {
+		if cfg.Agent, err = shell.FindAgent(); err != nil {
+			return nil, err
+		}
+	}
+	log := setup.Logger
+	if inCluster {
+		owner, err := OwnPod(context.Background(), rc, ns)
+		if err != nil {
+			if log != nil {
+				log.Warn("kube executor: job pods get no owner reference (deleting the runner's pod will not delete them; the runner's start sweeps them)", "err", err)
+			}
+		} else {
+			cfg.Owner = owner
+		}
+	}
+	ex, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ex.log.Info("kube executor ready: Kubernetes has no per-pod process limit (only the kubelet's podPidsLimit) and no disk floor (each pod's ephemeral-storage limit bounds it)",
+		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner))
+	return ex, nil
+}
+
+func ownerName(o *metav1.OwnerReference) string {
+	if o == nil {
+		return ""
+	}
+	return o.Kind + "/" + o.Name
+}
+
+// LoadClientConfig returns the client configuration by client-go's
+// standard rules (an explicit kubeconfig; else KUBECONFIG; else
+// ~/.kube/config; else, inside a cluster, the pod's ServiceAccount), so
+// that exec credential plugins work unchanged, and the namespace: the
+// namespace argument, else (in a cluster) the pod's own, else the
+// context's, else "default". inCluster tells whether the ServiceAccount's
+// configuration was used. Nothing is written anywhere.
+func LoadClientConfig(kubeconfig, namespace string) (rc *rest.Config, ns string, inCluster bool, err error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	if namespace != "" {
+		overrides.Context.Namespace = namespace
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	rc, err = cc.ClientConfig()
+	if err != nil {
+		return nil, "", false, fmt.Errorf("kube executor: no client configuration: %w (give --kubeconfig, set KUBECONFIG, or run in a cluster with a ServiceAccount)", err)
+	}
+	ns, _, err = cc.Namespace()
+	if err != nil {
+		return nil, "", false, fmt.Errorf("kube executor: namespace: %w", err)
+	}
+	if namespace != "" {
+		ns = namespace
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return nil, "", false, fmt.Errorf("kube executor: namespace %q: %s", ns, strings.Join(errs, "; "))
+	}
+	_, statErr := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	inCluster = kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && statErr == nil
+	return rc, ns, inCluster, nil
+}
+
+// OwnPod returns an owner reference to the pod this process runs in (its
+// host name is the pod's name, Kubernetes' default), by UID, for job
+// pods in the same namespace. Errors: the pod cannot be read.
+func OwnPod(ctx context.Context, rc *rest.Config, ns string) (*metav1.OwnerReference, error) {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, err
+		}
+		name = h
+	}
+	ex, err := New(Config{Rest: rc, Namespace: ns, Agent: "-"})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := ex.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the runner's own pod %s/%s: %w", ns, name, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, BlockOwnerDeletion: ptr.To(false)}, nil
+}
+
+// ParseNodeSelector reads KEY=VALUE pairs.
+func ParseNodeSelector(pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			return nil, fmt.Errorf("--node-selector %q: want KEY=VALUE with a label key and value", p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// ParseTolerations reads KEY[=VALUE][:EFFECT] (kubectl taint's syntax):
+// with a value the operator is Equal, else Exists; no effect tolerates
+// every effect.
+func ParseTolerations(specs []string) ([]corev1.Toleration, error) {
+	var out []corev1.Toleration
+	for _, s := range specs {
+		kv, effect, _ := strings.Cut(s, ":")
+		k, v, hasV := strings.Cut(kv, "=")
+		t := corev1.Toleration{Key: k, Operator: corev1.TolerationOpExists}
+		if hasV {
+			t.Operator, t.Value = corev1.TolerationOpEqual, v
+		}
+		switch corev1.TaintEffect(effect) {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+			t.Effect = corev1.TaintEffect(effect)
+		default:
+			return nil, fmt.Errorf("--toleration %q: the effect must be NoSchedule, PreferNoSchedule or NoExecute", s)
+		}
+		if k == "" || len(validation.IsQualifiedName(k)) > 0 {
+			return nil, fmt.Errorf("--toleration %q: want KEY[=VALUE][:EFFECT]", s)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,301 @@
+package kube
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Labels every job pod carries (Kubernetes recommended label for the
+// manager; Knotless's own for the runner and the run's environment ID).
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "knotless"
+	LabelRunner    = "knotless.dev/runner"
+	LabelRun       = "knotless.dev/run"
+)
+
+// Paths inside the job pod. Each is an emptyDir with a sizeLimit; the
+// root file system is read-only.
+const (
+	// Container is the job pod's only container.
+	Container = "job"
+	// AgentDir holds the step agent's program (bin/), its state (state/:
+	// step output files, exit statuses) and its socket (agent.sock).
+	AgentDir = "/knotless"
+	// AgentPath is where the step agent's program is delivered.
+	AgentPath = AgentDir + "/bin/knotless-agent"
+	// AgentSocket is the agent's Unix socket.
+	AgentSocket = AgentDir + "/agent.sock"
+	// AgentState is the agent's state directory.
+	AgentState = AgentDir + "/state"
+	// Workspace is the checkout, the steps' working directory.
+	Workspace = "/workspace"
+	// Home is the steps' HOME.
+	Home = "/home/knotless"
+	// Tmp is /tmp.
+	Tmp = "/tmp"
+	// startFIFO is the named pipe PID 1 waits on until the agent has
+	// been delivered.
+	startFIFO = AgentDir + "/start"
+)
+
+// deadlineMargin is added to the run's timeout for the pod's
+// activeDeadlineSeconds: Knotless's own timeout (the runner's and the
+// agent's --deadline) fires first and ends the step with its log; the
+// kubelet's deadline only catches a pod nobody ends.
+const deadlineMargin = 2 * time.Minute
+
+// RunAs is the user a job pod's container runs as.
+type RunAs struct {
+	// Image keeps the image's own user (runAsUser unset); runAsNonRoot
+	// still refuses root, and a non-numeric USER fails verification.
+	Image bool
+	// UID and GID are used when Image is false; GID 0 means UID.
+	UID, GID int64
+}
+
+// DefaultRunAs is UID:GID 1000:1000.
+var DefaultRunAs = RunAs{UID: 1000, GID: 1000}
+
+// ParseRunAs reads "UID:GID", "UID" or "image". UID 0 is refused: job pods
+// never run as root.
+func ParseRunAs(s string) (RunAs, error) {
+	if s == "image" {
+		return RunAs{Image: true}, nil
+	}
+	u, g, hasG := strings.Cut(s, ":")
+	uid, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || uid < 0 {
+		return RunAs{}, fmt.Errorf("--run-as %q: want UID:GID (numbers), UID, or image", s)
+	}
+	gid := uid
+	if hasG {
+		if gid, err = strconv.ParseInt(g, 10, 64); err != nil || gid < 0 {
+			return RunAs{}, fmt.Errorf("--run-as %q: the GID is not a number", s)
+		}
+	}
+	if uid == 0 {
+		return RunAs{}, fmt.Errorf("--run-as %q: job pods never run as root (UID 0); the namespace's Pod Security \"restricted\" refuses it", s)
+	}
+	return RunAs{UID: uid, GID: gid}, nil
+}
+
+// String is the flag's spelling.
+func (r RunAs) String() string {
+	if r.Image {
+		return "image"
+	}
+	return fmt.Sprintf("%d:%d", r.UID, r.GID)
+}
+
+// podSpec is what podFor needs to build one job pod.
+type podSpec struct {
+	Namespace    string
+	GenerateName string
+	Labels       map[string]string
+	Image        string
+	CPU          resource.Quantity
+	Memory       resource.Quantity
+	Disk         resource.Quantity
+	Deadline     time.Duration // the run's timeout; activeDeadlineSeconds adds deadlineMargin
+	RunAs        RunAs
+	RuntimeClass string
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	PullSecrets  []string
+	PullPolicy   corev1.PullPolicy
+	Owner        *metav1.OwnerReference
+	// Command is PID 1's argv: a shell that waits for the agent and execs
+	// it (bootstrapCommand).
+	Command []string
+}
+
+// podFor returns the job pod for spec, hardened to pass Pod Security
+// "restricted" (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+// spec.securityContext runAsNonRoot, runAsUser/runAsGroup/fsGroup (unless
+// RunAs.Image), seccompProfile RuntimeDefault; the container with
+// readOnlyRootFilesystem, allowPrivilegeEscalation false, capabilities
+// drop ALL; automountServiceAccountToken false, enableServiceLinks false,
+// no host namespaces or paths; requests equal to limits for cpu, memory
+// and ephemeral-storage (QoS Guaranteed); emptyDirs with sizeLimit Disk
+// for AgentDir, Workspace, Home and Tmp; restartPolicy Never;
+// activeDeadlineSeconds the run's timeout plus deadlineMargin; a 2 s
+// termination grace (the agent as PID 1 exits on SIGTERM at once).
+// Nothing secret is in it: no env, the command is the fixed bootstrap.
+func podFor(s podSpec) *corev1.Pod {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:              s.CPU.DeepCopy(),
+		corev1.ResourceMemory:           s.Memory.DeepCopy(),
+		corev1.ResourceEphemeralStorage: s.Disk.DeepCopy(),
+	}
+	psc := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	csc := &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Privileged:               ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if !s.RunAs.Image {
+		gid := s.RunAs.GID
+		if gid == 0 {
+			gid = s.RunAs.UID
+		}
+		psc.RunAsUser, psc.RunAsGroup, psc.FSGroup = ptr.To(s.RunAs.UID), ptr.To(gid), ptr.To(gid)
+		csc.RunAsUser, csc.RunAsGroup = ptr.To(s.RunAs.UID), ptr.To(gid)
+	}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, v := range []struct{ name, path string }{
+		{"knotless", AgentDir}, {"workspace", Workspace}, {"home", Home}, {"tmp", Tmp},
+	} {
+		limit := s.Disk.DeepCopy()
+		volumes = append(volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	deadline := int64((s.Deadline + deadlineMargin + time.Second - 1) / time.Second)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: s.GenerateName,
+			Namespace:    s.Namespace,
+			Labels:       s.Labels,
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			HostNetwork:                   false,
+			HostPID:                       false,
+			HostIPC:                       false,
+			TerminationGracePeriodSeconds: ptr.To[int64](2),
+			ActiveDeadlineSeconds:         ptr.To(deadline),
+			SecurityContext:               psc,
+			NodeSelector:                  s.NodeSelector,
+			Tolerations:                   s.Tolerations,
+			Containers: []corev1.Container{{
+				Name:            Container,
+				Image:           s.Image,
+				ImagePullPolicy: s.PullPolicy,
+				Command:         s.Command,
+				WorkingDir:      Workspace,
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+				SecurityContext: csc,
+				VolumeMounts:    mounts,
+			}},
+			Volumes: volumes,
+		},
+	}
+	if s.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = ptr.To(s.RuntimeClass)
+	}
+	for _, name := range s.PullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	if s.Owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{*s.Owner}
+	}
+	return pod
+}
+
+// bootstrapCommand is PID 1 of the job container until the agent is
+// there: a POSIX shell that waits (blocked on a named pipe it holds open
+// for reading and writing, so a writer never waits for it; no polling)
+// until the first exec has delivered the agent's program, then replaces
+// itself with the agent (exec), which becomes PID 1: it reaps orphans and
+// exits on SIGTERM, so the pod ends at once when deleted. Every argument
+// is fixed or derived from the run's ID and deadline: nothing secret.
+func bootstrapCommand(runID string, deadline time.Time, extra []string) []string {
+	agentArgs := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
+		"--workdir", Workspace, "--home", Home, "--path", defaultPATH, "--run", runID}
+	if !deadline.IsZero() {
+		agentArgs = append(agentArgs, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
+	}
+	agentArgs = append(agentArgs, extra...)
+	quoted := make([]string, len(agentArgs))
+	for i, a := range agentArgs {
+		quoted[i] = shellQuote(a)
+	}
+	script := `f=` + startFIFO + `; [ -p "$f" ] || mkfifo "$f" 2>/dev/null || [ -p "$f" ] || exit 97; ` +
+		`read -r go 0<>"$f"; exec ` + strings.Join(quoted, " ")
+	return []string{"/bin/sh", "-c", script}
+}
+
+// defaultPATH is the steps' PATH when a step sets none: the usual one of
+// Linux images.
+const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// deliverScript is the first exec's shell script. Unless the agent
+// listens already (a retried delivery), it asks for the program (line
+// lineSendAgent on STDOUT), reads exactly size bytes of it from STDIN
+// (head -c; the runner sends nothing more before the next line, so
+// nothing is read ahead, and the reader never depends on STDIN's end),
+// checks the count, makes it executable under its final name and wakes
+// PID 1 (bootstrapCommand). Then it says lineDelivered and becomes
+// `knotless-agent connect`: the same exec carries the agent protocol.
+func deliverScript(size int64) string {
+	n := strconv.FormatInt(size, 10)
+	return `set -e; umask 077; ` +
+		`if [ ! -S ` + AgentSocket + ` ]; then ` +
+		`mkdir -p ` + AgentDir + `/bin; t=` + AgentPath + `.part; echo ` + lineSendAgent + `; ` +
+		`head -c ` + n + ` > "$t"; got=$(wc -c < "$t"); ` +
+		`[ "$got" -eq ` + n + ` ] || { echo "knotless: the agent arrived truncated: $got of ` + n + ` bytes" >&2; exit 98; }; ` +
+		`chmod 0500 "$t"; mv "$t" ` + AgentPath + `; ` +
+		`f=` + startFIFO + `; [ -p "$f" ] || mkfifo "$f" 2>/dev/null || [ -p "$f" ]; echo go > "$f"; fi; ` +
+		`echo ` + lineDelivered + `; exec ` + AgentPath + ` connect --socket ` + AgentSocket + ` --wait 30s`
+}
+
+func shellQuote(s string) string {
+	if s != "" && safeShellWord.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+var safeShellWord = regexp.MustCompile(`^[A-Za-z0-9_./:=+,@-]+$`)
+
+// labelValue makes s a valid label value: at most 63 of [A-Za-z0-9._-],
+// starting and ending alphanumeric (others become '-').
+func labelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	s = string(b)
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.Trim(s, "._-")
+}
+
+// podNamePrefix is the GenerateName of a run's pod: "knotless-" and the
+// run's ID in lower case (a DNS-1123 label, room left for the API
+// server's 5 random characters).
+func podNamePrefix(id string) string {
+	b := []byte(strings.ToLower(id))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	s := "knotless-" + string(b)
+	if len(s) > 50 {
+		s = s[:50]
+	}
+	return strings.TrimRight(s, "-") + "-"
+}

@@ -1,0 +1,149 @@
+package kube
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// Reasons of a job pod's end.
+const (
+	ReasonUnschedulable = api.ReasonUnschedulable
+	ReasonPodLost       = api.ReasonPodLost
+)
+
+// fault is how a job pod let its run down: a reason (api.Reason* or the
+// ones above) and a message a person can act on.
+type fault struct {
+	Reason  string
+	Message string
+}
+
+func (f *fault) Error() string { return f.Reason + ": " + f.Message }
+
+// podFault reads why pod cannot (or can no longer) run steps, from its
+// status alone; nil when nothing is wrong yet. since is when the pod was
+// created (by this runner's clock), for the grace periods: an image that
+// cannot be pulled for longer than pullGrace is image-pull, a pod Pending
+// (unscheduled) for longer than pending is unschedulable. A nil pod is a
+// pod that is gone.
+//
+// The order follows what Kubernetes reports wrongly elsewhere
+// (K8S-PITFALLS): a container terminated OOMKilled is oom-killed whatever
+// its exit code and the pod's phase; an eviction (status.reason Evicted
+// or a DisruptionTarget condition) is evicted even when the container
+// exited 0; DeadlineExceeded is timeout; a pod that ended any other way
+// is pod-lost, never a success.
+func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Duration) *fault {
+	if pod == nil {
+		return &fault{ReasonPodLost, "the job pod is gone (deleted from outside the runner?)"}
+	}
+	if pod.DeletionTimestamp != nil {
+		return &fault{ReasonPodLost, fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return &fault{api.ReasonEvicted, strings.TrimSpace(fmt.Sprintf("the job pod was disrupted (%s): %s", c.Reason, c.Message))}
+		}
+	}
+	if pod.Status.Reason == "Evicted" {
+		return &fault{api.ReasonEvicted, "the job pod was evicted: " + pod.Status.Message}
+	}
+	if pod.Status.Reason == "DeadlineExceeded" {
+		return &fault{api.ReasonTimeout, "the job pod passed its activeDeadlineSeconds: " + pod.Status.Message}
+	}
+	cs := jobStatus(pod)
+	if cs != nil {
+		if t := cs.State.Terminated; t != nil {
+			if t.Reason == "OOMKilled" {
+				return &fault{api.ReasonOOMKilled, fmt.Sprintf("the job container was killed for exceeding its memory limit (exit code %d)", t.ExitCode)}
+			}
+			msg := fmt.Sprintf("the job container ended (%s, exit code %d)", t.Reason, t.ExitCode)
+			if t.Message != "" {
+				msg += ": " + t.Message
+			}
+			return &fault{ReasonPodLost, msg}
+		}
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+				if w.Reason == "InvalidImageName" || w.Reason == "ErrImageNeverPull" || now.Sub(since) >= pullGrace {
+					return &fault{api.ReasonImagePull, fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message)}
+				}
+			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return &fault{api.ReasonExecutor, fmt.Sprintf("%s: %s", w.Reason, w.Message)}
+			}
+		}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		msg := fmt.Sprintf("the job pod ended (phase %s)", pod.Status.Phase)
+		if pod.Status.Reason != "" {
+			msg += ": " + pod.Status.Reason + " " + pod.Status.Message
+		}
+		return &fault{ReasonPodLost, strings.TrimSpace(msg)}
+	case corev1.PodPending:
+		if pending > 0 && now.Sub(since) >= pending && !scheduled(pod) {
+			msg := "the job pod was not scheduled within " + pending.String()
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Message != "" {
+					msg += ": " + c.Message
+				}
+			}
+			return &fault{ReasonUnschedulable, msg}
+		}
+	}
+	return nil
+}
+
+// scheduled reports whether the pod has a node.
+func scheduled(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" {
+		return true
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// jobStatus is the status of the job container, nil before the kubelet
+// reported one.
+func jobStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == Container {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// running reports whether the job container runs.
+func running(pod *corev1.Pod) bool {
+	cs := jobStatus(pod)
+	return pod != nil && pod.Status.Phase == corev1.PodRunning && cs != nil && cs.State.Running != nil
+}
+
+// pendingNote describes a Pending pod's wait for the setup log: the
+// scheduler's message or the container's waiting reason; "" when there is
+// nothing to say.
+func pendingNote(pod *corev1.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	if cs := jobStatus(pod); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
+		return strings.TrimSpace(cs.State.Waiting.Reason + " " + cs.State.Waiting.Message)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return strings.TrimSpace(c.Reason + " " + c.Message)
+		}
+	}
+	return ""
+}
