@@ -232,6 +232,13 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 			}
 			// Writable while we fill it; its own mode is set at the end.
 			if err := t.Chmod(p, 0o700); err != nil {
+				// A directory that exists and is not ours (a volume's
+				// mount point owned by root, mode 0777) is merged into as
+				// it is: its mode and times stay.
+				if exists && errors.Is(err, fs.ErrPermission) {
+					n++
+					continue
+				}
 				return n, err
 			}
 			dirs = append(dirs, dirMode{p, mode, hdr.ModTime})

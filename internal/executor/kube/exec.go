@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream"
 )
 
@@ -139,4 +141,36 @@ func (s *stream) Close() error {
 	_ = s.outR.Close()
 	<-s.done
 	return nil
+}
+
+// quietHandler passes client-go's own log lines (klog) on at debug level:
+// it reports a closed exec stream as an error although closing it is how
+// a connection to the agent ends.
+type quietHandler struct{ slog.Handler }
+
+func (h quietHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return nil // klog's bridge does not always ask Enabled first
+	}
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name)}
+}
+
+var klogOnce sync.Once
+
+// quietKlog sends klog's lines to log at debug level (once per process).
+func quietKlog(log *slog.Logger) {
+	klogOnce.Do(func() { klog.SetSlogLogger(slog.New(quietHandler{log.Handler()}).With("source", "client-go")) })
 }

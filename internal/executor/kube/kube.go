@@ -168,6 +168,7 @@ func New(cfg Config) (*Executor, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	quietKlog(log)
 	rc := rest.CopyConfig(cfg.Rest)
 	// One runner makes few requests, but a burst of them (a pod, its
 	// watch, two execs) must not wait on client-go's default limiter.
@@ -450,7 +451,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		return nil, fmt.Errorf("connect to the step agent: %w", err)
 	}
 	e.logf(spec, "step agent %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
-		hello.Version, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		hello.Agent, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
 	e.logf(spec, "caches are not restored on kube yet: running cold")
 	s := e.newSession(spec.ID, pod.Name, pod.UID, hello.Workdir, client, handle, spec.Workspace)
 	ok = true
