@@ -37,12 +37,13 @@ const (
 )
 
 // PodRunnerRules is the Role a runner needs to run job pods in one
-// namespace: create, get, list, watch and delete on pods, and get plus
+// namespace: create, get, list, watch, delete and patch (to re-point an
+// adopted pod's owner reference) on pods, and get plus
 // create on pods/exec (WebSocket exec needs create since Kubernetes 1.35,
 // SPDY needs create, older WebSocket servers get). It returns a new slice.
 func PodRunnerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
 	}
 }

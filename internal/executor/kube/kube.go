@@ -364,6 +364,14 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 }
 
 func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsession.Session, error) {
+	if spec.Workspace != "" {
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", spec.Workspace)
+			}
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+	}
 	image := spec.Image
 	if image == "" {
 		image = e.cfg.Image

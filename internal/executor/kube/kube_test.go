@@ -1,0 +1,184 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/executortest"
+	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/test/kubetest"
+)
+
+// fixture is one restricted namespace with a runner ServiceAccount bound
+// to exactly the Role a runner gets (kubetest.PodRunnerRules), never the
+// admin's rights.
+type fixture struct {
+	c          *kubetest.Cluster
+	ns         string
+	rest       *rest.Config
+	kubeconfig string
+	agent      string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	c := kubetest.Connect(t)
+	ns := c.RestrictedNamespace(t)
+	path, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
+	return &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t)}
+}
+
+// config is the executor configuration tests start from: small pods of
+// the job base image, as runner "test".
+func (f *fixture) config() kube.Config {
+	return kube.Config{
+		Rest: f.rest, Namespace: f.ns, Runner: "test", Image: kubetest.JobBaseImage,
+		CPUs: "200m", Memory: 128 << 20, Disk: 256 << 20, PullPolicy: "Never",
+		Agent: f.agent,
+	}
+}
+
+func (f *fixture) executor(t *testing.T, cfg kube.Config) *kube.Executor {
+	t.Helper()
+	e, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// podOf is the pod name a session's handle records.
+func podOf(t *testing.T, s executor.Session) string {
+	t.Helper()
+	var d struct {
+		Pod string `json:"pod"`
+	}
+	if err := json.Unmarshal(s.Handle().Data, &d); err != nil || d.Pod == "" {
+		t.Fatalf("session handle %s names no pod", s.Handle().Data)
+	}
+	return d.Pod
+}
+
+// podExec runs a shell script in the pod as the cluster's admin (the
+// test's view, not the runner's).
+func (f *fixture) podExec(ctx context.Context, pod, script string) ([]byte, error) {
+	out, stderr, code, err := kubetest.Exec(ctx, f.c.Config, f.ns, pod, kube.Container, []string{"/bin/sh", "-c", script}, nil)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, stderr)
+	}
+	return out, err
+}
+
+// procs lists the pod's processes, PIDs as its steps see them.
+func (f *fixture) procs(pod string) func() ([]executortest.Proc, error) {
+	return func() ([]executortest.Proc, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := f.podExec(ctx, pod, `for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; printf '%s\n' "$s"; tr '\000\n' '\001\002' < $d/cmdline 2>/dev/null; printf '\n'; done`)
+		if err != nil {
+			// A pod that is gone (or ending) has no process left.
+			p, gerr := f.c.Client.CoreV1().Pods(f.ns).Get(ctx, pod, metav1.GetOptions{})
+			if apierrors.IsNotFound(gerr) || (gerr == nil && (p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)) {
+				return []executortest.Proc{}, nil
+			}
+			return nil, err
+		}
+		var procs []executortest.Proc
+		lines := strings.Split(string(out), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			stat := lines[i]
+			j := strings.LastIndexByte(stat, ')')
+			if j < 0 {
+				continue
+			}
+			pid, _ := strconv.Atoi(strings.Fields(stat)[0])
+			rest := strings.Fields(stat[j+1:])
+			if len(rest) < 3 {
+				continue
+			}
+			pgid, _ := strconv.Atoi(rest[2])
+			argv := bytes.ReplaceAll([]byte(lines[i+1]), []byte{1}, []byte{0})
+			argv = bytes.ReplaceAll(argv, []byte{2}, []byte{'\n'})
+			procs = append(procs, executortest.Proc{PID: pid, PGID: pgid, State: rest[0][0], Argv: argv})
+		}
+		return procs, nil
+	}
+}
+
+// gate is a named pipe in the pod's /tmp: the step blocks reading it until
+// the test, through its own exec, writes and closes it.
+func (f *fixture) gate(pod string) func(t *testing.T) executortest.Gate {
+	return func(t *testing.T) executortest.Gate {
+		path := fmt.Sprintf("/tmp/.gate-%d", time.Now().UnixNano())
+		mk := `f=` + path + `; [ -p $f ] || mkfifo $f 2>/dev/null || [ -p $f ]; `
+		opened := false
+		return executortest.Gate{
+			Wait: mk + `cat $f >/dev/null`,
+			Open: func(t *testing.T) {
+				t.Helper()
+				if opened {
+					return
+				}
+				opened = true
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, err := f.podExec(ctx, pod, mk+`echo > $f`); err != nil {
+					t.Fatalf("open gate %s: %v", path, err)
+				}
+			},
+		}
+	}
+}
+
+// leftovers lists the pods of run id that still exist.
+func (f *fixture) leftovers(t *testing.T, id string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRun + "=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range list.Items {
+		left = append(left, fmt.Sprintf("pod %s (%s)", p.Name, p.Status.Phase))
+	}
+	return left
+}
+
+func (f *fixture) harness() executortest.Harness {
+	return executortest.Harness{
+		Executor: func(t *testing.T) func() executor.Executor {
+			cfg := f.config()
+			return func() executor.Executor { return f.executor(t, cfg) }
+		},
+		Spec: func(t *testing.T, id string) executor.Spec {
+			return executor.Spec{ID: id, Workspace: t.TempDir(), Timeout: 10 * time.Minute}
+		},
+		Env: func(t *testing.T, s executor.Session) executortest.Env {
+			pod := podOf(t, s)
+			return executortest.Env{Procs: f.procs(pod), NewGate: f.gate(pod)}
+		},
+		Leftovers: f.leftovers,
+	}
+}
+
+// TestKube runs the executors' shared suite against job pods of the local
+// cluster, as a runner's ServiceAccount.
+func TestKube(t *testing.T) {
+	f := newFixture(t)
+	executortest.Run(t, f.harness())
+}
