@@ -546,17 +546,21 @@ func (e *Executor) deliverOnce(ctx context.Context, pod string, bin []byte) (io.
 	}
 	stop := context.AfterFunc(ctx, func() { _ = st.Close() })
 	defer stop()
+	t0 := time.Now()
 	line, err := readLine(st)
 	if err != nil {
 		return fail(fmt.Errorf("the delivery exec: %w", err))
 	}
+	tExec := time.Since(t0)
 	if line == lineSendAgent {
 		if _, err := st.Write(bin); err != nil {
 			return fail(fmt.Errorf("send the agent: %w", err))
 		}
+		tSent := time.Since(t0)
 		if line, err = readLine(st); err != nil {
 			return fail(fmt.Errorf("the delivery exec after the agent was sent: %w", err))
 		}
+		e.log.Debug("step agent delivered", "pod", pod, "exec_ms", tExec.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
 	}
 	if line != lineDelivered {
 		return fail(fmt.Errorf("the delivery exec said %q", line))

@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/test/kubetest"
+)
+
+// kubeRunner is a restricted namespace of the local cluster with a runner
+// ServiceAccount bound to exactly the runner's Role, and the knotless-run
+// flags that run job pods there with it.
+type kubeRunner struct {
+	c    *kubetest.Cluster
+	ns   string
+	args []string
+}
+
+func newKubeRunner(t *testing.T) *kubeRunner {
+	t.Helper()
+	c := kubetest.Connect(t)
+	ns := c.RestrictedNamespace(t)
+	path, _ := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
+	return &kubeRunner{c: c, ns: ns, args: []string{
+		"--executor", "kube", "--kubeconfig", path, "--namespace", ns,
+		"--image", kubetest.JobBaseImage, "--cpus", "200m", "--memory", "128Mi", "--disk", "256Mi",
+	}}
+}
+
+// pods lists the job pods of runner name in the namespace.
+func (k *kubeRunner) pods(t *testing.T, runner string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRunner + "=" + runner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, fmt.Sprintf("%s (%s)", p.Name, p.Status.Phase))
+	}
+	return names
+}
+
+// A workflow of several steps runs in a job pod through server, runner and
+// CLI: the checkout arrives as a self-contained repository (no
+// alternates path of the runner's host), files written by one step are
+// there for the next, a secret reaches its step byte-exact and is masked
+// in the log, and the pod is gone after the run.
+func TestE2E_KubeMultiStepRunWithCheckoutSucceeds(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	const secret = "s3cr3t-$HOME-'quoted'\\back=slash-é"
+	w.cliOK(secret+"\n", "secret", "set", "TOKEN", "--repo", w.repo)
+	rid := w.registerRunner("kr1")
+	runner := w.startRunner(rid, k.args...)
+	run := w.pushOne(map[string]string{
+		"hello.txt": "hello from the checkout\n",
+		".knotless/workflows/ci.yml": `on:
+  push: {}
+secrets: [TOKEN]
+steps:
+  - name: checkout
+    run: |
+      cat hello.txt
+      test -d .git && test ! -e .git/objects/info/alternates && echo "self-contained .git"
+      test "$(pwd)" = "$KNOTLESS_WORKSPACE" && echo "in the workspace"
+      mkdir -p out && echo built > out/artifact
+  - name: next
+    run: cat out/artifact; id -u
+  - name: secret
+    secrets: [TOKEN]
+    run: |
+      printf '%s' "$TOKEN" | od -An -tx1 | tr -d ' \n'; echo
+      echo "masked: $TOKEN"
+`,
+	})
+	final := w.waitFinal(run.ID, 3*time.Minute)
+	if final.State != api.StateSucceeded {
+		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), runner.output(), w.stepLog(run.ID, api.SetupStep))
+	}
+	setup := w.stepLog(run.ID, api.SetupStep)
+	for _, want := range []string{"kube executor: pod " + k.ns + "/knotless-run-", "read-only root file system", "caches are not restored on kube"} {
+		if !strings.Contains(setup, want) {
+			t.Errorf("setup log lacks %q:\n%s", want, setup)
+		}
+	}
+	if got := w.stepLog(run.ID, 1); got != "hello from the checkout\nself-contained .git\nin the workspace\n" {
+		t.Errorf("step 1 log %q", got)
+	}
+	if got := w.stepLog(run.ID, 2); got != "built\n1000\n" {
+		t.Errorf("step 2 log %q, want the file step 1 wrote and uid 1000", got)
+	}
+	var hex strings.Builder
+	for _, b := range []byte(secret) {
+		fmt.Fprintf(&hex, "%02x", b)
+	}
+	log3 := w.stepLog(run.ID, 3)
+	if !strings.Contains(log3, hex.String()+"\n") {
+		t.Errorf("the secret did not reach the step byte-exact: log %q, want hex %s", log3, hex.String())
+	}
+	if strings.Contains(log3, secret) || !strings.Contains(log3, "masked: ***") {
+		t.Errorf("the secret is not masked in the log: %q", log3)
+	}
+	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+		left := k.pods(t, "kr1")
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}
+
+// A runner SIGKILLed while its job pod runs a step leaves the pod behind;
+// once the run is cancelled on the server, the runner started again on the
+// same state and work directory deletes the pod at its start (Sweep):
+// nothing of the dead process stays in the cluster.
+func TestE2E_KubeRunnerKilledThenRestartedLeavesNoPod(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("kr2")
+	first := w.startRunner(rid, k.args...)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: long
+    run: echo started; sleep 600
+`})
+	w.waitRun(run.ID, 2*time.Minute, "the step to start", func(r api.Run) bool {
+		return strings.Contains(w.stepLog(run.ID, 1), "started")
+	})
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	if left := k.pods(t, "kr2"); len(left) != 1 {
+		t.Fatalf("after SIGKILL the runner's pods are %v, want the run's one pod still there", left)
+	}
+	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
+	w.waitFinal(run.ID, time.Minute)
+	second := w.startRunner(rid, k.args...)
+	waitFor(t, time.Minute, "the restarted runner to delete the dead runner's job pod", func() (bool, string) {
+		left := k.pods(t, "kr2")
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+	second.signal(t, syscall.SIGINT)
+	second.wait(t, 30*time.Second)
+}
