@@ -43,7 +43,7 @@ func TestExecutorFlags_HelpNamesEnvAndExecutorOfEachFlag(t *testing.T) {
 	for _, cmd := range []string{"run", "exec"} {
 		_, out, _ := mainInProcess(cmd, "--help")
 		for _, want := range []string{
-			": shell, fake [env KNOTLESS_EXECUTOR] (default \"shell\")",
+			": shell, kube, fake [env KNOTLESS_EXECUTOR] (default \"shell\")",
 			"--fake-level int",
 			"how fake (only with --executor fake) [env KNOTLESS_FAKE_LEVEL] (default 1)",
 		} {
@@ -87,21 +87,21 @@ func TestExecutorFlags_FlagOfAnotherExecutorIsIgnoredWithAWarning(t *testing.T) 
 func TestExecutorFlags_UnknownExecutorListsTheRegisteredOnes(t *testing.T) {
 	withFakeExecutor(t)
 	code, _, errb := mainInProcess("run", "--state", "s", "--work", t.TempDir(), "--executor", "nope")
-	if code != 2 || !strings.Contains(errb, `unknown executor "nope" (available: shell, fake)`) {
+	if code != 2 || !strings.Contains(errb, `unknown executor "nope" (available: shell, kube, fake)`) {
 		t.Errorf("exit %d, stderr %q", code, errb)
 	}
 }
 
-// TestExecutorFlags_FlagWithoutTheExecutorsPrefixPanics pins the rule that
-// keeps executors' flags apart: each starts with its executor's name.
-func TestExecutorFlags_FlagWithoutTheExecutorsPrefixPanics(t *testing.T) {
+// TestExecutorFlags_FlagOfTwoExecutorsPanics pins the rule that keeps
+// executors' flags apart: no two executors add one flag name.
+func TestExecutorFlags_FlagOfTwoExecutorsPanics(t *testing.T) {
 	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `must start with "bad-"`) {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "executor bad adds flag --level, which bad has already") {
 			t.Errorf("recovered %v", r)
 		}
 	}()
 	saved := executors
-	executors = []func() ExecutorOptions{func() ExecutorOptions { return badOptions{} }}
+	executors = []func() ExecutorOptions{func() ExecutorOptions { return badOptions{} }, func() ExecutorOptions { return badOptions{} }}
 	defer func() { executors = saved }()
 	addExecutorFlags(pflag.NewFlagSet("x", pflag.ContinueOnError), "where")
 }

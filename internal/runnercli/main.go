@@ -126,8 +126,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
   knotless-run exec    run one workflow file locally, without a server
 
 Every flag can also be set by the environment variable named in its help.
-A flag named after an executor (--<executor>-...) is used only with that
---executor; with another one it is ignored (with a warning when it was given
+A flag whose help says "only with --executor NAME" is used only with that
+executor; with another one it is ignored (with a warning when it was given
 on the command line rather than in the environment).
 
 Exit status: 0 success, 1 a failed run or an operational error, 2 a wrong

@@ -72,11 +72,18 @@ to do, cancels its running runs and exits 1.`,
 				return usagef("run needs --state FILE and --work DIR")
 			}
 			log := g.logger()
-			st, err := runner.LoadState(statePath)
+			// The executor labels what it makes with the runner's name; a
+			// state file that cannot be read is reported below, after the
+			// executor's own complaints.
+			name := ""
+			if st, err := runner.LoadState(statePath); err == nil {
+				name = st.Name
+			}
+			ex, err := exf.newExecutor(work, name, log, false)
 			if err != nil {
 				return err
 			}
-			ex, err := exf.newExecutor(work, st.Name, log, false)
+			st, err := runner.LoadState(statePath)
 			if err != nil {
 				return err
 			}
