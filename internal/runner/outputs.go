@@ -96,6 +96,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 		return
 	}
 	var found []string
+	shown := map[string]string{} // a directory's root with a trailing slash
 	for _, r := range roots {
 		dst := filepath.Join(dir, filepath.FromSlash(r))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
@@ -105,11 +106,16 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 		err := sess.CopyOut(cctx, r, dst)
 		switch {
 		case err == nil:
-			if _, serr := os.Lstat(dst); serr != nil {
+			fi, serr := os.Lstat(dst)
+			if serr != nil {
 				sl.printf("outputs: %s: not collected: the executor copied nothing\n", r)
 				continue
 			}
 			found = append(found, r)
+			shown[r] = r
+			if fi.IsDir() && r != "." {
+				shown[r] = r + "/"
+			}
 		case e.handingOver():
 			return // the successor collects them
 		case errors.Is(err, fs.ErrNotExist):
@@ -138,7 +144,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	}
 	for _, r := range found {
 		st := per[r]
-		sl.printf("outputs: collected %s: %s in %s\n", r, byteCount(st.Bytes), entryCount(st.Entries))
+		sl.printf("outputs: collected %s: %s in %s\n", shown[r], byteCount(st.Bytes), entryCount(st.Entries))
 	}
 	sl.printf("outputs: archive of %s, %s (%d bytes), sha256 %s, packed in %s; it goes to the server before the result\n",
 		entryCount(total.Entries), byteCount(rec.Size), rec.Size, rec.SHA256, time.Since(start).Round(time.Millisecond))
