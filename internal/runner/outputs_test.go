@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/logship"
 )
 
 // outputsProxy stands between the runner and the server: every request
@@ -140,4 +143,40 @@ func TestIntegration_OutputsUploadCutMidwayIsRetriedAndStoredWhole(t *testing.T)
 	if p.count() < 2 || final.Outputs.Files != 4 {
 		t.Errorf("%d uploads, %d entries stored; want a retry and 4 entries (dist, dist/small.txt, dist/sub, dist/sub/big.bin)", p.count(), final.Outputs.Files)
 	}
+}
+
+// The server is down when the run ends: the outputs wait in the spool with
+// the result, the runner process stops, and the next one on the same work
+// directory stores them before it reports the result.
+func TestIntegration_OutputsPackedWhileTheServerIsDownAreStoredByTheNextRunnerProcess(t *testing.T) {
+	w := newWorld(t, true)
+	stop := w.startRunner(nil)
+	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + `outputs: [report.txt]
+steps:
+  - run: |
+      echo started
+      while [ ! -e "$KNOTLESS_WORKSPACE/../go-on" ]; do sleep 0.05; done
+      echo "the report" > report.txt
+`})
+	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "started\n" })
+	w.srv.Stop()
+	if err := os.WriteFile(filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spool := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10))
+	waitFor(t, 30*time.Second, "the outputs and the result in the spool", func() bool {
+		data, _ := os.ReadFile(filepath.Join(spool, logship.JournalFile))
+		return bytes.Contains(data, []byte(`"outputs"`)) && bytes.Contains(data, []byte(`"complete"`))
+	})
+	stop()
+	w.srv.Restart()
+	w.startRunner(nil)
+	final := w.waitFinal(run.ID, 60*time.Second)
+	if final.State != api.StateSucceeded || final.Outputs == nil || final.Outputs.Files != 1 || final.Outputs.Bytes != 11 {
+		t.Fatalf("run %s/%s with outputs %+v; want succeeded with report.txt (11 bytes)\n%s", final.State, final.Reason, final.Outputs, w.stepLog(run.ID, 0))
+	}
+	if setup := string(w.stepLog(run.ID, 0)); !strings.Contains(setup, "outputs: stored by the server") {
+		t.Errorf("setup log does not say the outputs were stored:\n%s", setup)
+	}
+	w.assertCleanedUp(run.ID)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,4 +207,48 @@ func TestE2E_OutputsOverTheServerLimitAreRefusedNamingTheFlag(t *testing.T) {
 	if len(entries) != 0 {
 		t.Errorf("the server kept files of refused outputs: %s", names.String())
 	}
+}
+
+// A runner SIGKILLed while the first step runs: the process that takes the
+// run over collects the outputs of every step, the earlier process's
+// included, and they arrive byte for byte.
+func TestE2E_RunnerKilledMidRunTheSuccessorCollectsTheOutputs(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("r1")
+	first := w.startRunner(rid)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+outputs: [dist]
+steps:
+  - name: first
+    run: |
+      mkdir -p dist && head -c 2000000 /dev/urandom > dist/first.bin
+      touch "$GATE/half-o"
+      ` + gateWait("go-o") + `
+  - name: second
+    run: |
+      head -c 3000 /dev/urandom > dist/second.bin
+      rm -rf "$GATE/expect" && mkdir -p "$GATE/expect" && cp -a dist "$GATE/expect/"
+`})
+	w.waitGate(run.ID, "half-o", 60*time.Second)
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	second := w.startRunner(rid)
+	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+		return strings.Contains(second.output(), "taking over a run"), ""
+	})
+	w.openGate("go-o")
+	final := w.waitFinal(run.ID, 60*time.Second)
+	setup := w.stepLog(run.ID, api.SetupStep)
+	if final.State != api.StateSucceeded || final.Outputs == nil || final.Outputs.Files != 3 {
+		t.Fatalf("%s with outputs %+v; want succeeded with 3 entries; setup log:\n%s", describe(final), final.Outputs, setup)
+	}
+	if !strings.Contains(setup, "took the run over") || !strings.Contains(setup, "outputs: collected dist/: 1.9 MiB in 3 entries") {
+		t.Errorf("setup log does not show the successor collecting the outputs:\n%s", setup)
+	}
+	dst := filepath.Join(w.root, "got")
+	w.cliOK("", "run", "outputs", itoa(run.ID), "-o", dst)
+	assertSameTree(t, treeDigest(t, dst), treeDigest(t, filepath.Join(w.gate, "expect")))
+	w.waitNoWorkspace(rid, run.ID)
 }
