@@ -33,7 +33,8 @@ const OutputsTimeout = 15 * time.Minute
 // Job.OutputsDir, packs them (package outputs) and hands the archive to
 // the reporter, which delivers it before the result. It runs after the
 // steps whatever their result (also after a failure, a timeout or a
-// cancel), unless no step ever started. Every path that is missing or
+// person's cancel), unless no step ever started or the runner is stopping
+// (cancelled/runner-stopped); a handover leaves it to the successor. Every path that is missing or
 // cannot be copied is a line in the setup log, never a failure of the run.
 func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	if len(e.wf.Outputs) == 0 {
@@ -53,6 +54,11 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	}
 	if !e.stepRan {
 		sl.printf("outputs: not collected: no step ran\n")
+		return
+	}
+	if errors.Is(context.Cause(ctx), ErrRunnerStopped) {
+		// Stopping (SIGINT) must not wait for a long copy.
+		sl.printf("outputs: not collected: the runner is stopping\n")
 		return
 	}
 	sink, ok := e.rep.(OutputsSink)

@@ -56,6 +56,15 @@ func (o *outputFiles) removeParts(run int64, keep string) {
 	}
 }
 
+// dropParts deletes what is left of unfinished uploads of run.
+func (o *outputFiles) dropParts(run int64) {
+	mu := o.lock(run)
+	mu.Lock()
+	defer mu.Unlock()
+	o.removeParts(run, "")
+	_ = os.Remove(o.runDir(run)) // only when empty
+}
+
 // outputsTooLarge is the refusal of an archive past Config.MaxOutputsSize.
 func (s *Server) outputsTooLarge(run, n int64) *api.Error {
 	return xerr(http.StatusRequestEntityTooLarge, api.ErrOutputsTooLarge,
