@@ -82,10 +82,12 @@ DIR defaults to ./run-ID-outputs. It must not exist or be empty: nothing is
 ever overwritten. The archive is downloaded beside DIR first and its SHA-256
 checked against what the server recorded before anything is unpacked; a
 path that would leave DIR, or a symbolic link pointing out of it, is
-refused. Permission bits and modification times are kept.
+refused. Permission bits and modification times are kept (directories stay
+writable by you).
 
 Outputs are files as the steps wrote them: unlike logs, nothing in them is
-masked. See the list with knotless run show ID.`,
+masked. Only the repository's owner and admins may download them. See the
+list with knotless run show ID.`,
 		Example: `  knotless run outputs 42
   knotless run outputs 42 -o ./artifacts`,
 		Args: exactArgs(1, "one run ID"),

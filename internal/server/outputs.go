@@ -100,6 +100,12 @@ func (s *Server) uploadOutputs(w http.ResponseWriter, r *http.Request, x store.R
 	if total > s.cfg.MaxOutputsSize {
 		return s.outputsTooLarge(id, total)
 	}
+	// The body is read before the run's lock: a slow sender holds no one up.
+	data, release, err := readLogChunk(r, maxLogChunk)
+	if err != nil {
+		return err
+	}
+	defer release()
 	mu := s.outputs.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -112,11 +118,6 @@ func (s *Server) uploadOutputs(w http.ResponseWriter, r *http.Request, x store.R
 	case !errors.Is(err, store.ErrNotFound):
 		return err
 	}
-	data, release, err := readLogChunk(r, maxLogChunk)
-	if err != nil {
-		return err
-	}
-	defer release()
 	if err := os.MkdirAll(s.outputs.runDir(id), 0o700); err != nil {
 		return fmt.Errorf("create outputs directory of run %d: %w", id, err)
 	}
