@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/dummy"
 	"knotless.dev/knotless/internal/logship"
 )
 
@@ -181,4 +183,86 @@ steps:
 		t.Errorf("setup log does not say the outputs were stored:\n%s", setup)
 	}
 	w.assertCleanedUp(run.ID)
+}
+
+// Execute packs the outputs into the spool after the steps, also when a
+// step failed, and journals them before the result; a missing path is a
+// line in the setup log, not a failure.
+func TestExecute_FailedRunPacksItsOutputsIntoTheSpoolBeforeTheResult(t *testing.T) {
+	sp, err := logship.CreateSpool(t.TempDir(), 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := testJob(t, "on: {push: {}}\noutputs: [dist/, nope.txt]\nsteps:\n  - run: |\n      mkdir -p dist && echo built > dist/app\n      exit 4\n")
+	job.OutputsDir = filepath.Join(t.TempDir(), "outputs")
+	res := Execute(context.Background(), job, testShell(t), SpoolReporter{Spool: sp})
+	if res.State != api.StateFailed || res.ExitCode == nil || *res.ExitCode != 4 {
+		t.Fatalf("result %+v, want failed with exit code 4", res)
+	}
+	entries, _, err := sp.Entries(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outAt, completeAt := -1, -1
+	var rec *logship.OutputsRecord
+	for i, e := range entries {
+		if e.Outputs != nil {
+			outAt, rec = i, e.Outputs
+		}
+		if e.Complete != nil {
+			completeAt = i
+		}
+	}
+	if outAt < 0 || completeAt != len(entries)-1 || outAt > completeAt || rec.Entries != 2 {
+		t.Fatalf("journal: outputs at %d (%+v), result at %d of %d; want the outputs (2 entries) before the result", outAt, rec, completeAt, len(entries))
+	}
+	b, err := os.ReadFile(filepath.Join(sp.Dir(), rec.File))
+	sum := sha256.Sum256(b)
+	if err != nil || int64(len(b)) != rec.Size || hex.EncodeToString(sum[:]) != rec.SHA256 {
+		t.Fatalf("the spool's archive: %d bytes, %v; journal says %d bytes, sha256 %s", len(b), err, rec.Size, rec.SHA256)
+	}
+	setup := readLog(t, sp, 0)
+	for _, want := range []string{"outputs: nope.txt does not exist: not collected", "outputs: collected dist/: 6 bytes in 2 entries", "sha256 " + rec.SHA256} {
+		if !strings.Contains(setup, want) {
+			t.Errorf("setup log lacks %q:\n%s", want, setup)
+		}
+	}
+	if _, err := os.Stat(job.OutputsDir); !os.IsNotExist(err) {
+		t.Errorf("the copied outputs stay on the host after packing (%v)", err)
+	}
+}
+
+// A process that takes a run over whose outputs the earlier process packed
+// already does not collect them again (the spool holds them); one whose
+// predecessor did not get to it does.
+func TestExecute_TakeoverCollectsOutputsOnlyWhenTheEarlierProcessDidNot(t *testing.T) {
+	for _, packed := range []bool{true, false} {
+		world := dummy.NewWorld()
+		ex := dummy.New(world)
+		sess, err := ex.Prepare(context.Background(), executor.Spec{ID: "run-42", Workspace: t.TempDir(), Log: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sess.Handle()
+		sp, err := logship.CreateSpool(t.TempDir(), 42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := testJob(t, "on: {push: {}}\noutputs: [dist/]\nsteps:\n  - run: echo done\n")
+		job.OutputsDir = filepath.Join(t.TempDir(), "outputs")
+		job.Resume = &Resume{Session: &h, Recovered: sess, Started: time.Now(), By: "test", OutputsCollected: packed,
+			Steps: map[int]api.UpdateStepInput{
+				0: {Run: 42, Step: 0, State: api.StepSucceeded},
+				1: {Run: 42, Step: 1, State: api.StepSucceeded},
+			}}
+		if res := Execute(context.Background(), job, ex, SpoolReporter{Spool: sp}); res.State != api.StateSucceeded {
+			t.Fatalf("packed=%v: result %+v", packed, res)
+		}
+		setup := readLog(t, sp, 0)
+		said := strings.Contains(setup, "outputs: packed by the earlier runner process already")
+		collected := strings.Contains(setup, "outputs: dist: not collected: the executor copied nothing")
+		if said != packed || collected == packed {
+			t.Errorf("packed=%v: setup log:\n%s", packed, setup)
+		}
+	}
 }
