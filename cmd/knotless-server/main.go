@@ -153,11 +153,14 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"largest push (request body, uncompressed) the server takes; a larger one is refused before it is stored")
 	f.Var(byteSize{&cfg.MaxFetchRequest}, "max-fetch-request",
 		"largest fetch request (wants and haves, uncompressed); a larger one is cut there and refused")
+	cfg.MaxOutputsSize = server.DefaultMaxOutputsSize
+	f.Var(byteSize{&cfg.MaxOutputsSize}, "max-outputs-size",
+		"largest outputs archive of one run; a larger one is refused before it is stored, and the run's setup log says so")
 	f.Var(byteSize{&cfg.RepoQuota}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
 	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
-		"max-push-size", "max-fetch-request", "repo-quota"}, limits...) {
+		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota"}, limits...) {
 		fl := f.Lookup(name)
 		fl.Usage += " [env " + envName(name) + "]"
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"log/slog"
 	"sync"
 	"time"
@@ -482,6 +483,8 @@ func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, src string, consume 
 			}
 			sum := hex.EncodeToString(hw.h.Sum(nil))
 			switch {
+			case end.Error != "" && end.NotExist:
+				return fail(fmt.Errorf("copy %s out: %s: %w", src, end.Error, fs.ErrNotExist), false)
 			case end.Error != "":
 				return fail(fmt.Errorf("copy %s out: %s", src, end.Error), false)
 			case end.Bytes != hw.n || end.SHA256 != sum:

@@ -138,6 +138,9 @@ type DataEnd struct {
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
 	Error  string `json:"error,omitempty"`
+	// NotExist is set with Error when the source does not exist (the
+	// client's error then wraps fs.ErrNotExist).
+	NotExist bool `json:"notExist,omitempty"`
 }
 
 // CopyDone answers a CopyIn: what arrived (length and SHA-256 of the tar

@@ -30,6 +30,17 @@ const (
 	// LogDoneHeader. With wait > 0 the call blocks until there are bytes past
 	// offset, the step's log is done, or wait elapses.
 	MethodGetRunLog = "dev.knotless.run.getLog"
+	// Q, user (the repository's owner or an admin). Params: run, limit
+	// (default 1000, at most the server's page cap), cursor (the last path
+	// of the previous page). Out: RunOutputs with Files (by path) of one
+	// page. ErrNotFound when the run stored no outputs.
+	MethodListOutputs = "dev.knotless.run.listOutputs"
+	// Q, user (the repository's owner or an admin). Params: run. Out: the
+	// run's outputs archive (application/x-tar: a tar of the workflow's
+	// `outputs:` paths, as package internal/outputs describes it), with
+	// OutputsSHA256Header; Range requests are served. ErrNotFound when
+	// the run stored no outputs.
+	MethodGetOutputs = "dev.knotless.run.getOutputs"
 	// P, user. In: RunRef. Out: Run.
 	MethodCancelRun = "dev.knotless.run.cancel"
 	// P, user. In: TriggerInput. Out: Pipeline.
@@ -67,6 +78,19 @@ const (
 	// server already holds at [offset, size) are skipped, never duplicated.
 	// An offset past the stored size fails with ErrOffsetGap and Size set.
 	MethodAppendLog = "dev.knotless.runner.appendLog"
+	// P, runner. Params: run, offset, size (the archive's whole length in
+	// bytes), sha256 (its hex SHA-256). Body: the archive's bytes from
+	// offset (application/octet-stream, at most 8 MiB per call). Out:
+	// UploadOutputsOutput. Resumable and idempotent like appendLog: bytes
+	// the server holds of the same archive (same size and sha256) are
+	// skipped; an offset past them fails with ErrOffsetGap and Size set.
+	// The call that brings the last byte verifies the SHA-256 (a mismatch
+	// discards the upload: ErrOutputsCorrupt, send it again from 0) and
+	// stores the archive; repeating it then answers Stored. A size past
+	// the server's limit is refused before any byte is kept
+	// (ErrOutputsTooLarge); another archive for a run whose outputs are
+	// stored is ErrConflict.
+	MethodUploadOutputs = "dev.knotless.runner.uploadOutputs"
 	// P, runner. In: CompleteInput. Out: empty. Records the final state once;
 	// repeating the same call succeeds, a different final state is
 	// ErrRunFinished.
@@ -110,6 +134,10 @@ const (
 	LogDoneHeader = "Knotless-Log-Done"
 )
 
+// OutputsSHA256Header carries the hex SHA-256 of the whole archive on
+// MethodGetOutputs answers.
+const OutputsSHA256Header = "Knotless-Outputs-Sha256"
+
 // XRPC error names (the "error" field) used by the server.
 const (
 	ErrInvalidRequest = "InvalidRequest"         // 400
@@ -130,6 +158,13 @@ const (
 	// ErrSessionRequired (400): a runner call without SessionHeader (a
 	// knotless-run from before sessions).
 	ErrSessionRequired = "SessionRequired"
-	ErrNotImplemented  = "MethodNotImplemented" // 501
-	ErrInternal        = "InternalServerError"  // 500
+	// ErrOutputsTooLarge (413): a run's outputs archive is larger than the
+	// server's --max-outputs-size; the message says both sizes.
+	ErrOutputsTooLarge = "OutputsTooLarge"
+	// ErrOutputsCorrupt (422): the outputs archive that arrived does not
+	// have the SHA-256 the runner declared (or is no valid tar); the
+	// server discarded it, the runner sends it again from offset 0.
+	ErrOutputsCorrupt = "OutputsCorrupt"
+	ErrNotImplemented = "MethodNotImplemented" // 501
+	ErrInternal       = "InternalServerError"  // 500
 )

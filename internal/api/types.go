@@ -143,6 +143,48 @@ type Run struct {
 	StartedAt    *time.Time `json:"startedAt,omitempty"`
 	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
 	Steps        []Step     `json:"steps,omitempty"`
+	// Outputs summarizes the outputs the run stored (MethodGetRun only);
+	// nil when it stored none.
+	Outputs *RunOutputs `json:"outputs,omitempty"`
+}
+
+// RunOutputs describes a run's stored outputs archive.
+type RunOutputs struct {
+	Size     int64     `json:"size"`   // the archive's length in bytes
+	SHA256   string    `json:"sha256"` // hex SHA-256 of the archive
+	Files    int       `json:"files"`  // entries: files, directories and symbolic links
+	Bytes    int64     `json:"bytes"`  // total size of the regular files, in bytes
+	StoredAt time.Time `json:"storedAt"`
+	// Entries is one page of the archive's entries, by path
+	// (MethodListOutputs only); Cursor, when set, reads the next page.
+	Entries []OutputEntry `json:"entries,omitempty"`
+	Cursor  string        `json:"cursor,omitempty"`
+}
+
+// Kinds of OutputEntry.
+const (
+	OutputFile    = "file"
+	OutputDir     = "dir"
+	OutputSymlink = "symlink"
+)
+
+// OutputEntry is one entry of a run's outputs archive.
+type OutputEntry struct {
+	// Path is slash-separated, relative to the checkout, as the workflow's
+	// `outputs:` named it or below it (e.g. "dist/app/bin").
+	Path   string `json:"path"`
+	Kind   string `json:"kind"`             // OutputFile, OutputDir or OutputSymlink
+	Size   int64  `json:"size"`             // bytes of a file; 0 otherwise
+	Mode   uint32 `json:"mode"`             // permission bits (0o755)
+	Target string `json:"target,omitempty"` // a symbolic link's target
+}
+
+// UploadOutputsOutput is the answer of MethodUploadOutputs: how many bytes
+// of the archive the server holds, and whether it is stored (verified,
+// complete).
+type UploadOutputsOutput struct {
+	Size   int64 `json:"size"`
+	Stored bool  `json:"stored"`
 }
 
 // Step is one step of a run as the server knows it. Index 0 (SetupStep) is

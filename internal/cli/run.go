@@ -19,7 +19,7 @@ func (s *session) runCmd() *cobra.Command {
 matching workflow. A run is queued, claimed by a runner, running, then ends
 succeeded, failed, cancelled or errored, with a reason when it did not
 succeed.`)
-	cmd.AddCommand(s.runListCmd(), s.runShowCmd(), s.runLogsCmd(), s.runCancelCmd(), s.runTriggerCmd())
+	cmd.AddCommand(s.runListCmd(), s.runShowCmd(), s.runLogsCmd(), s.runOutputsCmd(), s.runCancelCmd(), s.runTriggerCmd())
 	return cmd
 }
 
@@ -192,7 +192,10 @@ func (s *session) runShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a run and its steps",
-		Long:  `Show one run: repository, commit, workflow, state, reason, runner, times, and a table of its steps (index 0 is the setup log).`,
+		Long: `Show one run: repository, commit, workflow, state, reason, runner, times, a
+table of its steps (index 0 is the setup log) and, when the run stored
+outputs, their paths and sizes, the archive's size and SHA-256 (download
+them with knotless run outputs ID).`,
 		Example: `  knotless run show 42
   knotless run show 42 --json | jq .state`,
 		Args: exactArgs(1, "one run ID"),
@@ -208,7 +211,10 @@ func (s *session) runShowCmd() *cobra.Command {
 			if s.jsonOut {
 				return writeJSON(s.stdout(), r)
 			}
-			return s.printRun(s.stdout(), r)
+			if err := s.printRun(s.stdout(), r); err != nil || r.Outputs == nil {
+				return err
+			}
+			return s.printOutputs(cmd.Context(), s.stdout(), r)
 		},
 	}
 }

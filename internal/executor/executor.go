@@ -272,6 +272,12 @@ type Session interface {
 
 	// CopyOut copies src inside the environment (relative to Workdir
 	// unless absolute) to the host path dst, verifying what arrived.
+	// A directory is copied with everything below it; symbolic links are
+	// copied as links, never followed, and a relative src may not lead out
+	// of Workdir through one. A src that does not exist is an error
+	// wrapping fs.ErrNotExist, and dst is left untouched (the runner's
+	// `outputs:` collection reports such a path instead of failing). The
+	// shared suite (executortest) pins each of these.
 	CopyOut(ctx context.Context, src, dst string) error
 
 	// Detach lets go of the environment without stopping it: a running step

@@ -157,6 +157,42 @@ func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int6
 	return out.Size, nil
 }
 
+// UploadOutputsFile sends the n bytes of the file at path from byte offset
+// on as the bytes of run's outputs archive from offset, the archive being
+// size bytes long with the hex SHA-256 sum. It returns how much of it the
+// server holds and whether the server stored it (complete and verified).
+// Errors as api.MethodUploadOutputs describes them: api.ErrOffsetGap (with
+// the size held), api.ErrOutputsCorrupt (send again from 0),
+// api.ErrOutputsTooLarge, api.ErrConflict. Like AppendLogFile, the bytes
+// go from the file with sendfile(2) through a descriptor of the call's own.
+func (c *Client) UploadOutputsFile(ctx context.Context, run, offset, size int64, sum, path string, n int64) (api.UploadOutputsOutput, error) {
+	var out api.UploadOutputsOutput
+	f, err := os.Open(path)
+	if err != nil {
+		return out, err
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		f.Close()
+		return out, err
+	}
+	params := url.Values{
+		"run":    {strconv.FormatInt(run, 10)},
+		"offset": {strconv.FormatInt(offset, 10)},
+		"size":   {strconv.FormatInt(size, 10)},
+		"sha256": {sum},
+	}
+	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodUploadOutputs, params, "application/octet-stream", &fileBody{f: f, end: offset + n, n: n})
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("decode answer of %s: %w", api.MethodUploadOutputs, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return out, nil
+}
+
 // Complete records the run's final state. Repeating the same call
 // succeeds; another final state fails with api.ErrRunFinished.
 func (c *Client) Complete(ctx context.Context, in api.CompleteInput) error {

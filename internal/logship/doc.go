@@ -1,9 +1,9 @@
 // Package logship gets what a run produces from the runner to the server:
-// the on-disk Spool a run is recorded into (step logs, a journal of step
-// updates ending with the result), the Shipper that delivers a spool and
+// the on-disk Spool a run is recorded into (step logs, the outputs archive,
+// a journal of step updates ending with the result), the Shipper that delivers a spool and
 // removes it once the server acknowledged the result, and Client, the
 // runner's typed calls to its server (claim, heartbeat, updateStep,
-// appendLog, complete, startSession, handover, resumeRun).
+// appendLog, uploadOutputs, complete, startSession, handover, resumeRun).
 //
 // It knows nothing of workflows, executors or the claim loop; the runner
 // drives it. It must never drop a spooled byte or entry without a log line

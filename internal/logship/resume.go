@@ -209,6 +209,8 @@ type Record struct {
 	Steps map[int]api.UpdateStepInput
 	// Complete is the run's result, when it has one.
 	Complete *api.CompleteInput
+	// Outputs is the run's outputs archive, once it was packed.
+	Outputs *OutputsRecord
 }
 
 // Record reads the journal into a Record.
@@ -228,6 +230,8 @@ func (s *Spool) Record() (Record, error) {
 			r.Steps[e.Step.Step] = *e.Step
 		case e.Complete != nil:
 			r.Complete = e.Complete
+		case e.Outputs != nil:
+			r.Outputs = e.Outputs
 		}
 	}
 	return r, nil

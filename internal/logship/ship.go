@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -43,7 +44,13 @@ type Shipper struct {
 	roundBytes int64          // log bytes the last round delivered
 	released   map[int]int64  // by step: how much of its log was given back (releaseLog)
 	noRelease  bool           // the spool's file system cannot give space back
+	corrupt    int            // outputs uploads the server found corrupt
 }
+
+// MaxOutputsAttempts is how many times the shipper sends a run's outputs
+// archive whole when the server finds it corrupt (its SHA-256 differs from
+// the declared one) before it gives up and says so in the setup log.
+const MaxOutputsAttempts = 5
 
 // A round that delivered at least lingerMin log bytes is followed by a
 // pause of linger before the next: the most a streaming log's bytes wait
@@ -174,6 +181,9 @@ func (sh *Shipper) round(ctx context.Context) error {
 
 func (sh *Shipper) send(ctx context.Context, e JournalEntry) (done bool, err error) {
 	log := sh.Log.With("run", sh.Spool.Run())
+	if e.Outputs != nil {
+		return false, sh.shipOutputs(ctx, *e.Outputs)
+	}
 	ctx, cancel := context.WithTimeout(ctx, sh.callTimeout())
 	defer cancel()
 	switch {
@@ -344,4 +354,89 @@ func (sh *Shipper) appendLog(ctx context.Context, step int, off, n int64) (int64
 func notHeld(err error) bool {
 	var e *api.Error
 	return errors.As(err, &e) && e.Status == http.StatusForbidden && e.Name == api.ErrForbidden
+}
+
+// shipOutputs uploads the run's outputs archive from the acknowledged
+// offset on, in chunks of at most MaxChunk. It returns nil once the server
+// stored it, or refused it for good (then a line in the setup log says
+// why); an error (a dropped connection, a 5xx) makes the round retry with
+// backoff, resuming where the server's bytes end.
+func (sh *Shipper) shipOutputs(ctx context.Context, o OutputsRecord) error {
+	run := sh.Spool.Run()
+	path := filepath.Join(sh.Spool.dir, o.File)
+	if sh.chunk == 0 {
+		sh.chunk = MaxChunk
+	}
+	for {
+		off := min(sh.cur.Outputs, o.Size)
+		n := min(int64(sh.chunk), o.Size-off)
+		cctx, cancel := context.WithTimeout(ctx, sh.callTimeout())
+		res, err := sh.Client.UploadOutputsFile(cctx, run, off, o.Size, o.SHA256, path, n)
+		cancel()
+		var xe *api.Error
+		errors.As(err, &xe)
+		switch {
+		case api.IsError(err, api.ErrSessionSuperseded):
+			return err // another process owns the run now
+		case err == nil && res.Stored:
+			sh.cur.Outputs = o.Size
+			_ = sh.Spool.saveCursor(sh.cur)
+			sh.Log.Info("outputs stored by the server", "run", run, "bytes", o.Size, "sha256", o.SHA256)
+			sh.note("outputs: stored by the server (%d bytes, sha256 %s)\n", o.Size, o.SHA256)
+			return nil
+		case err == nil && res.Size > off:
+			sh.cur.Outputs = res.Size
+			if err := sh.Spool.saveCursor(sh.cur); err != nil {
+				return err
+			}
+		case err == nil:
+			return fmt.Errorf("upload outputs of run %d at %d: the server stored nothing (size %d)", run, off, res.Size)
+		case xe != nil && xe.Name == api.ErrOffsetGap && xe.Size != nil:
+			sh.cur.Outputs = *xe.Size
+		case xe != nil && xe.Name == api.ErrOutputsCorrupt:
+			sh.corrupt++
+			sh.cur.Outputs = 0
+			_ = sh.Spool.saveCursor(sh.cur)
+			if sh.corrupt >= MaxOutputsAttempts {
+				sh.Log.Error("the server found the outputs corrupt every time; giving up", "run", run, "attempts", sh.corrupt, "err", err)
+				sh.note("outputs: NOT stored: the server found the archive corrupt %d times (%v)\n", sh.corrupt, xe.Message)
+				return nil
+			}
+			sh.Log.Warn("the server found the outputs corrupt; sending them again", "run", run, "attempt", sh.corrupt, "err", err)
+			sh.note("outputs: the server received a corrupt copy (%s); sending it again\n", xe.Message)
+		case xe != nil && xe.Status == http.StatusRequestEntityTooLarge && xe.Name != api.ErrOutputsTooLarge && sh.chunk > minChunk:
+			sh.chunk = max(sh.chunk/2, minChunk)
+			sh.Log.Info("the server refuses chunks this large; sending smaller ones", "run", run, "bytes", sh.chunk)
+		case api.IsError(err, api.ErrNotFound) || notHeld(err):
+			sh.Log.Warn("the server takes no outputs for the run", "run", run, "err", err)
+			sh.note("outputs: NOT stored: %v\n", err)
+			return nil
+		case xe != nil && !api.Retryable(err):
+			// Refused for good: too large, another archive stored, ...
+			sh.Log.Warn("the server refused the run's outputs", "run", run, "err", err)
+			msg := xe.Message
+			if msg == "" {
+				msg = xe.Error()
+			}
+			sh.note("outputs: NOT stored: %s\n", msg)
+			return nil
+		default:
+			return fmt.Errorf("upload %d bytes of outputs of run %d at %d: %w", n, run, off, err)
+		}
+	}
+}
+
+// note appends a line of the shipper's own to the run's setup log, which
+// is shipped before the result.
+func (sh *Shipper) note(format string, args ...any) {
+	if sh.logsClosed {
+		return
+	}
+	w, err := sh.Spool.Log(0)
+	if err != nil {
+		sh.Log.Warn("write to the setup log", "run", sh.Spool.Run(), "err", err)
+		return
+	}
+	defer w.Close()
+	_, _ = fmt.Fprintf(w, format, args...)
 }

@@ -2,6 +2,8 @@ package logship
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 //	step-<N>.log    the masked log bytes of step N (0 = setup), append-only
 //	step-<N>.raw    the step's last checkpoint (resume.go)
 //	journal.jsonl   one JournalEntry per line, append-only
+//	outputs.tar     the run's outputs archive (package outputs), once packed
 //	shipped.json    the cursor of what the server acknowledged (shipCursor)
 //
 // A Spool is safe for concurrent use.
@@ -53,6 +56,66 @@ type JournalEntry struct {
 	// Session is the executor.Handle of the run's environment, as JSON,
 	// once it was prepared.
 	Session json.RawMessage `json:"session,omitempty"`
+	// Outputs is the run's outputs archive in the spool (WriteOutputs),
+	// uploaded before any later entry is shipped.
+	Outputs *OutputsRecord `json:"outputs,omitempty"`
+}
+
+// OutputsRecord describes a run's outputs archive in its spool.
+type OutputsRecord struct {
+	File    string `json:"file"`    // its name in the spool directory
+	Size    int64  `json:"size"`    // bytes
+	SHA256  string `json:"sha256"`  // hex
+	Entries int    `json:"entries"` // files, directories and symbolic links
+}
+
+// OutputsFile is the outputs archive's name in a spool directory.
+const OutputsFile = "outputs.tar"
+
+// WriteOutputs makes the run's outputs archive in the spool: write writes
+// it and says how many entries it holds; the file is synced, then recorded in the
+// journal with its size and SHA-256 (an Outputs entry), so that the
+// shipper uploads it before every later entry, the result included. A
+// failed write leaves no file and no entry.
+func (s *Spool) WriteOutputs(write func(w io.Writer) (entries int, err error)) (OutputsRecord, error) {
+	p := filepath.Join(s.dir, OutputsFile)
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return OutputsRecord{}, fmt.Errorf("create outputs archive of run %d: %w", s.run, err)
+	}
+	h := sha256.New()
+	cw := &countingWriter{w: io.MultiWriter(f, h)}
+	entries, err := write(cw)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return OutputsRecord{}, fmt.Errorf("write outputs archive of run %d: %w", s.run, err)
+	}
+	rec := OutputsRecord{File: OutputsFile, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil)), Entries: entries}
+	if err := s.Append(JournalEntry{Outputs: &rec}); err != nil {
+		return OutputsRecord{}, err
+	}
+	return rec, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // JournalFile is the journal's file name in a spool directory.
@@ -273,6 +336,8 @@ func (s *Spool) Steps() ([]int, error) {
 type shipCursor struct {
 	Entries int           `json:"entries"`
 	Logs    map[int]int64 `json:"logs"`
+	// Outputs is how many bytes of the outputs archive the server holds.
+	Outputs int64 `json:"outputs,omitempty"`
 }
 
 func (s *Spool) loadCursor() (shipCursor, error) {

@@ -24,10 +24,13 @@
 //	DIR/.lock                        flock held by the one runner process using DIR
 //	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (fetched by SHA)
 //	DIR/runs/<run>/workspace         the run's checkout (removed after the run)
+//	DIR/runs/<run>/outputs           the workflow's outputs, copied out of the
+//	                                 environment to be packed (removed once packed)
 //	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
 //	DIR/spool/<run>/step-<N>.raw     step N's checkpoint: raw output bytes its log holds
 //	DIR/spool/<run>/journal.jsonl    the claim, the environment's handle, step
 //	                                 updates and the final result, in order
+//	DIR/spool/<run>/outputs.tar      the outputs archive, uploaded before the result
 //	DIR/spool/<run>/shipped.json     what the server acknowledged so far
 //	DIR/shell/run-<run>/             the shell executor's session: the step
 //	                                 agent's socket, log and state (scripts,

@@ -71,6 +71,11 @@ type Job struct {
 	// prepares early can start meanwhile); it writes git's output to log
 	// (the setup log). An error ends the run errored/checkout.
 	Checkout func(ctx context.Context, log io.Writer) error
+	// OutputsDir is a directory on this host (made and emptied as needed)
+	// where the workflow's outputs are copied out of the environment
+	// before they are packed; empty means outputs are not collected (the
+	// setup log says so). The caller removes it with the workspace.
+	OutputsDir string
 	// Cleanup, when set, removes what the run left on this host (the
 	// workspace); it runs after the session's cleanup and before the result
 	// is reported, whatever happened. Its error goes to the setup log.
@@ -104,6 +109,9 @@ type Resume struct {
 	Checkpoints map[int]logship.Checkpoint
 	// By says who took the run over, for the setup log.
 	By string
+	// OutputsCollected says the earlier process packed the run's outputs
+	// already (its spool holds them): they are not collected again.
+	OutputsCollected bool
 	// Recovered is the environment, when the caller recovered it already
 	// (the runner does, before it sweeps what nobody takes over); else
 	// Execute recovers Session itself. RecoverErr is why an earlier
@@ -221,6 +229,7 @@ type execution struct {
 	setup      *setupLog
 	wf         *workflow.Workflow
 	handedOver bool // the run was let go for the runner's successor
+	stepRan    bool // a step of the workflow was started (by this process or an earlier one)
 }
 
 // handingOver reports whether the runner is handing its runs over.
@@ -265,9 +274,6 @@ func (e *execution) run(ctx context.Context) Result {
 	if resume == nil {
 		if len(wf.Caches) > 0 {
 			sl.printf("caches are not supported by this runner yet: running cold\n")
-		}
-		if len(wf.Outputs) > 0 {
-			sl.printf("outputs are not supported by this runner yet: outputs not collected\n")
 		}
 		for _, name := range sortedKeys(e.job.Secrets) {
 			if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
@@ -354,7 +360,11 @@ func (e *execution) run(ctx context.Context) Result {
 			sl.printf("cleanup of the environment failed: %v\n", err)
 		}
 	}()
-	return e.steps(runCtx, sess, timeout)
+	res := e.steps(runCtx, sess, timeout)
+	if !e.handedOver && !e.handingOver() {
+		e.collectOutputs(ctx, sess)
+	}
+	return res
 }
 
 // resumed returns what an earlier process recorded of step idx.
@@ -443,6 +453,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 		e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
 		log.Info("step started")
 	}
+	e.stepRan = true
 	start := time.Now()
 
 	out, err := e.stepLog(idx, resumeAt)

@@ -356,7 +356,10 @@ steps:
 	}
 }
 
-func TestExecute_CachesAndOutputsAreAnnouncedAsUnsupported(t *testing.T) {
+// Caches are not implemented: the setup log says so. Outputs need a
+// reporter that stores them (the spool's); with another one (exec's
+// console) the setup log says they are not collected.
+func TestExecute_CachesAreAnnouncedAsUnsupportedAndOutputsWithoutASinkAsNotCollected(t *testing.T) {
 	job := testJob(t, `
 on: {push: {}}
 caches:
@@ -371,7 +374,8 @@ steps:
 		t.Fatalf("result %+v", res)
 	}
 	setup := rep.log(0)
-	if !strings.Contains(setup, "running cold") || !strings.Contains(setup, "outputs not collected") {
+	if !strings.Contains(setup, "caches are not supported by this runner yet: running cold") ||
+		!strings.Contains(setup, "outputs: not collected: this runner stores no outputs") {
 		t.Fatalf("setup log:\n%s", setup)
 	}
 }

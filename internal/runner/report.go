@@ -67,6 +67,12 @@ func (r SpoolReporter) Done(res Result) error {
 	}})
 }
 
+// StoreOutputs implements OutputsSink: the archive goes into the spool and
+// its journal, and the shipper uploads it before the result.
+func (r SpoolReporter) StoreOutputs(write func(w io.Writer) (int, error)) (logship.OutputsRecord, error) {
+	return r.Spool.WriteOutputs(write)
+}
+
 // RecordSession implements Journal.
 func (r SpoolReporter) RecordSession(h executor.Handle) error {
 	b, err := json.Marshal(h)

@@ -531,6 +531,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		LogLimit:       r.cfg.LogLimit,
 		Grace:          r.cfg.Grace,
 		Logger:         r.log,
+		OutputsDir:     filepath.Join(runDir, "outputs"),
 		Cleanup:        removeWorkspace,
 		Checkout: func(ctx context.Context, w io.Writer) error {
 			return r.mirrors.Checkout(ctx, Fetch{

@@ -114,6 +114,8 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 		Steps:       rec.Steps,
 		Checkpoints: map[int]logship.Checkpoint{},
 		By:          fmt.Sprintf("knotless-run %s (process %d)", version.Version, os.Getpid()),
+		// Outputs packed already are in the spool: shipped, not collected again.
+		OutputsCollected: rec.Outputs != nil,
 	}
 	for idx, u := range rec.Steps {
 		if u.State == api.StepRunning && idx > 0 {

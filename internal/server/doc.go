@@ -10,6 +10,8 @@
 //
 //	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600
 //	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size
+//	DIR/outputs/<run>/outputs.tar a run's outputs archive (<sha256>-<size>.part while it arrives);
+//	                         it goes with its run (no run is deleted yet)
 //	DIR/repos/<owner>/<name>.git bare repositories (refs/knotless/* hidden: heldcommits.go)
 //	DIR/tmp/                 pushes spooled whole before their repository's lock (emptied at start)
 //	DIR/secret.key           32 random bytes: AES-256-GCM key of secrets, 0600

@@ -566,6 +566,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 			"state", run.State, "reason", run.Reason, "runner", x.Name)
 		s.runEnded(r.Context(), run)
 	}
+	// A runner sends its result after the outputs: an upload it gave up
+	// on is not coming back.
+	s.outputs.dropParts(in.Run)
 	s.hub.notify(runKey(run.ID))
 	return writeJSON(w, empty)
 }

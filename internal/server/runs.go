@@ -138,7 +138,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, a store.Account)
 	if err := s.explainQueued(r.Context(), one); err != nil {
 		return err
 	}
-	return writeJSON(w, apiRun(one[0], steps))
+	out := apiRun(one[0], steps)
+	if out.Outputs, err = s.runOutputs(r, id); err != nil {
+		return err
+	}
+	return writeJSON(w, out)
 }
 
 // stepDone reports whether a step's log will not grow: the step reached a

@@ -41,12 +41,15 @@ const (
 	// haves, uncompressed): git's own http-backend buffers at most 10 MiB
 	// of one (GIT_HTTP_MAX_REQUEST_BUFFER).
 	DefaultMaxFetchRequest = 10 << 20
+	// DefaultMaxOutputsSize caps one run's outputs archive.
+	DefaultMaxOutputsSize = 1 << 30
 )
 
 // Names of files and directories inside Config.DataDir.
 const (
 	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm)
 	LogsDir        = "logs"        // logs/<run>/<step>.log
+	OutputsDir     = "outputs"     // outputs/<run>/outputs.tar
 	ReposDir       = "repos"       // repos/<owner>/<name>.git (bare)
 	TmpDir         = "tmp"         // spooled push bodies
 	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
@@ -96,6 +99,10 @@ type Config struct {
 	// RepoQuota caps the size of one repository on disk in bytes: a push
 	// that would take it past is refused. 0 is no quota.
 	RepoQuota int64
+	// MaxOutputsSize caps one run's outputs archive in bytes: a larger one
+	// is refused before any of it is stored, with an error naming
+	// --max-outputs-size that the runner writes to the run's setup log.
+	MaxOutputsSize int64
 }
 
 func (c *Config) fill() error {
@@ -128,6 +135,9 @@ func (c *Config) fill() error {
 	c.Limits.fill()
 	if c.MaxPushSize <= 0 {
 		c.MaxPushSize = DefaultMaxPushSize
+	}
+	if c.MaxOutputsSize <= 0 {
+		c.MaxOutputsSize = DefaultMaxOutputsSize
 	}
 	if c.MaxFetchRequest <= 0 {
 		c.MaxFetchRequest = DefaultMaxFetchRequest
@@ -162,6 +172,7 @@ type Server struct {
 	hub     *hub
 	claims  *claimWaiters
 	logs    *logFiles
+	outputs *outputFiles
 	repoMu  repoLocks // serializes the pushes of a repository once their packs arrived
 	handler http.Handler
 
@@ -214,12 +225,13 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		hub:       newHub(),
 		claims:    newClaimWaiters(),
 		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
+		outputs:   &outputFiles{dir: filepath.Join(cfg.DataDir, OutputsDir)},
 		seen:      map[int64]time.Time{},
 		closing:   make(chan struct{}),
 		sweepStop: make(chan struct{}),
 		sweepDone: make(chan struct{}),
 	}
-	for _, d := range []string{LogsDir, ReposDir, TmpDir} {
+	for _, d := range []string{LogsDir, OutputsDir, ReposDir, TmpDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -538,6 +539,7 @@ func (h *connHandler) copyOut(req agent.CopyOut) {
 	end := agent.DataEnd{Bytes: w.n, SHA256: hex.EncodeToString(w.h.Sum(nil))}
 	if err != nil {
 		end.Error = err.Error()
+		end.NotExist = w.n == 0 && errors.Is(err, fs.ErrNotExist)
 	}
 	_ = h.cn.WriteJSON(agent.TypeDataEnd, end)
 }

@@ -193,6 +193,26 @@ type Secret struct {
 	UpdatedAt  time.Time
 }
 
+// Outputs describes a run's stored outputs archive (the file itself is the
+// server's, under its data directory).
+type Outputs struct {
+	RunID    int64
+	Size     int64  // the archive's length in bytes
+	SHA256   string // hex SHA-256 of the archive
+	Entries  int    // files, directories and symbolic links in it
+	Bytes    int64  // total size of its regular files
+	StoredAt time.Time
+}
+
+// OutputEntry is one entry of a run's outputs archive.
+type OutputEntry struct {
+	Path   string // slash path relative to the checkout; unique per run
+	Kind   string // "file", "dir" or "symlink" (api.Output*)
+	Size   int64  // bytes of a file
+	Mode   uint32 // permission bits
+	Target string // a symbolic link's target
+}
+
 // Store is everything the server keeps in its database. Every method is safe
 // for concurrent use; a cancelled ctx aborts the call and rolls back any
 // transaction it had begun. Times are stored with millisecond precision.
@@ -325,6 +345,20 @@ type Store interface {
 	// open session (superseded, or handed over already), ErrNotFound when
 	// the runner is absent.
 	HandOver(ctx context.Context, id int64, session string, now, until time.Time) ([]Run, error)
+
+	// PutOutputs records the outputs archive of run o.RunID with its
+	// entries, atomically. Recording the same archive again (same SHA256)
+	// changes nothing and succeeds; another archive for a run that has one
+	// is ErrConflict; ErrNotFound when the run is absent. A run's outputs
+	// rows go when the run's row goes (ON DELETE CASCADE).
+	PutOutputs(ctx context.Context, o Outputs, entries []OutputEntry) error
+	// RunOutputs returns what PutOutputs recorded for runID; ErrNotFound
+	// when the run stored no outputs.
+	RunOutputs(ctx context.Context, runID int64) (Outputs, error)
+	// OutputEntries lists the entries of runID's outputs by path: at most
+	// limit of them (0: all), those whose path sorts after after ("" from
+	// the first).
+	OutputEntries(ctx context.Context, runID int64, after string, limit int) ([]OutputEntry, error)
 
 	// SetSecret creates or replaces the secret (repoID, name, runner).
 	SetSecret(ctx context.Context, s Secret) error

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"knotless.dev/knotless/internal/executor"
@@ -147,5 +150,80 @@ func testCopyRoundTrip(t *testing.T, s executor.Session, env Env) {
 
 	if err := s.CopyOut(ctx, "no/such/file", filepath.Join(t.TempDir(), "x")); err == nil {
 		t.Errorf("CopyOut of a missing path returned no error")
+	}
+}
+
+// What a workflow's `outputs:` copy out: a tree the steps made (not one
+// copied in), named with a trailing slash, nested, with a file larger than
+// one copy chunk, relative and absolute symbolic links (copied as links,
+// never followed) and a directory's own mode.
+func testCopyOutStepMadeTree(t *testing.T, s executor.Session, env Env) {
+	res, out := run(t, s, executor.Step{Script: `mkdir -p dist/a/b
+head -c 6291459 /dev/urandom > dist/a/b/big.bin
+printf 'top\n' > dist/top.txt
+: > dist/empty
+ln -s a/b/big.bin dist/rel-link
+ln -s /etc/passwd dist/abs-link
+chmod 750 dist/a
+sha256sum dist/a/b/big.bin
+`})
+	assertResult(t, res, 0, "", out)
+	wantSum, _, _ := strings.Cut(string(out), " ")
+	dst := filepath.Join(t.TempDir(), "outputs", "dist")
+	if err := s.CopyOut(context.Background(), "dist/", dst); err != nil {
+		t.Fatalf("CopyOut dist/: %v", err)
+	}
+	got := snapshot(t, dst)
+	big := got["a/b/big.bin"]
+	if fmt.Sprintf("%x", big.sum) != wantSum || big.size != 6291459 {
+		t.Errorf("big.bin: %d bytes, sha256 %x; the step made 6291459 bytes, sha256 %s", big.size, big.sum, wantSum)
+	}
+	for name, want := range map[string]entry{
+		"rel-link": {mode: fs.ModeSymlink | 0o777, target: "a/b/big.bin"},
+		"abs-link": {mode: fs.ModeSymlink | 0o777, target: "/etc/passwd"},
+	} {
+		if g := got[name]; g.mode.Type() != fs.ModeSymlink || g.target != want.target {
+			t.Errorf("%s: mode %v target %q; want a symbolic link to %q, not followed", name, g.mode, g.target, want.target)
+		}
+	}
+	if g := got["a"]; g.mode != fs.ModeDir|0o750 {
+		t.Errorf("dist/a: mode %v, want drwxr-x---", g.mode)
+	}
+	if g, ok := got["empty"]; !ok || g.size != 0 || !g.mode.IsRegular() {
+		t.Errorf("dist/empty: %+v, want an empty regular file", g)
+	}
+	if len(got) != 8 {
+		t.Errorf("copied %d entries, want 8 (., a, a/b, a/b/big.bin, top.txt, empty, rel-link, abs-link)", len(got))
+	}
+}
+
+// A path that does not exist is an error wrapping fs.ErrNotExist (the
+// runner says "does not exist" instead of failing), and nothing is made
+// at the destination.
+func testCopyOutMissingIsNotExist(t *testing.T, s executor.Session, env Env) {
+	dst := filepath.Join(t.TempDir(), "out")
+	err := s.CopyOut(context.Background(), "coverage.out", dst)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("CopyOut of a missing path: %v, want an error wrapping fs.ErrNotExist", err)
+	}
+	if _, err := os.Lstat(dst); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("CopyOut of a missing path made %s (%v)", dst, err)
+	}
+}
+
+// A relative path is confined to the workdir: a symbolic link the steps
+// made to / is copied as a link, and a path through it is refused.
+func testCopyOutThroughLinkLeavingWorkdirRefused(t *testing.T, s executor.Session, env Env) {
+	res, out := run(t, s, executor.Step{Script: "ln -s / escape\nln -s /etc/passwd coverage.out\n"})
+	assertResult(t, res, 0, "", out)
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := s.CopyOut(context.Background(), "escape/etc/passwd", dst); err == nil {
+		t.Errorf("CopyOut through a link leaving the workdir succeeded")
+	}
+	if err := s.CopyOut(context.Background(), "coverage.out", dst); err != nil {
+		t.Fatalf("CopyOut of a link: %v", err)
+	}
+	if target, err := os.Readlink(dst); err != nil || target != "/etc/passwd" {
+		t.Errorf("CopyOut of a link gave %q, %v; want the link itself, to /etc/passwd", target, err)
 	}
 }

@@ -68,6 +68,9 @@ var scenarios = []scenario{
 	{"CleanupTwiceReturnsNil", testCleanupTwice},
 	{"CleanupDuringExecEndsExec", testCleanupDuringExec},
 	{"CopyRoundTripKeepsBytesModesSymlinks", testCopyRoundTrip},
+	{"CopyOutOfAStepMadeTreeKeepsNestingLinksAndBigFiles", testCopyOutStepMadeTree},
+	{"CopyOutOfAMissingPathIsNotExist", testCopyOutMissingIsNotExist},
+	{"CopyOutThroughALinkLeavingTheWorkdirIsRefused", testCopyOutThroughLinkLeavingWorkdirRefused},
 }
 
 // Run runs every scenario as a subtest of t: the session scenarios each in

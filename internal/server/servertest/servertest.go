@@ -45,6 +45,8 @@ type Options struct {
 	// MaxPushSize, MaxFetchRequest and RepoQuota are the git limits of
 	// server.Config; default theirs.
 	MaxPushSize, MaxFetchRequest, RepoQuota int64
+	// MaxOutputsSize is server.Config's; default theirs.
+	MaxOutputsSize int64
 }
 
 // Server is a running test server.
@@ -100,6 +102,7 @@ func (s *Server) start(ln net.Listener) {
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: s.opts.ClientLimits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
+		MaxOutputsSize: s.opts.MaxOutputsSize,
 	})
 	if err != nil {
 		ln.Close()
