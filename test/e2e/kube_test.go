@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +58,7 @@ func (k *kubeRunner) pods(t *testing.T, runner string) []string {
 // A workflow of several steps runs in a job pod through server, runner and
 // CLI: the checkout arrives as a self-contained repository (no
 // alternates path of the runner's host), files written by one step are
-// there for the next, a secret reaches its step byte-exact and is masked
+// there for the next, outputs downloaded with the CLI match byte for byte, a secret reaches its step byte-exact and is masked
 // in the log, and the pod is gone after the run.
 func TestE2E_KubeMultiStepRunWithCheckoutSucceeds(t *testing.T) {
 	t.Parallel()
@@ -64,18 +68,22 @@ func TestE2E_KubeMultiStepRunWithCheckoutSucceeds(t *testing.T) {
 	w.cliOK(secret+"\n", "secret", "set", "TOKEN", "--repo", w.repo)
 	rid := w.registerRunner("kr1")
 	runner := w.startRunner(rid, k.args...)
+	data := make([]byte, 2<<20)
+	_, _ = rand.NewChaCha8([32]byte{1}).Read(data)
 	run := w.pushOne(map[string]string{
 		"hello.txt": "hello from the checkout\n",
+		"data.bin":  string(data),
 		".knotless/workflows/ci.yml": `on:
   push: {}
 secrets: [TOKEN]
+outputs: [out/]
 steps:
   - name: checkout
     run: |
       cat hello.txt
       test -d .git && test ! -e .git/objects/info/alternates && echo "self-contained .git"
       test "$(pwd)" = "$KNOTLESS_WORKSPACE" && echo "in the workspace"
-      mkdir -p out && echo built > out/artifact
+      mkdir -p out/sub && echo built > out/artifact && cp data.bin out/sub/ && ln -s artifact out/link
   - name: next
     run: cat out/artifact; id -u
   - name: secret
@@ -111,6 +119,20 @@ steps:
 	}
 	if strings.Contains(log3, secret) || !strings.Contains(log3, "masked: ***") {
 		t.Errorf("the secret is not masked in the log: %q", log3)
+	}
+	if final.Outputs == nil {
+		t.Fatalf("the run stored no outputs; setup log:\n%s", setup)
+	}
+	dst := filepath.Join(w.root, "got")
+	w.cliOK("", "run", "outputs", itoa(run.ID), "-o", dst)
+	if b, err := os.ReadFile(filepath.Join(dst, "out", "sub", "data.bin")); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("downloaded out/sub/data.bin differs from the committed data.bin (err %v, %d bytes)", err, len(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "out", "artifact")); err != nil || string(b) != "built\n" {
+		t.Errorf("downloaded out/artifact: %q, %v", b, err)
+	}
+	if l, err := os.Readlink(filepath.Join(dst, "out", "link")); err != nil || l != "artifact" {
+		t.Errorf("downloaded out/link: %q, %v; want a symbolic link to artifact", l, err)
 	}
 	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr1")
