@@ -49,8 +49,9 @@ type Config struct {
 	// Reason says why, Note the details) and true; the Exec then returns
 	// that Result and no error.
 	Fault func(err error) (executor.Result, bool)
-	// Remove removes the environment after the agent was asked to shut
-	// down (Cleanup): the session directory, the pod. Required.
+	// Remove removes the environment (Cleanup): it ends the agent and
+	// every step process (through Client, still open, or otherwise), then
+	// removes the session directory, the pod. Required.
 	Remove func(ctx context.Context) error
 	// Forget tells the executor that the session is over (Cleanup,
 	// Detach); may be nil.
@@ -379,8 +380,10 @@ func (s *Session) Cleanup(ctx context.Context) error {
 			waitErr = fmt.Errorf("clean up %s session %s: the running step had not ended: %w", s.cfg.Executor, s.cfg.ID, ctx.Err())
 		}
 	}
+	// Remove may still use the client (to ask the agent to shut down).
+	err := s.cfg.Remove(context.WithoutCancel(ctx))
 	_ = s.cfg.Client.Close()
-	if err := s.cfg.Remove(context.WithoutCancel(ctx)); err != nil {
+	if err != nil {
 		return errors.Join(waitErr, fmt.Errorf("clean up %s session %s: %w", s.cfg.Executor, s.cfg.ID, err))
 	}
 	return waitErr

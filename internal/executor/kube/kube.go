@@ -431,7 +431,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	ok := false
 	defer func() {
 		if !ok {
-			e.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID)
+			e.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID, false)
 		}
 	}()
 	user := "uid:gid " + e.cfg.RunAs.String()
@@ -645,7 +645,7 @@ func (e *Executor) newSession(id, pod string, uid types.UID, workdir string, cli
 		Fault: func(err error) (executor.Result, bool) {
 			return e.stepFault(pod, err)
 		},
-		Remove: func(ctx context.Context) error { return e.deletePod(ctx, pod, uid) },
+		Remove: func(ctx context.Context) error { return e.remove(ctx, s, pod, uid) },
 		Forget: func() { e.forget(id, s) },
 	}
 	if workspace != "" {
@@ -705,12 +705,39 @@ func (e *Executor) stepFault(pod string, err error) (executor.Result, bool) {
 	return executor.Result{ExitCode: code, Reason: f.Reason, Note: f.Message}, true
 }
 
-// deletePod deletes the pod (background propagation: dependents are not
-// waited for; a 1 s grace, the agent as PID 1 exits on SIGTERM at once)
-// when it still has uid, and waits up to 30 s until it is gone.
-func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID) error {
+// shutdownBound bounds asking the agent to end its steps and exit.
+const shutdownBound = 10 * time.Second
+
+// remove ends a session's pod: it asks the agent over the session's
+// stream to kill every step process and exit (it answers once none is
+// left), and then deletes the pod at once (grace period 0: nothing runs
+// in it any more, and a graceful deletion would wait for the kubelet's
+// next relist, a second or two). When the agent cannot be asked, the
+// deletion is graceful (SIGTERM to the agent as PID 1, which ends the
+// steps and exits) and waited for.
+func (e *Executor) remove(ctx context.Context, s *agentsession.Session, pod string, uid types.UID) error {
+	sctx, cancel := context.WithTimeout(ctx, shutdownBound)
+	err := s.Client().Shutdown(sctx)
+	cancel()
+	if err != nil {
+		e.log.Debug("the agent could not be asked to shut down; deleting its pod gracefully", "pod", pod, "err", err)
+		return e.deletePod(ctx, pod, uid, false)
+	}
+	return e.deletePod(ctx, pod, uid, true)
+}
+
+// deletePod deletes the pod when it still has uid (background
+// propagation: dependents are not waited for) and waits up to 30 s until
+// it is gone. ended says nothing runs in it any more: the deletion is
+// immediate (grace period 0). Else the grace period is 1 s: the agent as
+// PID 1 exits on SIGTERM at once.
+func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID, ended bool) error {
+	grace := int64(1)
+	if ended {
+		grace = 0
+	}
 	opts := metav1.DeleteOptions{
-		GracePeriodSeconds: ptr.To[int64](1),
+		GracePeriodSeconds: ptr.To(grace),
 		PropagationPolicy:  ptr.To(metav1.DeletePropagationBackground),
 	}
 	if uid != "" {
@@ -874,7 +901,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 		if live || slices.Contains(keepLabels, run) {
 			continue
 		}
-		if err := e.deletePod(ctx, p.Name, p.UID); err != nil {
+		if err := e.deletePod(ctx, p.Name, p.UID, false); err != nil {
 			errs = append(errs, err)
 			continue
 		}
