@@ -3,9 +3,11 @@ package kubetest_test
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"io"
 	"fmt"
+	"io"
 	"net/url"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
@@ -190,6 +192,13 @@ func TestDiagThroughput(t *testing.T) {
 	ns := c.RestrictedNamespace(t)
 	_, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
 	bl, _ := kubetest.NewBaseline(cfg, ns)
+	if cpu := os.Getenv("DIAG_CPU"); cpu != "" {
+		bl.Pod = func(ns string) *corev1.Pod {
+			p := kubetest.RestrictedPod(ns, "")
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse(cpu)
+			return p
+		}
+	}
 	ctx := t.Context()
 	pod, _, err := bl.CreateRunning(ctx)
 	if err != nil {
@@ -197,7 +206,7 @@ func TestDiagThroughput(t *testing.T) {
 	}
 	bl.ExecTrue(ctx, pod)
 	const n = 100_000_000
-	for _, size := range []int64{1 << 20, 10 << 20, n} {
+	for _, size := range []int64{} {
 		var out, errb strings.Builder
 		d, code, err := bl.Exec(ctx, pod, []string{"wc", "-c"}, &zeroReader{n: size}, &out, &errb)
 		t.Logf("ws stdin %d: %v code %d err %v wc=%q %q: %.1f MB/s", size, d, code, err, out.String(), errb.String(), float64(size)/d.Seconds()/1e6)
@@ -218,7 +227,43 @@ func TestDiagThroughput(t *testing.T) {
 		d = time.Since(s)
 		t.Logf("spdy stdout %d: %v err %v got %d: %.1f MB/s", size, d, err, w.n, float64(w.n)/d.Seconds()/1e6)
 	}
-	for range 1 {
+	p, _ := bl.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	cid := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	ctrArgs := []string{"--address", "/var/lib/knotless-test-cluster/run/containerd.sock", "-n", "k8s.io", "task", "exec", "--exec-id"}
+	for i := range 0 {
+		var w countWriter
+		cmd := exec.Command("ctr", append(ctrArgs, fmt.Sprint("tp", i), cid, "head", "-c", "100000000", "/dev/zero")...)
+		cmd.Stdout = &w
+		s := time.Now()
+		err := cmd.Run()
+		d := time.Since(s)
+		t.Logf("ctr stdout: %v err %v got %d: %.1f MB/s", d, err, w.n, float64(w.n)/d.Seconds()/1e6)
+		var out strings.Builder
+		cmd = exec.Command("ctr", append(ctrArgs, fmt.Sprint("tq", i), cid, "wc", "-c")...)
+		cmd.Stdin = &zeroReader{n: n}
+		cmd.Stdout = &out
+		s = time.Now()
+		err = cmd.Run()
+		d = time.Since(s)
+		t.Logf("ctr stdin: %v err %v wc %q: %.1f MB/s", d, err, out.String(), float64(n)/d.Seconds()/1e6)
+	}
+	for _, argv := range [][]string{{"head", "-c", "100000000", "/dev/zero"}, {"dd", "if=/dev/zero", "bs=65536", "count=1526"}, {"dd", "if=/dev/zero", "bs=4096", "count=24414"}} {
+		var w countWriter
+		d, code, err := bl.Exec(ctx, pod, argv, nil, &w, nil)
+		t.Logf("ws stdout %q: %v code %d err %v got %d: %.1f MB/s", argv, d, code, err, w.n, float64(w.n)/d.Seconds()/1e6)
+	}
+	for range 0 {
+		var out, errb strings.Builder
+		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /tmp/x; wc -c < /tmp/x; rm /tmp/x"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		t.Logf("cat>/tmp/x 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
+		out.Reset()
+		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null; echo $?"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		t.Logf("cat>/dev/null 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
+		out.Reset()
+		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat | wc -c"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		t.Logf("cat|wc 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
+	}
+	for range 0 {
 		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null"}, &zeroReader{n: n}, nil, nil)
 		t.Logf("stdin 100 MB: %v code %d err %v: %.1f MB/s", d, code, err, n/d.Seconds()/1e6)
 		var w countWriter
