@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	"os"
@@ -269,5 +270,36 @@ func TestDiagThroughput(t *testing.T) {
 		var w countWriter
 		d, code, err = bl.Exec(ctx, pod, []string{"head", "-c", "100000000", "/dev/zero"}, nil, &w, nil)
 		t.Logf("stdout 100 MB: %v code %d err %v got %d: %.1f MB/s", d, code, err, w.n, float64(w.n)/d.Seconds()/1e6)
+	}
+}
+
+func TestDiagDeleteAndClient(t *testing.T) {
+	if os.Getenv("DIAG") == "" {
+		t.Skip()
+	}
+	c := kubetest.Connect(t)
+	ns := c.RestrictedNamespace(t)
+	_, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
+	s := time.Now()
+	for range 100 {
+		if _, err := kubernetes.NewForConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("kubernetes.NewForConfig: %v each", time.Since(s)/100)
+	bl, _ := kubetest.NewBaseline(cfg, ns)
+	ctx := t.Context()
+	for _, variant := range []string{"sleep", "trap", "sleep", "trap", "sleep", "trap"} {
+		if variant == "trap" {
+			bl.Pod = func(ns string) *corev1.Pod {
+				p := kubetest.RestrictedPod(ns, "")
+				p.Spec.Containers[0].Command = []string{"sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"}
+				return p
+			}
+		} else {
+			bl.Pod = nil
+		}
+		r, err := bl.Run(ctx)
+		t.Logf("%s: start %v exec %v delete %v total %v err %v", variant, r.Start.Round(time.Millisecond), r.Exec.Round(time.Millisecond), r.Delete.Round(time.Millisecond), r.Total.Round(time.Millisecond), err)
 	}
 }
