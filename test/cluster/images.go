@@ -50,25 +50,127 @@ type File struct {
 // one symlink per applet, /tmp 1777 and user 1000 ("job").
 const JobBaseImage = "localhost/knotless/job-base:1"
 
+// JobRootImage is JobBaseImage whose default user is root (0:0, HOME
+// /root): for tests of --run-as and of Pod Security "restricted" refusing
+// a pod that would run as root.
+const JobRootImage = "localhost/knotless/job-root:1"
+
+// JobNoTarImage has a /bin/sh (Debian's dash) and a few coreutils (cat,
+// head, wc, mkdir, rm, ls, chmod, sleep, true, env) with their shared
+// libraries, and no tar and no busybox (whose sh runs its tar applet even
+// without a symlink): for proving an executor needs no tar in the job
+// image. User 1000, /tmp 1777.
+const JobNoTarImage = "localhost/knotless/job-notar:1"
+
 // CoreDNSImage holds our CoreDNS build (no forward plugin).
 const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
 
 // images returns every image Up imports. Later parts of Knotless add theirs
-// here (one Image each).
+// here (one Image each); images that need no build step go in jobImages,
+// which Up also imports into a running cluster when they are missing.
 func (c Config) images(ctx context.Context, b Binaries) ([]Image, error) {
 	pause, err := c.buildPause(ctx)
 	if err != nil {
 		return nil, err
 	}
+	jobs, err := jobImages()
+	if err != nil {
+		return nil, err
+	}
+	return append([]Image{
+		{Ref: PauseImage, Files: []File{{Path: "/pause", Mode: 0o755, Source: pause}}, User: "65535", Entrypoint: []string{"/pause"}},
+		{Ref: CoreDNSImage, Files: []File{{Path: "/coredns", Mode: 0o755, Source: b.CoreDNS}}, User: "65534", Entrypoint: []string{"/coredns"}},
+	}, jobs...), nil
+}
+
+// jobImages are the images job pods use in the tests, made from this
+// machine's files alone (no build, no binaries of the cluster). A changed
+// image needs a new tag: a running cluster imports only missing refs.
+func jobImages() ([]Image, error) {
 	jobBase, err := busyboxImage(JobBaseImage)
 	if err != nil {
 		return nil, err
 	}
-	return []Image{
-		{Ref: PauseImage, Files: []File{{Path: "/pause", Mode: 0o755, Source: pause}}, User: "65535", Entrypoint: []string{"/pause"}},
-		jobBase,
-		{Ref: CoreDNSImage, Files: []File{{Path: "/coredns", Mode: 0o755, Source: b.CoreDNS}}, User: "65534", Entrypoint: []string{"/coredns"}},
-	}, nil
+	root, err := busyboxImage(JobRootImage)
+	if err != nil {
+		return nil, err
+	}
+	root.User = "0:0"
+	root.WorkingDir = "/root"
+	root.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	noTar, err := noTarImage(JobNoTarImage)
+	if err != nil {
+		return nil, err
+	}
+	return []Image{jobBase, root, noTar}, nil
+}
+
+// ensureJobImages imports, into the running cluster's containerd, every
+// job image whose ref it does not hold yet (one `ctr images ls`, so it is
+// cheap when all are there). It leaves present images alone.
+func (c Config) ensureJobImages(ctx context.Context) error {
+	out, err := run(ctx, "ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "ls", "-q")
+	if err != nil {
+		return fmt.Errorf("list images: %w", err)
+	}
+	have := map[string]bool{}
+	for _, ref := range strings.Fields(out) {
+		have[ref] = true
+	}
+	imgs, err := jobImages()
+	if err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		if have[img.Ref] {
+			continue
+		}
+		if err := c.ImportImage(ctx, img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noTarImage is dash as /bin/sh, a few coreutils and the shared libraries
+// they load (found with ldd), /tmp 1777 and /etc/passwd with root, job
+// (1000) and nobody; it runs as 1000.
+func noTarImage(ref string) (Image, error) {
+	bins := map[string]string{ // path in the image → host file
+		"/bin/sh": "/bin/dash", "/bin/dash": "/bin/dash",
+		"/bin/cat": "/bin/cat", "/bin/head": "/usr/bin/head", "/bin/wc": "/usr/bin/wc",
+		"/bin/mkdir": "/bin/mkdir", "/bin/rm": "/bin/rm", "/bin/ls": "/bin/ls",
+		"/bin/chmod": "/bin/chmod", "/bin/sleep": "/bin/sleep", "/bin/true": "/bin/true",
+		"/usr/bin/env": "/usr/bin/env",
+	}
+	files := []File{
+		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		{Path: "/root", Mode: fs.ModeDir | 0o700},
+		{Path: "/home/job", Mode: fs.ModeDir | 0o755, UID: 1000, GID: 1000},
+		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\njob:x:1000:1000:job:/home/job:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
+		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\njob:x:1000:\nnogroup:x:65534:\n")},
+	}
+	libs := map[string]bool{}
+	for dst, src := range bins {
+		files = append(files, File{Path: dst, Mode: 0o755, Source: src})
+		out, err := exec.Command("ldd", src).Output()
+		if err != nil {
+			return Image{}, fmt.Errorf("ldd %s: %w", src, err)
+		}
+		// Lines: "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)": every absolute path is a
+		// library to copy, at the path the binary asks for.
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				libs[f] = true
+			}
+		}
+	}
+	for lib := range libs {
+		files = append(files, File{Path: lib, Mode: 0o755, Source: lib})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return Image{Ref: ref, Files: files, User: "1000:1000", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/home/job"}, WorkingDir: "/home/job", Cmd: []string{"/bin/sh"}}, nil
 }
 
 // buildPause compiles ./pause (static) into STATE/images/pause.

@@ -17,7 +17,8 @@ import (
 // missing Debian packages, builds missing binaries (Build), and writes PKI
 // and configs into the state directory.
 //
-// It is idempotent: on a healthy cluster it returns at once. Otherwise it
+// It is idempotent: on a healthy cluster it only imports the job images
+// (jobImages) that containerd does not hold yet, and returns. Otherwise it
 // first removes whatever an earlier cluster left (processes from stale pid
 // files, pods' processes and shims, mounts, network namespaces, the bridge,
 // netfilter rules) and starts from a fresh etcd and fresh runtime state,
@@ -25,6 +26,11 @@ import (
 func (c Config) Up(ctx context.Context) error {
 	t0 := time.Now()
 	if c.Healthy(ctx) == nil {
+		// Job images added since the cluster started: import them without
+		// a restart.
+		if err := c.ensureJobImages(ctx); err != nil {
+			return err
+		}
 		c.Log.Info("cluster already up", "kubeconfig", c.AdminKubeconfig())
 		return nil
 	}

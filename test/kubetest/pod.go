@@ -22,6 +22,14 @@ const (
 	// JobBaseImage is the job base image test/cluster imports: busybox-static
 	// applets, /tmp 1777, image USER 1000. Never pulled (pull policy Never).
 	JobBaseImage = "localhost/knotless/job-base:1"
+	// JobRootImage is JobBaseImage whose default user is root (0:0): a pod
+	// from it runs as root unless the pod sets runAsUser, and Pod Security
+	// "restricted" refuses runAsUser 0 (test/cluster's JobRootImage).
+	JobRootImage = "localhost/knotless/job-root:1"
+	// JobNoTarImage has /bin/sh (dash), cat, head, wc, mkdir, rm, ls,
+	// chmod, sleep, true and env, and no tar nor busybox; image USER 1000
+	// (test/cluster's JobNoTarImage).
+	JobNoTarImage = "localhost/knotless/job-notar:1"
 	// MainContainer is the name of RestrictedPod's only container.
 	MainContainer = "main"
 	// UID is the user and group id RestrictedPod runs as.

@@ -89,7 +89,7 @@ State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
 			Long: `up installs missing Debian packages, builds missing binaries, removes what an
 earlier cluster left behind, writes PKI and configs, starts every process, imports
 the images, deploys CoreDNS and waits until the node is Ready. Run it again at any
-time: on a healthy cluster it returns at once.`,
+time: on a healthy cluster it only imports job images it does not hold yet.`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				t0 := time.Now()
