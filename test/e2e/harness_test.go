@@ -149,7 +149,7 @@ type proc struct {
 var procSeq atomic.Int64
 
 // startProc starts bin with args and env (no other variables) in dir.
-func startProc(t *testing.T, name string, env []string, dir string, bin string, args ...string) *proc {
+func startProc(t testing.TB, name string, env []string, dir string, bin string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%d.log", name, procSeq.Add(1)))
 	f, err := os.Create(logPath)
@@ -187,7 +187,7 @@ func (p *proc) output() string {
 	return string(b)
 }
 
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %s to %s: %v", sig, p.name, err)
@@ -205,7 +205,7 @@ func (p *proc) exited() bool {
 
 // wait waits up to d for the process to exit and returns its exit code (-1
 // when a signal ended it).
-func (p *proc) wait(t *testing.T, d time.Duration) int {
+func (p *proc) wait(t testing.TB, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -237,7 +237,7 @@ func (p *proc) kill() {
 
 // waitFor polls cond every 50 ms until it holds or d has passed; then the
 // test fails, with the last detail cond gave.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -28,7 +28,7 @@ type kubeRunner struct {
 	args []string
 }
 
-func newKubeRunner(t *testing.T) *kubeRunner {
+func newKubeRunner(t testing.TB) *kubeRunner {
 	t.Helper()
 	c := kubetest.Connect(t)
 	ns := c.RestrictedNamespace(t)
@@ -40,7 +40,7 @@ func newKubeRunner(t *testing.T) *kubeRunner {
 }
 
 // pods lists the job pods of runner name in the namespace.
-func (k *kubeRunner) pods(t *testing.T, runner string) []string {
+func (k *kubeRunner) pods(t testing.TB, runner string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -25,7 +25,7 @@ import (
 // admin's token, one repository (admin/app) and a local git work tree that
 // pushes to it. Runners are added with registerRunner and startRunner.
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	root  string // t.TempDir() holding everything below
 	data  string // server --data
 	home  string // HOME of every process
@@ -47,7 +47,7 @@ type world struct {
 
 // newWorld starts a server with the given lease (and more server flags)
 // and creates admin/app.
-func newWorld(t *testing.T, lease time.Duration, serverArgs ...string) *world {
+func newWorld(t testing.TB, lease time.Duration, serverArgs ...string) *world {
 	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, data: filepath.Join(root, "data"), home: filepath.Join(root, "home"),

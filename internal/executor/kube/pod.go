@@ -299,3 +299,20 @@ func podNamePrefix(id string) string {
 	}
 	return strings.TrimRight(s, "-") + "-"
 }
+
+// BenchPod is the job pod Prepare makes with the default Config, for a
+// benchmark's bare baseline to create the very same pod: its container is
+// named container and runs a shell as PID 1 that exits on SIGTERM (as the
+// agent does), instead of the bootstrap that waits for the agent.
+func BenchPod(namespace, container string) *corev1.Pod {
+	p := podFor(podSpec{
+		Namespace: namespace, GenerateName: "bare-", Image: "localhost/knotless/job-base:1",
+		Labels: map[string]string{LabelManagedBy: "kubetest"},
+		CPU:    resource.MustParse(DefaultCPUs), Memory: *resource.NewQuantity(128<<20, resource.BinarySI),
+		Disk: *resource.NewQuantity(256<<20, resource.BinarySI), Deadline: time.Hour, RunAs: DefaultRunAs,
+		PullPolicy: corev1.PullNever,
+		Command:    []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
+	})
+	p.Spec.Containers[0].Name = container
+	return p
+}
