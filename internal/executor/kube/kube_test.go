@@ -33,7 +33,7 @@ type fixture struct {
 	agent      string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	c := kubetest.Connect(t)
 	ns := c.RestrictedNamespace(t)
@@ -51,7 +51,7 @@ func (f *fixture) config() kube.Config {
 	}
 }
 
-func (f *fixture) executor(t *testing.T, cfg kube.Config) *kube.Executor {
+func (f *fixture) executor(t testing.TB, cfg kube.Config) *kube.Executor {
 	t.Helper()
 	e, err := kube.New(cfg)
 	if err != nil {
@@ -62,7 +62,7 @@ func (f *fixture) executor(t *testing.T, cfg kube.Config) *kube.Executor {
 }
 
 // podOf is the pod name a session's handle records.
-func podOf(t *testing.T, s executor.Session) string {
+func podOf(t testing.TB, s executor.Session) string {
 	t.Helper()
 	var d struct {
 		Pod string `json:"pod"`

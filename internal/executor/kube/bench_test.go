@@ -1,0 +1,161 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/test/kubetest"
+)
+
+// benchSession prepares one session of a job pod with 1 cpu, 512 MiB of
+// memory and 1 GiB of disk over workspace (a fresh empty one when ""),
+// and returns it with its setup log.
+func benchSession(b *testing.B, f *fixture, workspace string) (executor.Session, string) {
+	b.Helper()
+	cfg := f.config()
+	cfg.CPUs, cfg.Memory, cfg.Disk = "1", 512<<20, 1<<30
+	e := f.executor(b, cfg)
+	if workspace == "" {
+		workspace = b.TempDir()
+	}
+	var log bytes.Buffer
+	s, err := e.Prepare(context.Background(), executor.Spec{ID: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Workspace: workspace, Timeout: time.Hour, Log: &log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Cleanup(context.Background()) })
+	return s, log.String()
+}
+
+func execOK(b *testing.B, s executor.Session, id, script string, out io.Writer) {
+	b.Helper()
+	res, err := s.Exec(context.Background(), executor.Step{ID: id, Script: script}, out)
+	if err != nil || res.ExitCode != 0 {
+		b.Fatalf("step %s: %+v, %v", id, res, err)
+	}
+}
+
+// BenchmarkKube_Step is the cost of one more step of `true` in a running
+// job pod (all steps over the run's one exec stream), against one bare
+// exec round trip of `true` into the same pod (kubetest.Baseline's
+// WebSocket exec, a new exec per call). ns/op is per step.
+//
+//	KNOTLESS_TEST_CLUSTER_REQUIRED=1 go test -count=1 -run '^$' -bench 'Kube_' -benchtime 50x ./internal/executor/kube
+func BenchmarkKube_Step(b *testing.B) {
+	f := newFixture(b)
+	s, _ := benchSession(b, f, "")
+	execOK(b, s, "warm", "true", io.Discard)
+	b.Run("agent-stream", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			execOK(b, s, "s"+strconv.Itoa(i)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), "true", io.Discard)
+		}
+	})
+	b.Run("bare-exec", func(b *testing.B) {
+		pod := podOf(b, s)
+		for i := 0; i < b.N; i++ {
+			if _, _, code, err := kubetest.Exec(context.Background(), f.rest, f.ns, pod, kube.Container, []string{"true"}, nil); err != nil || code != 0 {
+				b.Fatalf("exec true: exit %d, %v", code, err)
+			}
+		}
+	})
+}
+
+var deliveredIn = regexp.MustCompile(`delivered \(([0-9.]+) MB\) and connected in ([0-9.]+)(ms|s)`)
+
+// BenchmarkKube_Lifecycle is one job pod's life without a step:
+// Prepare (create → Running, the agent delivered over the first exec and
+// connected: reported separately as delivery-ms) and Cleanup (run end →
+// pod gone: the agent asked to exit, the pod deleted with grace 0).
+func BenchmarkKube_Lifecycle(b *testing.B) {
+	f := newFixture(b)
+	cfg := f.config()
+	cfg.CPUs = "1"
+	e := f.executor(b, cfg)
+	var prep, deliver, gone time.Duration
+	for i := 0; i < b.N; i++ {
+		var log bytes.Buffer
+		t0 := time.Now()
+		s, err := e.Prepare(context.Background(), executor.Spec{ID: "life-" + strconv.Itoa(i), Workspace: b.TempDir(), Timeout: time.Hour, Log: &log})
+		if err != nil {
+			b.Fatal(err)
+		}
+		prep += time.Since(t0)
+		m := deliveredIn.FindStringSubmatch(log.String())
+		if m == nil {
+			b.Fatalf("setup log names no delivery time:\n%s", log.String())
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		if m[3] == "s" {
+			v *= 1000
+		}
+		deliver += time.Duration(v * float64(time.Millisecond))
+		t1 := time.Now()
+		if err := s.Cleanup(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		gone += time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(prep.Milliseconds())/n, "prepare-ms")
+	b.ReportMetric(float64(deliver.Milliseconds())/n, "delivery-ms")
+	b.ReportMetric(float64(gone.Milliseconds())/n, "end-to-gone-ms")
+}
+
+// BenchmarkKube_CopyIn copies a checkout of 100 files of 1 MB (random
+// bytes) into a job pod with 1 cpu: MB/s of the tar stream over the
+// exec, verified by size and SHA-256 at both ends.
+func BenchmarkKube_CopyIn(b *testing.B) {
+	f := newFixture(b)
+	src := b.TempDir()
+	data := make([]byte, 1e6)
+	for i := 0; i < 100; i++ {
+		for j := range data {
+			data[j] = byte(i*31 + j*7 + j>>8)
+		}
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%03d", i)), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, _ := benchSession(b, f, "")
+	b.SetBytes(100e6)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.CopyIn(context.Background(), src, "copy-"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		execOK(b, s, "rm-"+strconv.Itoa(i)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), "rm -rf copy-"+strconv.Itoa(i), io.Discard)
+		b.StartTimer()
+	}
+}
+
+type countingWriter struct{ n atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); return len(p), nil }
+
+// BenchmarkKube_Log is a step printing 100 MB (10^8 bytes) in a job pod
+// with 1 cpu, every byte arriving at the runner: MB/s.
+func BenchmarkKube_Log(b *testing.B) {
+	f := newFixture(b)
+	s, _ := benchSession(b, f, "")
+	b.SetBytes(100e6)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var c countingWriter
+		execOK(b, s, "log-"+strconv.Itoa(i)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), "head -c 100000000 /dev/zero", &c)
+		if c.n.Load() != 100e6 {
+			b.Fatalf("%d bytes arrived, want 100000000", c.n.Load())
+		}
+	}
+}
