@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster
+.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
 
 all: build
 
@@ -72,8 +72,17 @@ bench: build
 # Pod create → Running and exec round trip on the local cluster (client-go,
 # as a runner's ServiceAccount), 20 samples each, medians in ms.
 bench-cluster: cluster-up
-	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench . -benchtime 20x ./test/kubetest
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'BareCreateRunning|BareExecTrue' -benchtime 20x ./test/kubetest
 	@$(CLUSTER) status
+
+# The kube executor against the bare client-go loop on the same cluster:
+# a one-step run claim → finished (server, runner, job pod) against a bare
+# run of the same pod, per extra step against a bare exec, a pod's
+# lifecycle, copy-in and log throughput (README "Kubernetes executor figures").
+bench-kube: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench KubeClaimToFinished -benchtime 10x ./test/e2e
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_Step' -benchtime 50x ./internal/executor/kube
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
 
 clean:
 	rm -rf $(BIN) .demo
