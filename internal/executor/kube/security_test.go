@@ -311,4 +311,3 @@ func TestKube_RunnerServiceAccountCanReadSecrets(t *testing.T) {
 		t.Fatalf("a step as the runner: %+v %v %q", res, err, out)
 	}
 }
-
