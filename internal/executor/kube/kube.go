@@ -354,7 +354,7 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 	if err != nil {
 		return nil, fmt.Errorf("prepare kube session %s: %w", spec.ID, err)
 	}
-	return s, nil
+	return e.wrap(s), nil
 }
 
 func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
@@ -853,7 +853,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 	e.mu.Lock()
 	e.live[h.ID] = s
 	e.mu.Unlock()
-	return s, nil
+	return e.wrap(s), nil
 }
 
 // hasMark reports whether workspaceMark exists in the pod.

@@ -42,13 +42,15 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 	if pod == nil {
 		return &fault{ReasonPodLost, "the job pod is gone (deleted from outside the runner?)"}
 	}
-	if pod.DeletionTimestamp != nil {
-		return &fault{ReasonPodLost, fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
-	}
+	// An eviction (the Eviction API, preemption, a taint) marks the pod
+	// DisruptionTarget and then deletes it: evicted, not pod-lost.
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
 			return &fault{api.ReasonEvicted, strings.TrimSpace(fmt.Sprintf("the job pod was disrupted (%s): %s", c.Reason, c.Message))}
 		}
+	}
+	if pod.DeletionTimestamp != nil {
+		return &fault{ReasonPodLost, fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
 	}
 	if pod.Status.Reason == "Evicted" {
 		return &fault{api.ReasonEvicted, "the job pod was evicted: " + pod.Status.Message}
