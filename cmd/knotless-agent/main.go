@@ -136,6 +136,7 @@ func connect(args []string) int {
 	fs := flag.NewFlagSet("connect", flag.ExitOnError)
 	socket := fs.String("socket", "", "the agent's Unix socket (required)")
 	wait := fs.Duration("wait", 0, "keep trying this long while nothing listens on the socket yet (an agent starting)")
+	wake := fs.String("wake", "", "named pipe to write a line to while waiting, for a process that starts the agent once woken")
 	_ = fs.Parse(args)
 	if *socket == "" {
 		fmt.Fprintln(os.Stderr, "knotless-agent connect: --socket is required")
@@ -144,6 +145,9 @@ func connect(args []string) int {
 	deadline := time.Now().Add(*wait)
 	c, err := agent.DialUnix(context.Background(), *socket)
 	for err != nil && time.Now().Before(deadline) {
+		if *wake != "" {
+			wakeUp(*wake)
+		}
 		time.Sleep(2 * time.Millisecond)
 		c, err = agent.DialUnix(context.Background(), *socket)
 	}
@@ -165,4 +169,15 @@ func connect(args []string) int {
 	}()
 	<-done
 	return 0
+}
+
+// wakeUp writes a line to the named pipe fifo if a reader has it open
+// (non-blocking: without a reader the open fails and nothing is lost).
+func wakeUp(fifo string) {
+	f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString("go\n")
+	_ = f.Close()
 }

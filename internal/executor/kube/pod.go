@@ -31,7 +31,7 @@ const (
 	// step output files, exit statuses) and its socket (agent.sock).
 	AgentDir = "/knotless"
 	// AgentPath is where the step agent's program is delivered.
-	AgentPath = AgentDir + "/bin/knotless-agent"
+	AgentPath = AgentDir + "/knotless-agent"
 	// AgentSocket is the agent's Unix socket.
 	AgentSocket = AgentDir + "/agent.sock"
 	// AgentState is the agent's state directory.
@@ -212,12 +212,16 @@ func podFor(s podSpec) *corev1.Pod {
 }
 
 // bootstrapCommand is PID 1 of the job container until the agent is
-// there: a POSIX shell that waits (blocked on a named pipe it holds open
-// for reading and writing, so a writer never waits for it; no polling)
-// until the first exec has delivered the agent's program, then replaces
-// itself with the agent (exec), which becomes PID 1: it reaps orphans and
-// exits on SIGTERM, so the pod ends at once when deleted. Every argument
-// is fixed or derived from the run's ID and deadline: nothing secret.
+// there: a POSIX shell that waits until the first exec has delivered the
+// agent's program (AgentPath made executable), then replaces itself with
+// the agent (exec), which becomes PID 1: it reaps orphans and exits on
+// SIGTERM, so the pod ends at once when deleted. It waits blocked on a
+// named pipe it holds open for reading and writing (startFIFO; the
+// delivery's `knotless-agent connect --wake` writes to it), or, in an
+// image without mkfifo, by polling every 50 ms. It makes the pipe before
+// it looks for the program, and the delivery makes the program executable
+// before it wakes the pipe, so no wake-up is lost. Every argument is
+// fixed or derived from the run's ID and deadline: nothing secret.
 func bootstrapCommand(runID string, deadline time.Time, extra []string) []string {
 	agentArgs := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
 		"--workdir", Workspace, "--home", Home, "--path", defaultPATH, "--run", runID}
@@ -229,8 +233,10 @@ func bootstrapCommand(runID string, deadline time.Time, extra []string) []string
 	for i, a := range agentArgs {
 		quoted[i] = shellQuote(a)
 	}
-	script := `f=` + startFIFO + `; [ -p "$f" ] || mkfifo "$f" 2>/dev/null || [ -p "$f" ] || exit 97; ` +
-		`read -r go 0<>"$f"; exec ` + strings.Join(quoted, " ")
+	script := `a=` + AgentPath + `; f=` + startFIFO + `; ` +
+		`if [ -p "$f" ] || mkfifo "$f" 2>/dev/null; then until [ -x "$a" ]; do read -r go 0<>"$f"; done; ` +
+		`else until [ -x "$a" ]; do sleep 0.05 2>/dev/null || sleep 1; done; fi; ` +
+		`exec ` + strings.Join(quoted, " ")
 	return []string{"/bin/sh", "-c", script}
 }
 
@@ -243,19 +249,19 @@ const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // lineSendAgent on STDOUT), reads exactly size bytes of it from STDIN
 // (head -c; the runner sends nothing more before the next line, so
 // nothing is read ahead, and the reader never depends on STDIN's end),
-// checks the count, makes it executable under its final name and wakes
-// PID 1 (bootstrapCommand). Then it says lineDelivered and becomes
-// `knotless-agent connect`: the same exec carries the agent protocol.
+// checks the count and makes it executable. Then it says lineDelivered
+// and becomes `knotless-agent connect`, which wakes PID 1
+// (bootstrapCommand) and waits for the agent's socket: the same exec
+// carries the agent protocol. Tools it needs in the image: sh, head, wc,
+// chmod.
 func deliverScript(size int64) string {
 	n := strconv.FormatInt(size, 10)
-	return `set -e; umask 077; ` +
-		`if [ ! -S ` + AgentSocket + ` ]; then ` +
-		`mkdir -p ` + AgentDir + `/bin; t=` + AgentPath + `.part; echo ` + lineSendAgent + `; ` +
-		`head -c ` + n + ` > "$t"; got=$(wc -c < "$t"); ` +
+	return `set -e; umask 077; a=` + AgentPath + `; ` +
+		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + `; ` +
+		`head -c ` + n + ` > "$a"; got=$(wc -c < "$a"); ` +
 		`[ "$got" -eq ` + n + ` ] || { echo "knotless: the agent arrived truncated: $got of ` + n + ` bytes" >&2; exit 98; }; ` +
-		`chmod 0500 "$t"; mv "$t" ` + AgentPath + `; ` +
-		`f=` + startFIFO + `; [ -p "$f" ] || mkfifo "$f" 2>/dev/null || [ -p "$f" ]; echo go > "$f"; fi; ` +
-		`echo ` + lineDelivered + `; exec ` + AgentPath + ` connect --socket ` + AgentSocket + ` --wait 30s`
+		`chmod 0500 "$a"; fi; ` +
+		`echo ` + lineDelivered + `; exec "$a" connect --socket ` + AgentSocket + ` --wait 30s --wake ` + startFIFO
 }
 
 func shellQuote(s string) string {

@@ -2,7 +2,11 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"knotless.dev/knotless/internal/executor"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,10 +243,26 @@ func TestKube_RunAsVariantNotApplied(t *testing.T) {
 		}
 	})
 	t.Run("image/root-user-image", func(t *testing.T) {
-		// kubetest has no image whose USER is root yet (another branch adds
-		// one to test/cluster/images.go): nothing to run this against.
-		t.Skip("kubetest has no root-user job image constant (e.g. kubetest.JobRootImage, being added to test/cluster/images.go on another branch): " +
-			"cannot check that RunAs{Image:true} with a root image fails with a *executor.Fault naming CreateContainerConfigError")
+		// --run-as image with an image whose user is root: the kubelet's
+		// runAsNonRoot check refuses to start it, and Prepare says so.
+		cfg := f.config()
+		cfg.RunAs = kube.RunAs{Image: true}
+		e := f.executor(t, cfg)
+		id := runID("runas-root")
+		spec := f.spec(t, id)
+		spec.Image = kubetest.JobRootImage
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s, err := e.Prepare(ctx, spec)
+		if err == nil {
+			_ = s.Cleanup(context.Background())
+			t.Fatal("Prepare of a root image with --run-as image succeeded")
+		}
+		var fault *executor.Fault
+		if !errors.As(err, &fault) || !strings.Contains(fault.Message, "CreateContainerConfigError") {
+			t.Fatalf("Prepare: %v; want an executor.Fault naming CreateContainerConfigError", err)
+		}
+		t.Logf("refused as it should be: %v", err)
 	})
 }
 
@@ -309,5 +329,31 @@ func TestKube_RunnerServiceAccountCanReadSecrets(t *testing.T) {
 	res, out, err := runStep(t, s, "1", "echo ok", time.Minute)
 	if err != nil || res.ExitCode != 0 || string(out) != "ok\n" {
 		t.Fatalf("a step as the runner: %+v %v %q", res, err, out)
+	}
+}
+
+// TestKube_JobImageWithoutTarCannotRun pins that the job image needs
+// /bin/sh and nothing else the runner relies on: no tar (the checkout and
+// outputs are tar streams the agent reads and writes itself), no busybox.
+func TestKube_JobImageWithoutTarCannotRun(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Image = kubetest.JobNoTarImage
+	e := f.executor(t, cfg)
+	spec := f.spec(t, runID("notar"))
+	if err := os.WriteFile(filepath.Join(spec.Workspace, "in.txt"), []byte("from the checkout\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := f.prepare(t, e, spec)
+	res, out, err := runStep(t, s, "1", "cat in.txt; mkdir -p out; echo made > out/file; command -v tar || echo no tar", time.Minute)
+	if err != nil || res.ExitCode != 0 || string(out) != "from the checkout\nno tar\n" {
+		t.Fatalf("step in the image without tar: %+v %v %q", res, err, out)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	if err := s.CopyOut(context.Background(), "out", dst); err != nil {
+		t.Fatalf("CopyOut from the image without tar: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "file")); err != nil || string(b) != "made\n" {
+		t.Fatalf("copied out %q, %v", b, err)
 	}
 }
