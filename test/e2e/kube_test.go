@@ -174,3 +174,55 @@ steps:
 	second.signal(t, syscall.SIGINT)
 	second.wait(t, 30*time.Second)
 }
+
+// A runner SIGKILLed while its job pod runs a step, and started again on
+// the same state and work directory, takes the run over: the step in the
+// pod was never interrupted (it says its PID once), its log is whole and
+// in order, the next step runs in the same pod, and the run succeeds.
+func TestE2E_KubeRunnerKilledMidStepTakesTheRunOverInTheSamePod(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("kr3")
+	first := w.startRunner(rid, k.args...)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: count
+    run: |
+      echo "step pid $$ on $(hostname)"
+      i=1
+      while [ $i -le 20 ]; do echo "line $i"; i=$((i+1)); sleep 0.5; done
+      echo done
+  - name: after
+    run: echo "second step on $(hostname)"
+`})
+	w.waitRun(run.ID, 2*time.Minute, "the step to print", func(r api.Run) bool {
+		return strings.Contains(w.stepLog(run.ID, 1), "line 2\n")
+	})
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	second := w.startRunner(rid, k.args...)
+	final := w.waitFinal(run.ID, 2*time.Minute)
+	if final.State != api.StateSucceeded {
+		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
+	}
+	log := w.stepLog(run.ID, 1)
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if len(lines) != 22 || !strings.HasPrefix(lines[0], "step pid ") || lines[21] != "done" {
+		t.Fatalf("step log:\n%s\nwant one pid line, lines 1..20, done", log)
+	}
+	for i := 1; i <= 20; i++ {
+		if lines[i] != fmt.Sprintf("line %d", i) {
+			t.Fatalf("step log line %d is %q: lost, repeated or out of order\n%s", i+1, lines[i], log)
+		}
+	}
+	host := strings.TrimPrefix(lines[0][strings.Index(lines[0], " on ")+4:], "")
+	if got := w.stepLog(run.ID, 2); got != "second step on "+host+"\n" {
+		t.Errorf("step 2 log %q, want it in the same pod %s", got, host)
+	}
+	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+		left := k.pods(t, "kr3")
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}
