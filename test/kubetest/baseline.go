@@ -11,11 +11,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
-	"k8s.io/streaming/pkg/httpstream"
+
+	"knotless.dev/knotless/internal/executor/kube"
 )
 
 // BaselinePoll is the default interval between a Baseline's pod Gets.
@@ -143,26 +143,7 @@ func (b *Baseline) Executor(pod string, argv []string, stdin bool) (remotecomman
 }
 
 func newExecutor(cfg *rest.Config, client kubernetes.Interface, namespace, pod, container string, argv []string, stdin bool) (remotecommand.Executor, error) {
-	req := client.CoreV1().RESTClient().Post().
-		Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: container,
-			Command:   argv,
-			Stdin:     stdin,
-			Stdout:    true,
-			Stderr:    true,
-		}, scheme.ParameterCodec)
-	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
-	if err != nil {
-		return nil, fmt.Errorf("WebSocket executor: %w", err)
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
-	if err != nil {
-		return nil, fmt.Errorf("SPDY executor: %w", err)
-	}
-	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	return kube.PodExec(cfg, client, namespace, pod, container, argv, stdin)
 }
 
 // Exec runs argv (no shell) once in pod's MainContainer with the given

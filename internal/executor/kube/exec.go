@@ -3,7 +3,6 @@ package kube
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,59 +10,48 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream"
 )
 
-// executor returns a pods/exec stream executor for argv in the job
-// container of pod: WebSocket (protocol v5, which can close STDIN) with
-// client-go's fallback to SPDY when the upgrade fails or a proxy cannot
-// carry it, as kubectl does. The runner's Role needs create (and, for
-// older servers, get) on pods/exec.
+// executor returns the pods/exec stream executor for argv in the job
+// container of pod (PodExec).
 func (e *Executor) executor(pod string, argv []string, stdin bool) (remotecommand.Executor, error) {
-	req := e.client.CoreV1().RESTClient().Post().
-		Namespace(e.ns).Resource("pods").Name(pod).SubResource("exec").
+	return PodExec(e.rest, e.client, e.ns, pod, Container, argv, stdin)
+}
+
+// PodExec returns a stream executor for argv (no shell) in container of
+// namespace/pod through the API server's pods/exec subresource: WebSocket
+// (protocol v5, which can close STDIN) with client-go's fallback to SPDY
+// when the upgrade fails or a proxy cannot carry it, as kubectl does.
+// stdin says whether the exec gets a STDIN stream (without one, SPDY
+// would wait for it). cfg's user needs create (and, for older servers,
+// get) on pods/exec. Errors: cfg cannot make either executor.
+func PodExec(cfg *rest.Config, client kubernetes.Interface, namespace, pod, container string, argv []string, stdin bool) (remotecommand.Executor, error) {
+	req := client.CoreV1().RESTClient().Post().
+		Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
-			Container: Container,
+			Container: container,
 			Command:   argv,
 			Stdin:     stdin,
 			Stdout:    true,
 			Stderr:    true,
 		}, scheme.ParameterCodec)
-	ws, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", req.URL().String())
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
 	if err != nil {
 		return nil, fmt.Errorf("WebSocket exec: %w", err)
 	}
-	spdy, err := remotecommand.NewSPDYExecutor(e.rest, "POST", req.URL())
+	spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		return nil, fmt.Errorf("SPDY exec: %w", err)
 	}
 	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
-}
-
-// run execs argv in pod with stdin (nil: no STDIN stream, which SPDY
-// would otherwise wait on) and returns its stdout, stderr and exit code;
-// err is set when the command did not run to an exit status.
-func (e *Executor) run(ctx context.Context, pod string, argv []string, stdin io.Reader) (stdout, stderr []byte, code int, err error) {
-	exe, err := e.executor(pod, argv, stdin != nil)
-	if err != nil {
-		return nil, nil, -1, err
-	}
-	var out, errOut bytes.Buffer
-	err = exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &errOut})
-	if err == nil {
-		return out.Bytes(), errOut.Bytes(), 0, nil
-	}
-	var exit utilexec.ExitError
-	if errors.As(err, &exit) && exit.Exited() {
-		return out.Bytes(), errOut.Bytes(), exit.ExitStatus(), nil
-	}
-	return out.Bytes(), errOut.Bytes(), -1, err
 }
 
 // stream is one exec of `knotless-agent connect` as a byte stream to the
