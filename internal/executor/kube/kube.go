@@ -115,7 +115,7 @@ type Executor struct {
 	agentErr  error
 
 	watchOnce sync.Once
-	watchErr  error
+	synced    cache.InformerSynced
 	lister    listersv1.PodNamespaceLister
 	stopWatch chan struct{}
 
@@ -214,7 +214,9 @@ func (e *Executor) selector() labels.Selector {
 }
 
 // watch starts (once) an informer on this runner's job pods (a
-// label-selected list and watch; no polling) and waits for its cache.
+// label-selected list and watch; no polling) and waits, up to a minute,
+// until its cache has synced. The informer retries its list and watch on
+// its own; a call that gave up waiting leaves the next call to wait again.
 func (e *Executor) watch(ctx context.Context) error {
 	e.watchOnce.Do(func() {
 		sel := e.selector().String()
@@ -233,17 +235,21 @@ func (e *Executor) watch(ctx context.Context) error {
 			DeleteFunc: func(any) { notify() },
 		})
 		e.lister = inf.Lister().Pods(e.ns)
+		e.synced = inf.Informer().HasSynced
 		f.Start(e.stopWatch)
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		synced := f.WaitForCacheSync(wctx.Done())
-		for _, ok := range synced {
-			if !ok {
-				e.watchErr = fmt.Errorf("watch pods in namespace %s: the informer did not sync (can the runner list and watch pods there?)", e.ns)
-			}
-		}
 	})
-	return e.watchErr
+	if e.synced() {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), e.synced) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("watch pods in namespace %s: the pod informer did not sync within a minute (is the API server reachable, and may the runner list and watch pods there?)", e.ns)
+	}
+	return nil
 }
 
 // pod returns the cached pod and a channel closed at its next change;
