@@ -70,3 +70,20 @@ func clipName(s string) string {
 	}
 	return s[:2*MaxNameLength] + "..."
 }
+
+// MaxRunnerNameLength is the longest runner name or label, in bytes: it
+// must fit a Kubernetes label value.
+const MaxRunnerNameLength = 63
+
+// CheckRunnerName is CheckName for a runner's name or one of its labels
+// (what says which), at most MaxRunnerNameLength bytes: runner names
+// become label values, file names and command-line arguments.
+func CheckRunnerName(what, name string) error {
+	if err := CheckName(what, name); err != nil {
+		return err
+	}
+	if len(name) > MaxRunnerNameLength {
+		return fmt.Errorf("%s %q: at most %d characters (%s)", what, clipName(name), MaxRunnerNameLength, NameRule)
+	}
+	return nil
+}

@@ -29,3 +29,20 @@ func TestCheckName_OneRuleForHandlesAndRepositoryNames(t *testing.T) {
 		t.Errorf("CheckRepo(alice/app.v2) = %v", err)
 	}
 }
+
+// TestCheckRunnerName_NamesTheServerTakesTheRunnerAndCLITakeToo pins issue
+// 11 item 5 for runners: names like "-dash", ".hidden" or "_under" (an
+// option to a command, a hidden file) are refused by the one rule, as for
+// repositories, and so is a name longer than a label value.
+func TestCheckRunnerName_NamesTheServerTakesTheRunnerAndCLITakeToo(t *testing.T) {
+	for _, bad := range []string{"-dash", ".hidden", "_under", ".", "..", "", "a/b", "x.git", strings.Repeat("a", 64)} {
+		if err := CheckRunnerName("runner name", bad); err == nil {
+			t.Errorf("CheckRunnerName(%q) accepted it", bad)
+		}
+	}
+	for _, good := range []string{"builder-1", "k8s.ci", "A_b", strings.Repeat("a", 63)} {
+		if err := CheckRunnerName("runner name", good); err != nil {
+			t.Errorf("CheckRunnerName(%q): %v", good, err)
+		}
+	}
+}

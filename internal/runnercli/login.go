@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -41,6 +42,15 @@ identity, approved anew).`,
 			}
 			if labels != "" {
 				o.Labels = strings.Split(labels, ",")
+			}
+			// The server's one rule, checked before a key is made.
+			if err := api.CheckRunnerName("--name", o.Name); err != nil {
+				return usagef("%v", err)
+			}
+			for _, l := range o.Labels {
+				if err := api.CheckRunnerName("label", l); err != nil {
+					return usagef("--labels: %v", err)
+				}
 			}
 			st, err := runner.Login(cmd.Context(), o)
 			if err != nil {

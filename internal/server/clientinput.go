@@ -55,16 +55,16 @@ func (s *Server) checkStep(step int64) error {
 // looked up: its name, the number and shape of its labels and the size of
 // its public key.
 func (s *Server) checkRegistration(in *api.RegisterRunnerInput) error {
-	if !runnerRE.MatchString(in.Name) {
-		return badRequest("runner name %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", cut(in.Name, maxEchoedName))
+	if err := api.CheckRunnerName("runner name", in.Name); err != nil {
+		return badRequest("%v", err)
 	}
 	if len(in.Labels) > s.cfg.MaxRunnerLabels {
 		return badRequest("%d labels: a runner takes at most %d (the server's --max-runner-labels); give it fewer --label values",
 			len(in.Labels), s.cfg.MaxRunnerLabels)
 	}
 	for _, l := range in.Labels {
-		if !runnerRE.MatchString(l) {
-			return badRequest("label %q: use 1-63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", cut(l, maxEchoedName))
+		if err := api.CheckRunnerName("label", l); err != nil {
+			return badRequest("%v", err)
 		}
 	}
 	if len(in.PublicKey) > maxPublicKey {
