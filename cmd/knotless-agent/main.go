@@ -74,6 +74,7 @@ func serve(args []string) int {
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default 5s)")
 	fs.DurationVar(&cfg.DeadAfter, "dead-after", 0, "a connection silent this long is dropped (default 20s)")
 	fs.BoolVar(&cfg.ExitWithParent, "exit-with-parent", false, "end the steps and exit (removing --dir) when the process that started the agent is gone: nobody takes the run over")
+	fs.DurationVar(&cfg.ExitWithoutClient, "exit-without-client", 0, "end the steps and exit once no client has been connected this long (0: never): nobody takes the run over")
 	fs.BoolVar(&cfg.NoCgroups, "no-cgroups", false, "do not give steps cgroups even where cgroup v2 is delegated (rely on the child subreaper alone)")
 	fs.IntVar(&readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once listening")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -424,3 +424,28 @@ func TestRemoveRunner_RemovedRunnerCannotClaim(t *testing.T) {
 		t.Fatalf("approve of a removed runner: err = %v, want NotFound", err)
 	}
 }
+
+// TestRemoveRunner_RunsItHeldEndAtOnceSayingSo pins issue 11 item 11:
+// removing a runner mid-run used to leave the run running for the rest of
+// its lease, then errored with "last heard from: never". Now its runs end
+// at once, errored/runner-lost, with a message naming who removed it and
+// when it was really last heard from.
+func TestRemoveRunner_RunsItHeldEndAtOnceSayingSo(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{Lease: time.Hour})
+	r, c := claimedRun(t, f)
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: c.Run.ID, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	if err := f.alice().Procedure(context.Background(), api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	run := getRun(t, f, c.Run.ID)
+	if run.State != api.StateErrored || run.Reason != api.ReasonRunnerLost {
+		t.Fatalf("run after its runner was removed: %s/%s, want errored/runner-lost at once", run.State, run.Reason)
+	}
+	if !strings.Contains(run.Message, "removed by alice") || strings.Contains(run.Message, "last heard from: never") {
+		t.Errorf("message %q: want who removed it and when it was last heard from", run.Message)
+	}
+	if got := stepsOf(run)[1]; got != "failed/runner-lost" {
+		t.Errorf("the running step is %s, want failed/runner-lost", got)
+	}
+}

@@ -198,10 +198,19 @@ func (s *Server) removeRunner(w http.ResponseWriter, r *http.Request, a store.Ac
 	if err != nil {
 		return err
 	}
-	if err := s.store.RemoveRunner(r.Context(), x.ID); err != nil {
+	ended, err := s.store.RemoveRunner(context.WithoutCancel(r.Context()), x.ID, a.Handle, time.Now())
+	if err != nil {
 		return err
 	}
-	s.log.Info("runner removed", "repo", x.Repo, "runner", x.Name, "did", x.DID, "by", a.Handle)
+	s.log.Info("runner removed", "repo", x.Repo, "runner", x.Name, "did", x.DID, "by", a.Handle, "runs_ended", len(ended))
+	for _, run := range ended {
+		s.log.Warn("run finished", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
+			"state", run.State, "reason", run.Reason, "runner", x.Name, "message", run.Message)
+		s.runEnded(context.WithoutCancel(r.Context()), run)
+		s.hub.notify(runKey(run.ID))
+	}
+	// A claim or session of the removed runner waiting now answers at once.
+	s.hub.notify(runnerKey(x.ID))
 	return writeJSON(w, empty)
 }
 

@@ -43,6 +43,11 @@ type Config struct {
 	// ExitWithParent makes the agent end its steps and exit when the process
 	// that started it is gone (nobody will take the run over).
 	ExitWithParent bool
+	// ExitWithoutClient, when positive, makes the agent end its steps and
+	// exit once no client has been connected for that long: for an agent
+	// whose starter cannot be watched as a parent (in a pod) and that
+	// nobody takes over (`knotless-run exec`).
+	ExitWithoutClient time.Duration
 	// NoCgroups makes the agent rely on being a child subreaper alone, even
 	// where it could give steps cgroups.
 	NoCgroups bool
@@ -118,6 +123,9 @@ func (a *Agent) Serve(l net.Listener) error {
 	if a.cfg.ExitWithParent {
 		go a.parentWatch()
 	}
+	if a.cfg.ExitWithoutClient > 0 {
+		go a.clientWatch()
+	}
 	go func() {
 		<-a.shutdown
 		_ = l.Close()
@@ -171,6 +179,28 @@ func (a *Agent) lingerWatch() {
 		a.mu.Unlock()
 		if idle {
 			a.log.Warn("the run's deadline passed and no runner came back: exiting", "deadline", a.cfg.Deadline, "linger", a.cfg.Linger)
+			a.Shutdown()
+			return
+		}
+	}
+}
+
+// clientWatch shuts the agent down once no client has been connected for
+// Config.ExitWithoutClient.
+func (a *Agent) clientWatch() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.shutdown:
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		alone := a.clients == 0 && time.Since(a.lastSeen) > a.cfg.ExitWithoutClient
+		a.mu.Unlock()
+		if alone {
+			a.log.Warn("no client for a while and nobody takes the run over: ending the steps and exiting", "after", a.cfg.ExitWithoutClient)
 			a.Shutdown()
 			return
 		}

@@ -322,9 +322,12 @@ type Store interface {
 	ListRunners(ctx context.Context, repoID int64, after string, limit int) ([]Runner, error)
 	// ApproveRunner marks a runner approved (idempotent).
 	ApproveRunner(ctx context.Context, id int64) (Runner, error)
-	// RemoveRunner deletes a runner; ErrNotFound when absent. Runs it holds
-	// keep their lease and lapse.
-	RemoveRunner(ctx context.Context, id int64) error
+	// RemoveRunner deletes a runner; ErrNotFound when absent. The runs it
+	// holds (claimed or running) end at once, in the same transaction:
+	// errored/runner-lost with a message saying who removed it when and
+	// when it was last heard from (cancelled/cancelled when a cancel was
+	// requested). It returns those runs as they ended.
+	RemoveRunner(ctx context.Context, id int64, by string, now time.Time) ([]Run, error)
 	// TouchRunner records that the runner was heard from at.
 	TouchRunner(ctx context.Context, id int64, at time.Time) error
 	// StartSession makes session (an opaque, unguessable id) the current

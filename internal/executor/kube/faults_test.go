@@ -3,10 +3,12 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -319,5 +321,40 @@ func TestKube_KilledRunnerLeaksPod(t *testing.T) {
 	t.Logf("the orphaned pod was gone %s after B's Sweep started", gone.Round(time.Millisecond))
 	if _, err := f.c.Client.CoreV1().Pods(f.ns).Get(ctx, pod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod %s after Sweep: %v", pod, err)
+	}
+}
+
+// TestKube_KilledExecLeavesRunningPod pins the new-user trial's finding:
+// `knotless-run exec` killed with SIGKILL (no Cleanup, no Detach: its
+// connection just ends) left its job pod running its step until the
+// run's deadline, holding the node's cpu. With Ephemeral the agent ends
+// the step and exits once no runner has been connected for OrphanAfter,
+// and the pod stops running.
+func TestKube_KilledExecLeavesRunningPod(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Ephemeral, cfg.OrphanAfter = true, 3*time.Second
+	e := f.executor(t, cfg)
+	s := f.prepare(t, e, f.spec(t, runID("orphan")))
+	pod := podOf(t, s)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, io.Discard)
+		ch <- err
+	}()
+	time.Sleep(2 * time.Second)
+	// As a SIGKILL would: the connection ends, nothing else happens.
+	_ = s.Detach()
+	<-ch
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		p := f.storedPod(t, pod)
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod of a runner that vanished is still %s after 90 s", p.Status.Phase)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

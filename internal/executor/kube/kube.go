@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,6 +98,13 @@ type Config struct {
 	DeadAfter time.Duration
 	// Logger receives the executor's events; nil means slog.Default().
 	Logger *slog.Logger
+	// Ephemeral says no runner process will ever take the pods over
+	// (`knotless-run exec`): each pod's agent ends its steps and exits,
+	// ending the pod, once no runner has been connected for
+	// OrphanAfter (default 30 s), so that a killed exec leaves no running
+	// pod behind.
+	Ephemeral   bool
+	OrphanAfter time.Duration
 }
 
 // Executor runs each run in a pod of its own, made from Config, with the
@@ -405,6 +413,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		deadline = time.Now().Add(timeout)
 	}
 	extra := []string{}
+	if e.cfg.Ephemeral {
+		extra = append(extra, "--exit-without-client", cmp.Or(e.cfg.OrphanAfter, 30*time.Second).String())
+	}
 	if e.cfg.Heartbeat > 0 {
 		extra = append(extra, "--heartbeat", e.cfg.Heartbeat.String())
 	}

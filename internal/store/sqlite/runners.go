@@ -141,15 +141,52 @@ func (d *DB) ApproveRunner(ctx context.Context, id int64) (store.Runner, error) 
 }
 
 // RemoveRunner implements store.Store.
-func (d *DB) RemoveRunner(ctx context.Context, id int64) error {
-	res, err := d.db.ExecContext(ctx, `DELETE FROM runners WHERE id = ?`, id)
-	if err != nil {
-		return fmt.Errorf("remove runner %d: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("runner %d: %w", id, store.ErrNotFound)
-	}
-	return nil
+func (d *DB) RemoveRunner(ctx context.Context, id int64, by string, now time.Time) ([]store.Run, error) {
+	var out []store.Run
+	err := d.tx(ctx, func(tx *sql.Tx) error {
+		var name string
+		var last sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT name, last_seen_at FROM runners WHERE id = ?`, id).Scan(&name, &last)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("runner %d: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("read runner %d: %w", id, err)
+		}
+		heard := "never"
+		if last.Valid {
+			heard = fromMS(last.Int64).Format(time.RFC3339)
+		}
+		held, err := listRuns(ctx, tx, `WHERE r.runner_id = ? AND r.state IN (?, ?)`, id, api.StateClaimed, api.StateRunning)
+		if err != nil {
+			return err
+		}
+		for _, r := range held {
+			state, reason := api.StateErrored, api.ReasonRunnerLost
+			msg := fmt.Sprintf("runner %s was removed by %s at %s while it held the run (last heard from: %s)",
+				name, by, now.UTC().Format(time.RFC3339), heard)
+			if r.CancelRequested {
+				state, reason, msg = api.StateCancelled, api.ReasonCancelled, "cancelled; "+msg
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
+				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
+				return fmt.Errorf("end run %d: %w", r.ID, err)
+			}
+			if err := finishSteps(ctx, tx, r.ID, state, reason, now); err != nil {
+				return err
+			}
+			ended, err := getRun(ctx, tx, r.ID)
+			if err != nil {
+				return err
+			}
+			out = append(out, ended)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM runners WHERE id = ?`, id); err != nil {
+			return fmt.Errorf("remove runner %d: %w", id, err)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // TouchRunner implements store.Store.

@@ -206,7 +206,7 @@ func TestRegisterRunner_NameAndDIDAreUnique(t *testing.T) {
 	if x, err = db.ApproveRunner(ctx, x.ID); err != nil || x.Status != api.RunnerApproved {
 		t.Fatalf("approve = %+v, %v", x, err)
 	}
-	if err := db.RemoveRunner(ctx, x.ID); err != nil {
+	if _, err := db.RemoveRunner(ctx, x.ID, "admin", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.RunnerByDID(ctx, "did:key:a"); !errors.Is(err, store.ErrNotFound) {
