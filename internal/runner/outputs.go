@@ -63,7 +63,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	}
 	sink, ok := e.rep.(OutputsSink)
 	if !ok || e.job.OutputsDir == "" {
-		sl.printf("outputs: not collected: this runner stores no outputs (knotless-run exec leaves the steps' files where they wrote them)\n")
+		sl.printf("outputs: not collected: knotless-run exec stores no outputs (with the shell executor the steps' files stay where they wrote them; a job pod is deleted with them)\n")
 		return
 	}
 	roots, err := outputs.Roots(e.wf.Outputs)

@@ -298,34 +298,40 @@ type handleData struct {
 }
 
 // resources resolves the pod's requests (= limits) from the workflow's
-// resources: and the runner's caps; a workflow asking for more than a cap
-// is refused naming both values.
+// resources: and the runner's caps. A workflow asking for more than a cap
+// is refused, every such value named with its cap in one message.
 func (e *Executor) resources(spec executor.Spec) (cpu, mem, disk resource.Quantity, err error) {
 	cpu = e.cpu.DeepCopy()
+	var over []string
 	if spec.CPUs != "" {
 		q, perr := resource.ParseQuantity(spec.CPUs)
 		if perr != nil || q.Sign() <= 0 {
 			return cpu, mem, disk, fmt.Errorf("resources.cpus %q: want a positive quantity such as 2 or 500m", spec.CPUs)
 		}
 		if q.Cmp(e.cpu) > 0 {
-			return cpu, mem, disk, fmt.Errorf("the workflow asks for cpus %s, more than this runner allows (--cpus %s)", q.String(), e.cpu.String())
+			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", q.String(), e.cpu.String()))
+		} else {
+			cpu = q
 		}
-		cpu = q
 	}
 	m, d := e.cfg.Memory, e.cfg.Disk
 	if spec.MemoryBytes > 0 {
 		if spec.MemoryBytes > e.cfg.Memory {
-			return cpu, mem, disk, fmt.Errorf("the workflow asks for memory %s, more than this runner allows (--memory %s)",
-				binary(spec.MemoryBytes), binary(e.cfg.Memory))
+			over = append(over, fmt.Sprintf("memory %s (--memory %s)", binary(spec.MemoryBytes), binary(e.cfg.Memory)))
+		} else {
+			m = spec.MemoryBytes
 		}
-		m = spec.MemoryBytes
 	}
 	if spec.DiskBytes > 0 {
 		if spec.DiskBytes > e.cfg.Disk {
-			return cpu, mem, disk, fmt.Errorf("the workflow asks for disk %s, more than this runner allows (--disk %s)",
-				binary(spec.DiskBytes), binary(e.cfg.Disk))
+			over = append(over, fmt.Sprintf("disk %s (--disk %s)", binary(spec.DiskBytes), binary(e.cfg.Disk)))
+		} else {
+			d = spec.DiskBytes
 		}
-		d = spec.DiskBytes
+	}
+	if len(over) > 0 {
+		return cpu, mem, disk, &executor.Fault{Reason: api.ReasonExecutor,
+			Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
 	}
 	return cpu, *resource.NewQuantity(m, resource.BinarySI), *resource.NewQuantity(d, resource.BinarySI), nil
 }
@@ -395,7 +401,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	}
 	cpu, mem, disk, err := e.resources(spec)
 	if err != nil {
-		e.logf(spec, "%v", err)
 		return nil, err
 	}
 	bin, err := e.loadAgent()
@@ -439,7 +444,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	pod, err = e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		msg := err.Error()
-		e.logf(spec, "the API server refused the job pod: %s", msg)
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the API server refused the job pod: " + msg}
 		}
@@ -499,7 +503,6 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 		}
 		if p != nil || time.Since(created) > 5*time.Second {
 			if f := podFault(p, time.Now(), created, e.cfg.ImagePullGrace, e.cfg.PendingTimeout); f != nil {
-				e.logf(spec, "%s", f.Message)
 				return nil, &executor.Fault{Reason: f.Reason, Message: f.Message}
 			}
 		}
