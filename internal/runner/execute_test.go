@@ -375,7 +375,7 @@ steps:
 	}
 	setup := rep.log(0)
 	if !strings.Contains(setup, "caches are not supported by this runner yet: running cold") ||
-		!strings.Contains(setup, "outputs: not collected: this runner stores no outputs") {
+		!strings.Contains(setup, "outputs: not collected: knotless-run exec stores no outputs") {
 		t.Fatalf("setup log:\n%s", setup)
 	}
 }
