@@ -98,7 +98,7 @@ steps:
 		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), runner.output(), w.stepLog(run.ID, api.SetupStep))
 	}
 	setup := w.stepLog(run.ID, api.SetupStep)
-	for _, want := range []string{"kube executor: pod " + k.ns + "/knotless-run-", "read-only root file system", "caches are not restored on kube"} {
+	for _, want := range []string{"kube executor: pod " + k.ns + "/knotless-run-", "read-only root file system"} {
 		if !strings.Contains(setup, want) {
 			t.Errorf("setup log lacks %q:\n%s", want, setup)
 		}

@@ -481,7 +481,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	}
 	e.logf(spec, "step agent %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
 		hello.Agent, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
-	e.logf(spec, "caches are not restored on kube yet: running cold")
 	s := e.newSession(spec.ID, pod.Name, pod.UID, hello.Workdir, client, handle, spec.Workspace)
 	ok = true
 	return s, nil
