@@ -44,10 +44,13 @@ than 4 bytes (or only white space): set warns about those.`,
 			if err != nil {
 				return err
 			}
+			if err := api.CheckSecretValue(args[0], v); err != nil {
+				return failf("%v: secret %s not set", err, args[0])
+			}
 			if logmask.TooShort(string(v)) {
 				s.warn(fmt.Sprintf("warning: the value of %s is shorter than %d bytes (or only white space): runners cannot mask it, so it shows in logs as is", args[0], logmask.MinSecretLen))
 			}
-			in := api.SetSecretInput{Repo: r, Name: args[0], Value: string(v), Runner: runner}
+			in := api.NewSetSecretInput(r, args[0], runner, v)
 			if err := s.procedure(cmd.Context(), api.MethodSetSecret, in, nil); err != nil {
 				return fmt.Errorf("set secret %s of %s: %w", args[0], r, err)
 			}
