@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"bytes"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
 
 // Run states. A run moves queued → claimed → running → one final state;
 // errored runs may also be created final (a workflow that failed to parse).
@@ -38,6 +43,10 @@ const (
 	// ReasonPodLost: the run's pod vanished or ended under a running step
 	// (deleted from outside, its node lost).
 	ReasonPodLost = "pod-lost"
+	// ReasonSecretInvalid: a secret the run received cannot be given to a
+	// step (a value holding a NUL byte, stored by an older server); the
+	// message names the secret.
+	ReasonSecretInvalid = "secret-invalid"
 )
 
 // Step states.
@@ -221,11 +230,53 @@ type TriggerInput struct {
 
 // SetSecretInput is the body of MethodSetSecret. Runner, when set, scopes the
 // secret to the runner of that name.
+//
+// The value is in exactly one of Value and ValueBytes: Value for a value
+// that is valid UTF-8 (a JSON string cannot carry other bytes: encoders
+// replace them with U+FFFD), ValueBytes (base64 in JSON) for any value.
+// NewSetSecretInput picks the field; SetSecretInput.Bytes reads it back.
 type SetSecretInput struct {
-	Repo   string `json:"repo"`
-	Name   string `json:"name"`
-	Value  string `json:"value"`
-	Runner string `json:"runner,omitempty"`
+	Repo       string `json:"repo"`
+	Name       string `json:"name"`
+	Value      string `json:"value,omitempty"`
+	ValueBytes []byte `json:"valueBytes,omitempty"`
+	Runner     string `json:"runner,omitempty"`
+}
+
+// NewSetSecretInput returns the input setting secret name of repo to v,
+// byte-exact: v goes in Value when it is valid UTF-8 (as every server
+// reads it), else in ValueBytes.
+func NewSetSecretInput(repo, name, runner string, v []byte) SetSecretInput {
+	in := SetSecretInput{Repo: repo, Name: name, Runner: runner}
+	if utf8.Valid(v) {
+		in.Value = string(v)
+	} else {
+		in.ValueBytes = v
+	}
+	return in
+}
+
+// Bytes returns the value in (from Value or ValueBytes); it fails when
+// both are set.
+func (in SetSecretInput) Bytes() ([]byte, error) {
+	if in.Value != "" && len(in.ValueBytes) > 0 {
+		return nil, fmt.Errorf("secret %s: give the value in value or in valueBytes, not both", in.Name)
+	}
+	if in.Value != "" {
+		return []byte(in.Value), nil
+	}
+	return in.ValueBytes, nil
+}
+
+// CheckSecretValue returns an error when v cannot be a secret's value
+// because no step could receive it: a value holding a NUL byte (an
+// environment variable ends at the first NUL). Any other bytes, valid
+// UTF-8 or not, are carried to the step exactly.
+func CheckSecretValue(name string, v []byte) error {
+	if i := bytes.IndexByte(v, 0); i >= 0 {
+		return fmt.Errorf("secret %s: the value holds a NUL byte (at byte %d of %d): an environment variable cannot hold NUL, so no step could receive it; remove it or encode the value (e.g. base64)", name, i, len(v))
+	}
+	return nil
 }
 
 // Secret describes a stored secret. It never carries the value.
@@ -321,12 +372,53 @@ type ClaimedRun struct {
 	// Secrets holds the values of the workflow-level secrets that exist for
 	// the repository and this runner; a runner-scoped value wins over an
 	// unscoped one of the same name. Steps receive only those they list.
+	//
+	// Values that are not valid UTF-8 are in SecretBytes instead (base64 in
+	// JSON), since a JSON string cannot carry them; SecretValues merges both.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// SecretBytes holds the secrets whose values are not valid UTF-8,
+	// byte-exact; a name is in Secrets or SecretBytes, never both.
+	SecretBytes map[string][]byte `json:"secretBytes,omitempty"`
 	// LeaseSeconds is the lease's length; renew well before it lapses.
 	LeaseSeconds int `json:"leaseSeconds"`
 	// CancelRequested is set (by MethodResumeRun) when a user asked to
 	// cancel the run while the runner was away.
 	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+// NewClaimedSecrets splits secret values into the Secrets and SecretBytes
+// of a ClaimedRun, so that every value travels byte-exact.
+func NewClaimedSecrets(values map[string][]byte) (strs map[string]string, raw map[string][]byte) {
+	for name, v := range values {
+		if utf8.Valid(v) {
+			if strs == nil {
+				strs = map[string]string{}
+			}
+			strs[name] = string(v)
+			continue
+		}
+		if raw == nil {
+			raw = map[string][]byte{}
+		}
+		raw[name] = v
+	}
+	return strs, raw
+}
+
+// SecretValues returns every secret of c by name, from Secrets and
+// SecretBytes (nil when there is none).
+func (c *ClaimedRun) SecretValues() map[string]string {
+	if len(c.Secrets) == 0 && len(c.SecretBytes) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(c.Secrets)+len(c.SecretBytes))
+	for k, v := range c.Secrets {
+		out[k] = v
+	}
+	for k, v := range c.SecretBytes {
+		out[k] = string(v)
+	}
+	return out
 }
 
 // StartSessionInput is the body of MethodStartSession: what the new runner

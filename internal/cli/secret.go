@@ -25,8 +25,10 @@ the same name for that runner).`)
 
 The value is read from stdin when stdin is not a terminal (exactly one
 trailing newline is removed, nothing else), else from a prompt that does not
-echo, asked twice. It is never taken from a command-line argument. An empty
-value is refused. Runners mask secret values in logs, but not values shorter
+echo, asked twice. It is never taken from a command-line argument. The step
+receives exactly these bytes, valid UTF-8 or not. An empty value is refused,
+and so is a value holding a NUL byte (an environment variable cannot hold
+one, so no step could receive it). Runners mask secret values in logs, but not values shorter
 than 4 bytes (or only white space): set warns about those.`,
 		Example: `  knotless secret set DEPLOY_KEY --repo alice/app < deploy_key
   printf '%s' "$TOKEN" | knotless secret set CODECOV_TOKEN --repo alice/app
@@ -44,10 +46,13 @@ than 4 bytes (or only white space): set warns about those.`,
 			if err != nil {
 				return err
 			}
+			if err := api.CheckSecretValue(args[0], v); err != nil {
+				return failf("%v: secret %s not set", err, args[0])
+			}
 			if logmask.TooShort(string(v)) {
 				s.warn(fmt.Sprintf("warning: the value of %s is shorter than %d bytes (or only white space): runners cannot mask it, so it shows in logs as is", args[0], logmask.MinSecretLen))
 			}
-			in := api.SetSecretInput{Repo: r, Name: args[0], Value: string(v), Runner: runner}
+			in := api.NewSetSecretInput(r, args[0], runner, v)
 			if err := s.procedure(cmd.Context(), api.MethodSetSecret, in, nil); err != nil {
 				return fmt.Errorf("set secret %s of %s: %w", args[0], r, err)
 			}

@@ -539,3 +539,21 @@ func TestRunTriggerAndCancel(t *testing.T) {
 	// No workflow named so: not found.
 	mustRun(t, e, ExitNotFound, nil, "run", "trigger", "--repo", "admin/app", "--workflow", "nope")
 }
+
+// A value with a NUL byte was set, and every run using it then ended
+// errored (executor): set refuses it, saying why, and nothing is stored.
+func TestSecret_SetWithNULIsRefusedSayingWhy(t *testing.T) {
+	_, e := serverEnv(t)
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	r := mustRun(t, e, ExitFailed, strings.NewReader("hello\x00world\n"), "secret", "set", "TOKEN", "--repo", "admin/app")
+	if !strings.Contains(r.stderr, "secret TOKEN: the value holds a NUL byte (at byte 5 of 11): an environment variable cannot hold NUL") ||
+		!strings.Contains(r.stderr, "not set") || strings.Contains(r.stderr, "world") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	r = mustRun(t, e, ExitOK, nil, "secret", "list", "--repo", "admin/app", "--json")
+	var out api.ListSecretsOutput
+	decodeJSON(t, r.stdout, &out)
+	if len(out.Secrets) != 0 {
+		t.Errorf("secrets after the refused set: %+v", out.Secrets)
+	}
+}

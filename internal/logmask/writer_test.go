@@ -397,3 +397,29 @@ func testResumedAtCheckpoint(t *testing.T, secrets []string) {
 		}
 	}
 }
+
+// Secrets now reach steps byte-exact even when they are not valid UTF-8:
+// such a value is masked as bytes, raw and in its byte-wise encodings
+// (base64, percent, bash's C-locale $'...'), whole or split across writes.
+func TestWriter_NonUTF8SecretMaskedAsBytes(t *testing.T) {
+	secret := "\xff\xfe\x80k\xc3(\xa0\xa1\xe2(\xa1\xf0\x90(\xbc\x01\x7f\xed\xa0"
+	secrets := []string{secret}
+	forms := map[string]string{
+		"raw":     secret,
+		"base64":  base64.StdEncoding.EncodeToString([]byte(secret)),
+		"percent": percentEncode(secret, ""),
+		"ansi-c":  ansiCQuoted(secret, false),
+	}
+	for name, form := range forms {
+		t.Run(name, func(t *testing.T) {
+			checkEverySplit(t, secrets, "v="+form+"\n", "v=***\n")
+		})
+	}
+	if got := String("token "+secret+" end", secrets); got != "token *** end" {
+		t.Errorf("String = %q", got)
+	}
+	// A value that merely shares its valid prefix is left alone.
+	if got := String("\xff\xfe\x80k\xc3(", secrets); got != "\xff\xfe\x80k\xc3(" {
+		t.Errorf("String of a prefix = %q", got)
+	}
+}

@@ -215,6 +215,26 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	return res
 }
 
+// unusableSecret returns the first (by name) secret a step of the workflow
+// asks for whose value cannot reach a step, and why.
+func (e *execution) unusableSecret() (string, error) {
+	asked := map[string]bool{}
+	for _, st := range e.wf.Steps {
+		for _, n := range st.Secrets {
+			asked[n] = true
+		}
+	}
+	for _, name := range sortedKeys(e.job.Secrets) {
+		if !asked[name] {
+			continue
+		}
+		if err := api.CheckSecretValue(name, []byte(e.job.Secrets[name])); err != nil {
+			return name, err
+		}
+	}
+	return "", nil
+}
+
 // SetupName is the name the setup log (step 0) is reported under.
 const SetupName = "setup"
 
@@ -270,6 +290,14 @@ func (e *execution) run(ctx context.Context) Result {
 		if _, known := e.resumed(i + 1); !known {
 			e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})
 		}
+	}
+	// A value no environment variable can hold (a NUL byte, set through
+	// an older server) would fail the step's execve with a bare "invalid
+	// argument": end the run before anything starts, naming the secret.
+	if name, err := e.unusableSecret(); err != nil {
+		sl.printf("%s\n", err.Error())
+		sl.printf("set the secret again with a value without NUL (knotless secret set %s); nothing ran\n", name)
+		return Result{State: api.StateErrored, Reason: api.ReasonSecretInvalid, Message: err.Error()}
 	}
 	if resume == nil {
 		if len(wf.Caches) > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -554,5 +555,55 @@ func TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout(t *testing.T) {
 		if c < 0 || e < c {
 			t.Fatalf("the executor's setup lines are not after the checkout's:\n%s", setup)
 		}
+	}
+}
+
+// A value that is not valid UTF-8 reaches the step byte-exact, and the
+// step's raw printing of it is masked.
+func TestExecute_NonUTF8SecretIsNotAlteredAndIsMasked(t *testing.T) {
+	value := string([]byte{0xff, 0xfe, 0x80, 'k', 0xc3, 0x28, 0xa0, 0xa1, 0xe2, 0x28, 0xa1, 0xf0, 0x90, 0x28, 0xbc, 0x01, 0x7f, 0xed, 0xa0})
+	job := testJob(t, `
+on: {push: {}}
+secrets: [RAW]
+steps:
+  - secrets: [RAW]
+    run: |
+      printf 'len=%s\n' "$(printf %s "$RAW" | wc -c)"
+      printf %s "$RAW" | od -An -tx1 | tr -d ' \n'; echo
+      printf 'raw=%s\n' "$RAW"
+`)
+	job.Secrets = map[string]string{"RAW": value}
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateSucceeded {
+		t.Fatalf("result %+v\n%s", res, rep.log(0))
+	}
+	out := rep.log(1)
+	want := fmt.Sprintf("len=19\n%x\nraw=***\n", value)
+	if strings.TrimLeft(out, " ") != want {
+		t.Fatalf("step log:\n%q\nwant\n%q", out, want)
+	}
+}
+
+// A value with a NUL byte (stored by an older server) used to end the run
+// errored (executor) with a bare execve error: the run ends errored
+// (secret-invalid) naming the secret, before any step, and says what to do.
+func TestExecute_SecretWithNULEndsRunNamingTheSecret(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+secrets: [GOOD, BAD]
+steps:
+  - secrets: [GOOD, BAD]
+    run: touch ran
+`)
+	job.Secrets = map[string]string{"GOOD": "a-good-value", "BAD": "hello\x00world"}
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateErrored || res.Reason != api.ReasonSecretInvalid || !strings.Contains(res.Message, "secret BAD: the value holds a NUL byte") {
+		t.Fatalf("result %+v, want errored/secret-invalid naming BAD\n%s", res, rep.log(0))
+	}
+	if setup := rep.log(0); !strings.Contains(setup, "knotless secret set BAD") {
+		t.Errorf("setup log does not say how to fix it:\n%s", setup)
+	}
+	if _, err := os.Stat(filepath.Join(job.Workspace, "ran")); err == nil {
+		t.Errorf("the step ran")
 	}
 }

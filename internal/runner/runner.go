@@ -526,7 +526,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		WorkflowSource: []byte(cr.WorkflowSource),
 		Workspace:      workspace,
 		Env:            r.cfg.Env,
-		Secrets:        cr.Secrets,
+		Secrets:        cr.SecretValues(),
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
 		LogLimit:       r.cfg.LogLimit,
 		Grace:          r.cfg.Grace,

@@ -37,7 +37,9 @@ is cancelled and cleaned up; if exec is killed outright, the shell executor's
 step agent ends the step within a second, and a job pod's agent ends it once
 no exec has been connected for 30 seconds.
 Secrets named with --secret are read from the environment variable of the same
-name (a missing one is an error before anything runs) and masked in the output.
+name (a missing one is an error before anything runs), given to the steps
+that ask for them byte for byte (as a server run gives them), and masked in
+the output.
 
 Exit status: 0 when the run succeeded, 1 when it failed, errored or was
 cancelled, 2 when the command line was wrong.`,

@@ -348,7 +348,7 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
 		}
 		s.log.Info("run claimed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
-			"runner", x.Name, "secrets", len(out.Secrets))
+			"runner", x.Name, "secrets", len(out.Secrets)+len(out.SecretBytes))
 		return out, nil
 	}
 	return nil, nil
@@ -364,13 +364,15 @@ func (s *Server) claimed(ctx context.Context, run store.Run, x store.Runner, tok
 	if err != nil {
 		return nil, err
 	}
+	strs, raw := api.NewClaimedSecrets(secrets)
 	owner, name, _ := strings.Cut(run.Repo, "/")
 	return &api.ClaimedRun{
 		Run:            apiRun(run, nil),
 		WorkflowSource: src,
 		GitURL:         "/" + owner + "/" + name + ".git",
 		RunToken:       token,
-		Secrets:        secrets,
+		Secrets:        strs,
+		SecretBytes:    raw,
 		LeaseSeconds:   s.leaseSeconds(),
 	}, nil
 }

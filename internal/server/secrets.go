@@ -46,7 +46,7 @@ func (s *Server) unseal(sec store.Secret) ([]byte, error) {
 // runSecrets returns the values runner x receives for run: only names the
 // workflow lists at its top level; a value scoped to x's name wins over an
 // unscoped one; values scoped to other runners are never included.
-func (s *Server) runSecrets(ctx context.Context, run store.Run, x store.Runner) (map[string]string, error) {
+func (s *Server) runSecrets(ctx context.Context, run store.Run, x store.Runner) (map[string][]byte, error) {
 	if len(run.Secrets) == 0 {
 		return nil, nil
 	}
@@ -54,7 +54,7 @@ func (s *Server) runSecrets(ctx context.Context, run store.Run, x store.Runner) 
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string][]byte{}
 	scoped := map[string]bool{}
 	for _, sec := range rows {
 		if sec.RepoID != run.RepoID || (sec.Runner != "" && sec.Runner != x.Name) {
@@ -67,7 +67,7 @@ func (s *Server) runSecrets(ctx context.Context, run store.Run, x store.Runner) 
 		if err != nil {
 			return nil, err
 		}
-		out[sec.Name] = string(v)
+		out[sec.Name] = v
 		if sec.Runner != "" {
 			scoped[sec.Name] = true
 		}
@@ -96,11 +96,18 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, a store.Accou
 	if err := validSecretScope(in.Name, in.Runner); err != nil {
 		return err
 	}
-	if in.Value == "" {
+	value, err := in.Bytes()
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	if len(value) == 0 {
 		return badRequest("secret %s: the value is empty", in.Name)
 	}
-	if len(in.Value) > maxSecretSize {
+	if len(value) > maxSecretSize {
 		return badRequest("secret %s: the value is larger than %d bytes", in.Name, maxSecretSize)
+	}
+	if err := api.CheckSecretValue(in.Name, value); err != nil {
+		return badRequest("%v", err)
 	}
 	repo, err := s.managedRepo(r.Context(), a, in.Repo)
 	if err != nil {
@@ -116,7 +123,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, a store.Accou
 			return err
 		}
 	}
-	ct, err := s.seal(repo.ID, in.Name, in.Runner, []byte(in.Value))
+	ct, err := s.seal(repo.ID, in.Name, in.Runner, value)
 	if err != nil {
 		return err
 	}

@@ -166,6 +166,6 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, x store.Runne
 	}
 	out.CancelRequested = run.CancelRequested
 	s.log.Info("run resumed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow, "runner", x.Name,
-		"state", run.State, "cancel_requested", run.CancelRequested, "secrets", len(out.Secrets))
+		"state", run.State, "cancel_requested", run.CancelRequested, "secrets", len(out.Secrets)+len(out.SecretBytes))
 	return writeJSON(w, out)
 }

@@ -2,15 +2,20 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"knotless.dev/knotless/internal/api"
 )
@@ -171,3 +176,94 @@ func grepTree(t *testing.T, dir string, leaks ...string) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// randomNonUTF8 returns n random bytes that are not valid UTF-8, hold no
+// NUL and do not end in a newline (which set would remove).
+func randomNonUTF8(t *testing.T, n int) []byte {
+	t.Helper()
+	for {
+		b := make([]byte, n)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		b[0] = 0xff // never valid in UTF-8
+		for i := range b {
+			if b[i] == 0 {
+				b[i] = 0x80
+			}
+		}
+		if b[n-1] == '\n' {
+			b[n-1] = 0xfe
+		}
+		if !utf8.Valid(b) {
+			return b
+		}
+	}
+}
+
+// A 19-byte value that is not valid UTF-8 was reported by `secret set` as
+// 19 bytes, while the step received 27 (U+FFFD for each bad byte, JSON
+// strings on the wire): the step gets exactly the bytes that were set, as
+// `knotless-run exec --secret` gives them, and the raw value is masked.
+func TestE2E_SecretNonUTF8BytesReachStepExactly(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	value := randomNonUTF8(t, 19)
+	out := w.cliOK(string(value), "secret", "set", "RAW", "--repo", w.repo)
+	if !strings.Contains(out, "(19 bytes)") {
+		t.Fatalf("secret set: want 19 bytes reported:\n%s", out)
+	}
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+secrets: [RAW]
+steps:
+  - name: bytes
+    secrets: [RAW]
+    run: |
+      printf 'len=%s\n' "$(printf %s "$RAW" | wc -c | tr -d ' ')"
+      printf 'hex=%s\n' "$(printf %s "$RAW" | od -An -tx1 | tr -d ' \n')"
+      printf 'raw=%s\n' "$RAW"
+`})
+	final := w.waitFinal(run.ID, 60*time.Second)
+	if final.State != api.StateSucceeded {
+		t.Fatalf("%s, want succeeded\n%s", describe(final), w.stepLog(run.ID, 0))
+	}
+	want := fmt.Sprintf("len=19\nhex=%x\nraw=***\n", value)
+	if got := w.stepLog(run.ID, 1); got != want {
+		t.Errorf("step log through the server:\n%q\nwant\n%q", got, want)
+	}
+
+	// knotless-run exec --secret gives the step the same bytes.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, runnerBin(), "exec", ".knotless/workflows/ci.yml", "--secret", "RAW")
+	cmd.Dir = w.src
+	cmd.Env = append(baseEnv(w.home), "RAW="+string(value))
+	local, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("knotless-run exec: %v\n%s", err, local)
+	}
+	if !strings.Contains(string(local), want) {
+		t.Errorf("knotless-run exec output lacks %q:\n%s", want, local)
+	}
+}
+
+// A value with a NUL byte was accepted, and then every run using it ended
+// errored (executor): set refuses it, saying why, and nothing is stored.
+func TestE2E_SecretWithNULIsRefusedAtSet(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	res := w.cli("token\x00-with-nul", "secret", "set", "NULLY", "--repo", w.repo)
+	if res.code == 0 {
+		t.Fatalf("secret set with a NUL byte: exit 0, want a refusal\n%s%s", res.stdout, res.stderr)
+	}
+	for _, want := range []string{"secret NULLY: the value holds a NUL byte (at byte 5 of 15)", "an environment variable cannot hold NUL", "not set"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("secret set stderr lacks %q:\n%s", want, res.stderr)
+		}
+	}
+	if out := w.cliOK("", "secret", "list", "--repo", w.repo); strings.Contains(out, "NULLY") {
+		t.Errorf("a refused secret is listed:\n%s", out)
+	}
+}
