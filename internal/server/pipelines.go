@@ -296,8 +296,12 @@ func (s *Server) fixHead(ctx context.Context, dir string, refs map[string]string
 }
 
 // resolveRef turns a branch, tag or full ref (default: HEAD's branch) into a
-// full ref and its commit.
+// full ref and its commit. ref is a name, never a revision expression
+// (api.CheckTriggerRef), and must name an existing branch or tag exactly.
 func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, string, error) {
+	if err := api.CheckTriggerRef(ref); err != nil {
+		return "", "", badRequest("%v", err)
+	}
 	var candidates []string
 	switch {
 	case ref == "":
@@ -312,7 +316,9 @@ func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, strin
 		candidates = []string{"refs/heads/" + ref, "refs/tags/" + ref}
 	}
 	for _, c := range candidates {
-		out, err := s.git(ctx, dir, "rev-parse", "--verify", "--quiet", c)
+		// show-ref --verify takes the exact ref only: no revision
+		// expression, no search through refs/, refs/tags/, ...
+		out, err := s.git(ctx, dir, "show-ref", "--verify", "--hash", "--", c)
 		if err != nil {
 			continue
 		}
@@ -324,6 +330,29 @@ func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, strin
 		ref = strings.TrimPrefix(candidates[0], "refs/heads/")
 	}
 	return "", "", xerr(http.StatusNotFound, api.ErrNotFound, "no branch or tag %q in the repository (push it first)", ref)
+}
+
+// resolveCommit checks that sha (a full commit id) is a commit that ref's
+// commit refSHA reaches, so that a trigger runs only commits of the
+// repository's branches and tags.
+func (s *Server) resolveCommit(ctx context.Context, dir, ref, refSHA, sha string) (string, error) {
+	if err := api.CheckCommitID(sha); err != nil {
+		return "", badRequest("%v", err)
+	}
+	got, ok := s.commitOf(ctx, dir, sha)
+	if ok && got == sha {
+		if _, err := s.git(ctx, dir, "merge-base", "--is-ancestor", sha, refSHA); err == nil {
+			return sha, nil
+		}
+	}
+	return "", xerr(http.StatusNotFound, api.ErrNotFound, "no commit %s on %s in the repository (push it first, or name the branch or tag it is on with --ref)", sha, shortRefName(ref))
+}
+
+func shortRefName(ref string) string {
+	if s, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+		return s
+	}
+	return strings.TrimPrefix(ref, "refs/tags/")
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
@@ -340,6 +369,11 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
 	if err != nil {
 		return err
+	}
+	if in.SHA != "" {
+		if sha, err = s.resolveCommit(ctx, dir, ref, sha, in.SHA); err != nil {
+			return err
+		}
 	}
 	files, err := s.workflowsAt(ctx, dir, sha)
 	if err != nil {
