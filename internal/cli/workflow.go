@@ -167,7 +167,7 @@ func lstatKind(fi os.FileInfo) workflow.EntryKind {
 func problemOf(name string, err error) []LintProblem {
 	var one *workflow.Error
 	if errors.As(err, &one) {
-		return []LintProblem{{File: workflow.DisplayPath(name), Message: one.Msg}}
+		return []LintProblem{{File: workflow.DisplayPath(name), Line: one.Line, Col: one.Col, Message: one.Msg}}
 	}
 	return []LintProblem{{File: workflow.DisplayPath(name), Message: err.Error()}}
 }
