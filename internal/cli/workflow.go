@@ -41,6 +41,12 @@ problem as FILE:LINE:COL: message. Without FILES it checks
 current directory (or of the current directory outside one), from any
 directory of the checkout.
 
+A workflow file is a regular file in .knotless/workflows, a real directory,
+as the server reads them: a symbolic link (the directory, .knotless, or a
+file) is reported ("is a symbolic link: workflows must be regular files"),
+never followed, and so is a file name with a control character (the
+workflow's default name comes from it); such names are shown escaped.
+
 Exits 1 when any file has a problem, else prints "N workflows OK" and
 exits 0. Needs no server.`,
 		Example: `  knotless workflow lint
