@@ -220,11 +220,13 @@ type RunRef struct {
 }
 
 // TriggerInput is the body of MethodTriggerRun: a manual pipeline for the
-// commit Ref points at. Workflow, when set, limits it to the workflow with
-// that name or file path.
+// commit Ref points at, or for SHA when set (a commit Ref reaches, which
+// is recorded as the pipeline's ref). Workflow, when set, limits it to the
+// workflow with that name or file path.
 type TriggerInput struct {
 	Repo     string `json:"repo"`
-	Ref      string `json:"ref"` // branch, tag or full ref; default the default branch
+	Ref      string `json:"ref"`           // an existing branch or tag (CheckTriggerRef); default the default branch
+	SHA      string `json:"sha,omitempty"` // a full commit id (CheckCommitID)
 	Workflow string `json:"workflow,omitempty"`
 }
 

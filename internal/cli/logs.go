@@ -46,8 +46,15 @@ func (s *session) runLogsCmd() *cobra.Command {
 		Short: "Print or follow a run's logs, step by step",
 		Long: `Print the logs of a run: the setup log (checkout, workflow errors, runner
 messages) and then each step, framed by a header and a footer with the step's
-state and exit code, and a summary line. Step output is printed byte for
-byte.
+state and exit code, and a summary line.
+
+Step output is printed byte for byte when stdout is not a terminal (a pipe,
+a file), and with --raw. On a terminal, what others wrote (step output,
+names, messages) cannot drive it: colours (SGR sequences, ESC [ ... m),
+newlines, tabs and CR LF pass; every other control character or escape
+sequence is shown escaped, e.g. \x1b]0;title\x07, so that no step can set
+the window title or the clipboard, clear the screen or print over the
+footer.
 
 -f follows the run while it is going: it waits for new output, and ends when
 the run is final and every log is done. Then the exit code is 0 if the run
@@ -77,6 +84,7 @@ for a pipeline newer than PIPELINE to appear: use it right after a git push.`,
 	s.addRepoFlag(cmd, &o.repo)
 	f := cmd.Flags()
 	f.BoolVarP(&o.follow, "follow", "f", false, "follow until the run ends; exit 1 unless it succeeded")
+	f.BoolVar(&s.raw, "raw", false, "print step output byte for byte also on a terminal (control sequences act on it)")
 	f.Int("step", 0, "only this step (0: the setup log)")
 	f.BoolVar(&o.latest, "latest", false, "every run of the newest pipeline of --repo")
 	f.Int64Var(&o.after, "after", 0, "with --latest: wait for a pipeline newer than this id")

@@ -33,6 +33,10 @@ type App struct {
 	Dir    string              // working directory for relative paths; "": the process's
 	HTTP   *http.Client        // nil: a client without a global timeout
 	Now    func() time.Time    // nil: time.Now
+	// IsTerminal says whether Stdout or Stderr is a terminal, where what
+	// the CLI prints is made safe (see termSafe). nil: an *os.File that
+	// is a terminal.
+	IsTerminal func(io.Writer) bool
 }
 
 // Main runs the knotless command with args (without the program name) and
@@ -64,6 +68,7 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	root.SetOut(a.Stdout)
 	root.SetErr(a.Stderr)
 	err := root.ExecuteContext(ctx)
+	s.flushOutput()
 	if err == nil && s.helpErr != nil {
 		err = s.helpErr
 	}
@@ -76,7 +81,8 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		if code == ExitUsage && !s.ranCommand && !errors.As(err, &ee) {
 			msg += " (see knotless --help)"
 		}
-		fmt.Fprintf(a.Stderr, "knotless: %s\n", msg)
+		fmt.Fprintf(s.stderr(), "knotless: %s\n", msg)
+		s.flushOutput()
 	}
 	return code
 }
@@ -91,6 +97,9 @@ type session struct {
 
 	configFlag string
 	jsonOut    bool
+	raw        bool // run logs --raw: stdout byte for byte, terminal or not
+
+	out, errOut *termSafe // stdout and stderr when they are terminals, once asked
 
 	server    string // set once a client is made, for messages
 	repo      string // the repository the command is about, once known, for messages
@@ -98,10 +107,42 @@ type session struct {
 	client    *api.Client
 }
 
-func (s *session) stdout() io.Writer { return s.app.Stdout }
-func (s *session) stderr() io.Writer { return s.app.Stderr }
+// stdout is where commands print: the real stdout, made safe (termSafe)
+// when it is a terminal unless --raw.
+func (s *session) stdout() io.Writer {
+	if s.out != nil {
+		return s.out
+	}
+	if !s.raw && s.app.Stdout != nil && s.app.isTerminal(s.app.Stdout) {
+		s.out = newTermSafe(s.app.Stdout)
+		return s.out
+	}
+	return s.app.Stdout
+}
 
-func (s *session) warn(msg string) { fmt.Fprintln(s.app.Stderr, "knotless: "+msg) }
+// stderr is stdout's counterpart for messages (never --raw).
+func (s *session) stderr() io.Writer {
+	if s.errOut != nil {
+		return s.errOut
+	}
+	if s.app.Stderr != nil && s.app.isTerminal(s.app.Stderr) {
+		s.errOut = newTermSafe(s.app.Stderr)
+		return s.errOut
+	}
+	return s.app.Stderr
+}
+
+// flushOutput writes out what the terminal filters still hold.
+func (s *session) flushOutput() {
+	if s.out != nil {
+		s.out.Flush()
+	}
+	if s.errOut != nil {
+		s.errOut.Flush()
+	}
+}
+
+func (s *session) warn(msg string) { fmt.Fprintln(s.stderr(), "knotless: "+msg) }
 
 // configPath is the config file in use.
 func (s *session) configPath() (string, error) {

@@ -301,30 +301,45 @@ already finished cannot be cancelled (exit 1).`,
 }
 
 func (s *session) runTriggerCmd() *cobra.Command {
-	var repo, ref, wf string
+	var repo, ref, sha, wf string
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "trigger --repo R [--ref REF] [--workflow W] [-f]",
+		Use:   "trigger --repo R [--ref REF] [--sha COMMIT] [--workflow W] [-f]",
 		Short: "Start a manual pipeline for a branch or tag",
 		Long: `Start a manual pipeline: one run for each workflow whose on: section has
 manual, at the commit REF points at (default: the default branch). --workflow
 limits it to the workflow with that name or file path. Prints the pipeline's
 runs; with -f follows their logs to the end and exits 0 only if every run
-succeeded.`,
+succeeded.
+
+--ref names an existing branch or tag, by name (main, v1.0) or full ref
+(refs/heads/main, refs/tags/v1.0); it is what the runs get as KNOTLESS_REF.
+It is never a revision expression: main~5, main^{commit} or HEAD@{1} are
+refused (exit 2). To run an older commit, give its full id with --sha: it
+must be on REF (reachable from its commit), and REF is still the run's ref.`,
 		Example: `  knotless run trigger --repo alice/app
-  knotless run trigger --repo alice/app --ref release/1.2 --workflow deploy -f`,
+  knotless run trigger --repo alice/app --ref release/1.2 --workflow deploy -f
+  knotless run trigger --repo alice/app --ref main --sha $(git rev-parse main~5)`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if follow && s.jsonOut {
 				return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
 			}
+			if err := api.CheckTriggerRef(ref); err != nil {
+				return usageErrorf("--ref: %v", err)
+			}
+			if sha != "" {
+				if err := api.CheckCommitID(sha); err != nil {
+					return usageErrorf("--sha: %v", err)
+				}
+			}
 			r, err := s.repoArg(ctx, repo, true)
 			if err != nil {
 				return err
 			}
 			var p api.Pipeline
-			in := api.TriggerInput{Repo: r, Ref: ref, Workflow: wf}
+			in := api.TriggerInput{Repo: r, Ref: ref, SHA: sha, Workflow: wf}
 			if err := s.procedure(ctx, api.MethodTriggerRun, in, &p); err != nil {
 				return fmt.Errorf("trigger %s: %w", r, err)
 			}
@@ -347,7 +362,8 @@ succeeded.`,
 		},
 	}
 	s.addRepoFlag(cmd, &repo)
-	cmd.Flags().StringVar(&ref, "ref", "", "branch, tag or full ref to run (default: the default branch)")
+	cmd.Flags().StringVar(&ref, "ref", "", "existing branch or tag (name or full ref) to run (default: the default branch); no revision expressions")
+	cmd.Flags().StringVar(&sha, "sha", "", "run this commit (full id) of --ref instead of its newest")
 	cmd.Flags().StringVarP(&wf, "workflow", "w", "", "only the workflow with this name or file path")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
 	return cmd

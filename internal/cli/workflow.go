@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +41,12 @@ problem as FILE:LINE:COL: message. Without FILES it checks
 current directory (or of the current directory outside one), from any
 directory of the checkout.
 
+A workflow file is a regular file in .knotless/workflows, a real directory,
+as the server reads them: a symbolic link (the directory, .knotless, or a
+file) is reported ("is a symbolic link: workflows must be regular files"),
+never followed, and so is a file name with a control character (the
+workflow's default name comes from it); such names are shown escaped.
+
 Exits 1 when any file has a problem, else prints "N workflows OK" and
 exits 0. Needs no server.`,
 		Example: `  knotless workflow lint
@@ -70,19 +77,36 @@ func (s *session) lint(files []string) error {
 			}
 		}
 		root := checkoutRoot(cwd)
-		dir := filepath.Join(root, workflow.Dir)
-		for _, pat := range []string{"*.yml", "*.yaml"} {
-			m, err := filepath.Glob(filepath.Join(dir, pat))
-			if err != nil {
-				return fmt.Errorf("find workflows: %w", err)
+		rel := func(f string) string { // named as seen from where lint was started
+			if r, err := filepath.Rel(cwd, f); err == nil {
+				return r
 			}
-			for _, f := range m {
-				// Named as seen from where lint was started.
-				rel, err := filepath.Rel(cwd, f)
-				if err != nil {
-					rel = f
-				}
-				files = append(files, rel)
+			return f
+		}
+		// The same rule as the server's (workflow.CheckDir, CheckFile): a
+		// symbolic link is reported, never followed.
+		var dirProblems []LintProblem
+		for _, d := range []string{filepath.Dir(workflow.Dir), workflow.Dir} {
+			fi, err := os.Lstat(filepath.Join(root, d))
+			if err != nil {
+				break // reported below as no workflows found
+			}
+			if err := workflow.CheckDir(filepath.ToSlash(d), lstatKind(fi)); err != nil {
+				dirProblems = append(dirProblems, problemOf(rel(filepath.Join(root, d)), err)...)
+				break
+			}
+		}
+		if len(dirProblems) > 0 {
+			return s.printLint(LintOutput{Files: []string{}, Problems: dirProblems}, 1, 0)
+		}
+		dir := filepath.Join(root, workflow.Dir)
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("find workflows: %w", err)
+		}
+		for _, e := range entries {
+			if workflow.IsWorkflowName(e.Name()) && !e.IsDir() {
+				files = append(files, rel(filepath.Join(dir, e.Name())))
 			}
 		}
 		sort.Strings(files)
@@ -90,9 +114,10 @@ func (s *session) lint(files []string) error {
 			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
 		}
 	}
-	out := LintOutput{Files: files, Problems: []LintProblem{}}
+	out := LintOutput{Files: make([]string, 0, len(files)), Problems: []LintProblem{}}
 	bad := 0
 	for _, f := range files {
+		out.Files = append(out.Files, workflow.DisplayPath(f))
 		p := f
 		if base != "" && !filepath.IsAbs(p) {
 			p = filepath.Join(base, p)
@@ -103,6 +128,12 @@ func (s *session) lint(files []string) error {
 		}
 		out.Problems = append(out.Problems, probs...)
 	}
+	return s.printLint(out, bad, len(files))
+}
+
+// printLint prints the problems (or "N workflows OK") and fails when bad
+// files had problems.
+func (s *session) printLint(out LintOutput, bad, files int) error {
 	if s.jsonOut {
 		if err := writeJSON(s.stdout(), out); err != nil {
 			return err
@@ -117,17 +148,46 @@ func (s *session) lint(files []string) error {
 		}
 	}
 	if bad > 0 {
-		return failf("%d problem(s) in %d of %d workflow(s)", len(out.Problems), bad, len(files))
+		return failf("%d problem(s) in %d of %d workflow(s)", len(out.Problems), bad, max(files, bad))
 	}
 	if !s.jsonOut {
-		fmt.Fprintf(s.stdout(), "%d %s OK\n", len(files), plural(len(files), "workflow", "workflows"))
+		fmt.Fprintf(s.stdout(), "%d %s OK\n", files, plural(files, "workflow", "workflows"))
 	}
 	return nil
+}
+
+// lstatKind is the workflow.EntryKind of what os.Lstat found.
+func lstatKind(fi os.FileInfo) workflow.EntryKind {
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return workflow.KindRegular
+	case m.IsDir():
+		return workflow.KindDir
+	case m&os.ModeSymlink != 0:
+		return workflow.KindSymlink
+	}
+	return workflow.KindOther
+}
+
+// problemOf turns a workflow error into lint problems named name.
+func problemOf(name string, err error) []LintProblem {
+	var one *workflow.Error
+	if errors.As(err, &one) {
+		return []LintProblem{{File: workflow.DisplayPath(name), Line: one.Line, Col: one.Col, Message: one.Msg}}
+	}
+	return []LintProblem{{File: workflow.DisplayPath(name), Message: err.Error()}}
 }
 
 // lintFile parses one file; name is what messages call it, path where it
 // is read from.
 func lintFile(name, path string) []LintProblem {
+	// The server's rule for what a workflow file is: a regular file; a
+	// symbolic link is reported, not followed.
+	if fi, err := os.Lstat(path); err == nil {
+		if _, err := workflow.CheckFile(name, lstatKind(fi)); err != nil {
+			return problemOf(name, err)
+		}
+	}
 	src, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
@@ -135,7 +195,7 @@ func lintFile(name, path string) []LintProblem {
 		if errors.As(err, &pe) {
 			msg = "cannot read: " + pe.Err.Error()
 		}
-		return []LintProblem{{File: name, Message: msg}}
+		return []LintProblem{{File: workflow.DisplayPath(name), Message: msg}}
 	}
 	_, err = workflow.Parse(name, src)
 	if err == nil {
@@ -153,12 +213,12 @@ func lintFile(name, path string) []LintProblem {
 	case errors.As(err, &one):
 		return []LintProblem{{File: orName(one.Path, name), Line: one.Line, Col: one.Col, Message: one.Msg}}
 	}
-	return []LintProblem{{File: name, Message: err.Error()}}
+	return []LintProblem{{File: workflow.DisplayPath(name), Message: err.Error()}}
 }
 
 func orName(p, name string) string {
 	if p == "" {
-		return name
+		return workflow.DisplayPath(name)
 	}
 	return p
 }

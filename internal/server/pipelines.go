@@ -21,8 +21,9 @@ const maxWorkflowSize = 1 << 20
 
 // workflowFile is one file under .knotless/workflows at a commit.
 type workflowFile struct {
-	Path   string // relative to the repository root
-	Source []byte
+	Path    string // relative to the repository root
+	Source  []byte
+	Refused error // the entry is refused (workflow.CheckDir, CheckFile): no Source
 }
 
 // parsedWorkflow is a workflow file and the result of parsing it.
@@ -33,9 +34,14 @@ type parsedWorkflow struct {
 }
 
 // workflowsAt lists and reads the workflow files (*.yml, *.yaml directly
-// under .knotless/workflows) at commit sha.
+// under .knotless/workflows) at commit sha, by the rule lint applies too
+// (workflow.CheckDir, workflow.CheckFile): a symbolic link, as the
+// directory or as a file, is an entry with Err, never followed.
 func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFile, error) {
-	out, err := s.git(ctx, dir, "ls-tree", "-z", sha, "--", workflow.Dir+"/")
+	parent := path.Dir(workflow.Dir)
+	// -t names .knotless and .knotless/workflows themselves (their modes)
+	// before the files in the latter.
+	out, err := s.git(ctx, dir, "ls-tree", "-z", "-t", sha, "--", parent, workflow.Dir, workflow.Dir+"/")
 	if err != nil {
 		return nil, fmt.Errorf("list %s at %s: %w", workflow.Dir, sha, err)
 	}
@@ -46,10 +52,23 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFi
 			continue
 		}
 		f := strings.Fields(meta) // mode type oid
-		if len(f) != 3 || f[1] != "blob" {
+		if len(f) != 3 {
 			continue
 		}
-		if ext := path.Ext(p); ext != ".yml" && ext != ".yaml" {
+		kind := workflow.GitKind(f[0])
+		if p == parent || p == workflow.Dir {
+			if err := workflow.CheckDir(p, kind); err != nil {
+				return []workflowFile{{Path: p, Refused: err}}, nil
+			}
+			continue
+		}
+		if path.Dir(p) != workflow.Dir {
+			continue // elsewhere in .knotless
+		}
+		if ok, err := workflow.CheckFile(p, kind); !ok {
+			continue
+		} else if err != nil {
+			files = append(files, workflowFile{Path: p, Refused: err})
 			continue
 		}
 		src, err := s.git(ctx, dir, "cat-file", "blob", f[2])
@@ -70,6 +89,11 @@ func parseAll(files []workflowFile) []parsedWorkflow {
 	out := make([]parsedWorkflow, 0, len(files))
 	for _, f := range files {
 		pw := parsedWorkflow{workflowFile: f}
+		if f.Refused != nil {
+			pw.Err = f.Refused
+			out = append(out, pw)
+			continue
+		}
 		pw.WF, pw.Err = safeParse(f.Path, f.Source)
 		if pw.Err == nil && pw.WF == nil {
 			pw.Err = fmt.Errorf("%s:1:1: workflow parser returned nothing", f.Path)
@@ -105,8 +129,8 @@ func errorLines(p string, err error) []string {
 		return []string{one.Error()}
 	}
 	msg := err.Error()
-	if !strings.HasPrefix(msg, p+":") {
-		msg = p + ":1:1: " + msg
+	if dp := workflow.DisplayPath(p); !strings.HasPrefix(msg, dp+":") {
+		msg = dp + ":1:1: " + msg
 	}
 	return strings.Split(msg, "\n")
 }
@@ -118,7 +142,7 @@ func workflowName(pw parsedWorkflow) string {
 		return pw.WF.Name
 	}
 	base := path.Base(pw.Path)
-	return strings.TrimSuffix(base, path.Ext(base))
+	return workflow.DisplayPath(strings.TrimSuffix(base, path.Ext(base)))
 }
 
 // plannedRun is a run to create and, for an errored one, its setup log.
@@ -144,7 +168,7 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 			}
 			out = append(out, plannedRun{
 				NewRun: store.NewRun{
-					Workflow: workflowName(pw), WorkflowPath: pw.Path, Source: string(pw.Source),
+					Workflow: workflowName(pw), WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
 					State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: msg,
 					Steps: []store.Step{{Index: api.SetupStep, Name: "setup", State: api.StepFailed,
 						Reason: api.ReasonWorkflowInvalid}},
@@ -157,7 +181,7 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 			continue
 		}
 		out = append(out, plannedRun{NewRun: store.NewRun{
-			Workflow: workflowName(pw), WorkflowPath: pw.Path, Source: string(pw.Source),
+			Workflow: workflowName(pw), WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
 			Secrets: pw.WF.Secrets, Runners: pw.WF.Runners, State: api.StateQueued,
 		}})
 	}
@@ -272,8 +296,12 @@ func (s *Server) fixHead(ctx context.Context, dir string, refs map[string]string
 }
 
 // resolveRef turns a branch, tag or full ref (default: HEAD's branch) into a
-// full ref and its commit.
+// full ref and its commit. ref is a name, never a revision expression
+// (api.CheckTriggerRef), and must name an existing branch or tag exactly.
 func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, string, error) {
+	if err := api.CheckTriggerRef(ref); err != nil {
+		return "", "", badRequest("%v", err)
+	}
 	var candidates []string
 	switch {
 	case ref == "":
@@ -288,7 +316,9 @@ func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, strin
 		candidates = []string{"refs/heads/" + ref, "refs/tags/" + ref}
 	}
 	for _, c := range candidates {
-		out, err := s.git(ctx, dir, "rev-parse", "--verify", "--quiet", c)
+		// show-ref --verify takes the exact ref only: no revision
+		// expression, no search through refs/, refs/tags/, ...
+		out, err := s.git(ctx, dir, "show-ref", "--verify", "--hash", "--", c)
 		if err != nil {
 			continue
 		}
@@ -300,6 +330,29 @@ func (s *Server) resolveRef(ctx context.Context, dir, ref string) (string, strin
 		ref = strings.TrimPrefix(candidates[0], "refs/heads/")
 	}
 	return "", "", xerr(http.StatusNotFound, api.ErrNotFound, "no branch or tag %q in the repository (push it first)", ref)
+}
+
+// resolveCommit checks that sha (a full commit id) is a commit that ref's
+// commit refSHA reaches, so that a trigger runs only commits of the
+// repository's branches and tags.
+func (s *Server) resolveCommit(ctx context.Context, dir, ref, refSHA, sha string) (string, error) {
+	if err := api.CheckCommitID(sha); err != nil {
+		return "", badRequest("%v", err)
+	}
+	got, ok := s.commitOf(ctx, dir, sha)
+	if ok && got == sha {
+		if _, err := s.git(ctx, dir, "merge-base", "--is-ancestor", sha, refSHA); err == nil {
+			return sha, nil
+		}
+	}
+	return "", xerr(http.StatusNotFound, api.ErrNotFound, "no commit %s on %s in the repository (push it first, or name the branch or tag it is on with --ref)", sha, shortRefName(ref))
+}
+
+func shortRefName(ref string) string {
+	if s, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+		return s
+	}
+	return strings.TrimPrefix(ref, "refs/tags/")
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
@@ -316,6 +369,11 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
 	if err != nil {
 		return err
+	}
+	if in.SHA != "" {
+		if sha, err = s.resolveCommit(ctx, dir, ref, sha, in.SHA); err != nil {
+			return err
+		}
 	}
 	files, err := s.workflowsAt(ctx, dir, sha)
 	if err != nil {

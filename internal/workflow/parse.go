@@ -57,7 +57,14 @@ func (d *decoder) errorf(p pos, format string, args ...any) {
 }
 
 func parse(path string, src []byte) (*Workflow, ErrorList) {
-	d := &decoder{path: path}
+	// Messages name the file safely; a file name that needs escaping is
+	// refused: the run's name comes from it (or it is shown beside an
+	// explicit name), and an explicit name may not hold a control
+	// character either.
+	d := &decoder{path: DisplayPath(path)}
+	if unsafeName(defaultName(path)) {
+		d.errorf(pos{1, 1}, "the file name has a control character (shown escaped) or is not UTF-8: the workflow's name comes from it, and a name must be one line of text; rename the file")
+	}
 	root := d.document(src)
 	var w *Workflow
 	if root != nil && d.prepare(root) {
