@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 )
 
 // Spool is the on-disk record of one run on the runner: one log file per
@@ -399,7 +400,7 @@ func (s *Spool) Remove() error {
 		s.cursor.Close()
 		s.cursor = nil
 	}
-	if err := os.RemoveAll(s.dir); err != nil {
+	if err := cleanup.RemoveAll(s.dir, nil); err != nil {
 		return fmt.Errorf("remove spool of run %d: %w", s.run, err)
 	}
 	return nil

@@ -88,12 +88,12 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	}
 	start := time.Now()
 	dir := e.job.OutputsDir
-	if err := cleanup.RemoveAll(dir); err != nil {
+	if err := cleanup.RemoveAll(dir, e.log); err != nil {
 		sl.printf("outputs: not collected: empty %s: %v\n", dir, err)
 		return
 	}
 	defer func() {
-		if err := cleanup.RemoveAll(dir); err != nil {
+		if err := cleanup.RemoveAll(dir, e.log); err != nil {
 			e.log.Warn("remove copied outputs", "err", err)
 		}
 	}()

@@ -173,7 +173,7 @@ func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
 			continue
 		}
 		r.log.Info("removing workspace left by an earlier process", "dir", r.path("runs", e.Name()))
-		if err := cleanup.RemoveAll(r.path("runs", e.Name())); err != nil {
+		if err := cleanup.RemoveAll(r.path("runs", e.Name()), r.log); err != nil {
 			r.log.Error("remove leftover workspace", "err", err)
 		}
 	}
