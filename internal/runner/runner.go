@@ -416,7 +416,7 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			}
 			wait = r.cfg.ApprovalPoll
 		case api.Retryable(err):
-			wait = api.Backoff(failures, r.cfg.MaxBackoff)
+			wait = api.RetryWait(failures, err, r.cfg.MaxBackoff)
 			failures++
 			r.log.Warn("claim failed, will retry", "err", err, "retry", failures, "wait", wait)
 		default:

@@ -103,7 +103,7 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 		if err == nil || !api.Retryable(err) || attempt == 5 || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(api.Backoff(attempt, r.cfg.MaxBackoff))
+		time.Sleep(api.RetryWait(attempt, err, r.cfg.MaxBackoff))
 	}
 	if err != nil {
 		log.Warn("cannot take over a run the server said this runner holds", "err", err)
