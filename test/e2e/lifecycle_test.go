@@ -253,7 +253,7 @@ steps:
 	}
 }
 
-// After a server outage of a dozen seconds, what the runner spooled (the
+// After a server outage of 14 s, what the runner spooled (the
 // log written during the outage and the run's result) reaches the server
 // within a few seconds of its return. It used to take ~11 s: the retry
 // backoff had doubled up to 12.8 s while nothing answered. A refused
@@ -284,8 +284,10 @@ steps:
 	down := time.Now()
 	w.openGate("server-down")
 	w.waitGate(run.ID, "printed", 30*time.Second)
-	// Long enough for a doubling backoff to reach several seconds.
-	time.Sleep(12*time.Second - time.Since(down))
+	// Long enough for a doubling backoff (200 ms, 400 ms, ... retries at
+	// 12.6 s and 25.4 s after the first failure) to miss the return by
+	// ~11 s.
+	time.Sleep(14*time.Second - time.Since(down))
 	w.restartServer()
 	back := time.Now()
 	var want strings.Builder
