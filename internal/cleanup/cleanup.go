@@ -119,7 +119,15 @@ func (r *remover) sameMount(parentFD int, name, path string) bool {
 		if err := unix.Statx(parentFD, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_MNT_ID, &st); err != nil {
 			return !errors.Is(err, unix.ENOENT) // gone: nothing to do; else let the removal report it
 		}
-		crossed := devOf(&st) != r.dev || (r.hasMnt && st.Mask&unix.STATX_MNT_ID != 0 && st.Mnt_id != r.mnt)
+		// The mount ID decides where the kernel has it (a btrfs subvolume
+		// has a device of its own without being a mount); the device
+		// only where it has not.
+		var crossed bool
+		if r.hasMnt && st.Mask&unix.STATX_MNT_ID != 0 {
+			crossed = st.Mnt_id != r.mnt
+		} else {
+			crossed = devOf(&st) != r.dev
+		}
 		if !crossed {
 			return true
 		}

@@ -189,6 +189,9 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	if err := e.setup.close(); err != nil {
 		log.Warn("close setup log", "err", err)
 	}
+	if e.lostWrite != "" && (res.State == "" || res.State == api.StateSucceeded) {
+		res = Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: e.lostWrite}
+	}
 	if lost := e.setup.cw.lost; lost > 0 && (res.State == "" || res.State == api.StateSucceeded) {
 		// Not a clean success: part of what the run's log says is gone.
 		res = Result{State: api.StateErrored, Reason: api.ReasonExecutor,
@@ -235,6 +238,17 @@ type execution struct {
 	wf         *workflow.Workflow
 	handedOver bool // the run was let go for the runner's successor
 	stepRan    bool // a step of the workflow was started (by this process or an earlier one)
+	// lostWrite says what the runner could not write for want of disk
+	// space (outputs, say): the run does not end succeeded.
+	lostWrite string
+}
+
+// noSpace records a write that failed because the runner's disk is full:
+// the run then ends errored/executor instead of succeeded.
+func (e *execution) noSpace(err error, what string) {
+	if err != nil && logship.NoSpace(err) && e.lostWrite == "" {
+		e.lostWrite = fmt.Sprintf("%s: the runner's disk is full (%v)", what, err)
+	}
 }
 
 // handingOver reports whether the runner is handing its runs over.

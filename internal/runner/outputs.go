@@ -128,6 +128,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 			sl.printf("outputs: %s does not exist: not collected\n", r)
 		default:
 			sl.printf("outputs: %s: not collected: %v\n", r, err)
+			e.noSpace(err, "outputs: "+r+" not collected")
 		}
 	}
 	if len(found) == 0 {
@@ -146,6 +147,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 			return
 		}
 		sl.printf("outputs: not stored: packing them failed: %v\n", err)
+		e.noSpace(err, "outputs not stored")
 		return
 	}
 	for _, r := range found {
