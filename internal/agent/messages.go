@@ -115,6 +115,10 @@ type Exit struct {
 	// Note is a line for the step's log from the agent (e.g. processes that
 	// did not die), empty when all went as expected.
 	Note string `json:"note,omitempty"`
+	// OutputLost is set when the agent could not store all of the step's
+	// output (its disk was full, say; Note says what failed): the step's
+	// log is not whole, and the step must not read as a clean success.
+	OutputLost bool `json:"outputLost,omitempty"`
 	// Error is set when the step could not be started at all.
 	Error string `json:"error,omitempty"`
 }

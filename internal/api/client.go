@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -189,4 +191,42 @@ func Backoff(n int, max time.Duration) time.Duration {
 		d = max
 	}
 	return d
+}
+
+// UnreachableBackoff caps RetryWait's waits while the server cannot be
+// reached at all (see Unreachable): about a second, so that a runner
+// notices a server that is back within a second or two of its return.
+const UnreachableBackoff = time.Second
+
+// Unreachable reports whether err says that nothing answered at the
+// server's address: the connection was refused, reset before an answer, or
+// there is no route, or a proxy in front of it answered 502 (its upstream is
+// gone). Retrying such a call costs the server nothing, so it may be
+// retried often; an answer (a 5xx, a 429) or a timeout says the server is
+// there but struggling, and is retried with the full backoff.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status == http.StatusBadGateway
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// RetryWait returns the wait before retry attempt n (0-based) of a call
+// that failed with err: Backoff capped at max, or at UnreachableBackoff
+// when the server is Unreachable, with jitter (between half of it and all
+// of it) so that runners waiting out the same outage do not come back in
+// step.
+func RetryWait(n int, err error, max time.Duration) time.Duration {
+	if Unreachable(err) {
+		max = min(max, UnreachableBackoff)
+	}
+	d := Backoff(n, max)
+	return d/2 + rand.N(d/2+1)
 }

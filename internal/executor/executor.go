@@ -207,6 +207,10 @@ type Result struct {
 	// processes did not die after SIGKILL"). It is not part of the output,
 	// whose byte offsets it would shift.
 	Note string
+	// OutputLost is set when the environment could not keep all of the
+	// step's output (a full disk; Note says what failed): the runner does
+	// not let such a step read as a clean success.
+	OutputLost bool
 }
 
 // EnvironmentFault reports whether a step that ended for reason was let

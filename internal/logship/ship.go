@@ -101,7 +101,7 @@ func (sh *Shipper) Run(ctx context.Context) error {
 			if api.IsError(err, api.ErrSessionSuperseded) {
 				return err // another process owns the run now; the spool stays
 			}
-			wait := api.Backoff(failures, maxWait)
+			wait := api.RetryWait(failures, err, maxWait)
 			failures++
 			level := slog.LevelWarn
 			if api.Retryable(err) && failures > 1 && failures%10 != 0 {

@@ -14,8 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 )
 
 // Spool is the on-disk record of one run on the runner: one log file per
@@ -163,7 +166,47 @@ func openSpool(dir string, run int64) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open journal of run %d: %w", run, err)
 	}
-	return &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1), appended: make(chan struct{}, 1)}, nil
+	s := &Spool{dir: dir, run: run, journal: f, notify: make(chan struct{}, 1), appended: make(chan struct{}, 1)}
+	s.makeReserve()
+	return s, nil
+}
+
+// ReserveFile holds disk space a spool keeps back for when its disk is
+// full: FreeReserve gives it up so that the journal's last entries (the
+// steps' states, the run's result) and the markers of lost log bytes still
+// fit.
+const ReserveFile = "reserve"
+
+// ReserveBytes is the size of ReserveFile.
+const ReserveBytes = 128 << 10
+
+// makeReserve makes ReserveFile, if it can (a disk too full for it is
+// found out later).
+func (s *Spool) makeReserve() {
+	p := filepath.Join(s.dir, ReserveFile)
+	if _, err := os.Stat(p); err == nil {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return
+	}
+	err = syscall.Fallocate(int(f.Fd()), 0, 0, ReserveBytes)
+	if err != nil {
+		// No fallocate on this file system: write it out instead.
+		_, err = f.Write(make([]byte, ReserveBytes))
+	}
+	f.Close()
+	if err != nil {
+		_ = os.Remove(p)
+	}
+}
+
+// FreeReserve gives up the disk space the spool kept back (ReserveFile),
+// for a write that failed because the disk is full. It reports whether
+// there was any to give.
+func (s *Spool) FreeReserve() bool {
+	return os.Remove(filepath.Join(s.dir, ReserveFile)) == nil
 }
 
 // Run is the run's ID.
@@ -215,6 +258,10 @@ func (l *spoolLog) Write(p []byte) (int, error) {
 
 func (l *spoolLog) Close() error { return l.f.Close() }
 
+// FreeReserve is the spool's FreeReserve: a step's log uses it to write the
+// marker of bytes it lost to a full disk.
+func (l *spoolLog) FreeReserve() bool { return l.s.FreeReserve() }
+
 // Append adds an entry to the journal. A Complete entry closes the journal:
 // later appends fail.
 func (s *Spool) Append(e JournalEntry) error {
@@ -222,17 +269,51 @@ func (s *Spool) Append(e JournalEntry) error {
 	if err != nil {
 		return fmt.Errorf("encode journal entry of run %d: %w", s.run, err)
 	}
+	line = append(line, '\n')
+	// A full disk may have room again in a moment: the shipper gives
+	// back the space of log bytes it delivered. The journal holds the
+	// steps' states and the run's result, so the write is tried again for
+	// a while instead of being dropped.
+	deadline := time.Now().Add(AppendNoSpaceWait)
+	for {
+		err = s.append(line, e)
+		if err == nil || !NoSpace(err) || time.Now().After(deadline) {
+			return err
+		}
+		if !s.FreeReserve() {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// AppendNoSpaceWait is how long Append tries again while the disk is full.
+var AppendNoSpaceWait = 10 * time.Second
+
+// NoSpace reports whether err says the disk (or the user's quota) is full.
+func NoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+func (s *Spool) append(line []byte, e JournalEntry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.journal == nil {
 		return fmt.Errorf("journal of run %d is closed", s.run)
 	}
-	if _, err := s.journal.Write(append(line, '\n')); err != nil {
+	var size int64 = -1
+	if fi, err := s.journal.Stat(); err == nil {
+		size = fi.Size()
+	}
+	if n, err := s.journal.Write(line); err != nil {
+		if n > 0 && size >= 0 {
+			// No half entry: the next append must start a line.
+			_ = s.journal.Truncate(size)
+		}
 		return fmt.Errorf("append to journal of run %d: %w", s.run, err)
 	}
 	if e.Complete != nil {
 		// The result is the one record a person must never lose.
-		err = s.journal.Sync()
+		err := s.journal.Sync()
 		s.journal.Close()
 		s.journal = nil
 		if err != nil {
@@ -399,7 +480,7 @@ func (s *Spool) Remove() error {
 		s.cursor.Close()
 		s.cursor = nil
 	}
-	if err := os.RemoveAll(s.dir); err != nil {
+	if err := cleanup.RemoveAll(s.dir, nil); err != nil {
 		return fmt.Errorf("remove spool of run %d: %w", s.run, err)
 	}
 	return nil

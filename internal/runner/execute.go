@@ -189,6 +189,14 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 	if err := e.setup.close(); err != nil {
 		log.Warn("close setup log", "err", err)
 	}
+	if e.lostWrite != "" && (res.State == "" || res.State == api.StateSucceeded) {
+		res = Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: e.lostWrite}
+	}
+	if lost := e.setup.cw.lost; lost > 0 && (res.State == "" || res.State == api.StateSucceeded) {
+		// Not a clean success: part of what the run's log says is gone.
+		res = Result{State: api.StateErrored, Reason: api.ReasonExecutor,
+			Message: fmt.Sprintf("%d bytes of the setup log were lost: the runner could not write them (%v)", lost, e.setup.cw.err)}
+	}
 	if !e.ended[api.SetupStep] {
 		// The run ended before its first step: setup is where it failed.
 		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason, RunState: res.State}
@@ -250,6 +258,17 @@ type execution struct {
 	wf         *workflow.Workflow
 	handedOver bool // the run was let go for the runner's successor
 	stepRan    bool // a step of the workflow was started (by this process or an earlier one)
+	// lostWrite says what the runner could not write for want of disk
+	// space (outputs, say): the run does not end succeeded.
+	lostWrite string
+}
+
+// noSpace records a write that failed because the runner's disk is full:
+// the run then ends errored/executor instead of succeeded.
+func (e *execution) noSpace(err error, what string) {
+	if err != nil && logship.NoSpace(err) && e.lostWrite == "" {
+		e.lostWrite = fmt.Sprintf("%s: the runner's disk is full (%v)", what, err)
+	}
 }
 
 // handingOver reports whether the runner is handing its runs over.
@@ -511,6 +530,31 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 	if cerr := out.close(); cerr != nil {
 		log.Error("close step log", "err", cerr)
 	}
+	upd, res, stop := e.stepEnded(ctx, idx, st, name, start, runTimeout, r, err, problem, log)
+	if out.cw.lost > 0 || r.OutputLost {
+		// Bytes of the log are gone: the step cannot read as a clean
+		// success, and the setup log says so too (the step's own log has
+		// the marker where they were lost, if the disk let the runner
+		// write it, or the environment's note).
+		msg := fmt.Sprintf("step %d (%s): %d bytes of its log were lost: the runner could not write them (%v)", idx, name, out.cw.lost, out.cw.err)
+		if out.cw.lost == 0 {
+			msg = fmt.Sprintf("step %d (%s): part of its output was lost: %s", idx, name, r.Note)
+		}
+		fmt.Fprintf(e.setup, "%s\n", msg)
+		e.setup.flush()
+		if res.State == "" || res.State == api.StateFailed {
+			upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+			res, stop = Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg}, true
+		}
+	}
+	log.Info("step ended", "state", upd.State, "reason", upd.Reason, "exit_code", intAttr(upd.ExitCode), "duration", upd.Duration.Round(time.Millisecond))
+	return upd, res, stop
+}
+
+// stepEnded makes a step's update and the run's result of how its Exec
+// ended (r, err) or why it did not run (problem).
+func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, name string, start time.Time, runTimeout time.Duration,
+	r executor.Result, err, problem error, log *slog.Logger) (StepUpdate, Result, bool) {
 	upd := StepUpdate{Step: idx, Name: name, Duration: time.Since(start)}
 	if r.Duration > 0 {
 		upd.Duration = r.Duration
@@ -518,9 +562,6 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 	if r.ExitCode >= 0 && problem == nil && err == nil {
 		upd.ExitCode = ptr(r.ExitCode)
 	}
-	defer func() {
-		log.Info("step ended", "state", upd.State, "reason", upd.Reason, "exit_code", intAttr(upd.ExitCode), "duration", upd.Duration.Round(time.Millisecond))
-	}()
 
 	if res, stopped := e.stopped(ctx, runTimeout); stopped {
 		upd.State, upd.Reason = api.StepCancelled, res.Reason
@@ -661,6 +702,11 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 	}, nil
 }
 
+// lostMarkWait is how long a step's end waits for room to write the
+// marker of the log bytes it lost (the shipper gives back the space of
+// what it delivered).
+var lostMarkWait = 10 * time.Second
+
 // stepLog opens step idx's log through the masker and the cap, resuming it
 // at the checkpoint at when the step was running under an earlier runner
 // process. The returned writer records checkpoints as it goes.
@@ -748,8 +794,9 @@ func (o *stepOut) note(s string) {
 // close flushes the masker and closes the reporter's writer.
 func (o *stepOut) close() error {
 	err := o.m.Close()
-	if o.cw.err != nil {
-		o.e.log.Error("step log lost bytes", "step", o.idx, "err", o.cw.err)
+	if o.cw.lost > 0 {
+		marked := o.cw.finish(lostMarkWait, reserveOf(o.w))
+		o.e.log.Error("step log lost bytes", "step", o.idx, "lost_bytes", o.cw.lost, "err", o.cw.err, "marked_in_log", marked)
 	}
 	if o.cp != nil {
 		_ = o.cp.Close()
@@ -835,7 +882,12 @@ func (s *setupLog) close() error {
 		return nil
 	}
 	s.closed = true
-	return errors.Join(s.m.Close(), s.w.Close())
+	err := s.m.Close()
+	if s.cw.lost > 0 {
+		marked := s.cw.finish(lostMarkWait, reserveOf(s.w))
+		s.log.Error("setup log lost bytes", "lost_bytes", s.cw.lost, "err", s.cw.err, "marked_in_log", marked)
+	}
+	return errors.Join(err, s.w.Close())
 }
 
 type nopWriteCloser struct{ io.Writer }

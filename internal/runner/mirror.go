@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 )
 
 // Mirrors keeps one bare git repository per server repository under Root
@@ -96,7 +97,7 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		if err := os.MkdirAll(filepath.Dir(mirror), 0o700); err != nil {
 			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
 		}
-		_ = os.RemoveAll(mirror) // a half-made mirror of an earlier crash
+		_ = cleanup.RemoveAll(mirror, nil) // a half-made mirror of an earlier crash
 		if err := git(ctx, "", nil, log, "init", "-q", "--bare", mirror); err != nil {
 			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
 		}
@@ -116,7 +117,7 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, withoutCredential(f.URL))
 		if err := m.fetch(ctx, mirror, f, log); err != nil {
 			<-gitDir
-			_ = os.RemoveAll(filepath.Join(dest, ".git"))
+			_ = cleanup.RemoveAll(filepath.Join(dest, ".git"), nil)
 			return err
 		}
 	} else {

@@ -88,12 +88,12 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	}
 	start := time.Now()
 	dir := e.job.OutputsDir
-	if err := cleanup.RemoveAll(dir); err != nil {
+	if err := cleanup.RemoveAll(dir, e.log); err != nil {
 		sl.printf("outputs: not collected: empty %s: %v\n", dir, err)
 		return
 	}
 	defer func() {
-		if err := cleanup.RemoveAll(dir); err != nil {
+		if err := cleanup.RemoveAll(dir, e.log); err != nil {
 			e.log.Warn("remove copied outputs", "err", err)
 		}
 	}()
@@ -128,6 +128,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 			sl.printf("outputs: %s does not exist: not collected\n", r)
 		default:
 			sl.printf("outputs: %s: not collected: %v\n", r, err)
+			e.noSpace(err, "outputs: "+r+" not collected")
 		}
 	}
 	if len(found) == 0 {
@@ -146,6 +147,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 			return
 		}
 		sl.printf("outputs: not stored: packing them failed: %v\n", err)
+		e.noSpace(err, "outputs not stored")
 		return
 	}
 	for _, r := range found {

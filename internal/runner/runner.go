@@ -416,7 +416,7 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			}
 			wait = r.cfg.ApprovalPoll
 		case api.Retryable(err):
-			wait = api.Backoff(failures, r.cfg.MaxBackoff)
+			wait = api.RetryWait(failures, err, r.cfg.MaxBackoff)
 			failures++
 			r.log.Warn("claim failed, will retry", "err", err, "retry", failures, "wait", wait)
 		default:
@@ -498,7 +498,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 	removed := false
 	removeWorkspace := func() error {
 		removed = true
-		return cleanup.RemoveAll(runDir)
+		return cleanup.RemoveAll(runDir, log)
 	}
 	defer func() {
 		if !removed {
@@ -509,7 +509,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 	}()
 	if resume != nil && resume.Session == nil {
 		// Setup starts over: a new checkout in a fresh workspace.
-		if err := cleanup.RemoveAll(runDir); err != nil {
+		if err := cleanup.RemoveAll(runDir, log); err != nil {
 			log.Error("remove the earlier process's workspace", "err", err)
 		}
 	}

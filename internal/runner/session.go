@@ -104,7 +104,7 @@ func (r *Runner) startSession(ctx context.Context) ([]api.HeldRun, error) {
 			if failures == 0 {
 				r.log.Warn("cannot start a runner session: the server does not answer; retrying until it does", "err", err)
 			}
-			wait = api.Backoff(failures, r.cfg.MaxBackoff)
+			wait = api.RetryWait(failures, err, r.cfg.MaxBackoff)
 			failures++
 		default:
 			wait = max(r.cfg.MaxBackoff, 30*time.Second)

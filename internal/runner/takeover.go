@@ -103,7 +103,7 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 		if err == nil || !api.Retryable(err) || attempt == 5 || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(api.Backoff(attempt, r.cfg.MaxBackoff))
+		time.Sleep(api.RetryWait(attempt, err, r.cfg.MaxBackoff))
 	}
 	if err != nil {
 		log.Warn("cannot take over a run the server said this runner holds", "err", err)
@@ -173,7 +173,7 @@ func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
 			continue
 		}
 		r.log.Info("removing workspace left by an earlier process", "dir", r.path("runs", e.Name()))
-		if err := cleanup.RemoveAll(r.path("runs", e.Name())); err != nil {
+		if err := cleanup.RemoveAll(r.path("runs", e.Name()), r.log); err != nil {
 			r.log.Error("remove leftover workspace", "err", err)
 		}
 	}

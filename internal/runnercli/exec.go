@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -63,7 +64,7 @@ cancelled, 2 when the command line was wrong.`,
 				if err != nil {
 					return err
 				}
-				defer os.RemoveAll(dir)
+				defer cleanup.RemoveAll(dir, log)
 				work = dir
 			}
 			if err := os.MkdirAll(work, 0o700); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/cleanup"
 )
 
 // Config configures an Agent.
@@ -222,7 +223,7 @@ func (a *Agent) parentWatch() {
 		if os.Getppid() != parent {
 			a.log.Warn("the process that started the agent is gone and nobody takes the run over: ending the steps and exiting")
 			a.Shutdown()
-			if err := os.RemoveAll(a.cfg.Dir); err != nil {
+			if err := cleanup.RemoveAll(a.cfg.Dir, a.log); err != nil {
 				a.log.Warn("remove the agent's directory", "err", err)
 			}
 			return

@@ -306,6 +306,7 @@ wait:
 	}
 	// The shell is gone; nothing of the step may outlive it.
 	note := ""
+	outputLost := false
 	gone := true
 	if cgDir != "" {
 		gone = killCgroup(cgDir, killBound)
@@ -322,6 +323,7 @@ wait:
 		if err != nil {
 			a.log.Error("writing the step's output failed", "step", s.id, "err", err)
 			note = joinNote(note, "the agent could not store all of the step's output: "+err.Error())
+			outputLost = true
 		}
 	case <-time.After(2 * time.Second):
 		// Every process of ours is dead, yet the pipe is held: something
@@ -341,6 +343,7 @@ wait:
 	ex := agent.Exit{
 		ID: s.id, ExitCode: exitCode(ws), Reason: reason,
 		Size: s.size.Load(), DurationMS: time.Since(s.started).Milliseconds(), Note: note,
+		OutputLost: outputLost,
 	}
 	if b, err := json.Marshal(ex); err == nil {
 		_ = os.WriteFile(filepath.Join(s.dir, "exit.json"), b, 0o600)

@@ -252,3 +252,59 @@ steps:
 		t.Fatalf("workspaces left in %s: %v", filepath.Join(rid.work, "runs"), leftover)
 	}
 }
+
+// After a server outage of 14 s, what the runner spooled (the
+// log written during the outage and the run's result) reaches the server
+// within a few seconds of its return. It used to take ~11 s: the retry
+// backoff had doubled up to 12.8 s while nothing answered. A refused
+// connection costs the server nothing, so the runner retries an
+// unreachable server about every second (api.RetryWait). The bound is 3 s
+// from the moment the restarted server answers: at most ~1 s of backoff,
+// plus a round of shipping and some slack for a loaded test machine.
+func TestE2E_ServerBackAfterOutageGetsLogAndResultWithinSeconds(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, time.Minute) // no lease lapses during the outage
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: outage
+    run: |
+      echo before
+      ` + gateWait("server-down") + `
+      i=1
+      while [ $i -le 20 ]; do echo "during outage $i"; i=$((i+1)); done
+      touch "$GATE/printed"
+`})
+	waitFor(t, 60*time.Second, "the first line on the server", func() (bool, string) {
+		log := w.stepLog(run.ID, 1)
+		return log == "before\n", fmt.Sprintf("%q", log)
+	})
+	w.stopServer()
+	down := time.Now()
+	w.openGate("server-down")
+	w.waitGate(run.ID, "printed", 30*time.Second)
+	// Long enough for a doubling backoff (200 ms, 400 ms, ... retries at
+	// 12.6 s and 25.4 s after the first failure) to miss the return by
+	// ~11 s.
+	time.Sleep(14*time.Second - time.Since(down))
+	w.restartServer()
+	back := time.Now()
+	var want strings.Builder
+	want.WriteString("before\n")
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&want, "during outage %d\n", i)
+	}
+	waitFor(t, 30*time.Second, "the run's result and log", func() (bool, string) {
+		r := w.run(run.ID)
+		return api.IsFinal(r.State) && w.stepLog(run.ID, 1) == want.String(), describe(r)
+	})
+	if d := time.Since(back); d > 3*time.Second {
+		t.Errorf("log and result arrived %s after the server was back (outage %s), want within 3 s", d.Round(time.Millisecond), back.Sub(down).Round(time.Second))
+	} else {
+		t.Logf("log and result arrived %s after the server was back", d.Round(time.Millisecond))
+	}
+	if r := w.run(run.ID); r.State != api.StateSucceeded {
+		t.Errorf("%s, want succeeded", describe(r))
+	}
+}

@@ -257,7 +257,7 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	if ex.Error != "" {
 		return res, fmt.Errorf("run step %q: %s", step.Name, ex.Error)
 	}
-	res = executor.Result{ExitCode: ex.ExitCode, Reason: ex.Reason, Duration: time.Duration(ex.DurationMS) * time.Millisecond, Note: ex.Note}
+	res = executor.Result{ExitCode: ex.ExitCode, Reason: ex.Reason, Duration: time.Duration(ex.DurationMS) * time.Millisecond, Note: ex.Note, OutputLost: ex.OutputLost}
 	return res, nil
 }
 

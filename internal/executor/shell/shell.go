@@ -538,7 +538,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 // removeSession stops whatever runs in a session directory and removes it.
 func (e *Executor) removeSession(ctx context.Context, dir string) error {
 	e.stopAgent(ctx, dir)
-	if err := cleanup.RemoveAll(dir); err != nil {
+	if err := cleanup.RemoveAll(dir, e.log); err != nil {
 		return err
 	}
 	return nil
