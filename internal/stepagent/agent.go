@@ -120,12 +120,9 @@ func (a *Agent) Kill() string { return a.cg.describe() }
 // Serve accepts clients on l until Shutdown (nil) or the agent lingered
 // past its deadline with no client (nil); other errors are the listener's.
 func (a *Agent) Serve(l net.Listener) error {
-	go a.lingerWatch()
+	go a.idleWatch()
 	if a.cfg.ExitWithParent {
 		go a.parentWatch()
-	}
-	if a.cfg.ExitWithoutClient > 0 {
-		go a.clientWatch()
 	}
 	go func() {
 		<-a.shutdown
@@ -162,8 +159,11 @@ func (a *Agent) Shutdown() {
 // Done is closed once the agent shut down.
 func (a *Agent) Done() <-chan struct{} { return a.shutdown }
 
-func (a *Agent) lingerWatch() {
-	if a.cfg.Deadline.IsZero() {
+// idleWatch shuts the agent down when nobody will come back: no client
+// for Config.Linger after the run's deadline, or for
+// Config.ExitWithoutClient at any time.
+func (a *Agent) idleWatch() {
+	if a.cfg.Deadline.IsZero() && a.cfg.ExitWithoutClient <= 0 {
 		return
 	}
 	t := time.NewTicker(time.Second)
@@ -175,36 +175,21 @@ func (a *Agent) lingerWatch() {
 		case <-t.C:
 		}
 		a.mu.Lock()
-		idle := a.clients == 0 && a.running == nil && time.Now().After(a.cfg.Deadline) &&
+		none := a.clients == 0
+		lingered := none && !a.cfg.Deadline.IsZero() && a.running == nil && time.Now().After(a.cfg.Deadline) &&
 			time.Since(a.lastSeen) > a.cfg.Linger && time.Since(a.cfg.Deadline) > a.cfg.Linger
+		alone := none && a.cfg.ExitWithoutClient > 0 && time.Since(a.lastSeen) > a.cfg.ExitWithoutClient
 		a.mu.Unlock()
-		if idle {
+		switch {
+		case lingered:
 			a.log.Warn("the run's deadline passed and no runner came back: exiting", "deadline", a.cfg.Deadline, "linger", a.cfg.Linger)
-			a.Shutdown()
-			return
-		}
-	}
-}
-
-// clientWatch shuts the agent down once no client has been connected for
-// Config.ExitWithoutClient.
-func (a *Agent) clientWatch() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.shutdown:
-			return
-		case <-t.C:
-		}
-		a.mu.Lock()
-		alone := a.clients == 0 && time.Since(a.lastSeen) > a.cfg.ExitWithoutClient
-		a.mu.Unlock()
-		if alone {
+		case alone:
 			a.log.Warn("no client for a while and nobody takes the run over: ending the steps and exiting", "after", a.cfg.ExitWithoutClient)
-			a.Shutdown()
-			return
+		default:
+			continue
 		}
+		a.Shutdown()
+		return
 	}
 }
 
