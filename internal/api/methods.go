@@ -13,6 +13,23 @@ const (
 	MethodWhoAmI = "dev.knotless.account.whoami"
 	// P, admin. In: CreateAccountInput. Out: CreateAccountOutput.
 	MethodCreateAccount = "dev.knotless.account.create"
+	// P, admin. In: AccountRef. Out: Account. Every token of the account
+	// is refused from the next request on (401 AccountDisabled) until it
+	// is enabled again. An admin cannot disable their own account.
+	MethodDisableAccount = "dev.knotless.account.disable"
+	// P, admin. In: AccountRef. Out: Account.
+	MethodEnableAccount = "dev.knotless.account.enable"
+
+	// P, user. In: CreateTokenInput. Out: CreateTokenOutput (the new token,
+	// shown this once; the server keeps only its hash).
+	MethodCreateToken = "dev.knotless.token.create"
+	// Q, user. Out: ListTokensOutput (the caller's tokens by name, never
+	// the tokens themselves).
+	MethodListTokens = "dev.knotless.token.list"
+	// P, user. In: RevokeTokenInput. Out: empty. The token is refused from
+	// the next request on. Revoking the account's last token is refused
+	// (409 Conflict): create another first.
+	MethodRevokeToken = "dev.knotless.token.revoke"
 
 	// P, user. In: CreateRepoInput. Out: Repo.
 	MethodCreateRepo = "dev.knotless.repo.create"
@@ -140,16 +157,17 @@ const OutputsSHA256Header = "Knotless-Outputs-Sha256"
 
 // XRPC error names (the "error" field) used by the server.
 const (
-	ErrInvalidRequest = "InvalidRequest"         // 400
-	ErrAuthRequired   = "AuthenticationRequired" // 401
-	ErrExpiredToken   = "ExpiredToken"           // 401
-	ErrInvalidToken   = "InvalidToken"           // 401
-	ErrForbidden      = "Forbidden"              // 403
-	ErrNotFound       = "NotFound"               // 404
-	ErrConflict       = "Conflict"               // 409
-	ErrOffsetGap      = "OffsetGap"              // 409, Size set
-	ErrRunFinished    = "RunFinished"            // 409
-	ErrNotApproved    = "RunnerNotApproved"      // 403
+	ErrInvalidRequest  = "InvalidRequest"         // 400
+	ErrAuthRequired    = "AuthenticationRequired" // 401
+	ErrExpiredToken    = "ExpiredToken"           // 401
+	ErrInvalidToken    = "InvalidToken"           // 401
+	ErrAccountDisabled = "AccountDisabled"        // 401
+	ErrForbidden       = "Forbidden"              // 403
+	ErrNotFound        = "NotFound"               // 404
+	ErrConflict        = "Conflict"               // 409
+	ErrOffsetGap       = "OffsetGap"              // 409, Size set
+	ErrRunFinished     = "RunFinished"            // 409
+	ErrNotApproved     = "RunnerNotApproved"      // 403
 	// ErrSessionSuperseded (409): a newer session of the same runner
 	// identity was started (another knotless-run process with the same
 	// state file), or the caller's session handed its runs over; the

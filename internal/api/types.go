@@ -84,6 +84,50 @@ type Account struct {
 	Handle string `json:"handle"`
 	DID    string `json:"did"`
 	Admin  bool   `json:"admin"`
+	// Disabled: an admin disabled the account; its tokens are refused.
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// AccountRef names an account (MethodDisableAccount, MethodEnableAccount).
+type AccountRef struct {
+	Handle string `json:"handle"`
+}
+
+// MaxTokensPerAccount caps the named tokens of one account.
+const MaxTokensPerAccount = 100
+
+// Token describes one named API token of the caller. It never carries the
+// token itself.
+type Token struct {
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`  // absent: never
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"` // to the minute; absent: never used
+	// Current: this is the token the request was made with.
+	Current bool `json:"current,omitempty"`
+}
+
+// CreateTokenInput is the body of MethodCreateToken. ExpiresAt, when set,
+// must be in the future.
+type CreateTokenInput struct {
+	Name      string     `json:"name"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// CreateTokenOutput carries the new token, shown once.
+type CreateTokenOutput struct {
+	Token  Token  `json:"token"`
+	Secret string `json:"secret"`
+}
+
+// ListTokensOutput is the answer of MethodListTokens.
+type ListTokensOutput struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// RevokeTokenInput is the body of MethodRevokeToken.
+type RevokeTokenInput struct {
+	Name string `json:"name"`
 }
 
 // CreateAccountInput is the body of MethodCreateAccount. DID is optional: a

@@ -107,7 +107,8 @@ and KNOTLESS_TOKEN variables.`,
 }
 
 func (s *session) accountCmd() *cobra.Command {
-	cmd := group("account", "Manage accounts (admins)", "Manage the server's accounts. Only admins may create accounts.")
+	cmd := group("account", "Manage accounts (admins)", `Manage the server's accounts. Only admins may create, disable and enable
+accounts. Your own API tokens are managed with knotless token.`)
 	var admin bool
 	var did string
 	create := &cobra.Command{
@@ -143,6 +144,6 @@ Without --did the server makes a did:key for the account.`,
 	}
 	create.Flags().BoolVar(&admin, "admin", false, "make the account an admin (may create accounts, sees every repository)")
 	create.Flags().StringVar(&did, "did", "", "the account's DID (default: the server makes a did:key)")
-	cmd.AddCommand(create)
+	cmd.AddCommand(create, s.accountToggleCmd(true), s.accountToggleCmd(false))
 	return cmd
 }

@@ -269,6 +269,7 @@ objects for scripts.
 		s.loginCmd(),
 		s.whoamiCmd(),
 		s.accountCmd(),
+		s.tokenCmd(),
 		s.repoCmd(),
 		s.runCmd(),
 		s.secretCmd(),

@@ -41,7 +41,7 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request, a store.Account)
 }
 
 func apiAccount(a store.Account) api.Account {
-	return api.Account{Handle: a.Handle, DID: a.DID, Admin: a.Admin}
+	return api.Account{Handle: a.Handle, DID: a.DID, Admin: a.Admin, Disabled: a.Disabled}
 }
 
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller store.Account) error {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -88,8 +89,14 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	}
 	var acct *store.Account
 	var run *store.Run
-	if a, err := s.store.AccountByToken(ctx, hashToken(pass)); err == nil {
+	if a, err := s.store.AccountByToken(ctx, hashToken(pass), time.Now()); err == nil {
 		acct = &a
+	} else if errors.Is(err, store.ErrTokenExpired) {
+		unauthorized(w, "API "+storeMessage(err, store.ErrTokenExpired)+": use another token of the account")
+		return
+	} else if errors.Is(err, store.ErrAccountDisabled) {
+		unauthorized(w, storeMessage(err, store.ErrAccountDisabled)+" is disabled by an admin of this server")
+		return
 	} else if !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("git auth", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -98,7 +105,7 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 		run = &x
 	}
 	if acct == nil && run == nil {
-		unauthorized(w, "invalid token")
+		unauthorized(w, "invalid token (unknown, revoked, or of a finished run)")
 		return
 	}
 	repo, err := s.store.RepoByName(ctx, owner, name)

@@ -113,7 +113,7 @@ func TestErrors_ServerMessagesDoNotEndInAGenericWord(t *testing.T) {
 
 	err = withToken(f.URL, "knl_nosuchtoken").Query(ctx, api.MethodWhoAmI, nil, nil)
 	check("an unknown API token", err, http.StatusUnauthorized, api.ErrInvalidToken,
-		"unknown API token: no account on this server has it")
+		"unknown API token: no account on this server has it (it may have been revoked: knotless token list shows yours)")
 
 	err = f.alice().Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: f.repo, Name: "nosuch"}, nil)
 	check("approving an unknown runner", err, http.StatusNotFound, api.ErrNotFound,

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
@@ -67,6 +68,11 @@ func (s *Server) methods() map[string]method {
 		api.MethodDescribeServer: {verb: q, auth: authNone, public: s.describe},
 		api.MethodWhoAmI:         user(q, s.whoami),
 		api.MethodCreateAccount:  user(p, s.createAccount),
+		api.MethodDisableAccount: user(p, s.disableAccount),
+		api.MethodEnableAccount:  user(p, s.enableAccount),
+		api.MethodCreateToken:    user(p, s.createToken),
+		api.MethodListTokens:     user(q, s.listTokens),
+		api.MethodRevokeToken:    user(p, s.revokeToken),
 		api.MethodCreateRepo:     user(p, s.createRepo),
 		api.MethodListRepos:      user(q, s.listRepos),
 		api.MethodListRuns:       user(q, s.listRuns),
@@ -317,9 +323,18 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 		return store.Account{}, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
 			"this method takes an account API token, not a runner token")
 	}
-	a, err := s.store.AccountByToken(r.Context(), hashToken(tok))
-	if errors.Is(err, store.ErrNotFound) {
-		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken, "unknown API token: no account on this server has it")
+	a, err := s.store.AccountByToken(r.Context(), hashToken(tok), time.Now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
+			"unknown API token: no account on this server has it (it may have been revoked: knotless token list shows yours)")
+	case errors.Is(err, store.ErrTokenExpired):
+		return a, xerr(http.StatusUnauthorized, api.ErrExpiredToken,
+			"API %s: log in with another token of the account (knotless token create makes one)", storeMessage(err, store.ErrTokenExpired))
+	case errors.Is(err, store.ErrAccountDisabled):
+		return a, xerr(http.StatusUnauthorized, api.ErrAccountDisabled,
+			"%s is disabled by an admin of this server: its tokens are refused until an admin enables it (knotless account enable)",
+			storeMessage(err, store.ErrAccountDisabled))
 	}
 	return a, err
 }

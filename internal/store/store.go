@@ -20,16 +20,42 @@ var (
 	// ErrLimit: the operation would pass a limit the caller gave (e.g.
 	// RegisterRunner's maxPending).
 	ErrLimit = errors.New("limit reached")
+	// ErrTokenExpired: AccountByToken found the token, but it expired.
+	ErrTokenExpired = errors.New("token expired")
+	// ErrAccountDisabled: AccountByToken found the token, but an admin
+	// disabled its account.
+	ErrAccountDisabled = errors.New("account disabled")
 )
 
 // Account is a user of the server.
 type Account struct {
-	ID        int64
-	Handle    string
-	DID       string
-	Admin     bool
+	ID     int64
+	Handle string
+	DID    string
+	Admin  bool
+	// Disabled: an admin disabled the account; its tokens are refused.
+	Disabled  bool
 	CreatedAt time.Time
 }
+
+// Token is one named API token of an account. Only its hash is stored.
+type Token struct {
+	ID         int64
+	AccountID  int64
+	Name       string // unique per account
+	Hash       string // SHA-256 hex of the token
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time // nil: never
+	LastUsedAt *time.Time // nil: never used (recorded at most once a TokenTouchInterval)
+}
+
+// TokenTouchInterval is how stale a token's LastUsedAt may get before
+// AccountByToken writes it again: a token in constant use costs one write
+// a minute, not one per request.
+const TokenTouchInterval = time.Minute
+
+// InitialTokenName names the token CreateAccount makes.
+const InitialTokenName = "initial"
 
 // Repo is a repository OWNER/NAME.
 type Repo struct {
@@ -222,9 +248,25 @@ type Store interface {
 	CreateAccount(ctx context.Context, a Account, tokenHash string) (Account, error)
 	// AccountByHandle: ErrNotFound when there is none.
 	AccountByHandle(ctx context.Context, handle string) (Account, error)
-	// AccountByToken returns the account whose token hashes to tokenHash;
-	// ErrNotFound when there is none.
-	AccountByToken(ctx context.Context, tokenHash string) (Account, error)
+	// AccountByToken returns the account whose token hashes to tokenHash
+	// and records the token's use (see TokenTouchInterval). ErrNotFound
+	// when there is none (never was, or revoked), ErrTokenExpired when it
+	// expired by now, ErrAccountDisabled when its account is disabled.
+	AccountByToken(ctx context.Context, tokenHash string, now time.Time) (Account, error)
+	// SetAccountDisabled disables or enables the account handle and
+	// returns it; ErrNotFound when there is none.
+	SetAccountDisabled(ctx context.Context, handle string, disabled bool) (Account, error)
+
+	// CreateToken adds a named token to an account. ErrConflict when the
+	// account has a token of that name; ErrLimit when it has max tokens
+	// already (max <= 0: no limit).
+	CreateToken(ctx context.Context, t Token, max int) (Token, error)
+	// ListTokens lists an account's tokens by name.
+	ListTokens(ctx context.Context, accountID int64) ([]Token, error)
+	// DeleteToken removes an account's token by name, effective for the
+	// next AccountByToken. ErrNotFound when there is none; ErrLimit when it
+	// is the account's last token and keepLast is set.
+	DeleteToken(ctx context.Context, accountID int64, name string, keepLast bool) error
 
 	// CreateRepo: ErrConflict when the owner already has a repository of
 	// that name.

@@ -65,7 +65,7 @@ func TestOpen_MigratesOnceAndReopens(t *testing.T) {
 	if v2, _ := db2.SchemaVersion(context.Background()); v2 != v {
 		t.Fatalf("version after reopen %d, want %d", v2, v)
 	}
-	if _, err := db2.AccountByToken(context.Background(), "hash-alice"); err != nil {
+	if _, err := db2.AccountByToken(context.Background(), "hash-alice", time.Now()); err != nil {
 		t.Fatalf("account lost across reopen: %v", err)
 	}
 }
@@ -77,10 +77,10 @@ func TestAccounts_UniqueHandleAndTokenLookup(t *testing.T) {
 	if _, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:other"}, "h2"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("duplicate handle: err = %v, want ErrConflict", err)
 	}
-	if _, err := db.AccountByToken(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := db.AccountByToken(ctx, "nope", time.Now()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown token: err = %v, want ErrNotFound", err)
 	}
-	a, err := db.AccountByToken(ctx, "hash-alice")
+	a, err := db.AccountByToken(ctx, "hash-alice", time.Now())
 	if err != nil || a.Handle != "alice" {
 		t.Fatalf("AccountByToken = %+v, %v", a, err)
 	}
