@@ -169,7 +169,11 @@ func registerRunner(ctx context.Context, c *cluster, audience string, transport 
 	}
 	signer := &svcauth.Signer{DID: did, Audience: audience, Key: key}
 	cl := &api.Client{BaseURL: c.url, HTTP: &http.Client{Transport: transport}, Auth: signer.AuthFunc()}
-	if err := cl.Procedure(ctx, api.MethodRegisterRunner,
+	reg := &api.Client{BaseURL: c.url, HTTP: cl.HTTP, Auth: func(req *http.Request, nsid string) error {
+		req.Header.Set(api.RegistrationTokenHeader, c.token) // the admin's API token
+		return signer.AuthFunc()(req, nsid)
+	}}
+	if err := reg.Procedure(ctx, api.MethodRegisterRunner,
 		api.RegisterRunnerInput{Repo: c.repo, Name: name, Labels: []string{"idle"}}, nil); err != nil {
 		return nil, fmt.Errorf("register runner %s: %w", name, err)
 	}

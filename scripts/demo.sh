@@ -46,7 +46,10 @@ say "creating repository admin/knotless"
 knotless repo create knotless
 
 say "registering a runner with the shell executor"
-knotless-run login --server "$KNOTLESS_SERVER" --repo admin/knotless --name demo-shell \
+# An owner's one-use registration token: the server refuses registrations
+# without one.
+KNOTLESS_REGISTRATION_TOKEN=$(knotless runner token --repo admin/knotless 2>/dev/null) \
+	knotless-run login --server "$KNOTLESS_SERVER" --repo admin/knotless --name demo-shell \
 	--labels shell --state "$demo/runner.json"
 knotless runner approve demo-shell --repo admin/knotless
 # The runner passes the Go caches of this machine to the steps, so the

@@ -25,6 +25,8 @@ func clientLimitFlags(f *pflag.FlagSet, l *server.ClientLimits) []string {
 		"most unexpired runner registration tokens remembered (kept apart from approved runners' tokens)")
 	f.IntVar(&l.MaxStepIndex, "max-step-index", server.DefaultMaxStepIndex,
 		"highest step index a runner may report or send logs for")
-	return []string{"max-runner-labels", "max-pending-runners", "max-list-page", "max-claims-per-runner",
+	f.IntVar(&l.RegistrationsPerMinute, "max-registrations-per-minute", server.DefaultRegistrationsPerMinute,
+		"most runner registrations one client address (an IPv6 /64) sends per minute, refused ones included; more get 429 with Retry-After")
+	return []string{"max-registrations-per-minute", "max-runner-labels", "max-pending-runners", "max-list-page", "max-claims-per-runner",
 		"replay-cache-size", "replay-per-runner", "replay-registrations", "max-step-index"}
 }

@@ -16,4 +16,7 @@ const (
 	// and refuses new ones, rather than forget a used one, until some
 	// expire; retry after a backoff.
 	ErrTooManyTokens = "TooManyTokens"
+	// ErrTooManyRegistrations (429, with Retry-After): the client address
+	// sent more runner registrations than the server allows per minute.
+	ErrTooManyRegistrations = "TooManyRegistrations"
 )

@@ -70,9 +70,14 @@ const (
 	// P, user. In: DeleteSecretInput. Out: empty.
 	MethodDeleteSecret = "dev.knotless.secret.delete"
 
-	// P, runner (the JWT proves possession of the key being registered).
-	// In: RegisterRunnerInput. Out: Runner (status pending).
+	// P, runner (the JWT proves possession of the key being registered),
+	// with RegistrationTokenHeader: a registration token of the repository
+	// (MethodCreateRegistrationToken) or the API token of an account that
+	// may manage it. In: RegisterRunnerInput. Out: Runner (status pending).
 	MethodRegisterRunner = "dev.knotless.runner.register"
+	// P, user (owner or admin). In: CreateRegistrationTokenInput. Out:
+	// RegistrationToken (the token is shown this once).
+	MethodCreateRegistrationToken = "dev.knotless.runner.createRegistrationToken"
 	// Q, user. Params: repo, limit (default 100, at most the server's page
 	// cap), cursor (from the previous page). Out: ListRunnersOutput (by
 	// name; Cursor set when there may be more).
@@ -142,6 +147,12 @@ const (
 // SessionHeader carries the runner's session (StartSessionOutput.Session)
 // on every runner call but register and startSession.
 const SessionHeader = "Knotless-Runner-Session"
+
+// RegistrationTokenHeader carries the credential of MethodRegisterRunner:
+// a registration token (MethodCreateRegistrationToken) or an API token of
+// an account that may manage the repository. It is a header, never a URL
+// parameter, so that it stays out of logs.
+const RegistrationTokenHeader = "Knotless-Registration-Token"
 
 // Headers of MethodGetRunLog responses.
 const (

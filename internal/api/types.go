@@ -374,6 +374,23 @@ type RegisterRunnerInput struct {
 	PublicKey string   `json:"publicKey,omitempty"`
 }
 
+// CreateRegistrationTokenInput is the body of
+// MethodCreateRegistrationToken. ExpiresIn is in seconds (0: one hour);
+// Uses is how many registrations the token allows (0: one).
+type CreateRegistrationTokenInput struct {
+	Repo      string `json:"repo"`
+	ExpiresIn int64  `json:"expiresIn,omitempty"`
+	Uses      int    `json:"uses,omitempty"`
+}
+
+// RegistrationToken is the answer of MethodCreateRegistrationToken.
+type RegistrationToken struct {
+	Token     string    `json:"token"`
+	Repo      string    `json:"repo"`
+	Uses      int       `json:"uses"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
 // RunnerRef names a runner of a repository. DID, when set on
 // MethodApproveRunner, must equal the registered runner's DID (the one
 // `knotless-run login` printed), else the call fails with ErrConflict: it

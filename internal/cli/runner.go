@@ -13,8 +13,9 @@ import (
 )
 
 func (s *session) runnerCmd() *cobra.Command {
-	cmd := group("runner", "List, approve and remove a repository's runners", `Manage the runners of a repository. A runner registers itself with
-`+"`knotless-run login`"+` and stays pending until the repository's owner or an
+	cmd := group("runner", "Make registration tokens; list, approve and remove a repository's runners", `Manage the runners of a repository. A runner registers itself with
+`+"`knotless-run login`"+`, with a registration token an owner made (knotless
+runner token), and stays pending until the repository's owner or an
 admin approves it; only approved runners claim runs.`)
 
 	var listRepo, listCursor string
@@ -76,6 +77,54 @@ shortened in the table (the start and the end; --json shows it whole).`,
 	list.Flags().IntVarP(&listLimit, "limit", "n", 0, "at most this many runners (0: the server's default)")
 	list.Flags().StringVar(&listCursor, "cursor", "", "the page of runners a previous list pointed to")
 	cmd.AddCommand(list)
+
+	var tokenRepo string
+	var tokenExpires time.Duration
+	var tokenUses int
+	token := &cobra.Command{
+		Use:   "token --repo R [--expires 1h] [--uses 1]",
+		Short: "Make a registration token: the right to register runners for a repository",
+		Long: `Make a registration token for a repository (owner or admin) and print it.
+` + "`knotless-run login --token TOKEN`" + ` (or KNOTLESS_REGISTRATION_TOKEN) registers
+a runner with it; the server refuses registrations without one. A token
+allows --uses registrations (default one) within --expires (default 1h, at
+most 168h); the server keeps only its hash. The runner is then pending
+until you approve it (knotless-run login prints the command).
+
+The token is printed on stdout only: hand it to the runner's machine as a
+secret (not on a command line others can read, not in a URL).`,
+		Example: `  knotless runner token --repo alice/app
+  knotless runner token --repo alice/app --expires 24h --uses 5 --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := s.repoArg(cmd.Context(), tokenRepo, true)
+			if err != nil {
+				return err
+			}
+			if tokenExpires < time.Second {
+				return usageErrorf("--expires %s: want at least 1s (e.g. 1h)", tokenExpires)
+			}
+			if tokenUses < 1 {
+				return usageErrorf("--uses %d: want at least 1", tokenUses)
+			}
+			in := api.CreateRegistrationTokenInput{Repo: r, ExpiresIn: int64(tokenExpires / time.Second), Uses: tokenUses}
+			var out api.RegistrationToken
+			if err := s.procedure(cmd.Context(), api.MethodCreateRegistrationToken, in, &out); err != nil {
+				return fmt.Errorf("make a registration token for %s: %w", r, err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), out)
+			}
+			fmt.Fprintln(s.stdout(), out.Token)
+			fmt.Fprintf(s.stderr(), "Registration token for %s: %d use(s), expires %s. On the runner's machine:\n  KNOTLESS_REGISTRATION_TOKEN=... knotless-run login --server %s --repo %s --name NAME --state FILE\n",
+				out.Repo, out.Uses, out.ExpiresAt.Local().Format(time.RFC3339), orURL(s.server), out.Repo)
+			return nil
+		},
+	}
+	s.addRepoFlag(token, &tokenRepo)
+	token.Flags().DurationVar(&tokenExpires, "expires", time.Hour, "how long the token lasts (at most 168h)")
+	token.Flags().IntVar(&tokenUses, "uses", 1, "how many runners may register with it (at most 1000)")
+	cmd.AddCommand(token)
 
 	var approveRepo, approveDID string
 	approve := &cobra.Command{

@@ -557,3 +557,20 @@ func TestSecret_SetWithNULIsRefusedSayingWhy(t *testing.T) {
 		t.Errorf("secrets after the refused set: %+v", out.Secrets)
 	}
 }
+
+// TestRunnerToken_PrintsOnlyTheTokenOnStdout: knotless runner token prints
+// a registration token alone on stdout (for $(...)) and how to use it on
+// stderr; bad --expires and --uses are usage errors.
+func TestRunnerToken_PrintsOnlyTheTokenOnStdout(t *testing.T) {
+	_, e := serverEnv(t)
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	r := mustRun(t, e, ExitOK, nil, "runner", "token", "--repo", "admin/app", "--expires", "2h", "--uses", "3")
+	if tok := strings.TrimSpace(r.stdout); !strings.HasPrefix(tok, "knreg_") || strings.ContainsAny(tok, " \n") {
+		t.Errorf("stdout %q, want one knreg_ token", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "3 use(s)") || !strings.Contains(r.stderr, "KNOTLESS_REGISTRATION_TOKEN") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	mustRun(t, e, ExitUsage, nil, "runner", "token", "--repo", "admin/app", "--uses", "0")
+	mustRun(t, e, ExitUsage, nil, "runner", "token", "--repo", "admin/app", "--expires", "0s")
+}

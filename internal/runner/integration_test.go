@@ -44,7 +44,7 @@ func newWorld(t *testing.T, approve bool) *world {
 	w.token = srv.CreateAccount(t, "alice")
 	srv.CreateRepo(t, w.token, "app")
 	w.state = filepath.Join(t.TempDir(), "runner.json")
-	st, err := Login(context.Background(), LoginOptions{Server: srv.URL, Repo: w.repo, Name: "r1", State: w.state})
+	st, err := Login(context.Background(), LoginOptions{Server: srv.URL, Repo: w.repo, Name: "r1", State: w.state, Token: srv.AdminToken})
 	if err != nil {
 		t.Fatalf("login: %v", err)
 	}

@@ -110,7 +110,10 @@ type LoginOptions struct {
 	Labels []string // labels the runner advertises
 	State  string   // path of the state file to write
 	Force  bool     // overwrite an existing state file
-	HTTP   *http.Client
+	// Token is the registration token an owner made (knotless runner
+	// token), or an API token of an account that may manage Repo.
+	Token string
+	HTTP  *http.Client
 }
 
 // Login registers a new runner identity with the server and writes its state
@@ -119,8 +122,8 @@ type LoginOptions struct {
 // the runner pending until an owner approves it. An existing state file is
 // kept unless opts.Force; on any error no state file is written.
 func Login(ctx context.Context, opts LoginOptions) (*State, error) {
-	if opts.Server == "" || opts.Repo == "" || opts.Name == "" || opts.State == "" {
-		return nil, usagef("login needs --server, --repo, --name and --state")
+	if opts.Server == "" || opts.Repo == "" || opts.Name == "" || opts.State == "" || opts.Token == "" {
+		return nil, usagef("login needs --server, --repo, --name, --state and --token")
 	}
 	server := strings.TrimRight(strings.TrimSpace(opts.Server), "/")
 	if err := CheckServerURL(server); err != nil {
@@ -193,7 +196,13 @@ func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 	}
 
 	in := api.RegisterRunnerInput{Repo: opts.Repo, Name: opts.Name, Labels: labels}
-	if err := st.Client(opts.HTTP).Procedure(ctx, api.MethodRegisterRunner, in, nil); err != nil {
+	reg := st.Client(opts.HTTP)
+	signed := reg.Auth
+	reg.Auth = func(req *http.Request, nsid string) error {
+		req.Header.Set(api.RegistrationTokenHeader, opts.Token)
+		return signed(req, nsid)
+	}
+	if err := reg.Procedure(ctx, api.MethodRegisterRunner, in, nil); err != nil {
 		if api.IsError(err, api.ErrConflict) && !strings.Contains(err.Error(), "knotless runner remove") {
 			return nil, fmt.Errorf("register runner %s for %s: %w: choose another --name, or have an owner remove the old runner first (knotless runner remove %s --repo %s)",
 				opts.Name, opts.Repo, err, opts.Name, opts.Repo)

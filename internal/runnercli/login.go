@@ -15,7 +15,7 @@ func newLogin(g *globals, stdout io.Writer) *cobra.Command {
 	var o runner.LoginOptions
 	var labels string
 	cmd := &cobra.Command{
-		Use:   "login --server URL --repo OWNER/REPO --name NAME --state FILE [--labels a,b]",
+		Use:   "login --server URL --repo OWNER/REPO --name NAME --state FILE --token TOKEN [--labels a,b]",
 		Short: "Register this runner with a server and write its state file",
 		Long: `login makes a new runner identity (a P-256 key pair; its DID is the key's did:key),
 registers it with the server for one repository as pending, and writes the state
@@ -23,10 +23,17 @@ file (JSON, mode 0600, holding the private key: keep it out of job environments)
 An owner of the repository must then approve the runner; login prints the
 command, with the runner's DID so that only this registration is approved.
 
+Registering takes a registration token an owner of the repository made with
+knotless runner token --repo OWNER/REPO (short-lived, one use by default), or
+an API token of an account that owns the repository. Give it with --token or,
+better (command lines are visible to other users), KNOTLESS_REGISTRATION_TOKEN;
+it is sent in a request header, never in a URL, and is not stored.
+
 A runner that was removed on the server logs in again with --force (a new
 identity, approved anew).`,
 		Example: `  knotless-run login --server https://ci.example.com --repo alice/app \
       --name builder-1 --labels linux,big --state /etc/knotless/runner.json
+      # with KNOTLESS_REGISTRATION_TOKEN set to what knotless runner token --repo alice/app printed
   KNOTLESS_SERVER=http://127.0.0.1:8080 knotless-run login --repo alice/app --name dev --state runner.json
   knotless-run login --force --server https://ci.example.com --repo alice/app --name builder-1 --state runner.json`,
 		Args: noArgs,
@@ -39,6 +46,9 @@ identity, approved anew).`,
 					return usagef("%v (server URL from KNOTLESS_SERVER)", err)
 				}
 				return err
+			}
+			if o.Token = strings.TrimSpace(o.Token); o.Token == "" {
+				return usagef("login needs a registration token: an owner of %s makes one with knotless runner token --repo %s; give it with KNOTLESS_REGISTRATION_TOKEN (or --token)", o.Repo, o.Repo)
 			}
 			if labels != "" {
 				o.Labels = strings.Split(labels, ",")
@@ -70,7 +80,9 @@ identity, approved anew).`,
 	f.StringVar(&labels, "labels", "", "comma-separated labels the runner advertises (workflows' runners: must all match)")
 	f.StringVar(&o.State, "state", "", "state file to write"+envNote("KNOTLESS_STATE"))
 	f.BoolVar(&o.Force, "force", false, "replace an existing state file (its identity is lost)")
+	f.StringVar(&o.Token, "token", "", "registration token from knotless runner token (or an owner's API token)"+envNote("KNOTLESS_REGISTRATION_TOKEN"))
 	envFlag(f, "server", "KNOTLESS_SERVER")
+	envFlag(f, "token", "KNOTLESS_REGISTRATION_TOKEN")
 	envFlag(f, "state", "KNOTLESS_STATE")
 	return cmd
 }

@@ -225,7 +225,15 @@ func TestRun_SIGTERMWithoutHandoverCancelsRunsAfterStopWaitAndExitsZero(t *testi
 	tmp := t.TempDir()
 	state := filepath.Join(tmp, "state.json")
 
-	cmd, out, errb := command(tmp, nil, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r1", "--labels", "linux", "--state", state)
+	// alice, the owner, makes a one-use registration token; login reads it
+	// from the environment.
+	var reg api.RegistrationToken
+	if err := srv.Client(tok).Procedure(context.Background(), api.MethodCreateRegistrationToken,
+		api.CreateRegistrationTokenInput{Repo: "alice/app"}, &reg); err != nil {
+		t.Fatal(err)
+	}
+	regEnv := []string{"KNOTLESS_REGISTRATION_TOKEN=" + reg.Token}
+	cmd, out, errb := command(tmp, regEnv, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r1", "--labels", "linux", "--state", state)
 	if code := exitCode(t, cmd.Run()); code != 0 {
 		t.Fatalf("login: exit %d\n%s", code, errb.String())
 	}
@@ -241,7 +249,7 @@ func TestRun_SIGTERMWithoutHandoverCancelsRunsAfterStopWaitAndExitsZero(t *testi
 	if !strings.Contains(out.String(), approveCmd) {
 		t.Fatalf("login output lacks %q:\n%s", approveCmd, out.String())
 	}
-	cmd, _, _ = command(tmp, nil, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r2", "--state", state)
+	cmd, _, _ = command(tmp, regEnv, "login", "--server", srv.URL, "--repo", "alice/app", "--name", "r2", "--state", state)
 	if code := exitCode(t, cmd.Run()); code != 1 {
 		t.Fatalf("login over an existing state file: exit %d, want 1", code)
 	}

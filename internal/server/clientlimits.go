@@ -4,14 +4,15 @@ import "knotless.dev/knotless/internal/svcauth"
 
 // Defaults of ClientLimits, printed by knotless-server --help.
 const (
-	DefaultMaxRunnerLabels    = 32
-	DefaultMaxPendingRunners  = 100
-	DefaultMaxListPage        = 1000
-	DefaultMaxClaimsPerRunner = 2
-	DefaultReplayCacheSize    = 500_000
-	DefaultReplayPerRunner    = 20_000
-	DefaultReplayRegistration = 10_000
-	DefaultMaxStepIndex       = 10_000
+	DefaultMaxRunnerLabels        = 32
+	DefaultMaxPendingRunners      = 100
+	DefaultMaxListPage            = 1000
+	DefaultMaxClaimsPerRunner     = 2
+	DefaultReplayCacheSize        = 500_000
+	DefaultReplayPerRunner        = 20_000
+	DefaultReplayRegistration     = 10_000
+	DefaultMaxStepIndex           = 10_000
+	DefaultRegistrationsPerMinute = 10
 )
 
 // ClientLimits bound what one client can make the server hold: rows,
@@ -53,6 +54,11 @@ type ClientLimits struct {
 	// accept (0 is the setup log; workflows have at most a few thousand
 	// steps).
 	MaxStepIndex int
+	// RegistrationsPerMinute caps the runner registrations one client
+	// address (an IPv6 /64) sends per minute, refused ones (a missing or
+	// wrong registration token) included; more are refused (429 with
+	// Retry-After).
+	RegistrationsPerMinute int
 }
 
 func (l *ClientLimits) fill() {
@@ -69,6 +75,7 @@ func (l *ClientLimits) fill() {
 	def(&l.ReplayPerRunner, DefaultReplayPerRunner)
 	def(&l.ReplayRegistration, DefaultReplayRegistration)
 	def(&l.MaxStepIndex, DefaultMaxStepIndex)
+	def(&l.RegistrationsPerMinute, DefaultRegistrationsPerMinute)
 }
 
 // replayCaches remember the jti values of runner tokens (see

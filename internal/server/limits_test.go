@@ -358,7 +358,8 @@ func TestLimits_SlowBodyOfAValidTokenTimesOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"}
+		return map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json",
+			api.RegistrationTokenHeader: f.AdminToken}
 	}
 	// Padded with white space (valid JSON) to a size worth pausing in.
 	body := fmt.Sprintf(`{"repo":%q,"name":"slow","labels":["l"]%s}`, f.repo, strings.Repeat(" ", 800))

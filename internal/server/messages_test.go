@@ -95,12 +95,13 @@ func TestErrors_ServerMessagesDoNotEndInAGenericWord(t *testing.T) {
 
 	k, _ := svcauth.GenerateKey()
 	did, _ := svcauth.DIDKey(k)
-	other := &api.Client{BaseURL: f.URL, Auth: (&svcauth.Signer{DID: did, Audience: f.DID(), Key: k}).AuthFunc()}
+	other := &api.Client{BaseURL: f.URL, Auth: servertest.RegistrationAuth((&svcauth.Signer{DID: did, Audience: f.DID(), Key: k}).AuthFunc(), f.AdminToken)}
 	err := other.Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "builder-1"}, nil)
 	check("another key under a taken runner name", err, http.StatusConflict, api.ErrConflict,
 		"runner name builder-1 is taken in alice/app by another key: choose another --name, or ask an owner to run knotless runner remove --repo alice/app builder-1")
 
-	err = r.Client.Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "builder-2"}, nil)
+	again := &api.Client{BaseURL: f.URL, Auth: servertest.RegistrationAuth(r.Signer.AuthFunc(), f.AdminToken)}
+	err = again.Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "builder-2"}, nil)
 	check("a registered key under a second name", err, http.StatusConflict, api.ErrConflict,
 		"this key is already registered as runner builder-1 of alice/app: log in with a new --state file (a new key) to register another name or repository")
 

@@ -60,7 +60,7 @@ func register(t *testing.T, f *fixture, name string, labels []string) error {
 	t.Helper()
 	key, did := freshKey(t)
 	signer := &svcauth.Signer{DID: did, Audience: f.DID(), Key: key}
-	c := &api.Client{BaseURL: f.URL, Auth: signer.AuthFunc()}
+	c := &api.Client{BaseURL: f.URL, Auth: servertest.RegistrationAuth(signer.AuthFunc(), f.AdminToken)}
 	return c.Procedure(context.Background(), api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: name, Labels: labels}, nil)
 }
 

@@ -79,7 +79,7 @@ func TestServer_ReplayCacheStaysBoundedUnderLongJTIs(t *testing.T) {
 		if i == 0 {
 			firstToken = tok
 		}
-		err = attackClient(f.URL, tok).Procedure(ctx, api.MethodRegisterRunner,
+		err = registeringClient(f, tok).Procedure(ctx, api.MethodRegisterRunner,
 			api.RegisterRunnerInput{Repo: f.repo, Name: fmt.Sprintf("s%04d", i)}, nil)
 		var e *api.Error
 		switch {
@@ -98,7 +98,7 @@ func TestServer_ReplayCacheStaysBoundedUnderLongJTIs(t *testing.T) {
 	if accepted != registrations-1 || fullRefusals != 51 {
 		t.Errorf("%d registrations recorded and %d refused as full; want %d and 51", accepted, fullRefusals, registrations-1)
 	}
-	err := attackClient(f.URL, firstToken).Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "s0000"}, nil)
+	err := registeringClient(f, firstToken).Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "s0000"}, nil)
 	if !api.IsError(err, api.ErrInvalidToken) || !strings.Contains(err.Error(), "already used") {
 		t.Errorf("replayed registration token while the cache is full: err = %v, want InvalidToken, already used", err)
 	}
@@ -121,4 +121,12 @@ func TestServer_ReplayCacheStaysBoundedUnderLongJTIs(t *testing.T) {
 	if after-before > 32 {
 		t.Errorf("heap grew by %.1f MB, want under 32 MB", after-before)
 	}
+}
+
+// registeringClient is attackClient with the admin's registration
+// credential: registrations that get past it.
+func registeringClient(f *fixture, tok string) *api.Client {
+	c := attackClient(f.URL, tok)
+	c.Auth = servertest.RegistrationAuth(c.Auth, f.AdminToken)
+	return c
 }

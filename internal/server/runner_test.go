@@ -144,7 +144,8 @@ func TestRegister_NameIsUniquePerRepoAndReRegisterIsIdempotent(t *testing.T) {
 	r := f.RegisterRunner(t, f.repo, "r1", []string{"linux"}, true)
 	// Same key, same name: fine, status kept, labels updated.
 	var again api.Runner
-	if err := r.Client.Procedure(ctx, api.MethodRegisterRunner,
+	reg := &api.Client{BaseURL: f.URL, Auth: servertest.RegistrationAuth(r.Signer.AuthFunc(), f.AdminToken)}
+	if err := reg.Procedure(ctx, api.MethodRegisterRunner,
 		api.RegisterRunnerInput{Repo: f.repo, Name: "r1", Labels: []string{"linux", "big"}}, &again); err != nil {
 		t.Fatalf("re-register: %v", err)
 	}
@@ -154,7 +155,7 @@ func TestRegister_NameIsUniquePerRepoAndReRegisterIsIdempotent(t *testing.T) {
 	// Another key, same name: conflict.
 	k, _ := svcauth.GenerateKey()
 	did, _ := svcauth.DIDKey(k)
-	c := &api.Client{BaseURL: f.URL, Auth: (&svcauth.Signer{DID: did, Audience: f.DID(), Key: k}).AuthFunc()}
+	c := &api.Client{BaseURL: f.URL, Auth: servertest.RegistrationAuth((&svcauth.Signer{DID: did, Audience: f.DID(), Key: k}).AuthFunc(), f.AdminToken)}
 	err := c.Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: f.repo, Name: "r1"}, nil)
 	if !api.IsError(err, api.ErrConflict) {
 		t.Errorf("another key under a taken name: err = %v, want Conflict", err)

@@ -35,6 +35,10 @@ const maxRegisterBody = 64 << 10
 
 func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
+	// Every attempt counts, refused ones too: guessing tokens is bounded.
+	if err := s.allowRegistration(w, r); err != nil {
+		return err
+	}
 	tok, ok := bearer(r)
 	if !ok || !isJWT(tok) {
 		return xerr(http.StatusUnauthorized, api.ErrAuthRequired,
@@ -92,9 +96,24 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkRegistration(&in); err != nil {
 		return err
 	}
-	repo, err := s.repoByFullName(ctx, in.Repo)
+	if err := api.CheckRepo(in.Repo); err != nil {
+		return badRequest("%v", err)
+	}
+	// The credential is checked before anything about the repository is
+	// told: without one, a missing repository looks like any other.
+	repo, used, err := s.registrationGrant(ctx, r.Header.Get(api.RegistrationTokenHeader), in.Repo, did, in.Name)
 	if err != nil {
 		return err
+	}
+	registered := false
+	if used != "" {
+		defer func() {
+			if !registered {
+				if err := s.store.ReturnRegistrationToken(context.WithoutCancel(ctx), used); err != nil {
+					s.log.Warn("give back a use of a registration token", "repo", repo.FullName(), "err", err)
+				}
+			}
+		}()
 	}
 	labels := slices.Clone(in.Labels)
 	slices.Sort(labels)
@@ -110,6 +129,7 @@ func (s *Server) registerRunner(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	registered = true
 	if created {
 		s.log.Info("runner registered", "repo", x.Repo, "runner", x.Name, "did", x.DID, "labels", strings.Join(x.Labels, ","))
 	}

@@ -169,6 +169,7 @@ type Server struct {
 	did     string // the server's DID: the audience of runner JWTs
 	aead    cipher.AEAD
 	replay  replayCaches
+	regRate *rateLimiter // runner registrations per client address
 	hub     *hub
 	claims  *claimWaiters
 	logs    *logFiles
@@ -222,6 +223,7 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		cfg:       cfg,
 		log:       slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
 		replay:    newReplayCaches(cfg.ClientLimits),
+		regRate:   newRateLimiter(cfg.ClientLimits.RegistrationsPerMinute, time.Minute),
 		hub:       newHub(),
 		claims:    newClaimWaiters(),
 		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},

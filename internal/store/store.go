@@ -239,6 +239,19 @@ type OutputEntry struct {
 	Target string // a symbolic link's target
 }
 
+// RegistrationToken is an owner's consent that runners may register for
+// one repository: short-lived, with a number of uses. Only its hash is
+// stored.
+type RegistrationToken struct {
+	Hash      string // SHA-256 hex of the token
+	RepoID    int64
+	Repo      string // OWNER/NAME (read only)
+	CreatedBy string // handle of the account that made it
+	UsesLeft  int
+	ExpiresAt time.Time
+	CreatedAt time.Time
+}
+
 // Store is everything the server keeps in its database. Every method is safe
 // for concurrent use; a cancelled ctx aborts the call and rolls back any
 // transaction it had begun. Times are stored with millisecond precision.
@@ -354,6 +367,20 @@ type Store interface {
 	// when creating it would make more than maxPending pending runners in
 	// the repository (0: no limit); the count and the insert are atomic.
 	RegisterRunner(ctx context.Context, r Runner, maxPending int) (out Runner, created bool, err error)
+	// CreateRegistrationToken stores a registration token (by its hash)
+	// and deletes the expired ones. ErrLimit when the repository would
+	// have more than maxLive unexpired tokens (0: no limit).
+	CreateRegistrationToken(ctx context.Context, t RegistrationToken, maxLive int) error
+	// RegistrationToken returns the unexpired token hashing to hash (uses
+	// left or not); ErrNotFound when there is none.
+	RegistrationToken(ctx context.Context, hash string, now time.Time) (RegistrationToken, error)
+	// UseRegistrationToken takes one use of the unexpired token hashing to
+	// hash for repository repoID, atomically; ErrNotFound when there is no
+	// such token with a use left.
+	UseRegistrationToken(ctx context.Context, hash string, repoID int64, now time.Time) error
+	// ReturnRegistrationToken gives back a use UseRegistrationToken took
+	// (the registration it allowed failed).
+	ReturnRegistrationToken(ctx context.Context, hash string) error
 	// RunnerByDID: ErrNotFound when absent.
 	RunnerByDID(ctx context.Context, did string) (Runner, error)
 	// RunnerByName: ErrNotFound when absent.

@@ -86,7 +86,8 @@ func (w *world) startServer(listen string) {
 	retryUntil := time.Now().Add(15 * time.Second)
 	for {
 		w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
-			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String()}, w.serverArgs...)...)
+			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String(),
+				"--max-registrations-per-minute", "1000"}, w.serverArgs...)...)
 		ok := false
 		waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
 			u, err1 := os.ReadFile(urlFile)
@@ -200,8 +201,14 @@ type runnerID struct {
 func (w *world) registerRunner(name string) *runnerID {
 	w.t.Helper()
 	r := &runnerID{name: name, state: filepath.Join(w.root, name+".json"), work: filepath.Join(w.root, name+"-work")}
+	// The owner makes a one-use registration token; login reads it from
+	// the environment, as the README says.
+	token := strings.TrimSpace(w.cliOK("", "runner", "token", "--repo", w.repo))
+	if !strings.HasPrefix(token, "knreg_") {
+		w.t.Fatalf("knotless runner token printed %q, want a knreg_ token", token)
+	}
 	cmd := exec.Command(runnerBin(), "login", "--server", w.url, "--repo", w.repo, "--name", name, "--state", r.state)
-	cmd.Env = baseEnv(w.home)
+	cmd.Env = append(baseEnv(w.home), "KNOTLESS_REGISTRATION_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("knotless-run login: %v\n%s", err, out)

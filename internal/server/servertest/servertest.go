@@ -98,9 +98,13 @@ func (s *Server) start(ln net.Listener) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(s.logw, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	limits := s.opts.ClientLimits
+	if limits.RegistrationsPerMinute == 0 {
+		limits.RegistrationsPerMinute = 1 << 20 // tests register many runners from one address
+	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
-		Logger: logger, Limits: s.opts.Limits, ClientLimits: s.opts.ClientLimits,
+		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
 		MaxOutputsSize: s.opts.MaxOutputsSize,
 	})
@@ -252,6 +256,16 @@ func (r *Runner) ClientWithSession(session string) *api.Client {
 	return &api.Client{BaseURL: r.url, Auth: sessionAuth(r.Signer.AuthFunc(), func() string { return session })}
 }
 
+// RegistrationAuth adds the registration credential cred (a registration
+// token, or an API token of an account that may manage the repository) to
+// auth's.
+func RegistrationAuth(auth api.AuthFunc, cred string) api.AuthFunc {
+	return func(req *http.Request, nsid string) error {
+		req.Header.Set(api.RegistrationTokenHeader, cred)
+		return auth(req, nsid)
+	}
+}
+
 // sessionAuth adds the session session returns to auth's credentials.
 func sessionAuth(auth api.AuthFunc, session func() string) api.AuthFunc {
 	return func(req *http.Request, nsid string) error {
@@ -279,7 +293,8 @@ func (s *Server) RegisterRunner(t testing.TB, repo, name string, labels []string
 	signer := &svcauth.Signer{DID: did, Audience: s.DID(), Key: key}
 	r := &Runner{Name: name, Repo: repo, DID: did, Signer: signer, url: s.URL}
 	r.Client = &api.Client{BaseURL: s.URL, Auth: sessionAuth(signer.AuthFunc(), r.Session)}
-	if err := r.Client.Procedure(ctx, api.MethodRegisterRunner,
+	reg := &api.Client{BaseURL: s.URL, Auth: RegistrationAuth(signer.AuthFunc(), s.AdminToken)}
+	if err := reg.Procedure(ctx, api.MethodRegisterRunner,
 		api.RegisterRunnerInput{Repo: repo, Name: name, Labels: labels}, nil); err != nil {
 		t.Fatalf("servertest: register runner %s: %v", name, err)
 	}
