@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/url"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -167,24 +166,6 @@ func TestDiagExec(t *testing.T) {
 	t.Logf("runc --version: %v", time.Since(s))
 }
 
-type zeroReader struct{ n int64 }
-
-func (z *zeroReader) Read(p []byte) (int, error) {
-	if z.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > z.n {
-		p = p[:z.n]
-	}
-	clear(p)
-	z.n -= int64(len(p))
-	return len(p), nil
-}
-
-type countWriter struct{ n int64 }
-
-func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
-
 func TestDiagThroughput(t *testing.T) {
 	if os.Getenv("DIAG") == "" {
 		t.Skip()
@@ -209,20 +190,20 @@ func TestDiagThroughput(t *testing.T) {
 	const n = 100_000_000
 	for _, size := range []int64{} {
 		var out, errb strings.Builder
-		d, code, err := bl.Exec(ctx, pod, []string{"wc", "-c"}, &zeroReader{n: size}, &out, &errb)
+		d, code, err := bl.Exec(ctx, pod, []string{"wc", "-c"}, &zeros{n: size}, &out, &errb)
 		t.Logf("ws stdin %d: %v code %d err %v wc=%q %q: %.1f MB/s", size, d, code, err, out.String(), errb.String(), float64(size)/d.Seconds()/1e6)
 		u := bl.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: kubetest.MainContainer, Command: []string{"wc", "-c"}, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
 		spdy, _ := remotecommand.NewSPDYExecutor(cfg, "POST", u)
 		out.Reset()
 		s := time.Now()
-		err = spdy.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: &zeroReader{n: size}, Stdout: &out, Stderr: &errb})
+		err = spdy.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: &zeros{n: size}, Stdout: &out, Stderr: &errb})
 		d = time.Since(s)
 		t.Logf("spdy stdin %d: %v err %v wc=%q: %.1f MB/s", size, d, err, out.String(), float64(size)/d.Seconds()/1e6)
 		u = bl.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
 			VersionedParams(&corev1.PodExecOptions{Container: kubetest.MainContainer, Command: []string{"head", "-c", fmt.Sprint(size), "/dev/zero"}, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL()
 		spdy, _ = remotecommand.NewSPDYExecutor(cfg, "POST", u)
-		var w countWriter
+		var w counter
 		s = time.Now()
 		err = spdy.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &w, Stderr: &errb})
 		d = time.Since(s)
@@ -232,7 +213,7 @@ func TestDiagThroughput(t *testing.T) {
 	cid := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	ctrArgs := []string{"--address", "/var/lib/knotless-test-cluster/run/containerd.sock", "-n", "k8s.io", "task", "exec", "--exec-id"}
 	for i := range 0 {
-		var w countWriter
+		var w counter
 		cmd := exec.Command("ctr", append(ctrArgs, fmt.Sprint("tp", i), cid, "head", "-c", "100000000", "/dev/zero")...)
 		cmd.Stdout = &w
 		s := time.Now()
@@ -241,7 +222,7 @@ func TestDiagThroughput(t *testing.T) {
 		t.Logf("ctr stdout: %v err %v got %d: %.1f MB/s", d, err, w.n, float64(w.n)/d.Seconds()/1e6)
 		var out strings.Builder
 		cmd = exec.Command("ctr", append(ctrArgs, fmt.Sprint("tq", i), cid, "wc", "-c")...)
-		cmd.Stdin = &zeroReader{n: n}
+		cmd.Stdin = &zeros{n: n}
 		cmd.Stdout = &out
 		s = time.Now()
 		err = cmd.Run()
@@ -249,25 +230,25 @@ func TestDiagThroughput(t *testing.T) {
 		t.Logf("ctr stdin: %v err %v wc %q: %.1f MB/s", d, err, out.String(), float64(n)/d.Seconds()/1e6)
 	}
 	for _, argv := range [][]string{{"head", "-c", "100000000", "/dev/zero"}, {"dd", "if=/dev/zero", "bs=65536", "count=1526"}, {"dd", "if=/dev/zero", "bs=4096", "count=24414"}} {
-		var w countWriter
+		var w counter
 		d, code, err := bl.Exec(ctx, pod, argv, nil, &w, nil)
 		t.Logf("ws stdout %q: %v code %d err %v got %d: %.1f MB/s", argv, d, code, err, w.n, float64(w.n)/d.Seconds()/1e6)
 	}
 	for range 0 {
 		var out, errb strings.Builder
-		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /tmp/x; wc -c < /tmp/x; rm /tmp/x"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /tmp/x; wc -c < /tmp/x; rm /tmp/x"}, &zeros{n: 10 << 20}, &out, &errb)
 		t.Logf("cat>/tmp/x 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
 		out.Reset()
-		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null; echo $?"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null; echo $?"}, &zeros{n: 10 << 20}, &out, &errb)
 		t.Logf("cat>/dev/null 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
 		out.Reset()
-		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat | wc -c"}, &zeroReader{n: 10 << 20}, &out, &errb)
+		d, code, err = bl.Exec(ctx, pod, []string{"sh", "-c", "cat | wc -c"}, &zeros{n: 10 << 20}, &out, &errb)
 		t.Logf("cat|wc 10 MiB: %v code %d err %v out %q %q", d, code, err, out.String(), errb.String())
 	}
 	for range 0 {
-		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null"}, &zeroReader{n: n}, nil, nil)
+		d, code, err := bl.Exec(ctx, pod, []string{"sh", "-c", "cat > /dev/null"}, &zeros{n: n}, nil, nil)
 		t.Logf("stdin 100 MB: %v code %d err %v: %.1f MB/s", d, code, err, n/d.Seconds()/1e6)
-		var w countWriter
+		var w counter
 		d, code, err = bl.Exec(ctx, pod, []string{"head", "-c", "100000000", "/dev/zero"}, nil, &w, nil)
 		t.Logf("stdout 100 MB: %v code %d err %v got %d: %.1f MB/s", d, code, err, w.n, float64(w.n)/d.Seconds()/1e6)
 	}
