@@ -168,14 +168,7 @@ func (d *DB) RemoveRunner(ctx context.Context, id int64, by string, now time.Tim
 			if r.CancelRequested {
 				state, reason, msg = api.StateCancelled, api.ReasonCancelled, "cancelled; "+msg
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
-				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
-				return fmt.Errorf("end run %d: %w", r.ID, err)
-			}
-			if err := finishSteps(ctx, tx, r.ID, state, reason, now); err != nil {
-				return err
-			}
-			ended, err := getRun(ctx, tx, r.ID)
+			ended, err := endHeldRun(ctx, tx, r.ID, state, reason, msg, now)
 			if err != nil {
 				return err
 			}

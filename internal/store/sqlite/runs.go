@@ -507,14 +507,7 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 					msg = "cancelled; " + msg + " before confirming the cancel"
 				}
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
-				token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), r.ID); err != nil {
-				return fmt.Errorf("end run %d: %w", r.ID, err)
-			}
-			if err := finishSteps(ctx, tx, r.ID, state, reason, now); err != nil {
-				return err
-			}
-			ended, err := getRun(ctx, tx, r.ID)
+			ended, err := endHeldRun(ctx, tx, r.ID, state, reason, msg, now)
 			if err != nil {
 				return err
 			}
@@ -523,6 +516,20 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 		return nil
 	})
 	return out, err
+}
+
+// endHeldRun ends run id, which a runner held, with state, reason and
+// msg at now (its token and lease dropped, its unfinished steps ended by
+// finishSteps) and returns it as it ended.
+func endHeldRun(ctx context.Context, tx *sql.Tx, id int64, state, reason, msg string, now time.Time) (store.Run, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
+		token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), id); err != nil {
+		return store.Run{}, fmt.Errorf("end run %d: %w", id, err)
+	}
+	if err := finishSteps(ctx, tx, id, state, reason, now); err != nil {
+		return store.Run{}, err
+	}
+	return getRun(ctx, tx, id)
 }
 
 // ExtendLeases implements store.Store.
