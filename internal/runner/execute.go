@@ -342,17 +342,7 @@ func (e *execution) run(ctx context.Context) Result {
 	// A handover cuts setup short: the successor starts it over.
 	setupCtx, cancelSetup := context.WithCancelCause(runCtx)
 	defer cancelSetup(nil)
-	if e.job.Handover != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			select {
-			case <-e.job.Handover:
-				cancelSetup(errHandedOver)
-			case <-stop:
-			}
-		}()
-	}
+	defer e.onHandover(func() { cancelSetup(errHandedOver) })()
 
 	var sess executor.Session
 	if resume != nil && resume.Session != nil {
@@ -383,17 +373,7 @@ func (e *execution) run(ctx context.Context) Result {
 			return res
 		}
 	}
-	if e.job.Handover != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			select {
-			case <-e.job.Handover:
-				_ = sess.Detach()
-			case <-stop:
-			}
-		}()
-	}
+	defer e.onHandover(func() { _ = sess.Detach() })()
 	defer func() {
 		if e.handedOver || e.handingOver() {
 			e.handedOver = true
@@ -927,4 +907,22 @@ func intAttr(p *int) any {
 		return nil
 	}
 	return *p
+}
+
+// onHandover calls f once the runner hands this run over (Job.Handover
+// closes), unless the returned stop is called first. Without a Handover
+// channel it does nothing.
+func (e *execution) onHandover(f func()) (stop func()) {
+	if e.job.Handover == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-e.job.Handover:
+			f()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }

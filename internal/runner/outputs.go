@@ -75,17 +75,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	// copy has its own bound, and a handover cuts it short.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), OutputsTimeout)
 	defer cancel()
-	if e.job.Handover != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			select {
-			case <-e.job.Handover:
-				cancel()
-			case <-stop:
-			}
-		}()
-	}
+	defer e.onHandover(func() { cancel() })()
 	start := time.Now()
 	dir := e.job.OutputsDir
 	if err := cleanup.RemoveAll(dir, e.log); err != nil {
