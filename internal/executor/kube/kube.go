@@ -129,7 +129,7 @@ type Executor struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a pod of ours changes
-	live    map[string]*agentsession.Session
+	live    agentsession.Live
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -189,8 +189,8 @@ func New(cfg Config) (*Executor, error) {
 	}
 	return &Executor{
 		cfg: cfg, rest: rc, client: client, ns: cfg.Namespace, cpu: cpu,
-		log:     log.With("executor", Name, "namespace", cfg.Namespace),
-		changed: make(chan struct{}), live: map[string]*agentsession.Session{},
+		log:       log.With("executor", Name, "namespace", cfg.Namespace),
+		changed:   make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}, nil
 }
@@ -356,21 +356,11 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 	if !validID.MatchString(spec.ID) {
 		return nil, fmt.Errorf("prepare kube session %q: the run ID must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", spec.ID)
 	}
-	e.mu.Lock()
-	if _, ok := e.live[spec.ID]; ok {
-		e.mu.Unlock()
+	if !e.live.Reserve(spec.ID) {
 		return nil, fmt.Errorf("prepare kube session %s: a session with this ID is still live (call Cleanup first)", spec.ID)
 	}
-	e.live[spec.ID] = nil
-	e.mu.Unlock()
 	s, err := e.prepare(ctx, spec)
-	e.mu.Lock()
-	if err != nil {
-		delete(e.live, spec.ID)
-	} else {
-		e.live[spec.ID] = s
-	}
-	e.mu.Unlock()
+	e.live.Done(spec.ID, s)
 	if err != nil {
 		return nil, fmt.Errorf("prepare kube session %s: %w", spec.ID, err)
 	}
@@ -665,7 +655,7 @@ func (e *Executor) newSession(id, pod string, uid types.UID, workdir string, cli
 			return e.stepFault(pod, err)
 		},
 		Remove: func(ctx context.Context) error { return e.remove(ctx, s, pod, uid) },
-		Forget: func() { e.forget(id, s) },
+		Forget: func() { e.live.Forget(id, s) },
 	}
 	if workspace != "" {
 		cfg.Ready = func(ctx context.Context) error {
@@ -788,14 +778,6 @@ func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID, en
 	}
 }
 
-func (e *Executor) forget(id string, s *agentsession.Session) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.live[id] == s {
-		delete(e.live, id)
-	}
-}
-
 // Recover re-attaches to the pod h describes: it must still exist with
 // the recorded UID and run; then a new exec reaches its agent. When
 // Config.Owner is set and the pod's owner reference names another UID (a
@@ -838,19 +820,13 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		return nil, notRecoverable("the pod %s: %s", data.Pod, msg)
 	}
 	e.adopt(ctx, p)
-	e.mu.Lock()
-	if _, ok := e.live[h.ID]; ok {
-		e.mu.Unlock()
+	if !e.live.Reserve(h.ID) {
 		return nil, fmt.Errorf("recover kube session %s: a session with this ID is live in this process", h.ID)
 	}
-	e.live[h.ID] = nil
-	e.mu.Unlock()
 	client := e.newClient(h.ID, p.Name, nil)
 	fail := func(err error) (executor.Session, error) {
 		_ = client.Close()
-		e.mu.Lock()
-		delete(e.live, h.ID)
-		e.mu.Unlock()
+		e.live.Done(h.ID, nil)
 		return nil, err
 	}
 	hello, err := client.Connect(ctx)
@@ -869,9 +845,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		workspace = data.Workspace
 	}
 	s := e.newSession(h.ID, p.Name, p.UID, hello.Workdir, client, h.Data, workspace)
-	e.mu.Lock()
-	e.live[h.ID] = s
-	e.mu.Unlock()
+	e.live.Done(h.ID, s)
 	return e.wrap(s), nil
 }
 
@@ -914,10 +888,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 	var errs []error
 	for _, p := range list.Items {
 		run := p.Labels[LabelRun]
-		e.mu.Lock()
-		_, live := e.live[run]
-		e.mu.Unlock()
-		if live || slices.Contains(keepLabels, run) {
+		if e.live.Holds(run) || slices.Contains(keepLabels, run) {
 			continue
 		}
 		if err := e.deletePod(ctx, p.Name, p.UID, false); err != nil {

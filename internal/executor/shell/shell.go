@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -80,8 +79,7 @@ type Executor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	live map[string]*agentsession.Session // by Spec.ID, until Cleanup or Detach
+	live agentsession.Live // by Spec.ID, until Cleanup or Detach
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -99,7 +97,7 @@ func New(cfg Config) *Executor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Executor{cfg: cfg, log: log.With("executor", Name), live: map[string]*agentsession.Session{}}
+	return &Executor{cfg: cfg, log: log.With("executor", Name)}
 }
 
 // Name returns "shell".
@@ -188,22 +186,12 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Se
 		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
 	}
 
-	e.mu.Lock()
-	if _, ok := e.live[spec.ID]; ok {
-		e.mu.Unlock()
+	// Hold the ID while preparing, so a concurrent Prepare of it fails.
+	if !e.live.Reserve(spec.ID) {
 		return nil, fmt.Errorf("prepare shell session %s: a session with this ID is still live (call Cleanup first)", spec.ID)
 	}
-	// Hold the ID while preparing, so a concurrent Prepare of it fails.
-	e.live[spec.ID] = nil
-	e.mu.Unlock()
 	s, err := e.prepare(ctx, spec, base, workdir, bin)
-	e.mu.Lock()
-	if err != nil {
-		delete(e.live, spec.ID)
-	} else {
-		e.live[spec.ID] = s
-	}
-	e.mu.Unlock()
+	e.live.Done(spec.ID, s)
 	if err != nil {
 		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
 	}
@@ -383,7 +371,7 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *ag
 		Executor: Name, ID: id, Workdir: workdir, Client: client,
 		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
 		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
-		Forget: func() { e.forget(id, s) },
+		Forget: func() { e.live.Forget(id, s) },
 	})
 	return s
 }
@@ -475,26 +463,21 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 			return nil, notRecoverable("the handle names %s, not %s", data.Dir, dir)
 		}
 	}
-	e.mu.Lock()
-	if _, ok := e.live[h.ID]; ok {
-		e.mu.Unlock()
+	if !e.live.Reserve(h.ID) {
 		return nil, fmt.Errorf("recover shell session %s: a session with this ID is live in this process", h.ID)
 	}
-	e.live[h.ID] = nil
-	e.mu.Unlock()
 	client := e.newClient(h.ID, dir)
 	hello, err := client.Connect(ctx)
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err != nil {
-		delete(e.live, h.ID)
+		e.live.Done(h.ID, nil)
 		if errors.Is(err, agent.ErrGone) || errors.Is(err, agent.ErrNotAgent) {
 			return nil, notRecoverable("%v", err)
 		}
 		return nil, fmt.Errorf("recover shell session %s: %w", h.ID, err)
 	}
-	e.live[h.ID] = e.newSession(h.ID, dir, hello.Workdir, client)
-	return e.live[h.ID], nil
+	s := e.newSession(h.ID, dir, hello.Workdir, client)
+	e.live.Done(h.ID, s)
+	return s, nil
 }
 
 // Sweep stops the agent of every session directory under Config.Dir whose
@@ -520,10 +503,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 			return errors.Join(append(errs, fmt.Errorf("sweep shell sessions: %w", err))...)
 		}
 		name := ent.Name()
-		e.mu.Lock()
-		_, live := e.live[name]
-		e.mu.Unlock()
-		if slices.Contains(keep, name) || live {
+		if slices.Contains(keep, name) || e.live.Holds(name) {
 			continue
 		}
 		if err := e.removeSession(ctx, filepath.Join(e.cfg.Dir, name)); err != nil {
@@ -658,13 +638,4 @@ func procState(pid int) (byte, error) {
 // killTreeOf SIGKILLs every descendant of pid and reports how many.
 func killTreeOf(pid int) int {
 	return stepagent.KillDescendants(pid)
-}
-
-// forget drops s from the live sessions.
-func (e *Executor) forget(id string, s *agentsession.Session) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.live[id] == s {
-		delete(e.live, id)
-	}
 }
