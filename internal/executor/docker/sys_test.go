@@ -22,3 +22,5 @@ func statfsFree(dir string) (uint64, string, error) {
 	}
 	return st.Bavail * uint64(st.Bsize), dir, nil
 }
+
+var containerLogsAll = container.LogsOptions{ShowStdout: true, ShowStderr: true}
