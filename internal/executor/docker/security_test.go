@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/network"
+	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -245,4 +248,33 @@ func TestDocker_DefaultNetworkNeitherHostNorOtherContainers(t *testing.T) {
 		t.Fatalf("the host's own listener does not answer on %s: %v", gw, err)
 	}
 	c.Close()
+}
+
+// TestDocker_HardLinkedCheckoutFilesStayTheRunnersOwn: the checkout's git
+// objects are hard links to the runner's mirror; giving the checkout to
+// the job's user must not give it the mirror's files: a step can read such
+// a file but not change it, and its owner outside stays root.
+func TestDocker_HardLinkedCheckoutFilesStayTheRunnersOwn(t *testing.T) {
+	f := newFixture(t)
+	e := f.executor(t, f.config())
+	spec, _ := f.spec(t, runID("hardlink"))
+	mirror := filepath.Join(t.TempDir(), "object")
+	if err := os.WriteFile(mirror, []byte("mirror object\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(mirror, filepath.Join(spec.Workspace, "object")); err != nil {
+		t.Fatal(err)
+	}
+	s := f.prepare(t, e, spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Shell: []string{"/bin/sh"}, Script: "cat object; chmod 666 object 2>/dev/null && echo chmod-worked; { echo x >> object; } 2>/dev/null && echo write-worked; echo new > mine && echo own-files-ok\n"}, time.Minute)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("step: %+v, %v, %q", res, err, out)
+	}
+	if string(out) != "mirror object\nown-files-ok\n" {
+		t.Errorf("in the container: %q, want the object readable, not changeable, and the checkout writable", out)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(mirror, &st); err != nil || st.Uid != 0 {
+		t.Errorf("the mirror's file is owned by %d now (err %v), want root", st.Uid, err)
+	}
 }
