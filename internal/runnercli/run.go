@@ -64,6 +64,7 @@ If the server no longer knows the runner (it was removed), run logs what
 to do, cancels its running runs and exits 1.`,
 		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
   knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
+  knotless-run run --state runner.json --work work --executor docker --image golang:1.26 --cpus 2 --memory 4Gi --disk-floor 10Gi
   knotless-run run --state runner.json --work work \
       --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod`,
 		Args: noArgs,

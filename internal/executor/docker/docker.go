@@ -272,7 +272,14 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: err.Error()}
 		}
 	}
-	if err := chownTree(spec.Workspace, runAs); err != nil {
+	if e.cfg.Ephemeral {
+		// `knotless-run exec` runs in a person's own work tree: it is
+		// never given away; steps may write where its modes let them.
+		var st unix.Stat_t
+		if unix.Stat(spec.Workspace, &st) == nil && (int64(st.Uid) != runAs.UID) {
+			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow (--run-as %d:%d runs them as its owner)", spec.Workspace, st.Uid, runAs.user(), st.Uid, st.Gid)
+		}
+	} else if err := chownTree(spec.Workspace, runAs); err != nil {
 		return nil, err
 	}
 	var deadline time.Time
