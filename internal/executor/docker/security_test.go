@@ -19,6 +19,7 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/test/dockertest"
 )
 
 // secretValue is a secret with bytes that break naive quoting and
@@ -276,5 +277,34 @@ func TestDocker_HardLinkedCheckoutFilesStayTheRunnersOwn(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat(mirror, &st); err != nil || st.Uid != 0 {
 		t.Errorf("the mirror's file is owned by %d now (err %v), want root", st.Uid, err)
+	}
+}
+
+// TestDocker_RunAsImageTakesANumericNonRootUserAndRefusesRoot: with
+// --run-as image the image's numeric USER is used; an image whose USER
+// is root is refused before any container is made.
+func TestDocker_RunAsImageTakesANumericNonRootUserAndRefusesRoot(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.RunAs = docker.RunAs{Image: true}
+	e := f.executor(t, cfg)
+	spec, _ := f.spec(t, runID("asimage"))
+	s := f.prepare(t, e, spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "id -u\n"}, time.Minute)
+	if err != nil || res.ExitCode != 0 || string(out) != "1000\n" {
+		t.Fatalf("step: %+v, %v, %q", res, err, out)
+	}
+	spec, _ = f.spec(t, runID("asroot"))
+	spec.Image = dockertest.RootImage
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if s, err := e.Prepare(ctx, spec); err == nil {
+		_ = s.Cleanup(ctx)
+		t.Fatal("an image whose USER is root was run")
+	} else if !strings.Contains(err.Error(), "must be numeric and not root") {
+		t.Errorf("error %v", err)
+	}
+	if left := f.leftovers(t, spec.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
