@@ -105,9 +105,8 @@ type Executor struct {
 	log      *slog.Logger
 	nanoCPUs int64
 
-	netOnce sync.Once
-	netName string
-	netErr  error
+	netMu   sync.Mutex
+	netName string // the runner's own network, once made
 
 	live agentsession.Live
 }

@@ -21,11 +21,15 @@ func (e *Executor) network(ctx context.Context) (string, error) {
 		}
 		return e.cfg.Network, nil
 	}
-	e.netOnce.Do(func() { e.netName, e.netErr = e.ensureNetwork(ctx) })
-	if e.netErr != nil {
-		err := e.netErr
-		e.netOnce = syncOnce() // try again at the next run
-		return "", err
+	// Made once per process; a failure is tried again at the next run.
+	e.netMu.Lock()
+	defer e.netMu.Unlock()
+	if e.netName == "" {
+		name, err := e.ensureNetwork(ctx)
+		if err != nil {
+			return "", err
+		}
+		e.netName = name
 	}
 	return e.netName, nil
 }
