@@ -88,9 +88,10 @@ bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
 
 # The tests' own Docker engine (root): its own socket, data root, exec root
-# and containerd, beside the cluster's (scripts/dockerd.sh).
+# and containerd, beside the cluster's (scripts/dockerd.sh), unless an
+# engine answers at DOCKER_HOST already.
 docker-up:
-	@bash scripts/dockerd.sh up
+	@timeout 5 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || bash scripts/dockerd.sh up
 
 docker-down:
 	@bash scripts/dockerd.sh down
