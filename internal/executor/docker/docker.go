@@ -126,6 +126,9 @@ func New(cfg Config) (*Executor, error) {
 		}
 		cfg.Agent = abs
 	}
+	if cfg.Network == "host" || strings.HasPrefix(cfg.Network, "container:") {
+		return nil, fmt.Errorf("docker executor: --network %s: job containers never share the host's or another container's network", cfg.Network)
+	}
 	cfg.CPUs = cmp.Or(cfg.CPUs, DefaultCPUs)
 	nano, err := ParseCPUs(cfg.CPUs)
 	if err != nil {

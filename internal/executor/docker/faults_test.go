@@ -307,3 +307,43 @@ func TestDocker_DiskFloorHoldsARunBackThenLetsItStart(t *testing.T) {
 		t.Fatalf("step: %+v, %v, %q", res, err, out)
 	}
 }
+
+// TestDocker_UnknownRuntimeIsRefusedAndNetworkNoneHasOnlyLoopback: a
+// --runtime the engine lacks ends Prepare errored (executor) with the
+// engine's message and leaves nothing; --network none gives a container
+// with loopback only; --network host is refused.
+func TestDocker_UnknownRuntimeIsRefusedAndNetworkNoneHasOnlyLoopback(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Runtime = "no-such-runtime"
+	spec, _ := f.spec(t, runID("runtime"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := f.executor(t, cfg).Prepare(ctx, spec)
+	var fault *executor.Fault
+	if err == nil {
+		_ = s.Cleanup(ctx)
+		t.Fatal("Prepare succeeded with an unknown runtime")
+	} else if !errors.As(err, &fault) || fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "no-such-runtime") {
+		t.Errorf("error %v, want a Fault executor naming the runtime", err)
+	}
+	if left := f.leftovers(t, spec.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+
+	cfg = f.config()
+	cfg.Network = "none"
+	spec, _ = f.spec(t, runID("nonet"))
+	s = f.prepare(t, f.executor(t, cfg), spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "ls /sys/class/net\n"}, time.Minute)
+	if err != nil || res.ExitCode != 0 || string(out) != "lo\n" {
+		t.Errorf("--network none: %+v, %v, interfaces %q", res, err, out)
+	}
+
+	for _, n := range []string{"host", "container:" + containerOf(t, s)} {
+		cfg.Network = n
+		if _, err := docker.New(cfg); err == nil || !strings.Contains(err.Error(), "never share") {
+			t.Errorf("--network %s: %v, want it refused", n, err)
+		}
+	}
+}
