@@ -112,6 +112,17 @@ type Executor struct {
 }
 
 var _ executor.Executor = (*Executor)(nil)
+var _ executor.EarlyPreparer = (*Executor)(nil)
+
+// PrepareEarly reports true: Prepare makes and starts the container and
+// connects to its agent while the runner fetches the checkout (a bind
+// mount of the directory being filled); the checkout is given to the
+// job's user at the session's first Exec, CopyIn or CopyOut. A session
+// recovered by a later runner process does not give it again (its steps
+// may be running, and could swap a directory for a link under the walk):
+// a runner that died between Prepare and the first step leaves a run
+// whose steps cannot write to the checkout.
+func (e *Executor) PrepareEarly() bool { return true }
 
 // New returns a docker executor. It checks cfg but does not reach the
 // engine yet. Errors name the field to fix.
@@ -217,8 +228,9 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 // Prepare makes the run's container (containerFor: hardened, one per run,
 // never reused) after the disk floor allows it, starts it with the agent
 // as PID 1 and connects to the agent over an exec. The checkout at
-// spec.Workspace is bind-mounted as Workspace, after its owner is made the
-// container's user (the job writes to it; nothing is copied). It writes to
+// spec.Workspace is bind-mounted as Workspace (nothing is copied), and
+// given to the container's user at the session's first Exec, CopyIn or
+// CopyOut (PrepareEarly; never under `knotless-run exec`). It writes to
 // spec.Log the container, image, limits, user and network.
 //
 // Errors: a workflow asking for more than the runner allows; an image
@@ -281,8 +293,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		if unix.Stat(spec.Workspace, &st) == nil && (int64(st.Uid) != runAs.UID) {
 			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow (--run-as %d:%d runs them as its owner)", spec.Workspace, st.Uid, runAs.user(), st.Uid, st.Gid)
 		}
-	} else if err := chownTree(spec.Workspace, runAs); err != nil {
-		return nil, err
 	}
 	var deadline time.Time
 	if spec.Timeout > 0 {
@@ -351,7 +361,16 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		return nil, fmt.Errorf("connect to the step agent in container %s: %w", short(id), err)
 	}
 	ok = true
-	return e.newSession(spec.ID, id, hello.Workdir, client, handle), nil
+	var ready func(context.Context) error
+	if !e.cfg.Ephemeral {
+		// The checkout is complete by the first Exec, CopyIn or CopyOut
+		// (PrepareEarly), and no step has run yet: nothing in the
+		// container can swap a directory for a link while the tree is
+		// walked.
+		ws := spec.Workspace
+		ready = func(context.Context) error { return chownTree(ws, runAs) }
+	}
+	return e.newSession(spec.ID, id, hello.Workdir, client, handle, ready), nil
 }
 
 // containerName is the job container's name: knotless-RUNNER-ID with
@@ -473,10 +492,10 @@ func (e *Executor) newClient(run, id, user string) *agent.Client {
 	})
 }
 
-func (e *Executor) newSession(run, id, workdir string, client *agent.Client, handle json.RawMessage) *agentsession.Session {
+func (e *Executor) newSession(run, id, workdir string, client *agent.Client, handle json.RawMessage, ready func(context.Context) error) *agentsession.Session {
 	var s *agentsession.Session
 	s = agentsession.New(agentsession.Config{
-		Executor: Name, ID: run, Workdir: workdir, Client: client,
+		Executor: Name, ID: run, Workdir: workdir, Client: client, Ready: ready,
 		Handle: executor.Handle{Executor: Name, ID: run, Data: handle},
 		Fault: func(err error) (executor.Result, bool) {
 			f := e.containerFault(context.Background(), id)
@@ -554,7 +573,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		}
 		return nil, fmt.Errorf("recover docker session %s: %w", h.ID, err)
 	}
-	s := e.newSession(h.ID, data.Container, hello.Workdir, client, h.Data)
+	s := e.newSession(h.ID, data.Container, hello.Workdir, client, h.Data, nil)
 	e.live.Done(h.ID, s)
 	return e.wrap(s), nil
 }
