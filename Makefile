@@ -97,11 +97,12 @@ docker-down:
 	@bash scripts/dockerd.sh down
 
 # The docker executor against the bare SDK loop on the same engine, in one
-# run: per extra step (50 steps of true) against one bare exec, and a
-# one-step run against create, start, one exec, remove (README "Docker
-# executor figures").
+# run: per extra step (50 steps of true) against one bare exec, a one-step
+# run against create, start, one exec, remove, and the same run through
+# server and runner, claim to finished (README "Docker executor figures").
 bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Docker_' -benchtime 10x ./internal/executor/docker
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
 
 clean:
 	rm -rf $(BIN) .demo
