@@ -127,6 +127,10 @@ func TestDocker_SecretByteExactAndAbsentFromInspectLabelsAndLogs(t *testing.T) {
 	rc.Close()
 	check("the container's log (docker logs)", clog.Bytes())
 	check("the executor's log", []byte(logs.String()))
+	// The engine's own log, when it is the tests' engine (scripts/dockerd.sh).
+	if b, err := os.ReadFile("/run/knotless-dockerd/dockerd.log"); err == nil {
+		check("the engine's log", b)
+	}
 	check("the run's setup log", []byte(setup.String()))
 }
 
