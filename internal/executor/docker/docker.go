@@ -331,6 +331,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			created, err = e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine refused the job container: " + err.Error()}
 		}
 	}
@@ -342,6 +345,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		}
 	}()
 	if err := e.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine could not start the job container: " + err.Error()}
 	}
 	pids := "none"
