@@ -22,7 +22,7 @@ func (e *Engine) BareRun(ctx context.Context, labels map[string]string) (total, 
 		Image: JobImage, User: "1000:1000", Labels: labels,
 		Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
 	}, &container.HostConfig{
-		ReadonlyRootfs: true, CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"}, NetworkMode: "none",
+		ReadonlyRootfs: true, CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges=true"}, NetworkMode: "none",
 		Resources: container.Resources{NanoCPUs: 1e9, Memory: 128 << 20, MemorySwap: 128 << 20, PidsLimit: &pids},
 	}, nil, nil, "")
 	if err != nil {
