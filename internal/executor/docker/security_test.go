@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -246,6 +247,13 @@ func TestDocker_DefaultNetworkNeitherHostNorOtherContainers(t *testing.T) {
 	}
 	if string(out) != "done\n" {
 		t.Errorf("from the job network: %q, want neither the other container nor the host reached", out)
+	}
+	// The rules that keep the host and link-local addresses (a cloud's
+	// metadata service) out of reach are in place.
+	for _, rule := range docker.HostRules(f.runner) {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-C"}, rule...)...).CombinedOutput(); err != nil {
+			t.Errorf("iptables rule %v is missing: %v %s", rule, err, out)
+		}
 	}
 	// The same probe from the host proves the listener answers.
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", gw, port), 3*time.Second)
