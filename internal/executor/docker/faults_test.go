@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -345,5 +347,28 @@ func TestDocker_UnknownRuntimeIsRefusedAndNetworkNoneHasOnlyLoopback(t *testing.
 		if _, err := docker.New(cfg); err == nil || !strings.Contains(err.Error(), "never share") {
 			t.Errorf("--network %s: %v, want it refused", n, err)
 		}
+	}
+}
+
+// TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled: `docker
+// stop` sends the agent (PID 1) SIGTERM, and the agent stops the running
+// step as cancelled; nobody cancelled it, so the step ends errored
+// (executor) with the container's state, never cancelled nor a success.
+func TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled(t *testing.T) {
+	f := newFixture(t)
+	e := f.executor(t, f.config())
+	spec, _ := f.spec(t, runID("stopped"))
+	s := f.prepare(t, e, spec)
+	id := containerOf(t, s)
+	go func() {
+		time.Sleep(2 * time.Second)
+		_ = f.eng.Client.ContainerStop(context.Background(), id, container.StopOptions{})
+	}()
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "echo started; sleep 300\n", Grace: time.Second}, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("exec: %v (output %q)", err, out)
+	}
+	if res.Reason != api.ReasonExecutor || !strings.Contains(res.Note, "exited") {
+		t.Fatalf("result %+v, want errored/executor saying the container exited", res)
 	}
 }
