@@ -443,6 +443,48 @@ type Store interface {
 	// names are in names, every runner scope included.
 	SecretsFor(ctx context.Context, repoID int64, names []string) ([]Secret, error)
 
+	// Web pages (internal/web): sessions, pipelines, runner processes.
+
+	// CreateWebSession stores a browser session (by the hash of its id).
+	// Expired sessions are deleted on the way.
+	CreateWebSession(ctx context.Context, s WebSession) error
+	// WebSession returns the unexpired session whose id hashes to idHash;
+	// ErrNotFound when there is none (never was, signed out, expired).
+	WebSession(ctx context.Context, idHash string, now time.Time) (WebSession, error)
+	// DeleteWebSession ends a session (idempotent).
+	DeleteWebSession(ctx context.Context, idHash string) error
+	// ListPipelines lists a repository's pipelines newest first: at most
+	// limit (0: 20), with an id below before (0: from the newest).
+	ListPipelines(ctx context.Context, repoID, before int64, limit int) ([]Pipeline, error)
+	// RunsOfPipelines lists the runs of the given pipelines by id.
+	RunsOfPipelines(ctx context.Context, pipelineIDs []int64) ([]Run, error)
+	// ActiveRuns lists a repository's claimed and running runs by id.
+	ActiveRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// SetRunnerProcess records what runner id's latest process said of
+	// itself when its session started.
+	SetRunnerProcess(ctx context.Context, p RunnerProcess) error
+	// RunnerProcesses returns the recorded processes of a repository's
+	// runners, by runner id.
+	RunnerProcesses(ctx context.Context, repoID int64) (map[int64]RunnerProcess, error)
+
 	// Close releases the database. Calls after Close fail.
 	Close() error
+}
+
+// WebSession is a browser signed in with an account API token. Only hashes
+// are stored: the session lasts no longer than the token does.
+type WebSession struct {
+	IDHash    string // SHA-256 hex of the session id (the cookie's value)
+	TokenHash string // SHA-256 hex of the API token signed in with
+	CSRF      string // the session's anti-CSRF form token
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// RunnerProcess is what a runner's latest process said of itself.
+type RunnerProcess struct {
+	RunnerID  int64
+	Executor  string // e.g. shell, kube
+	Version   string // knotless-run's version
+	StartedAt time.Time
 }
