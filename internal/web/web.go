@@ -84,24 +84,35 @@ func New(cfg Config) *Handler {
 	h.tmpl = template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.FileServerFS(static)
-	m := h.mux
-	m.Handle("GET /-/static/", http.StripPrefix("/-/static/", cacheFor(time.Hour, files)))
-	m.HandleFunc("GET /{$}", h.signedIn(h.home))
-	m.HandleFunc("GET /-/login", h.loginForm)
-	m.HandleFunc("POST /-/login", h.login)
-	m.HandleFunc("POST /-/logout", h.signedIn(h.logout))
-	m.HandleFunc("GET /-/runs/{run}", h.signedIn(h.runPage))
-	m.HandleFunc("GET /-/runs/{run}/events", h.signedIn(h.runEvents))
-	m.HandleFunc("GET /-/runs/{run}/log/{step}", h.signedIn(h.logPart))
-	m.HandleFunc("GET /-/runs/{run}/log/{step}/raw", h.signedIn(h.rawLog))
-	m.HandleFunc("GET /-/runs/{run}/outputs.tar", h.signedIn(h.outputs))
-	m.HandleFunc("POST /-/runs/{run}/cancel", h.signedIn(h.cancel))
-	m.HandleFunc("GET /{owner}/{name}", h.signedIn(h.pipelines))
-	m.HandleFunc("GET /{owner}/{name}/-/runners", h.signedIn(h.runners))
-	m.HandleFunc("POST /{owner}/{name}/-/runners/approve", h.signedIn(h.approve))
-	m.HandleFunc("POST /{owner}/{name}/-/runners/remove", h.signedIn(h.remove))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	// Two muxes: "/-/..." is the server's own (no handle or repository
+	// name is "-"), the rest is repositories'.
+	own, repos := http.NewServeMux(), h.mux
+	own.Handle("GET /-/static/", http.StripPrefix("/-/static/", cacheFor(time.Hour, files)))
+	own.HandleFunc("GET /-/login", h.loginForm)
+	own.HandleFunc("POST /-/login", h.login)
+	own.HandleFunc("POST /-/logout", h.signedIn(h.logout))
+	own.HandleFunc("GET /-/runs/{run}", h.signedIn(h.runPage))
+	own.HandleFunc("GET /-/runs/{run}/events", h.signedIn(h.runEvents))
+	own.HandleFunc("GET /-/runs/{run}/log/{step}", h.signedIn(h.logPart))
+	own.HandleFunc("GET /-/runs/{run}/log/{step}/raw", h.signedIn(h.rawLog))
+	own.HandleFunc("GET /-/runs/{run}/outputs.tar", h.signedIn(h.outputs))
+	own.HandleFunc("POST /-/runs/{run}/cancel", h.signedIn(h.cancel))
+	repos.HandleFunc("GET /{$}", h.signedIn(h.home))
+	repos.HandleFunc("GET /{owner}/{name}", h.signedIn(h.pipelines))
+	repos.HandleFunc("GET /{owner}/{name}/-/runners", h.signedIn(h.runners))
+	repos.HandleFunc("POST /{owner}/{name}/-/runners/approve", h.signedIn(h.approve))
+	repos.HandleFunc("POST /{owner}/{name}/-/runners/remove", h.signedIn(h.remove))
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, nil, http.StatusNotFound, "No such page.")
+	}
+	own.HandleFunc("/", notFound)
+	repos.HandleFunc("/", notFound)
+	m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/-/") {
+			own.ServeHTTP(w, r)
+			return
+		}
+		repos.ServeHTTP(w, r)
 	})
 	h.h = http.NewCrossOriginProtection().Handler(m)
 	return h
