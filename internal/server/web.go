@@ -282,6 +282,8 @@ func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, e
 
 func (b webBackend) RunChanged(id int64) <-chan struct{} { return b.s.hub.wait(runKey(id)) }
 
+func (b webBackend) Closing() <-chan struct{} { return b.s.closing }
+
 func (b webBackend) ReadLog(ctx context.Context, v web.Viewer, run int64, step int, from, to int64) ([]byte, error) {
 	s := b.s
 	if err := s.checkStep(int64(step)); err != nil {

@@ -102,6 +102,9 @@ type Backend interface {
 	// RunChanged returns a channel closed at the run's next change (its
 	// state, a step, log bytes). It checks nothing: call Run first.
 	RunChanged(id int64) <-chan struct{}
+	// Closing is closed when the server shuts down: event streams end (and
+	// browsers reconnect to the next server).
+	Closing() <-chan struct{}
 	// ReadLog returns bytes [from, to) of a step's log (fewer when the log
 	// is shorter).
 	ReadLog(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]byte, error)

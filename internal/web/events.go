@@ -185,6 +185,8 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 				_ = rc.Flush()
 			case <-ctx.Done():
 				return
+			case <-h.b.Closing():
+				return
 			}
 		}
 		if run, err = h.b.Run(ctx, s.Viewer, id); err != nil {

@@ -175,17 +175,18 @@ func TestBrowser_RunnerApprovedFromPageClaimsRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("knotless-run login: %v\n%s", err, out)
 	}
-	i := strings.Index(string(out), "--did ")
+	prefix := "knotless runner approve " + r.name + " --repo " + w.repo + " --did "
+	i := strings.Index(string(out), prefix)
 	if i < 0 {
-		t.Fatalf("login printed no --did:\n%s", out)
+		t.Fatalf("login printed no approve command with --did:\n%s", out)
 	}
-	did := strings.Fields(string(out)[i+len("--did "):])[0]
+	did := strings.Fields(string(out)[i+len(prefix):])[0]
 	w.startRunner(r)
 	run := w.pushOne(gatedWorkflow("echo hello from the approved runner"))
 	signIn(t, ctx, w.url, w.token)
 	do(t, ctx, "open the Runners tab", chromedp.Navigate(w.url+"/"+w.repo+"/-/runners"))
 	waitText(t, ctx, 30*time.Second, "pending approval")
-	if shown := eval[string](t, ctx, `document.querySelector('#runner-pending-1 .did code').textContent`); shown != did {
+	if shown := eval[string](t, ctx, `document.querySelector('#runner-pending-1 .did-value').textContent`); shown != did {
 		t.Fatalf("the approve button shows DID %q, login printed %q", shown, did)
 	}
 	screenshots(t, ctx, "runners-pending")
@@ -208,7 +209,12 @@ func TestBrowser_AccountWithoutAccessSees404(t *testing.T) {
 	ctx := newBrowser(t)
 	w := newWorld(t, 10*time.Second)
 	run := w.pushOne(gatedWorkflow("echo private"))
-	bob := strings.TrimSpace(w.cliOK("", "account", "create", "bob"))
+	var bob string
+	for _, f := range strings.Fields(w.cliOK("", "account", "create", "bob")) {
+		if strings.HasPrefix(f, "knl_") {
+			bob = f
+		}
+	}
 	signIn(t, ctx, w.url, bob)
 	for _, p := range []string{"/" + w.repo, "/" + w.repo + "/-/runners", fmt.Sprintf("/-/runs/%d", run.ID)} {
 		do(t, ctx, "open "+p, chromedp.Navigate(w.url+p))
@@ -247,7 +253,7 @@ printf 'bell\007 and \033[2J clear\n'`
 		`<script>document.title="pwned";window.pwned=1</script>`,
 		`<img src=x onerror="document.title=1;window.pwned=2">`,
 		"red-text plain",
-		"bad-\uFFFD\uFFFD-utf8",
+		"bad-\uFFFD-utf8", // one replacement character for the run of invalid bytes
 		"after-osc",
 		"bell\u2407 and  clear",
 	}

@@ -93,7 +93,7 @@
     this.style = newStyle();
     this.open = null;   // the last line when it has no newline yet
     this.openText = "";
-    this.lineNo = this.start === 0 ? 0 : null;
+    this.lineNo = this.start === 0 ? 1 : null;
     var self = this;
     var earlier = section.querySelector(".earlier");
     if (earlier) earlier.addEventListener("click", function () { self.loadEarlier(earlier); });
@@ -232,7 +232,10 @@
     var state = document.getElementById("run-state");
     state.textContent = ev.state; state.className = "state st-" + ev.state;
     document.getElementById("run-reason").textContent = ev.reason || "";
-    document.getElementById("run-message").textContent = ev.message || "";
+    var msg = document.getElementById("run-message");
+    msg.textContent = ev.message || "";
+    msg.hidden = !ev.message;
+    msg.previousElementSibling.hidden = !ev.message;
     document.getElementById("run-duration").textContent = ev.duration || "";
     var cancel = document.getElementById("cancel");
     if (cancel) cancel.hidden = !ev.canCancel;
