@@ -27,11 +27,13 @@ vet:
 
 # Tests that need the cluster fail (instead of skipping) when it is not up.
 CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1
+# The web pages' browser tests (test/e2e) fail without chromium, too.
+BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).
 test: vet cluster-up
-	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
+	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 15m ./...
 
 test-unit:
@@ -39,7 +41,7 @@ test-unit:
 
 # Unit and end-to-end tests, the cluster ones included.
 test-e2e: build cluster-up
-	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
+	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
 
 # The local Kubernetes cluster (test/cluster, its own Go module). It needs
 # root; the first build of its binaries takes ~20 minutes on 2 cores and is
