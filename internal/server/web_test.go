@@ -468,3 +468,21 @@ func readAdminToken(t *testing.T, dir string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// An open event stream (a browser following a run) once kept the server's
+// shutdown waiting for its 30 s grace: streams end when the server closes.
+func TestWeb_OpenEventStreamDoesNotHoldServerShutdown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: c.Run.ID, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	b := signedIn(t, f.URL, f.token)
+	stream := b.events(t, context.Background(), c.Run.ID, "")
+	readEvents(t, stream, func(e sseEvent) bool { return e.name == "run" })
+	stopped := make(chan struct{})
+	go func() { f.Stop(); close(stopped) }()
+	if _, err := io.Copy(io.Discard, stream); err != nil && !strings.Contains(err.Error(), "EOF") {
+		t.Logf("stream ended: %v", err)
+	}
+	<-stopped // servertest fails the test when Serve gave up waiting for the stream
+}

@@ -71,6 +71,10 @@ func TestBrowser_PipelinesTabListsPushAndRunPageFollowsLog(t *testing.T) {
 	if lines := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#step-1 .l .t')).map(e => e.textContent)`); strings.Join(lines, "|") != "first-line|second-line" {
 		t.Fatalf("step 1's lines in the page: %q, want exactly first-line, second-line", lines)
 	}
+	// Lines are numbered from 1 (they once started at 0).
+	if nums := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#step-1 .l .n')).map(e => e.textContent)`); strings.Join(nums, ",") != "1,2" {
+		t.Fatalf("step 1's line numbers: %q, want 1, 2", nums)
+	}
 	screenshots(t, ctx, "run")
 	do(t, ctx, "back to the Pipelines tab", chromedp.Navigate(w.url+"/"+w.repo))
 	waitText(t, ctx, 30*time.Second, "succeeded")
