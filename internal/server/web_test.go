@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -485,4 +487,126 @@ func TestWeb_OpenEventStreamDoesNotHoldServerShutdown(t *testing.T) {
 		t.Logf("stream ended: %v", err)
 	}
 	<-stopped // servertest fails the test when Serve gave up waiting for the stream
+}
+
+func (b *browser) getBytes(path string) (*http.Response, []byte) {
+	b.t.Helper()
+	resp, err := b.c.Get(b.base + path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return resp, body
+}
+
+func TestWeb_RawLogAndOutputsDownloadExactBytes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: id, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	raw := "plain\n\x1b[31mred\x1b[0m\n\xff\xfe not utf-8\n<script>x</script>\n"
+	if _, err := appendLog(r, id, 1, 0, raw); err != nil {
+		t.Fatal(err)
+	}
+	a := testArchive(t, 1000)
+	if out, err := upload(r.Client, id, 0, int64(len(a)), sha(a), a); err != nil || !out.Stored {
+		t.Fatalf("upload outputs: %+v, %v", out, err)
+	}
+	b := signedIn(t, f.URL, f.token)
+	resp, body := b.getBytes(fmt.Sprintf("/-/runs/%d/log/1/raw", id))
+	if resp.StatusCode != 200 || string(body) != raw || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") ||
+		resp.Header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("raw log: %s %q %q, want the exact bytes as an attachment", resp.Status, resp.Header, body)
+	}
+	_, page := b.get(fmt.Sprintf("/-/runs/%d", id))
+	for _, want := range []string{fmt.Sprintf(`href="/-/runs/%d/outputs.tar"`, id), "dist/app.bin", "coverage.out", sha(a)} {
+		if !strings.Contains(page, want) {
+			t.Errorf("run page lacks %q", want)
+		}
+	}
+	resp, body = b.getBytes(fmt.Sprintf("/-/runs/%d/outputs.tar", id))
+	if resp.StatusCode != 200 || string(body) != string(a) || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("outputs download: %s, %d bytes, want the archive's %d as an attachment", resp.Status, len(body), len(a))
+	}
+}
+
+// A long log is never sent whole: the page starts at a line in its last
+// 256 KiB, the stream sends from there, and earlier parts come in pieces
+// that end exactly where the shown part starts.
+func TestWeb_LongLogOpensAtItsTailAndLoadsEarlierParts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	procedure(t, r, api.MethodUpdateStep, api.UpdateStepInput{Run: id, Step: 1, Name: "build", State: api.StepRunning}, nil)
+	var log strings.Builder
+	for i := 1; log.Len() < 3<<20; i++ {
+		fmt.Fprintf(&log, "line %07d of a long log\n", i)
+	}
+	all := log.String()
+	for off := 0; off < len(all); off += 1 << 20 {
+		if _, err := appendLog(r, id, 1, int64(off), all[off:min(off+1<<20, len(all))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := signedIn(t, f.URL, f.token)
+	code, page := b.get(fmt.Sprintf("/-/runs/%d", id))
+	m := regexp.MustCompile(`id="step-1" data-step="1" data-start="(\d+)"`).FindStringSubmatch(page)
+	if code != 200 || m == nil {
+		t.Fatalf("run page %d has no start for step 1", code)
+	}
+	start, _ := strconv.Atoi(m[1])
+	if start <= 0 || len(all)-start > web.DefaultLogTail || all[start-1] != '\n' {
+		t.Fatalf("step 1 starts at byte %d of %d, want a line's start within the last %d bytes", start, len(all), web.DefaultLogTail)
+	}
+	if len(page) > 100<<10 {
+		t.Fatalf("run page is %d bytes", len(page))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/-/runs/%d/events?from=0:0,1:%d", f.URL, id, start), nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var streamed int
+	readEvents(t, bufio.NewReader(resp.Body), func(e sseEvent) bool {
+		if e.name == "log" && strings.Contains(e.data, `"step":1`) {
+			var ev struct {
+				Off  int64
+				Text string
+			}
+			if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if int(ev.Off) != start+streamed {
+				t.Fatalf("log event at %d, want %d", ev.Off, start+streamed)
+			}
+			streamed += len(ev.Text)
+		}
+		return start+streamed == len(all)
+	})
+	// Earlier parts, walked back to the start, join up to the whole log.
+	got := ""
+	for before := start; before > 0; {
+		resp, body := b.getBytes(fmt.Sprintf("/-/runs/%d/log/1?before=%d", id, before))
+		var ev struct {
+			Off, End int64
+			Text     string
+		}
+		if err := json.Unmarshal(body, &ev); err != nil || resp.StatusCode != 200 || int(ev.End) != before || before-int(ev.Off) > web.DefaultLogTail {
+			t.Fatalf("earlier part before %d: %s %+v %v", before, resp.Status, ev.Off, err)
+		}
+		got = ev.Text + got
+		before = int(ev.Off)
+	}
+	if got != all[:start] {
+		t.Fatal("the earlier parts do not make up the log before the shown part")
+	}
 }
