@@ -78,7 +78,51 @@ func TestBrowser_PipelinesTabListsPushAndRunPageFollowsLog(t *testing.T) {
 	screenshots(t, ctx, "run")
 	do(t, ctx, "back to the Pipelines tab", chromedp.Navigate(w.url+"/"+w.repo))
 	waitText(t, ctx, 30*time.Second, "succeeded")
+	// A new pipeline shows up without a reload.
+	eval[bool](t, ctx, `window.stayed = true`)
+	second := w.pushOne(gatedWorkflow("echo second pipeline"))
+	waitFor(t, 30*time.Second, "pipeline 2 in the open Pipelines tab", func() (bool, string) {
+		n, err := tryEval[int](ctx, fmt.Sprintf(`document.querySelectorAll('a[href="/-/runs/%d"]').length`, second.ID))
+		return n == 1, fmt.Sprint(n, err)
+	})
+	if !eval[bool](t, ctx, `window.stayed === true`) {
+		t.Fatal("the Pipelines tab reloaded itself")
+	}
+	w.waitFinal(second.ID, 60*time.Second)
 	screenshots(t, ctx, "pipelines")
+}
+
+func TestBrowser_LongLogShowsTailAndLoadsEarlierLines(t *testing.T) {
+	ctx := newBrowser(t)
+	w := newWorld(t, 10*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(gatedWorkflow("seq 1 60000")) // 338,894 bytes: more than the 256 KiB shown at first
+	if got := w.waitFinal(run.ID, 60*time.Second); got.State != api.StateSucceeded {
+		t.Fatal(describe(got))
+	}
+	signIn(t, ctx, w.url, w.token)
+	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
+	waitFor(t, 30*time.Second, "the stream to end", func() (bool, string) {
+		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
+		return s == "ended", fmt.Sprint(s, err)
+	})
+	first := eval[string](t, ctx, `document.querySelector('#step-1 .l .t').textContent`)
+	if first == "1" || eval[string](t, ctx, `Array.from(document.querySelectorAll('#step-1 .l .t')).pop().textContent`) != "60000" {
+		t.Fatalf("the page shows the log from %q, want its tail only, up to 60000", first)
+	}
+	do(t, ctx, "press Load earlier lines", chromedp.Click(chromedp.CSS("#step-1 button.earlier")))
+	waitFor(t, 30*time.Second, "the log's first line", func() (bool, string) {
+		s, err := tryEval[string](ctx, `document.querySelector('#step-1 .l .t').textContent`)
+		return s == "1", fmt.Sprint(s, err)
+	})
+	if ok := eval[bool](t, ctx, `(function () {
+  var ts = document.querySelectorAll('#step-1 .l .t'), ns = document.querySelectorAll('#step-1 .l .n');
+  if (ts.length !== 60000) return false;
+  for (var i = 0; i < ts.length; i++) if (ts[i].textContent !== String(i + 1) || ns[i].textContent !== String(i + 1)) return false;
+  return document.querySelector('#step-1 button.earlier').hidden;
+})()`); !ok {
+		t.Fatal("after loading earlier lines the step does not show 1..60000 once each, numbered, with the button gone")
+	}
 }
 
 func contains(xs []string, s string) bool {

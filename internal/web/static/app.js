@@ -164,6 +164,7 @@
     var follow = this.run.following();
     this.box.appendChild(frag);
     if (follow) window.scrollTo(0, document.body.scrollHeight);
+    this.run.scrollToHash();
   };
 
   StepLog.prototype.loadEarlier = function (btn) {
@@ -200,6 +201,14 @@
     root.querySelectorAll("section.step").forEach(function (s) { self.steps[s.dataset.step] = new StepLog(s, self); });
     this.connect(root.dataset.from);
   }
+
+  // scrollToHash shows the line a link points at (#L<step>-<byte>) once it
+  // has arrived.
+  RunPage.prototype.scrollToHash = function () {
+    if (this.hashShown || !location.hash) return;
+    var el = document.getElementById(location.hash.slice(1));
+    if (el) { this.hashShown = true; el.scrollIntoView({ block: "center" }); }
+  };
 
   RunPage.prototype.following = function () {
     return window.innerHeight + window.scrollY >= document.body.scrollHeight - 40 && !location.hash;
