@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"knotless.dev/knotless/internal/api"
 )
@@ -197,7 +198,15 @@ func TestBrowser_CancelFromRunPageEndsRunCancelled(t *testing.T) {
 	signIn(t, ctx, w.url, w.token)
 	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
 	waitText(t, ctx, 60*time.Second, "waiting")
-	do(t, ctx, "press Cancel run", chromedp.Click(chromedp.CSS("#cancel button")))
+	// With the keyboard only: Tab to the button, then Enter.
+	tabs := 0
+	for ; tabs < 40 && !eval[bool](t, ctx, `document.activeElement !== null && document.activeElement.closest('#cancel') !== null`); tabs++ {
+		do(t, ctx, "press Tab", chromedp.KeyEvent(kb.Tab))
+	}
+	if tabs == 40 {
+		t.Fatal("Tab never reached the Cancel run button")
+	}
+	do(t, ctx, "press Enter on Cancel run", chromedp.KeyEvent(kb.Enter))
 	got := w.waitFinal(run.ID, 60*time.Second)
 	if got.State != api.StateCancelled {
 		t.Fatalf("after Cancel run on the page: %s, want cancelled", describe(got))
