@@ -110,6 +110,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 		return
 	}
 	ctx := r.Context()
+	changed := h.b.RunChanged(id) // subscribe before looking, every time
 	run, err := h.b.Run(ctx, s.Viewer, id)
 	if err != nil {
 		if isStatus(err, http.StatusForbidden) {
@@ -134,7 +135,6 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for {
-		changed := h.b.RunChanged(id) // subscribe before looking
 		st, _ := json.Marshal(runState(run))
 		if string(st) != string(lastState) {
 			lastState = st
@@ -189,6 +189,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 				return
 			}
 		}
+		changed = h.b.RunChanged(id)
 		if run, err = h.b.Run(ctx, s.Viewer, id); err != nil {
 			return
 		}
