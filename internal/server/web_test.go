@@ -610,3 +610,24 @@ func TestWeb_LongLogOpensAtItsTailAndLoadsEarlierParts(t *testing.T) {
 		t.Fatal("the earlier parts do not make up the log before the shown part")
 	}
 }
+
+func TestWeb_RunnersTabShowsProcessOnlineAndHeldRuns(t *testing.T) {
+	t.Parallel()
+	f, _, id := strangerFixture(t)
+	b := signedIn(t, f.URL, f.token)
+	code, page := b.get("/alice/app/-/runners")
+	if code != 200 {
+		t.Fatalf("runners tab: %d", code)
+	}
+	row := page[strings.Index(page, `id="runner-r1"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	for _, want := range []string{"online", "<td>none</td>", "<td>test</td>", fmt.Sprintf(`href="/-/runs/%d"`, id)} {
+		if !strings.Contains(row, want) {
+			t.Errorf("runner r1's row lacks %q:\n%s", want, row)
+		}
+	}
+	pending := page[strings.Index(page, `id="runner-pending1"`):]
+	if !strings.Contains(pending[:strings.Index(pending, "</tr>")], "pending approval") {
+		t.Errorf("pending1's row does not say it waits for approval")
+	}
+}
