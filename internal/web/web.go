@@ -36,6 +36,9 @@ const (
 	DefaultLogTail = 256 << 10
 )
 
+// maxForm caps a form's body in bytes.
+const maxForm = 16 << 10
+
 // maxEvent caps the log bytes of one server-sent event.
 const maxEvent = 64 << 10
 
@@ -173,6 +176,7 @@ func (h *Handler) signedIn(f func(http.ResponseWriter, *http.Request, *Session))
 			return
 		}
 		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm) // a form holds a few short fields
 			got := r.PostFormValue("csrf")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) != 1 {
 				h.errorPage(w, r, &s, http.StatusForbidden, "This form is stale or came from another site: reload the page and try again.")
@@ -247,7 +251,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	next := localPath(r.PostFormValue("next"))
 	if tok == "" {
