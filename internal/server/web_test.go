@@ -631,3 +631,18 @@ func TestWeb_RunnersTabShowsProcessOnlineAndHeldRuns(t *testing.T) {
 		t.Errorf("pending1's row does not say it waits for approval")
 	}
 }
+
+func TestWeb_OversizedFormRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	b := newBrowser(t, f.URL)
+	body := "token=" + f.token + "&pad=" + strings.Repeat("x", 1<<20)
+	resp, err := b.c.Post(f.URL+"/-/login", "application/x-www-form-urlencoded", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || len(resp.Cookies()) != 0 {
+		t.Fatalf("a 1 MiB sign-in form: %s, cookies %v; want 400 and no session", resp.Status, resp.Cookies())
+	}
+}
