@@ -646,3 +646,35 @@ func TestWeb_OversizedFormRefused(t *testing.T) {
 		t.Fatalf("a 1 MiB sign-in form: %s, cookies %v; want 400 and no session", resp.Status, resp.Cookies())
 	}
 }
+
+// The database keeps hashes only, and a session's cookie is no API token.
+func TestWeb_SessionStoresNoTokenOrCookieAndCookieIsNoAPIToken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	b := signedIn(t, f.URL, f.token)
+	u, _ := url.Parse(f.URL)
+	var cookie string
+	for _, c := range b.c.Jar.Cookies(u) {
+		if c.Name == web.CookieName {
+			cookie = c.Value
+		}
+	}
+	if cookie == "" {
+		t.Fatal("no session cookie")
+	}
+	db, err := os.ReadFile(filepath.Join(f.DataDir, server.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal, _ := os.ReadFile(filepath.Join(f.DataDir, server.DBFile+"-wal"))
+	for _, secret := range []string{f.token, cookie} {
+		if strings.Contains(string(db)+string(wal), secret) {
+			t.Errorf("the database holds %.8s... in plaintext", secret)
+		}
+	}
+	var who api.Account
+	err = f.Client(cookie).Query(context.Background(), api.MethodWhoAmI, nil, &who)
+	if !api.IsError(err, api.ErrInvalidToken) {
+		t.Fatalf("the session cookie as an API token: %v, want InvalidToken", err)
+	}
+}
