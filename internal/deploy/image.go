@@ -46,9 +46,9 @@ type Image struct {
 }
 
 // BaseFiles are the files of a small image fit to run knotless-run from
-// this machine's own programs: busybox (sh, wget, sha256sum: what the
-// manifests' init container uses), git with git-remote-http (the runner
-// fetches with git) and every shared library they load (found with ldd),
+// this machine's own programs: busybox (sh, sha256sum) and curl (what
+// the manifests' init container uses), git with git-remote-http (the
+// runner fetches with git) and every shared library they load (found with ldd),
 // the CA certificates, /etc/passwd with root and knotless (RunnerUID),
 // /tmp 1777. It needs Debian's busybox-static, git and ca-certificates.
 func BaseFiles() ([]File, error) {
@@ -71,7 +71,9 @@ func BaseFiles() ([]File, error) {
 			files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: bb})
 		}
 	}
-	bins := map[string]string{"/usr/bin/git": "/usr/bin/git", "/usr/lib/git-core/git-remote-http": "/usr/lib/git-core/git-remote-http"}
+	// curl: Debian's static busybox wget crashes in a pod (static glibc
+	// and NSS), so the init container prefers curl where there is one.
+	bins := map[string]string{"/usr/bin/git": "/usr/bin/git", "/usr/lib/git-core/git-remote-http": "/usr/lib/git-core/git-remote-http", "/usr/bin/curl": "/usr/bin/curl"}
 	libs := map[string]bool{}
 	for dst, src := range bins {
 		files = append(files, File{Path: dst, Mode: 0o755, Source: src})
