@@ -61,6 +61,7 @@ func BaseFiles() ([]File, error) {
 	files := []File{
 		{Path: bb, Mode: 0o755, Source: bb},
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		{Path: "/usr/share/git-core/templates", Mode: fs.ModeDir | 0o755}, // git init warns without it
 		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nknotless:x:" + uid + ":" + uid + ":knotless:/tmp:/bin/sh\n")},
 		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nknotless:x:" + uid + ":\n")},
 		{Path: "/etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Source: "/etc/ssl/certs/ca-certificates.crt"},

@@ -24,7 +24,7 @@ import (
 // RunnerBaseImage stands in, on the local cluster, for the stock image the
 // manifests name (busybox and git, nothing of Knotless): the test imports
 // it from this machine's files. A changed image needs a new tag.
-const RunnerBaseImage = "localhost/knotless/runner-base:2"
+const RunnerBaseImage = "localhost/knotless/runner-base:3"
 
 // deployPrograms are knotless-run and knotless-agent built as the
 // manifests' digests are made (deploy.Build), once per test binary.
@@ -101,6 +101,13 @@ type deployment struct {
 func applyRunner(t testing.TB, c *kubetest.Cluster, variant, downloadURL, statePath string, wait bool) *deployment {
 	t.Helper()
 	d := &deployment{c: c, dir: t.TempDir(), ns: "kt-deploy-" + randomHex(4)}
+	digests := map[string]string{}
+	for p, path := range deployBuild(t) {
+		var err error
+		if digests[p], err = deploy.FileDigest(path); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// kustomize takes only relative paths to other kustomizations.
 	base, err := filepath.Rel(d.dir, filepath.Join(moduleRoot, "deploy", "kubernetes", "overlays", variant))
 	if err != nil {
@@ -125,8 +132,25 @@ configMapGenerator:
       - KNOTLESS_MEMORY=128Mi
       - KNOTLESS_DISK=256Mi
       - KNOTLESS_LOG_LEVEL=debug
+# The digests of this very build: the manifest's own may lag behind the
+# code until `+"`make deploy-digests`"+` (TestDeploy_ManifestDigestsMatchTheBuild
+# says so), and this test is about the deployment, not about that.
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: knotless-runner}
+      spec:
+        template:
+          spec:
+            initContainers:
+              - name: install
+                env:
+                  - {name: %s, value: "%s"}
+                  - {name: %s, value: "%s"}
 `, base, d.ns,
-		strings.Split(RunnerBaseImage, ":")[0], strings.Split(RunnerBaseImage, ":")[1], downloadURL, kubetest.JobBaseImage)
+		strings.Split(RunnerBaseImage, ":")[0], strings.Split(RunnerBaseImage, ":")[1], downloadURL, kubetest.JobBaseImage,
+		deploy.DigestEnv("knotless-run"), digests["knotless-run"], deploy.DigestEnv("knotless-agent"), digests["knotless-agent"])
 	if err := os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -214,9 +238,9 @@ steps:
 	})
 	got := w.waitFinal(run.ID, 4*time.Minute)
 	if got.State != api.StateSucceeded {
-		t.Fatalf("run %s, want succeeded\n%s\nrunner pod:\n%s", describe(got), w.stepLog(run.ID, 0), d.runnerLogs())
+		t.Fatalf("run %s, want succeeded\n%s\nrunner pod:\n%s", describe(got), w.stepLog(run.ID, 0)+w.stepLog(run.ID, 1), d.runnerLogs())
 	}
-	if log := w.stepLog(run.ID, 0); !strings.Contains(log, "hello from the checkout") || !strings.Contains(log, "pod knotless-run-") {
+	if log := w.stepLog(run.ID, 1); !strings.Contains(log, "hello from the checkout") || !strings.Contains(log, "pod knotless-run-") {
 		t.Fatalf("step log lacks the checkout's file or the job pod's name:\n%s", log)
 	}
 
