@@ -100,6 +100,14 @@ type deployment struct {
 // wait, waits for the rollout. The test's end deletes it all.
 func applyRunner(t testing.TB, c *kubetest.Cluster, variant, downloadURL, statePath string, wait bool) *deployment {
 	t.Helper()
+	return applyRunnerImage(t, c, variant, RunnerBaseImage, downloadURL, statePath, wait)
+}
+
+// applyRunnerImage is applyRunner with the runner pod's image.
+func applyRunnerImage(t testing.TB, c *kubetest.Cluster, variant, image, downloadURL, statePath string, wait bool) *deployment {
+	t.Helper()
+	i := strings.LastIndex(image, ":")
+	imageName, imageTag := image[:i], image[i+1:]
 	d := &deployment{c: c, dir: t.TempDir(), ns: "kt-deploy-" + randomHex(4)}
 	digests := map[string]string{}
 	for p, path := range deployBuild(t) {
@@ -149,7 +157,7 @@ patches:
                   - {name: %s, value: "%s"}
                   - {name: %s, value: "%s"}
 `, base, d.ns,
-		strings.Split(RunnerBaseImage, ":")[0], strings.Split(RunnerBaseImage, ":")[1], downloadURL, kubetest.JobBaseImage,
+		imageName, imageTag, downloadURL, kubetest.JobBaseImage,
 		deploy.DigestEnv("knotless-run"), digests["knotless-run"], deploy.DigestEnv("knotless-agent"), digests["knotless-agent"])
 	if err := os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
@@ -316,5 +324,53 @@ func TestDeploy_TamperedRunnerFileFailsTheInitContainerNamingIt(t *testing.T) {
 	})
 	if !strings.Contains(msg, "knotless-run: SHA-256 mismatch") {
 		t.Fatalf("init container's message does not name knotless-run's mismatch:\n%s", msg)
+	}
+}
+
+// The runner image (make runner-image) runs the runner with no download:
+// with KNOTLESS_DOWNLOAD_URL empty the init container takes both programs
+// from the image, checks their digests, and the runner runs a pushed
+// workflow.
+func TestDeploy_RunnerImageRunsTheRunnerWithoutADownload(t *testing.T) {
+	c := kubetest.Connect(t)
+	progs := deployBuild(t)
+	run, err := deploy.FileDigest(progs["knotless-run"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := deploy.FileDigest(progs["knotless-agent"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Named after its content, so a rebuilt program is a new image.
+	ref := "localhost/knotless/runner:test-" + run[:12] + agent[:12]
+	if !c.HasImage(t, ref) {
+		img, err := deploy.RunnerImage(ref, progs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		archive := filepath.Join(t.TempDir(), "runner.tar")
+		if err := deploy.WriteArchive(archive, img); err != nil {
+			t.Fatal(err)
+		}
+		c.ImportImage(t, archive)
+	}
+	t.Cleanup(func() { c.RemoveImage(t, ref) }) // runs after the deployment's removal
+	w := newWorldAt(t, c.HostIP(t)+":0", 30*time.Second)
+	rid := w.registerRunner("k8s-img")
+	d := applyRunnerImage(t, c, "emptydir", ref, "", rid.state, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "-c", "install"); !strings.Contains(out, "taking knotless-run from the image") || !strings.Contains(out, "knotless-run ok") {
+		t.Fatalf("the init container did not take knotless-run from the image:\n%s", out)
+	}
+	r := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+runners: [k8s-img]
+steps:
+  - run: echo from the runner image
+`})
+	if got := w.waitFinal(r.ID, 4*time.Minute); got.State != api.StateSucceeded {
+		t.Fatalf("run %s, want succeeded\n%s", describe(got), d.runnerLogs())
 	}
 }
