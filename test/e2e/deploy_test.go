@@ -174,6 +174,7 @@ patches:
 	defer cancel()
 	d.must(t, ctx, "create", "namespace", d.ns)
 	d.must(t, ctx, "-n", d.ns, "create", "secret", "generic", "knotless-runner", "--from-file=runner.json="+statePath)
+	start := time.Now()
 	d.must(t, ctx, "apply", "--server-side", "-k", ".")
 	if wait {
 		if out, err := d.kubectl(ctx, "-n", d.ns, "rollout", "status", "deploy/knotless-runner", "--timeout=4m"); err != nil {
@@ -181,8 +182,27 @@ patches:
 			logs, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "--all-containers")
 			t.Fatalf("%v\n%s\n%s\n%s", err, out, desc, logs)
 		}
+		d.logStartup(t, time.Since(start))
 	}
 	return d
+}
+
+// logStartup logs how long the runner pod took from apply to its rollout,
+// and its init container (fetch and check both programs, copy the
+// credential), from the pod's status.
+func (d *deployment) logStartup(t testing.TB, rollout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := d.c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=knotless-runner"})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	for _, s := range list.Items[0].Status.InitContainerStatuses {
+		if term := s.State.Terminated; s.Name == "install" && term != nil {
+			t.Logf("runner pod: apply → rollout done in %s; init container ran %s", rollout.Round(time.Millisecond), term.FinishedAt.Sub(term.StartedAt.Time))
+		}
+	}
 }
 
 func (d *deployment) kubectl(ctx context.Context, args ...string) (string, error) {
