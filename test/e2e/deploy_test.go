@@ -280,10 +280,19 @@ steps:
   - name: long
     run: echo started; sleep 600
 `})
+	var jobPod corev1.Pod
 	waitFor(t, 3*time.Minute, "the long run's job pod", func() (bool, string) {
 		pods := d.jobPods(t)
+		if len(pods) > 0 {
+			jobPod = pods[0]
+		}
 		return len(pods) > 0, fmt.Sprintf("%d job pods; run %s", len(pods), describe(w.run(run.ID)))
 	})
+	// The runner found its own pod (POD_NAME from the Downward API) and
+	// made it the job pod's owner.
+	if owners := jobPod.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Pod" || string(owners[0].UID) != d.runnerPodUID(t) {
+		t.Errorf("job pod %s owners %+v: want the runner pod %s", jobPod.Name, owners, d.runnerPodUID(t))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if out, err := d.kubectl(ctx, "delete", "-k", ".", "--timeout=150s"); err != nil {
