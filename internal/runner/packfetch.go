@@ -26,6 +26,10 @@ import (
 // maintenance) and a request more (the ref advertisement, which a fetch by
 // SHA does not need). Checkout falls back to `git fetch` when this fails.
 
+// errRefused is matched by the error of a fetch the server refused (401,
+// 403, 404): no point trying again another way.
+var errRefused = errors.New("the server refused the fetch")
+
 // maxHaves bounds the commits offered as haves: the newest refs of the
 // mirror, where a new commit's parents almost always are.
 const maxHaves = 32
@@ -90,7 +94,11 @@ func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Wr
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w: %s", errRefused, strings.TrimSpace(string(msg)))
+		}
+		return err
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-result" {
 		return fmt.Errorf("upload-pack: answer of type %q", ct)

@@ -1,0 +1,114 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// taggedRepo makes main: one, two (annotated tag v1.0.0), three (tag
+// v9.9.9), and branch feature off two: four. It returns the path and the
+// SHAs by message.
+func taggedRepo(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	src, shas := sourceRepo(t, "one", "two")
+	sha := map[string]string{"one": shas[0], "two": shas[1]}
+	servertest.Git(t, src, "tag", "-a", "-m", "release 1.0.0", "v1.0.0", sha["two"])
+	sha["three"] = servertest.Commit(t, src, map[string]string{"file.txt": "three"}, "three")
+	servertest.Git(t, src, "tag", "v9.9.9", sha["three"])
+	servertest.Git(t, src, "checkout", "-q", "-b", "feature", sha["two"])
+	sha["four"] = servertest.Commit(t, src, map[string]string{"file.txt": "four"}, "four")
+	servertest.Git(t, src, "checkout", "-q", "main")
+	return src, sha
+}
+
+func checkoutOf(t *testing.T, m *Mirrors, f Fetch) string {
+	t.Helper()
+	ws := filepath.Join(t.TempDir(), "ws")
+	var log bytes.Buffer
+	if err := m.Checkout(context.Background(), f, ws, &log); err != nil {
+		t.Fatalf("checkout of %s at %s: %v\n%s", f.Ref, f.SHA, err, log.String())
+	}
+	return ws
+}
+
+func TestCheckout_TagRunCanDescribeItsTag(t *testing.T) {
+	src, sha := taggedRepo(t)
+	m := &Mirrors{Root: t.TempDir()}
+	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: src, SHA: sha["three"], Ref: "refs/tags/v9.9.9", Checkout: workflow.DefaultCheckout})
+	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v9.9.9" {
+		t.Errorf("git describe --tags = %q, want v9.9.9", got)
+	}
+	if got := servertest.Git(t, ws, "describe"); got != "v1.0.0-1-g"+sha["three"][:7] {
+		t.Errorf("git describe (annotated tags only) = %q", got)
+	}
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "HEAD" {
+		t.Errorf("HEAD of a tag run is %q, want detached", got)
+	}
+	if got := servertest.Git(t, ws, "rev-list", "--count", "HEAD"); got != "3" {
+		t.Errorf("history holds %s commits, want 3", got)
+	}
+	// Without tags: only the run's own tag.
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: src, SHA: sha["three"], Ref: "refs/tags/v9.9.9"})
+	if got := servertest.Git(t, ws, "tag"); got != "v9.9.9" {
+		t.Errorf("tags: false: git tag = %q, want only v9.9.9", got)
+	}
+}
+
+func TestCheckout_BranchRunIsOnItsBranchWithOriginBranches(t *testing.T) {
+	src, sha := taggedRepo(t)
+	m := &Mirrors{Root: t.TempDir()}
+	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: "file://" + src, SHA: sha["four"], Ref: "refs/heads/feature", Checkout: workflow.DefaultCheckout})
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "feature" {
+		t.Errorf("git rev-parse --abbrev-ref HEAD = %q, want feature", got)
+	}
+	if got := servertest.Git(t, ws, "log", "--format=%s", "origin/main.."); got != "four" {
+		t.Errorf("git log origin/main.. = %q, want four", got)
+	}
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "@{upstream}"); got != "origin/feature" {
+		t.Errorf("upstream = %q, want origin/feature", got)
+	}
+	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v1.0.0-1-g"+sha["four"][:7] {
+		t.Errorf("git describe --tags = %q", got)
+	}
+	if got := servertest.Git(t, ws, "status", "--porcelain"); got != "" {
+		t.Errorf("git status: %q, want clean", got)
+	}
+	if got := servertest.Git(t, ws, "fsck", "--connectivity-only"); strings.Contains(got, "missing") {
+		t.Errorf("fsck: %s", got)
+	}
+	// A branch deleted on the server goes from origin/*.
+	servertest.Git(t, src, "branch", "-D", "feature")
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: "file://" + src, SHA: sha["three"], Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout})
+	if got := servertest.Git(t, ws, "branch", "-r"); strings.Contains(got, "feature") {
+		t.Errorf("git branch -r = %q: the deleted branch is still there", got)
+	}
+}
+
+func TestCheckout_DepthMakesAShallowCheckout(t *testing.T) {
+	src, sha := taggedRepo(t)
+	m := &Mirrors{Root: t.TempDir()}
+	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: src, SHA: sha["three"], Ref: "refs/heads/main",
+		Checkout: workflow.Checkout{Depth: 1, Tags: true}})
+	if got := servertest.Git(t, ws, "rev-parse", "--is-shallow-repository"); got != "true" {
+		t.Errorf("depth 1: shallow = %s", got)
+	}
+	if got := servertest.Git(t, ws, "rev-list", "--count", "HEAD"); got != "1" {
+		t.Errorf("depth 1: %s commits, want 1", got)
+	}
+	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v9.9.9" {
+		t.Errorf("depth 1: git describe --tags = %q, want v9.9.9 (the tag on the commit)", got)
+	}
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "main" {
+		t.Errorf("depth 1: HEAD on %q, want main", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "file.txt")); string(got) != "three" {
+		t.Errorf("depth 1: file.txt = %q", got)
+	}
+}
