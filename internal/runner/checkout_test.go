@@ -112,3 +112,61 @@ func TestCheckout_DepthMakesAShallowCheckout(t *testing.T) {
 		t.Errorf("depth 1: file.txt = %q", got)
 	}
 }
+
+// addSubmodule records commit sha of url at path in repository dir's next
+// commit, as `git submodule add` does, without fetching anything.
+func addSubmodule(t *testing.T, dir, path, url, sha string) string {
+	t.Helper()
+	servertest.Git(t, dir, "config", "--file", ".gitmodules", "submodule."+path+".path", path)
+	servertest.Git(t, dir, "config", "--file", ".gitmodules", "submodule."+path+".url", url)
+	servertest.Git(t, dir, "add", ".gitmodules")
+	servertest.Git(t, dir, "update-index", "--add", "--cacheinfo", "160000,"+sha+","+path)
+	servertest.Git(t, dir, "commit", "-q", "-m", "add "+path)
+	return servertest.Git(t, dir, "rev-parse", "HEAD")
+}
+
+func TestCheckout_SubmodulesWithRelativeURLsAreCheckedOut(t *testing.T) {
+	root := t.TempDir()
+	repo := func(name, content string) (string, string) {
+		dir := filepath.Join(root, name)
+		servertest.Git(t, root, "init", "-q", "-b", "main", dir)
+		servertest.Git(t, dir, "config", "uploadpack.allowAnySHA1InWant", "true")
+		return dir, servertest.Commit(t, dir, map[string]string{name + ".txt": content}, name)
+	}
+	deep, deepSHA := repo("deep", "deep\n")
+	lib, _ := repo("lib", "lib\n")
+	libSHA := addSubmodule(t, lib, "vendor/deep", "../deep", deepSHA)
+	app, _ := repo("app", "app\n")
+	appSHA := addSubmodule(t, app, "lib", "../lib", libSHA)
+	_ = deep
+
+	m := &Mirrors{Root: t.TempDir()}
+	// Submodules off (the default): the directory stays empty.
+	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: app, SHA: appSHA, Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout})
+	if ents, _ := os.ReadDir(filepath.Join(ws, "lib")); len(ents) != 0 {
+		t.Errorf("submodules: false: lib holds %d entries", len(ents))
+	}
+	// true: the top level only.
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: app, SHA: appSHA, Ref: "refs/heads/main",
+		Checkout: workflow.Checkout{Tags: true, Submodules: workflow.SubmodulesTop}})
+	if got, _ := os.ReadFile(filepath.Join(ws, "lib", "lib.txt")); string(got) != "lib\n" {
+		t.Errorf("submodules: true: lib/lib.txt = %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "lib", "vendor", "deep", "deep.txt")); err == nil {
+		t.Errorf("submodules: true checked out a nested submodule")
+	}
+	// recursive: nested ones too, and git sees them as checked out.
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: app, SHA: appSHA, Ref: "refs/heads/main",
+		Checkout: workflow.Checkout{Tags: true, Submodules: workflow.SubmodulesRecursive}})
+	if got, _ := os.ReadFile(filepath.Join(ws, "lib", "vendor", "deep", "deep.txt")); string(got) != "deep\n" {
+		t.Errorf("submodules: recursive: lib/vendor/deep/deep.txt = %q", got)
+	}
+	status := servertest.Git(t, ws, "submodule", "status", "--recursive")
+	if !strings.Contains(status, libSHA+" lib (") || !strings.Contains(status, " "+deepSHA+" lib/vendor/deep") ||
+		strings.Contains("\n"+status, "\n-") || strings.Contains("\n"+status, "\n+") {
+		t.Errorf("git submodule status --recursive:\n%s", status)
+	}
+	if got := servertest.Git(t, ws, "status", "--porcelain"); got != "" {
+		t.Errorf("git status: %q, want clean", got)
+	}
+}
