@@ -35,7 +35,13 @@ func (w *world) pushRefs(want int, refspecs ...string) []api.Run {
 // finishedLog waits for run id to succeed and returns step 1's log.
 func (w *world) finishedLog(id int64) string {
 	w.t.Helper()
-	r := w.waitFinal(id, 60*time.Second)
+	return w.finishedLogWithin(id, 60*time.Second)
+}
+
+// finishedLogWithin is finishedLog waiting up to d.
+func (w *world) finishedLogWithin(id int64, d time.Duration) string {
+	w.t.Helper()
+	r := w.waitFinal(id, d)
 	if r.State != api.StateSucceeded {
 		w.t.Fatalf("%s; setup log:\n%s\nstep 1:\n%s", describe(r), w.stepLog(id, api.SetupStep), w.stepLog(id, 1))
 	}
@@ -219,4 +225,109 @@ func (w *world) createAccount(handle string) string {
 	}
 	tok := out[i+len(`"token": "`):]
 	return tok[:strings.Index(tok, `"`)]
+}
+
+// Issue 12, item 3: submodules on the same server, by a relative and an
+// absolute URL, are checked out with the run's token, which is never
+// written into the checkout; a submodule of another account's repository
+// is refused, and the run says why.
+func TestE2E_SubmodulesOfTheOwnerAreCheckedOutAndAnotherAccountsAreRefused(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	libSHA := w.newRepo("admin/lib", "", map[string]string{"lib.txt": "lib at work\n"})
+	bob := w.createAccount("bob")
+	privateSHA := w.newRepo("bob/private", bob, map[string]string{"secret.txt": "bob's\n"})
+
+	files := map[string]string{
+		".knotless/workflows/sub.yml": `checkout: {submodules: true}
+steps:
+  - run: |
+      cat lib/lib.txt abs/lib.txt
+      git submodule status
+      echo CREDENTIALS=$(grep -rlE 'knr_|Authorization' .git/config .gitmodules lib/.git/config abs/.git/config | wc -l)
+`,
+	}
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(w.src, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(w.src, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addSub := func(path, url, sha string) {
+		w.git("config", "--file", ".gitmodules", "submodule."+path+".path", path)
+		w.git("config", "--file", ".gitmodules", "submodule."+path+".url", url)
+		w.git("update-index", "--add", "--cacheinfo", "160000,"+sha+","+path)
+	}
+	addSub("lib", "../lib.git", libSHA)
+	addSub("abs", w.url+"/admin/lib.git", libSHA)
+	w.git("add", ".gitmodules", ".knotless")
+	w.git("commit", "-q", "-m", "submodules")
+	run := w.pushRefs(1, "HEAD:refs/heads/main")[0]
+	log := w.finishedLog(run.ID)
+	if strings.Count(log, "lib at work\n") != 2 || !strings.Contains(log, " "+libSHA+" lib ") || !strings.Contains(log, "CREDENTIALS=0") {
+		t.Errorf("step log:\n%s", log)
+	}
+	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "submodule lib: "+w.url+"/admin/lib.git at "+libSHA) {
+		t.Errorf("setup log does not say which submodule it checked out:\n%s", setup)
+	}
+
+	// Another account's repository: refused, and the run says why.
+	addSub("private", w.url+"/bob/private.git", privateSHA)
+	w.git("add", ".gitmodules")
+	w.git("commit", "-q", "-m", "bob's submodule")
+	run = w.pushRefs(1, "HEAD:refs/heads/main")[0]
+	r := w.waitFinal(run.ID, 60*time.Second)
+	want := "a run of admin/app may fetch only repositories of admin; bob/private belongs to another account"
+	if r.State != api.StateErrored || r.Reason != api.ReasonCheckout || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "submodule private") {
+		t.Errorf("%s, want errored/checkout saying %q", describe(r), want)
+	}
+	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, want) {
+		t.Errorf("setup log does not say why:\n%s", setup)
+	}
+}
+
+// Issue 12, item 4: the workspace's path is the same for every run of a
+// repository's workflow, so Go's test cache (in XDG_CACHE_HOME, which the
+// operator keeps across runs with --env) hits on the second run of the
+// same commit.
+func TestE2E_GoTestCacheHitsOnTheSecondRunOfTheSameCommit(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
+		t.Skip("no Go at /usr/local/go")
+	}
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"), "--env", "XDG_CACHE_HOME="+filepath.Join(w.root, "cache"))
+	run := w.pushOne(map[string]string{
+		"go.mod":    "module example.com/m\n\ngo 1.21\n",
+		"m.go":      "package m\n\nfunc Add(a, b int) int { return a + b }\n",
+		"m_test.go": "package m\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal(\"no\")\n\t}\n}\n",
+		".knotless/workflows/test.yml": `on: {push: {}, manual: {}}
+env:
+  PATH: /usr/local/go/bin:/usr/bin:/bin
+  GOTOOLCHAIN: local
+  GOFLAGS: -buildvcs=false
+steps:
+  - run: |
+      echo WORKSPACE=$KNOTLESS_WORKSPACE
+      go test ./...
+`,
+	})
+	// The first run compiles the test's dependencies into the empty cache.
+	first := w.finishedLogWithin(run.ID, 10*time.Minute)
+	if strings.Contains(first, "(cached)") {
+		t.Fatalf("the first run hit a cache:\n%s", first)
+	}
+	before := w.latestPipeline()
+	w.cliOK("", "run", "trigger", "--repo", w.repo, "--ref", "main")
+	waitFor(t, 15*time.Second, "the trigger's pipeline", func() (bool, string) { return w.latestPipeline() > before, "" })
+	second := w.finishedLogWithin(w.runs(w.latestPipeline())[0].ID, 5*time.Minute)
+	if !strings.Contains(second, "ok  \texample.com/m\t(cached)") {
+		t.Errorf("second run of the same commit: go test did not hit its cache:\n%s", second)
+	}
+	if vars(first)["WORKSPACE"] != vars(second)["WORKSPACE"] {
+		t.Errorf("workspace moved: %s, then %s", vars(first)["WORKSPACE"], vars(second)["WORKSPACE"])
+	}
 }
