@@ -331,3 +331,41 @@ steps:
 		t.Errorf("workspace moved: %s, then %s", vars(first)["WORKSPACE"], vars(second)["WORKSPACE"])
 	}
 }
+
+// Issue 12, item 1 on kube: the checkout copied into the job pod holds the
+// tags and the history (the pod's .git, collected as an output, describes
+// the tag on the runner's host), and TMPDIR is the pod's /tmp.
+func TestE2E_KubeTagRunsCheckoutArrivesInThePodWithTagsAndHistory(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	w.startRunner(w.registerRunner("kr1"), k.args...)
+	w.commit(map[string]string{"v.txt": "1\n"})
+	w.git("tag", "-a", "-m", "old", "v1.0.0")
+	w.commit(map[string]string{"v.txt": "2\n", ".knotless/workflows/release.yml": `on:
+  push: {branches: [], tags: ["v*"]}
+outputs: [.git/]
+steps:
+  - run: |
+      echo TMPDIR=$TMPDIR REF_NAME=$KNOTLESS_REF_NAME REF_TYPE=$KNOTLESS_REF_TYPE
+      echo scratch > "$TMPDIR/x" && echo TMPDIR_WRITABLE=yes
+`})
+	w.git("tag", "-a", "-m", "release", "v9.9.9")
+	run := w.pushRefs(1, "HEAD:refs/heads/main", "refs/tags/v1.0.0", "refs/tags/v9.9.9")[0]
+	log := w.finishedLogWithin(run.ID, 3*time.Minute)
+	if !strings.Contains(log, "TMPDIR=/tmp REF_NAME=v9.9.9 REF_TYPE=tag\nTMPDIR_WRITABLE=yes\n") {
+		t.Errorf("step log:\n%s", log)
+	}
+	dst := filepath.Join(w.root, "got")
+	w.cliOK("", "run", "outputs", itoa(run.ID), "-o", dst)
+	gitDir := filepath.Join(dst, ".git")
+	if got := w.gitIn(w.root, "--git-dir", gitDir, "describe", "--tags"); got != "v9.9.9" {
+		t.Errorf("the pod's checkout describes as %q, want v9.9.9", got)
+	}
+	if got := w.gitIn(w.root, "--git-dir", gitDir, "rev-list", "--count", "HEAD"); got != "2" {
+		t.Errorf("the pod's checkout holds %s commits, want 2", got)
+	}
+	if got := w.gitIn(w.root, "--git-dir", gitDir, "describe", "HEAD~1"); got != "v1.0.0" {
+		t.Errorf("the pod's checkout: git describe HEAD~1 = %q, want v1.0.0", got)
+	}
+}
