@@ -33,7 +33,8 @@ func (w *workspaces) take(repo, workflowPath string) string {
 	if w.used == nil {
 		w.used = map[string]bool{}
 	}
-	base := filepath.Join(w.root, filepath.FromSlash(pathSafe(repo, true)), pathSafe(workflowName(workflowPath), false))
+	owner, name, _ := strings.Cut(repo, "/")
+	base := filepath.Join(w.root, pathSafe(owner), pathSafe(name), pathSafe(workflowName(workflowPath)))
 	for slot := 0; ; slot++ {
 		p := filepath.Join(base, strconv.Itoa(slot))
 		if !w.used[p] {
@@ -75,29 +76,24 @@ func workflowName(p string) string {
 	return b
 }
 
-// pathSafe maps s to one plain path element (or, with slash, elements
-// separated by "/"): letters, digits, '.', '_' and '-' are kept, any other
-// byte becomes '_', and an element of only dots gets a leading '_'. The
-// server's names already follow these rules; this keeps a path that is
-// not theirs from leaving the workspaces directory.
-func pathSafe(s string, slash bool) string {
+// pathSafe maps s to one plain path element: letters, digits, '.', '_'
+// and '-' are kept, any other byte becomes '_', and an element of only
+// dots (or none) gets a leading '_'. The server's names already follow
+// these rules; this keeps a name that is not theirs from leaving the
+// workspaces directory.
+func pathSafe(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
 			b.WriteByte(c)
-		case c == '/' && slash:
-			b.WriteByte('/')
 		default:
 			b.WriteByte('_')
 		}
 	}
-	parts := strings.Split(b.String(), "/")
-	for i, p := range parts {
-		if strings.Trim(p, ".") == "" {
-			parts[i] = "_" + p
-		}
+	if strings.Trim(b.String(), ".") == "" {
+		return "_" + b.String()
 	}
-	return strings.Join(parts, "/")
+	return b.String()
 }
