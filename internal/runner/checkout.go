@@ -133,7 +133,10 @@ func writeWorkspaceRefs(ctx context.Context, mirror, dest string, f Fetch) error
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(cfg, "[branch %q]\n\tremote = origin\n\tmerge = %s\n", branch, f.Ref)
+		// A subsection name in git's config: quoted, with " and \ escaped
+		// (Go's %q would escape non-ASCII bytes, which git reads literally).
+		q := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+		_, err = fmt.Fprintf(cfg, "[branch \"%s\"]\n\tremote = origin\n\tmerge = \"%s\"\n", q.Replace(branch), q.Replace(f.Ref))
 		if cerr := cfg.Close(); err == nil {
 			err = cerr
 		}

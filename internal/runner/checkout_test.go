@@ -83,6 +83,12 @@ func TestCheckout_BranchRunIsOnItsBranchWithOriginBranches(t *testing.T) {
 	if got := servertest.Git(t, ws, "fsck", "--connectivity-only"); strings.Contains(got, "missing") {
 		t.Errorf("fsck: %s", got)
 	}
+	// A branch name with non-ASCII letters and a quote tracks its origin too.
+	servertest.Git(t, src, "branch", `café"x`, sha["four"])
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: "file://" + src, SHA: sha["four"], Ref: `refs/heads/café"x`, Checkout: workflow.DefaultCheckout})
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "@{upstream}"); got != `origin/café"x` {
+		t.Errorf("upstream of café\"x = %q", got)
+	}
 	// A branch deleted on the server goes from origin/*.
 	servertest.Git(t, src, "branch", "-D", "feature")
 	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: "file://" + src, SHA: sha["three"], Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout})
