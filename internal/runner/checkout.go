@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,14 +26,57 @@ import (
 //     repository, as `git clone --depth N` makes), the tags among them and
 //     origin/B.
 //
-// The mirror keeps the server's branches and tags as its own refs/heads/*
-// and refs/tags/*, brought up to date (pruned) by one `git fetch` per run.
+// The refs come from the server's advertisement (one GET of info/refs);
+// the objects they name that the mirror lacks come in one more request
+// (fetchPackWants). A repository that is not on an HTTP server (a path, as
+// in tests) gets them by `git fetch` into the mirror's refs/heads/* and
+// refs/tags/* instead (syncRefs).
+
+// serverRefs returns the server's branches and tags for f, with their
+// objects in the mirror, and whether it fetched any. A failure is a line
+// in log, not a failed checkout (the commit is there; names may be
+// missing): the result is then what the mirror knows.
+func serverRefs(ctx context.Context, mirror string, f Fetch, log io.Writer) ([]ref, bool) {
+	if strings.HasPrefix(f.URL, "http://") || strings.HasPrefix(f.URL, "https://") {
+		refs, err := advertisedRefs(ctx, f.URL, f.Token)
+		if err == nil {
+			var wants []string
+			for _, r := range refs {
+				if wanted(f, r) && !hasObject(mirror, r.oid) && !slices.Contains(wants, r.oid) {
+					wants = append(wants, r.oid)
+				}
+			}
+			if len(wants) == 0 {
+				return refs, false
+			}
+			fmt.Fprintf(log, "fetching %d branches and tags from %s\n", len(wants), withoutCredential(f.URL))
+			if err = fetchPackWants(ctx, mirror, f.URL, wants, f.Token); err == nil {
+				return refs, true
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		fmt.Fprintf(log, "getting the branches and tags in one request failed (%v); trying git fetch\n", err)
+	}
+	syncRefs(ctx, mirror, f, log)
+	refs, err := mirrorRefs(ctx, mirror)
+	if err != nil {
+		fmt.Fprintf(log, "warning: could not list the branches and tags: %v\n", err)
+	}
+	return refs, true
+}
+
+// wanted says whether the checkout of f takes r's objects: every branch
+// and, as checkout.tags says, every tag or only f.Ref's.
+func wanted(f Fetch, r ref) bool {
+	return strings.HasPrefix(r.name, "refs/heads/") || f.Checkout.Tags || r.name == f.Ref
+}
 
 // syncRefs brings the mirror's branches and tags (or only f.Ref's tag,
-// without checkout.tags) up to date with the server, and reports whether
-// it tried (anything may have arrived). A failure is a line in log, not a
-// failed checkout: the commit is there; only names may be stale.
-func syncRefs(ctx context.Context, mirror string, f Fetch, log io.Writer) bool {
+// without checkout.tags) up to date with the server by `git fetch`. A
+// failure is a line in log.
+func syncRefs(ctx context.Context, mirror string, f Fetch, log io.Writer) {
 	specs := []string{"+refs/heads/*:refs/heads/*"}
 	switch {
 	case f.Checkout.Tags:
@@ -48,7 +92,38 @@ func syncRefs(ctx context.Context, mirror string, f Fetch, log io.Writer) bool {
 		_, _ = log.Write(out.Bytes())
 		fmt.Fprintf(log, "warning: could not update the branches and tags: %v; the checkout's origin/* and tags may be stale or missing\n", err)
 	}
-	return true
+}
+
+// mirrorTags makes the mirror's refs/tags/* the tags of refs (the
+// server's), so that a shallow fetch from the mirror follows them.
+func mirrorTags(ctx context.Context, mirror string, refs []ref) error {
+	have, err := mirrorRefs(ctx, mirror)
+	if err != nil {
+		return err
+	}
+	var cmds bytes.Buffer
+	keep := map[string]bool{}
+	for _, r := range refs {
+		if strings.HasPrefix(r.name, "refs/tags/") {
+			keep[r.name] = true
+			fmt.Fprintf(&cmds, "update %s %s\n", r.name, r.oid)
+		}
+	}
+	for _, r := range have {
+		if strings.HasPrefix(r.name, "refs/tags/") && !keep[r.name] {
+			fmt.Fprintf(&cmds, "delete %s\n", r.name)
+		}
+	}
+	if cmds.Len() == 0 {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "git", "-C", mirror, "update-ref", "--stdin")
+	cmd.Env = gitEnv(nil)
+	cmd.Stdin = &cmds
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git update-ref: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // shallowFetch gives the workspace dest (a .git without objects) the
@@ -99,17 +174,13 @@ func mirrorRefs(ctx context.Context, mirror string) ([]ref, error) {
 }
 
 // writeWorkspaceRefs gives the workspace dest its HEAD, branch, origin/*
-// and tags (see above) as a packed-refs file, and the branch's upstream in
-// its config.
-func writeWorkspaceRefs(ctx context.Context, mirror, dest string, f Fetch) error {
+// and tags (see above; all, the server's branches and tags) as a
+// packed-refs file, and the branch's upstream in its config.
+func writeWorkspaceRefs(dest string, f Fetch, all []ref) error {
 	branch, onBranch := strings.CutPrefix(f.Ref, "refs/heads/")
 	shallow := f.Checkout.Depth > 0
 	var refs []ref
 	if f.Ref != "" {
-		all, err := mirrorRefs(ctx, mirror)
-		if err != nil {
-			return fmt.Errorf("list the mirror's branches and tags: %w", err)
-		}
 		for _, r := range all {
 			switch {
 			case strings.HasPrefix(r.name, "refs/heads/"):

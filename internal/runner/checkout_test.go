@@ -3,11 +3,15 @@ package runner
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/workflow"
 )
@@ -174,5 +178,91 @@ func TestCheckout_SubmodulesWithRelativeURLsAreCheckedOut(t *testing.T) {
 	}
 	if got := servertest.Git(t, ws, "status", "--porcelain"); got != "" {
 		t.Errorf("git status: %q, want clean", got)
+	}
+}
+
+// httpRepo pushes a repository with 200 files and 20 tagged commits
+// (v0.0 ... v0.19, lightweight, v0.19 on HEAD) to a real server and
+// claims its run: it returns the repository's URL, HEAD and the run token.
+func httpRepo(t testing.TB) (url, sha, token string) {
+	srv := servertest.Start(t, servertest.Options{})
+	owner := srv.CreateAccount(t, "alice")
+	srv.CreateRepo(t, owner, "app")
+	files := map[string]string{".knotless/workflows/ci.yml": "on:\n  push: {}\nsteps:\n  - run: echo hello\n"}
+	for i := range 200 {
+		files[fmt.Sprintf("src/f%03d.go", i)] = strings.Repeat("package src\n", 50)
+	}
+	src := servertest.WorkTree(t, files)
+	for i := range 20 {
+		servertest.Commit(t, src, map[string]string{"v.txt": strconv.Itoa(i)}, "c"+strconv.Itoa(i))
+		servertest.Git(t, src, "tag", "v0."+strconv.Itoa(i))
+	}
+	servertest.Git(t, src, "branch", "other", "HEAD~3")
+	sha = servertest.Git(t, src, "rev-parse", "HEAD")
+	srv.PushDir(t, src, "alice/app", owner, "HEAD:refs/heads/main", "other:refs/heads/other", "refs/tags/*:refs/tags/*")
+	r := srv.RegisterRunner(t, "alice/app", "r1", nil, true)
+	var out api.ClaimOutput
+	if err := r.Client.Procedure(context.Background(), api.MethodClaim, api.ClaimInput{}, &out); err != nil || out.Run == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return srv.URL + "/alice/app.git", sha, out.Run.RunToken
+}
+
+func TestCheckout_OverHTTPBranchesTagsAndDepthComeFromTheServersRefs(t *testing.T) {
+	url, sha, token := httpRepo(t)
+	m := &Mirrors{Root: t.TempDir()}
+	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token, Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout})
+	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v0.19" {
+		t.Errorf("git describe --tags = %q, want v0.19", got)
+	}
+	if got := servertest.Git(t, ws, "rev-list", "--count", "origin/other..HEAD"); got != "3" {
+		t.Errorf("origin/other..HEAD has %s commits, want 3", got)
+	}
+	if got := servertest.Git(t, ws, "rev-parse", "--abbrev-ref", "HEAD"); got != "main" {
+		t.Errorf("HEAD on %q, want main", got)
+	}
+	if got := servertest.Git(t, ws, "fsck", "--connectivity-only", "--no-dangling"); got != "" {
+		t.Errorf("fsck: %s", got)
+	}
+	// Shallow: one commit and its tag.
+	ws = checkoutOf(t, m, Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token, Ref: "refs/heads/main", Checkout: workflow.Checkout{Depth: 1, Tags: true}})
+	if got := servertest.Git(t, ws, "rev-list", "--count", "HEAD"); got != "1" {
+		t.Errorf("depth 1: %s commits", got)
+	}
+	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v0.19" {
+		t.Errorf("depth 1: git describe --tags = %q, want v0.19", got)
+	}
+	if got := servertest.Git(t, ws, "tag"); got != "v0.19" {
+		t.Errorf("depth 1: git tag = %q, want only the tag within the history", got)
+	}
+}
+
+// BenchmarkMirrors_CheckoutOverHTTP measures a run's checkout of a commit
+// the mirror has already, against a real server: detached with no ref (as
+// before checkouts held branches and tags) and as runs now check out (the
+// branch, origin/*, every tag: one more `git fetch` of the refs).
+func BenchmarkMirrors_CheckoutOverHTTP(b *testing.B) {
+	url, sha, token := httpRepo(b)
+	for _, bc := range []struct {
+		name string
+		f    Fetch
+	}{
+		{"Detached", Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token}},
+		{"BranchAndTags", Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token, Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout}},
+		{"Depth1", Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token, Ref: "refs/heads/main", Checkout: workflow.Checkout{Depth: 1, Tags: true}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := &Mirrors{Root: filepath.Join(b.TempDir(), "mirrors")}
+			root := b.TempDir()
+			if err := m.Checkout(context.Background(), bc.f, filepath.Join(root, "warm"), io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if err := m.Checkout(context.Background(), bc.f, filepath.Join(root, strconv.Itoa(i)), io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -163,19 +163,31 @@ func (m *Mirrors) checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 	} else {
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
-	if f.Ref != "" && syncRefs(ctx, mirror, f, log) {
-		fetched = true
+	var refs []ref
+	if f.Ref != "" {
+		var more bool
+		refs, more = serverRefs(ctx, mirror, f, log)
+		fetched = fetched || more
 	}
 	fmt.Fprintf(log, "checking out %s\n", f.SHA)
 	err := <-gitDir
 	if err == nil && fetched && !shallow {
 		err = linkTree(filepath.Join(mirror, "objects"), filepath.Join(dest, ".git", "objects"))
 	}
+	if err == nil && shallow && refs != nil {
+		var tags []ref
+		for _, r := range refs {
+			if wanted(f, r) {
+				tags = append(tags, r)
+			}
+		}
+		err = mirrorTags(ctx, mirror, tags)
+	}
 	if err == nil && shallow {
 		err = shallowFetch(ctx, mirror, dest, f, log)
 	}
 	if err == nil {
-		err = writeWorkspaceRefs(ctx, mirror, dest, f)
+		err = writeWorkspaceRefs(dest, f, refs)
 	}
 	if err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
