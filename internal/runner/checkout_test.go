@@ -183,8 +183,9 @@ func TestCheckout_SubmodulesWithRelativeURLsAreCheckedOut(t *testing.T) {
 
 // httpRepo pushes a repository with 200 files and 20 tagged commits
 // (v0.0 ... v0.19, lightweight, v0.19 on HEAD) to a real server and
-// claims its run: it returns the repository's URL, HEAD and the run token.
-func httpRepo(t testing.TB) (url, sha, token string) {
+// claims its run: it returns the repository's URL, HEAD, the run token and
+// the owner's token (which outlives the run's lease, for benchmarks).
+func httpRepo(t testing.TB) (url, sha, token, ownerToken string) {
 	srv := servertest.Start(t, servertest.Options{})
 	owner := srv.CreateAccount(t, "alice")
 	srv.CreateRepo(t, owner, "app")
@@ -205,11 +206,11 @@ func httpRepo(t testing.TB) (url, sha, token string) {
 	if err := r.Client.Procedure(context.Background(), api.MethodClaim, api.ClaimInput{}, &out); err != nil || out.Run == nil {
 		t.Fatalf("claim: %v", err)
 	}
-	return srv.URL + "/alice/app.git", sha, out.Run.RunToken
+	return srv.URL + "/alice/app.git", sha, out.Run.RunToken, owner
 }
 
 func TestCheckout_OverHTTPBranchesTagsAndDepthComeFromTheServersRefs(t *testing.T) {
-	url, sha, token := httpRepo(t)
+	url, sha, token, _ := httpRepo(t)
 	m := &Mirrors{Root: t.TempDir()}
 	ws := checkoutOf(t, m, Fetch{Repo: "alice/app", URL: url, SHA: sha, Token: token, Ref: "refs/heads/main", Checkout: workflow.DefaultCheckout})
 	if got := servertest.Git(t, ws, "describe", "--tags"); got != "v0.19" {
@@ -242,7 +243,7 @@ func TestCheckout_OverHTTPBranchesTagsAndDepthComeFromTheServersRefs(t *testing.
 // before checkouts held branches and tags) and as runs now check out (the
 // branch, origin/*, every tag: one more `git fetch` of the refs).
 func BenchmarkMirrors_CheckoutOverHTTP(b *testing.B) {
-	url, sha, token := httpRepo(b)
+	url, sha, _, token := httpRepo(b)
 	for _, bc := range []struct {
 		name string
 		f    Fetch
