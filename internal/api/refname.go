@@ -24,8 +24,8 @@ func RefName(ref string) (name, typ string) {
 	return ref, ""
 }
 
-// RunPath is the path of a run's page on the server, relative to the
-// server's URL: /OWNER/NAME/runs/ID (KNOTLESS_RUN_URL).
-func RunPath(repo string, run int64) string {
-	return "/" + repo + "/runs/" + strconv.FormatInt(run, 10)
+// RunPath is the path of a run's page in the server's web view, relative
+// to the server's URL: /-/runs/ID (KNOTLESS_RUN_URL).
+func RunPath(run int64) string {
+	return "/-/runs/" + strconv.FormatInt(run, 10)
 }

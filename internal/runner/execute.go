@@ -963,7 +963,7 @@ func (j *Job) runEnv(wf *workflow.Workflow, workdir string) map[string]string {
 	set("KNOTLESS_RUNNER", j.RunnerName)
 	if j.ServerURL != "" {
 		env["KNOTLESS_SERVER_URL"] = j.ServerURL
-		env["KNOTLESS_RUN_URL"] = j.ServerURL + api.RunPath(j.Repo, j.Run)
+		env["KNOTLESS_RUN_URL"] = j.ServerURL + api.RunPath(j.Run)
 	}
 	return env
 }

@@ -98,7 +98,7 @@ func TestE2E_TagRunDescribesItsTagAndStepsGetTheTriggersVariables(t *testing.T) 
 	for k, want := range map[string]string{
 		"KNOTLESS_REF": "refs/heads/main", "KNOTLESS_REF_NAME": "main", "KNOTLESS_REF_TYPE": "branch",
 		"KNOTLESS_BRANCH": "main", "KNOTLESS_TAG": "unset", "KNOTLESS_EVENT": "push", "KNOTLESS_BEFORE_SHA": "unset",
-		"KNOTLESS_ACTOR": "admin", "KNOTLESS_SERVER_URL": w.url, "KNOTLESS_RUN_URL": fmt.Sprintf("%s/admin/app/runs/%d", w.url, run.ID),
+		"KNOTLESS_ACTOR": "admin", "KNOTLESS_SERVER_URL": w.url, "KNOTLESS_RUN_URL": fmt.Sprintf("%s/-/runs/%d", w.url, run.ID),
 		"KNOTLESS_RUNNER": "r1", "HEAD": "main", "AHEAD": "", "ORIGIN": w.url + "/admin/app.git", "CREDENTIALS": "0",
 		"TMPDIR_WRITABLE": "yes", "DESCRIBE": "fatal: No names found, cannot describe anything.",
 	} {
