@@ -199,7 +199,13 @@ func (w *world) assertCleanedUp(run int64) {
 		return os.IsNotExist(err)
 	})
 	if _, err := os.Stat(filepath.Join(w.work, "runs", id)); !os.IsNotExist(err) {
-		w.t.Fatalf("workspace of run %s left behind (%v)", id, err)
+		w.t.Fatalf("run directory of run %s left behind (%v)", id, err)
+	}
+	slots, _ := filepath.Glob(filepath.Join(w.work, "workspaces", "*", "*", "*", "*"))
+	for _, s := range slots {
+		if fi, err := os.Stat(s); err == nil && fi.IsDir() {
+			w.t.Fatalf("workspace %s left behind after run %s", s, id)
+		}
 	}
 }
 
@@ -391,7 +397,7 @@ steps:
 `})
 	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "first\n" })
 	w.srv.Stop()
-	if err := os.WriteFile(filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "go-on"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.work, "workspaces", "alice", "app", "ci", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The run ends while the server is down: its result waits in the spool.
