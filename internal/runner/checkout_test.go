@@ -267,3 +267,36 @@ func BenchmarkMirrors_CheckoutOverHTTP(b *testing.B) {
 		})
 	}
 }
+
+func TestSubmoduleFetch_ResolvesURLsAndSendsTheTokenOnlyToTheSameServer(t *testing.T) {
+	m := &Mirrors{Root: "/m"}
+	f := Fetch{Repo: "alice/app", URL: "https://ci.example.com/knotless/alice/app.git", Token: "knr_x",
+		Checkout: workflow.Checkout{Submodules: workflow.SubmodulesRecursive}}
+	for _, tc := range []struct{ url, wantURL, wantRepo, wantToken string }{
+		{"../lib.git", "https://ci.example.com/knotless/alice/lib.git", "alice/lib", "knr_x"},
+		{"../../bob/lib.git", "https://ci.example.com/knotless/bob/lib.git", "bob/lib", "knr_x"}, // the server says no
+		{"./vendor/x.git", "https://ci.example.com/knotless/alice/app.git/vendor/x.git", "", ""},
+		{"https://ci.example.com/knotless/alice/tools.git", "https://ci.example.com/knotless/alice/tools.git", "alice/tools", "knr_x"},
+		{"https://github.com/org/lib.git", "https://github.com/org/lib.git", "", ""},
+		{"https://ci.example.com.evil.net/knotless/alice/lib.git", "https://ci.example.com.evil.net/knotless/alice/lib.git", "", ""},
+		{"https://user:pw@ci.example.com/knotless/alice/lib.git", "https://ci.example.com/knotless/alice/lib.git", "alice/lib", "knr_x"},
+	} {
+		got, err := m.submoduleFetch(f, submodule{name: "s", path: "s", url: tc.url, sha: strings.Repeat("a", 40)})
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if withoutCredential(got.URL) != tc.wantURL || got.Token != tc.wantToken || (tc.wantRepo != "" && got.Repo != tc.wantRepo) {
+			t.Errorf("%s: URL %s repo %s token %q; want %s %s %q", tc.url, got.URL, got.Repo, got.Token, tc.wantURL, tc.wantRepo, tc.wantToken)
+		}
+		if tc.wantToken == "" && (got.mirror == "" || !strings.HasPrefix(got.mirror, "/m/.external/")) {
+			t.Errorf("%s: mirror %q, want one under /m/.external", tc.url, got.mirror)
+		}
+		if got.Checkout.Submodules != workflow.SubmodulesRecursive {
+			t.Errorf("%s: nested submodules setting lost", tc.url)
+		}
+	}
+	if _, err := m.submoduleFetch(f, submodule{url: "--upload-pack=touch /tmp/x"}); err == nil {
+		t.Errorf("a URL that is an option was taken")
+	}
+}

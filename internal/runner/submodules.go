@@ -92,7 +92,8 @@ func (m *Mirrors) submoduleFetch(f Fetch, s submodule) (Fetch, error) {
 	if rest, same := strings.CutPrefix(withoutCredential(raw), server+"/"); ok && same {
 		repo := strings.TrimSuffix(strings.TrimSuffix(rest, "/"), ".git")
 		if err := api.CheckRepo(repo); err == nil {
-			sub.Repo, sub.Token = repo, f.Token
+			// The run's token, never a user name or password of .gitmodules.
+			sub.Repo, sub.Token, sub.URL = repo, f.Token, withoutCredential(raw)
 			return sub, nil
 		}
 	}
