@@ -46,8 +46,9 @@ type Fetch struct {
 	Token string // run token, sent as the basic-auth password; never in argv; "" sends none
 	// Ref is the run's full ref. For a branch (refs/heads/B) HEAD is on
 	// branch B at SHA, tracking origin/B; otherwise HEAD is detached. When
-	// set, the mirror's branches and tags are brought up to date first, and
-	// the checkout gets origin/* for every branch of the server.
+	// set, the server's branches and tags are read (and their objects the
+	// mirror lacks fetched), and the checkout gets origin/* for every
+	// branch of the server.
 	Ref string
 	// Checkout is the workflow's checkout: section (depth, tags,
 	// submodules); the zero value is a detached checkout with no tags.
