@@ -67,6 +67,7 @@ func serve(args []string) int {
 	fs.StringVar(&socket, "socket", "", "Unix socket to listen on, mode 0600 (required)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "the steps' working directory (the checkout)")
 	fs.StringVar(&cfg.Home, "home", "", "HOME for steps that set none")
+	fs.StringVar(&cfg.Tmp, "tmp", "", "TMPDIR for steps that set none: the run's temporary directory (unset when empty)")
 	fs.StringVar(&cfg.PATH, "path", "/usr/local/bin:/usr/bin:/bin", "PATH for steps that set none")
 	fs.StringVar(&cfg.Run, "run", "", "the run environment's ID, reported to clients")
 	fs.StringVar(&deadline, "deadline", "", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")

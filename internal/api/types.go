@@ -179,12 +179,17 @@ type Pipeline struct {
 
 // Run is one workflow executing once for one pipeline.
 type Run struct {
-	ID           int64      `json:"id"`
-	Pipeline     int64      `json:"pipeline"`
-	Repo         string     `json:"repo"`
-	Ref          string     `json:"ref"`
-	SHA          string     `json:"sha"`
-	Event        string     `json:"event"`
+	ID       int64  `json:"id"`
+	Pipeline int64  `json:"pipeline"`
+	Repo     string `json:"repo"`
+	Ref      string `json:"ref"`
+	SHA      string `json:"sha"`
+	Event    string `json:"event"`
+	// BeforeSHA is the commit the ref pointed at before the push that made
+	// the run; "" for a new branch or tag and for manual triggers.
+	BeforeSHA string `json:"beforeSha,omitempty"`
+	// Actor is the handle of the account that pushed or triggered.
+	Actor        string     `json:"actor,omitempty"`
 	Workflow     string     `json:"workflow"`     // the workflow's name
 	WorkflowPath string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
 	State        string     `json:"state"`

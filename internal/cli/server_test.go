@@ -470,7 +470,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 		t.Errorf("run show --json: %+v", shown)
 	}
 	r = mustRun(t, e, ExitOK, nil, "run", "show", fmt.Sprint(run.ID))
-	for _, want := range []string{"failed (exit-code)", "build", "test", "build-1", "admin/app"} {
+	for _, want := range []string{"failed (exit-code)", "build", "test", "build-1", "admin/app", "(push by admin)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("run show lacks %q:\n%s", want, r.stdout)
 		}

@@ -25,7 +25,7 @@ func newRun(g *globals) *cobra.Command {
 		Short: "Claim runs from the server and execute them",
 		Long: `run long-polls the server for runs this runner qualifies for and executes up to
 --capacity of them at once: it fetches the commit into a bare mirror under DIR
-(only what is missing), checks it out into a fresh workspace, executes the steps
+(only what is missing), checks it out into a clean workspace, executes the steps
 with the executor, and ships masked logs, step states and the result. Logs and
 results are spooled under DIR first, so nothing is lost while the server is
 unreachable; a later start delivers what an earlier process left.
@@ -51,14 +51,21 @@ state file supersedes the old one, which stops at once (exit 1).
 
 Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
-  DIR/runs/<run>/workspace     checkout of a run (removed after it)
+  DIR/workspaces/OWNER/NAME/WORKFLOW/SLOT
+                               checkout of a run: the same path for every run
+                               of a repository's workflow (SLOT 0; 1, 2, ...
+                               for runs of it at once), emptied before and
+                               after each run
+  DIR/runs/<run>/              a run's outputs while they are packed
   DIR/spool/<run>/             logs and results not yet delivered
   DIR/shell/run-<run>/         the shell executor's files of a run: its step
                                agent's socket, log and state, and the steps'
-                               HOME (removed after it)
+                               HOME and TMPDIR (removed after it)
 
-Every run gets a fresh HOME, made by the executor, so tool caches start
-cold; --env points tools at a cache the runs share, e.g. GOCACHE.
+Every run gets a fresh HOME and TMPDIR, made by the executor, so tool caches
+in HOME start cold; --env points tools at a cache the runs share, e.g.
+GOCACHE (or XDG_CACHE_HOME); with the stable checkout path, Go's build and
+test cache then hit across runs.
 
 If the server no longer knows the runner (it was removed), run logs what
 to do, cancels its running runs and exits 1.`,

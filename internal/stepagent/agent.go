@@ -30,6 +30,9 @@ type Config struct {
 	// Home is HOME for steps that set none; PATH likewise.
 	Home string
 	PATH string
+	// Tmp is TMPDIR for steps that set none: the run's temporary
+	// directory, removed with the environment; "" leaves TMPDIR unset.
+	Tmp string
 	// Run is the environment's ID, reported in the hello.
 	Run string
 	// Deadline, when set, stops a running step (reason timeout) and refuses

@@ -371,7 +371,7 @@ func joinNote(a, b string) string {
 }
 
 // stepEnv builds the step's environment (sorted) from the Start's, adding
-// PATH and HOME when absent; it returns the PATH for finding the shell.
+// PATH, HOME and TMPDIR when absent; it returns the PATH for finding the shell.
 // Errors name the variable, never its value.
 func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	names := make([]string, 0, len(in)+2)
@@ -397,6 +397,9 @@ func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	}
 	if _, ok := in["HOME"]; !ok && a.cfg.Home != "" {
 		env = append(env, "HOME="+a.cfg.Home)
+	}
+	if _, ok := in["TMPDIR"]; !ok && a.cfg.Tmp != "" {
+		env = append(env, "TMPDIR="+a.cfg.Tmp)
 	}
 	return env, path, nil
 }

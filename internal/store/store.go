@@ -71,12 +71,16 @@ func (r Repo) FullName() string { return r.Owner + "/" + r.Name }
 
 // Pipeline is the set of runs made by one trigger.
 type Pipeline struct {
-	ID        int64
-	RepoID    int64
-	Repo      string // OWNER/NAME
-	Ref       string // full ref, e.g. refs/heads/main
-	SHA       string // commit
-	Event     string // push, tag, manual
+	ID     int64
+	RepoID int64
+	Repo   string // OWNER/NAME
+	Ref    string // full ref, e.g. refs/heads/main
+	SHA    string // commit
+	Event  string // push, tag, manual
+	// BeforeSHA is the commit the ref pointed at before the push; "" for a
+	// new ref or a manual trigger.
+	BeforeSHA string
+	Actor     string // handle of the account that pushed or triggered
 	CreatedAt time.Time
 }
 
@@ -91,6 +95,8 @@ type Run struct {
 	Ref          string
 	SHA          string
 	Event        string
+	BeforeSHA    string   // the pipeline's
+	Actor        string   // the pipeline's
 	Workflow     string   // the workflow's name
 	WorkflowPath string   // relative to the repository root
 	Secrets      []string // workflow-level `secrets:` names
@@ -142,6 +148,8 @@ type NewPipeline struct {
 	Ref       string
 	SHA       string
 	Event     string
+	BeforeSHA string // see Pipeline
+	Actor     string
 	CreatedAt time.Time
 	Runs      []NewRun
 }

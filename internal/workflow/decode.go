@@ -12,7 +12,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "caches", "outputs", "steps"}
+	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -32,10 +32,11 @@ func (d *decoder) unknownKey(e entry, where string, allowed []string) {
 
 func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	w := &Workflow{
-		Path:    d.path,
-		Name:    defaultName(d.path),
-		On:      Triggers{Push: &PushTrigger{}, Manual: true},
-		Timeout: DefaultTimeout,
+		Path:     d.path,
+		Name:     defaultName(d.path),
+		On:       Triggers{Push: &PushTrigger{}, Manual: true},
+		Timeout:  DefaultTimeout,
+		Checkout: DefaultCheckout,
 	}
 	if isNil(n) {
 		d.errorf(at, "the workflow must be a mapping with at least steps:")
@@ -77,6 +78,8 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			}
 		case "resources":
 			w.Resources = d.resources(e)
+		case "checkout":
+			w.Checkout = d.checkout(e)
 		case "caches":
 			w.Caches = d.caches(e)
 		case "outputs":

@@ -19,6 +19,7 @@ type Workflow struct {
 	Secrets   []string          // `secrets:`
 	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted
 	Resources Resources         // `resources:`
+	Checkout  Checkout          // `checkout:`; DefaultCheckout when omitted
 	Caches    []Cache           // `caches:`
 	Outputs   []string          // `outputs:`
 	Steps     []Step            // `steps:`, at least one

@@ -223,6 +223,10 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err := os.Mkdir(home, 0o700); err != nil {
 		return nil, fmt.Errorf("create HOME: %w", err)
 	}
+	// The steps' TMPDIR, removed with the session (as a pod's /tmp is).
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, fmt.Errorf("create TMPDIR: %w", err)
+	}
 	var deadline time.Time
 	if spec.Timeout > 0 {
 		deadline = time.Now().Add(spec.Timeout)
@@ -261,7 +265,7 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 	}
 	defer readyR.Close()
 	args := []string{"serve", "--dir", dir, "--socket", filepath.Join(dir, "agent.sock"),
-		"--workdir", workdir, "--home", home, "--path", e.cfg.PATH, "--run", id, "--ready-fd", "3"}
+		"--workdir", workdir, "--home", home, "--tmp", filepath.Join(dir, "tmp"), "--path", e.cfg.PATH, "--run", id, "--ready-fd", "3"}
 	if !deadline.IsZero() {
 		args = append(args, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
 	}

@@ -21,8 +21,8 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 	ids := make([]int64, 0, len(np.Runs))
 	err := d.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
-			`INSERT INTO pipelines (repo_id, ref, sha, event, created_at) VALUES (?, ?, ?, ?, ?)`,
-			np.RepoID, np.Ref, np.SHA, np.Event, now)
+			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now)
 		if err != nil {
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
@@ -78,9 +78,9 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
 	var p store.Pipeline
 	var created int64
-	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.created_at
+	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.before_sha, p.actor, p.created_at
 		FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id
-		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &created)
+		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &p.BeforeSHA, &p.Actor, &created)
 	if err != nil {
 		return p, notFound(err, fmt.Sprintf("pipeline %d", id))
 	}
@@ -89,7 +89,7 @@ func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
 }
 
 const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/' || repos.name,
-	p.ref, p.sha, p.event, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
+	p.ref, p.sha, p.event, p.before_sha, p.actor, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
 	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
 	r.claimed_at, r.started_at, r.finished_at, r.lease_expires`
 
@@ -101,7 +101,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var secrets, runners string
 	var exit, runnerID, claimed, started, finished, lease sql.NullInt64
 	var created int64
-	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event,
+	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event, &r.BeforeSHA, &r.Actor,
 		&r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
 		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease)
 	if err != nil {
