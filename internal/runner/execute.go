@@ -610,6 +610,9 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 // the step cannot run.
 func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
 	env := make(map[string]string, len(e.job.Env)+16)
+	for k, v := range localeDefaults {
+		env[k] = v
+	}
 	for k, v := range e.job.Env {
 		env[k] = v
 	}
@@ -681,6 +684,12 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		Grace:   e.job.Grace,
 	}, nil
 }
+
+// localeDefaults are the variables every step starts from, beneath the
+// runner's --env-pass and --env and the workflow's env (all of which may
+// set them): text in UTF-8 and times in UTC, whatever the runner's host
+// or the image says, as on hosted CI runners.
+var localeDefaults = map[string]string{"LANG": "C.UTF-8", "TZ": "UTC"}
 
 // lostMarkWait is how long a step's end waits for room to write the
 // marker of the log bytes it lost (the shipper gives back the space of
