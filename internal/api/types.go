@@ -249,6 +249,14 @@ type Step struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	LogSize  int64  `json:"logSize"` // bytes
+	// StartedAt and FinishedAt are when the step started running and when
+	// it ended, as its runner measured them (RFC 3339); absent while
+	// unknown (pending, skipped, or recorded by an older runner).
+	// DurationMS is FinishedAt - StartedAt in milliseconds, present when
+	// both are.
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	DurationMS *int64     `json:"durationMs,omitempty"`
 }
 
 // ListRunsOutput is the answer of MethodListRuns. Cursor, when set, reads
@@ -548,6 +556,11 @@ type UpdateStepInput struct {
 	State    string `json:"state"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// At is when the change happened on the runner (the step's start for
+	// running, its end for a final state); absent means when the server
+	// receives it. A time in the server's future counts as the server's
+	// now. Updates are journaled and may arrive late: At keeps them true.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // AppendLogOutput is the answer of MethodAppendLog: the step log's size in

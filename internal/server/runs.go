@@ -33,8 +33,13 @@ func (s *Server) runSteps(ctx context.Context, id int64) ([]api.Step, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, api.Step{Index: st.Index, Name: st.Name, State: st.State, ExitCode: st.ExitCode,
-			Reason: st.Reason, LogSize: size})
+		step := api.Step{Index: st.Index, Name: st.Name, State: st.State, ExitCode: st.ExitCode,
+			Reason: st.Reason, LogSize: size, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+		if st.StartedAt != nil && st.FinishedAt != nil {
+			d := max(st.FinishedAt.Sub(*st.StartedAt).Milliseconds(), 0)
+			step.DurationMS = &d
+		}
+		out = append(out, step)
 	}
 	return out, nil
 }

@@ -119,6 +119,15 @@ type Step struct {
 	ExitCode  *int
 	Reason    string
 	UpdatedAt time.Time
+	// StartedAt is when the step started running; FinishedAt when it
+	// ended (a final state other than skipped). Nil while unknown. An
+	// UpdateStep sets each once: the first running update sets StartedAt
+	// (from At), the first final one FinishedAt.
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// At is when the change happened, as the runner measured it (for
+	// UpdateStep; zero means UpdatedAt).
+	At time.Time
 }
 
 // NewRun is a run to create with its pipeline. State is queued, or a final

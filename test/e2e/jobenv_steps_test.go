@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +68,50 @@ steps:
 	fin := w.waitFinal(run.ID, 60*time.Second)
 	if log := w.stepLog(run.ID, 1); fin.State != api.StateSucceeded || !strings.Contains(log, "lang=C.UTF-8 tz=UTC") {
 		t.Fatalf("run %s; log:\n%s", describe(fin), log)
+	}
+}
+
+// `knotless run show --json` has each step's start, end and duration as
+// the runner measured them, the table shows them, and `run logs` footers
+// end with the duration.
+func TestE2E_StepTimingsInRunShowAndLogFooters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: nap
+    run: sleep 0.4
+  - name: quick
+    run: "true"
+`})
+	if fin := w.waitFinal(run.ID, 60*time.Second); fin.State != api.StateSucceeded {
+		t.Fatalf("run: %s", describe(fin))
+	}
+	var shown api.Run
+	if err := json.Unmarshal([]byte(w.cliOK("", "run", "show", strconv.FormatInt(run.ID, 10), "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	var prevEnd time.Time
+	for _, st := range shown.Steps {
+		if st.StartedAt == nil || st.FinishedAt == nil || st.DurationMS == nil {
+			t.Fatalf("step %d (%s) has no times: %+v", st.Index, st.Name, st)
+		}
+		if st.StartedAt.Before(prevEnd) || st.FinishedAt.Before(*st.StartedAt) {
+			t.Errorf("step %d: %s..%s overlaps the step before (ended %s)", st.Index, st.StartedAt, st.FinishedAt, prevEnd)
+		}
+		prevEnd = *st.FinishedAt
+		if st.Name == "nap" && *st.DurationMS < 400 {
+			t.Errorf("step nap took %d ms by the server's record; it sleeps 400 ms", *st.DurationMS)
+		}
+	}
+	table := w.cliOK("", "run", "show", strconv.FormatInt(run.ID, 10))
+	if !strings.Contains(table, "DURATION") || !regexp.MustCompile(`nap\s+succeeded\s+0\s+\d\d:\d\d:\d\d\.\d+\s+\d\d:\d\d:\d\d\.\d+\s+\d+(ms|s|\.\d+s)`).MatchString(table) {
+		t.Errorf("run show table lacks the step's times:\n%s", table)
+	}
+	logs := w.cliOK("", "run", "logs", strconv.FormatInt(run.ID, 10))
+	if !regexp.MustCompile(`── step 1/2: nap ──\n── succeeded, exit 0, (4\d\dms|[4-9]\d\dms|\d+(\.\d+)?s) ──\n`).MatchString(logs) {
+		t.Errorf("run logs footer lacks the duration:\n%s", logs)
 	}
 }

@@ -154,7 +154,7 @@ func (d *DB) RunSource(ctx context.Context, id int64) (string, error) {
 
 // Steps implements store.Store.
 func (d *DB) Steps(ctx context.Context, runID int64) ([]store.Step, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT idx, name, state, exit_code, reason, updated_at
+	rows, err := d.db.QueryContext(ctx, `SELECT idx, name, state, exit_code, reason, updated_at, started_at, finished_at
 		FROM steps WHERE run_id = ? ORDER BY idx`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
@@ -163,12 +163,13 @@ func (d *DB) Steps(ctx context.Context, runID int64) ([]store.Step, error) {
 	var out []store.Step
 	for rows.Next() {
 		var s store.Step
-		var exit sql.NullInt64
+		var exit, started, finished sql.NullInt64
 		var updated int64
-		if err := rows.Scan(&s.Index, &s.Name, &s.State, &exit, &s.Reason, &updated); err != nil {
+		if err := rows.Scan(&s.Index, &s.Name, &s.State, &exit, &s.Reason, &updated, &started, &finished); err != nil {
 			return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
 		}
 		s.ExitCode, s.UpdatedAt = nullInt(exit), fromMS(updated)
+		s.StartedAt, s.FinishedAt = nullTime(started), nullTime(finished)
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -317,9 +318,10 @@ func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string
 	if _, err := tx.ExecContext(ctx, `UPDATE steps SET
 			state = CASE WHEN state = ? THEN ? ELSE ? END,
 			reason = CASE WHEN state = ? THEN ? ELSE reason END,
+			finished_at = CASE WHEN state = ? THEN COALESCE(finished_at, ?) ELSE finished_at END,
 			updated_at = ?
 		WHERE run_id = ? AND state NOT IN `+stepFinal,
-		api.StepRunning, running, api.StepSkipped, api.StepRunning, reason, ms(at), id); err != nil {
+		api.StepRunning, running, api.StepSkipped, api.StepRunning, reason, api.StepRunning, ms(at), ms(at), id); err != nil {
 		return fmt.Errorf("end the steps of run %d: %w", id, err)
 	}
 	return nil
@@ -329,6 +331,17 @@ func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string
 func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.Run, error) {
 	if s.UpdatedAt.IsZero() {
 		s.UpdatedAt = time.Now()
+	}
+	at := s.At
+	if at.IsZero() {
+		at = s.UpdatedAt
+	}
+	var started, finished any
+	switch {
+	case s.State == api.StepRunning:
+		started = ms(at)
+	case stepIsFinal(s.State) && s.State != api.StepSkipped:
+		finished = ms(at)
 	}
 	var out store.Run
 	err := d.tx(ctx, func(tx *sql.Tx) error {
@@ -340,9 +353,11 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 			out = r // the run's end settled its steps; a late "running" changes nothing
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at, started_at, finished_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, idx) DO UPDATE SET
+				started_at = COALESCE(steps.started_at, excluded.started_at),
+				finished_at = COALESCE(steps.finished_at, excluded.finished_at),
 				name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE steps.name END,
 				state = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
 					THEN steps.state ELSE excluded.state END,
@@ -351,7 +366,7 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 				reason = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
 					THEN steps.reason ELSE excluded.reason END,
 				updated_at = excluded.updated_at`,
-			runID, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, ms(s.UpdatedAt)); err != nil {
+			runID, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, ms(s.UpdatedAt), started, finished); err != nil {
 			return fmt.Errorf("update step %d of run %d: %w", s.Index, runID, err)
 		}
 		if s.State == api.StepRunning && r.State == api.StateClaimed {
