@@ -261,6 +261,8 @@ type execution struct {
 	// lostWrite says what the runner could not write for want of disk
 	// space (outputs, say): the run does not end succeeded.
 	lostWrite string
+	// services are the detached steps still running (services.go).
+	services []service
 }
 
 // noSpace records a write that failed because the runner's disk is full:
@@ -433,6 +435,18 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
 		}
+		if st.Detach {
+			if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
+				// Started by an earlier runner process: it runs on.
+				e.services = append(e.services, service{idx: idx, st: st, name: name})
+				continue
+			}
+			if upd, r, fails := e.startService(ctx, sess, idx, st); fails {
+				e.report(upd)
+				res, ended = r, true
+			}
+			continue
+		}
 		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
 		if e.handedOver {
 			return Result{}
@@ -441,6 +455,15 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 		if fails && !ended {
 			res, ended = stepRes, true
 		}
+		if r, failed := e.checkServices(ctx, sess, timeout); failed && !ended {
+			res, ended = r, true
+		}
+	}
+	if e.handedOver || e.handingOver() {
+		return res
+	}
+	if r, failed := e.stopServices(ctx, sess, timeout); failed && !ended {
+		res = r
 	}
 	return res
 }

@@ -130,8 +130,10 @@ func readProcs() []procInfo {
 	return out
 }
 
-// descendants returns the live (not zombie) descendants of root.
-func descendants(root int) []int {
+// descendants returns the live (not zombie) descendants of root, leaving
+// out every process whose process group is in spare, with the processes
+// below it (a detached step's).
+func descendants(root int, spare map[int]bool) []int {
 	procs := readProcs()
 	children := map[int][]procInfo{}
 	for _, p := range procs {
@@ -143,7 +145,7 @@ func descendants(root int) []int {
 		pid := queue[0]
 		queue = queue[1:]
 		for _, c := range children[pid] {
-			if c.pid == root {
+			if c.pid == root || spare[c.pgid] {
 				continue
 			}
 			queue = append(queue, c.pid)
@@ -157,9 +159,9 @@ func descendants(root int) []int {
 
 // signalTree sends sig to every live descendant of root and reports how
 // many it signalled.
-func signalTree(root int, sig syscall.Signal) int {
+func signalTree(root int, sig syscall.Signal, spare map[int]bool) int {
 	n := 0
-	for _, pid := range descendants(root) {
+	for _, pid := range descendants(root, spare) {
 		if syscall.Kill(pid, sig) == nil {
 			n++
 		}
@@ -170,14 +172,14 @@ func signalTree(root int, sig syscall.Signal) int {
 // killTree SIGKILLs every descendant of root, again and again while new
 // ones appear (a process forking while it is killed), until none is left
 // alive or bound passes. It reports whether none is left.
-func killTree(root int, bound time.Duration) bool {
+func killTree(root int, bound time.Duration, spare map[int]bool) bool {
 	if root == os.Getpid() && noChildren() {
 		return true // the common end of a step: nothing to scan /proc for
 	}
 	deadline := time.Now().Add(bound)
 	delay := time.Millisecond
 	for {
-		if signalTree(root, syscall.SIGKILL) == 0 && len(descendants(root)) == 0 {
+		if signalTree(root, syscall.SIGKILL, spare) == 0 && len(descendants(root, spare)) == 0 {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -229,4 +231,30 @@ func ProcStartTime(pid int) (uint64, error) {
 // KillDescendants SIGKILLs every live descendant of pid (one pass) and
 // reports how many it signalled: for cleaning up after an agent that no
 // longer answers.
-func KillDescendants(pid int) int { return signalTree(pid, syscall.SIGKILL) }
+func KillDescendants(pid int) int { return signalTree(pid, syscall.SIGKILL, nil) }
+
+// killGroup SIGKILLs process group pgid (a detached step's) again and
+// again until no live process is left in it or bound passes; it reports
+// whether none is left.
+func killGroup(pgid int, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	delay := time.Millisecond
+	for {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		live := false
+		for _, p := range readProcs() {
+			if p.pgid == pgid && !p.dead() {
+				live = true
+				break
+			}
+		}
+		if !live {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}

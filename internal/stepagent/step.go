@@ -31,11 +31,13 @@ var validStepID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // set, and done closed, once every process of it is gone and the output is
 // final.
 type step struct {
-	id      string
-	dir     string
-	started time.Time
-	grace   time.Duration
-	out     *os.File // for reading (ReadAt), shared by followers
+	id       string
+	detached bool // Start.Detach: runs beside later steps
+	pgid     int  // its process group (the shell's PID)
+	dir      string
+	started  time.Time
+	grace    time.Duration
+	out      *os.File // for reading (ReadAt), shared by followers
 
 	size atomic.Int64 // output bytes written so far
 
@@ -76,7 +78,7 @@ func (s *step) wrote(n int) {
 }
 
 func (s *step) info() agent.StepInfo {
-	in := agent.StepInfo{ID: s.id, Size: s.size.Load(), Running: !s.isDone()}
+	in := agent.StepInfo{ID: s.id, Size: s.size.Load(), Running: !s.isDone(), Detached: s.detached}
 	if !in.Running {
 		ex := s.exit
 		in.Exit = &ex
@@ -194,7 +196,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		}
 	}
 	s := &step{
-		id: req.ID, dir: sdir, started: start, out: rf,
+		id: req.ID, dir: sdir, started: start, out: rf, detached: req.Detach, pgid: pid,
 		grace: time.Duration(req.GraceMS) * time.Millisecond,
 		grown: make(chan struct{}), stopCh: make(chan agent.Stop, 4), done: make(chan struct{}),
 	}
@@ -257,12 +259,17 @@ func (a *Agent) supervise(s *step, pid int, cgDir string, waitCh <-chan syscall.
 		deadlineC = t.C
 	}
 	reason := ""
+	// A detached step's processes are its process group and cgroup; any
+	// other step's are every process of the agent's tree but the detached
+	// steps'.
 	signalAll := func(sig syscall.Signal) {
 		_ = syscall.Kill(-pid, sig)
 		if cgDir != "" {
 			signalCgroup(cgDir, sig)
 		}
-		signalTree(a.pid, sig)
+		if !s.detached {
+			signalTree(a.pid, sig, a.spared())
+		}
 	}
 	stop := func(why string, grace time.Duration) {
 		if reason == "" {
@@ -311,7 +318,11 @@ wait:
 	if cgDir != "" {
 		gone = killCgroup(cgDir, killBound)
 	}
-	if !killTree(a.pid, killBound) {
+	if s.detached {
+		if !killGroup(pid, killBound) {
+			gone = false
+		}
+	} else if !killTree(a.pid, killBound, a.spared()) {
 		gone = false
 	}
 	if !gone {
@@ -360,7 +371,7 @@ wait:
 		a.running = nil
 	}
 	a.mu.Unlock()
-	a.log.Info("step ended", "step", s.id, "exit_code", ex.ExitCode, "reason", ex.Reason, "output_bytes", ex.Size, "duration", time.Duration(ex.DurationMS)*time.Millisecond)
+	a.log.Info("step ended", "detached", s.detached, "step", s.id, "exit_code", ex.ExitCode, "reason", ex.Reason, "output_bytes", ex.Size, "duration", time.Duration(ex.DurationMS)*time.Millisecond)
 }
 
 func joinNote(a, b string) string {

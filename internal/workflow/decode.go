@@ -18,7 +18,7 @@ var (
 	pullKeys     = []string{"branches"}
 	resourceKeys = []string{"cpus", "memory", "disk"}
 	cacheKeys    = []string{"key", "restore-keys", "paths"}
-	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error"}
+	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach"}
 )
 
 func (d *decoder) unknownKey(e entry, where string, allowed []string) {

@@ -74,6 +74,8 @@ var errorCases = []struct {
 	{"TimeoutBad", "timeout: 1d\nsteps: [{run: x}]\n", []string{`1:10: timeout: invalid duration "1d"`}},
 	{"TimeoutZero", "timeout: 0s\nsteps: [{run: x}]\n", []string{`1:10: timeout: duration "0s" must be greater than zero`}},
 	{"StepTimeoutNegative", "steps:\n  - run: x\n    timeout: -5m\n", []string{`3:14: step 1 timeout: duration "-5m" must be greater than zero`}},
+	{"DetachString", "steps:\n  - run: x\n    detach: \"yes\"\n  - run: y\n", []string{"3:13: step 1 detach must be true or false; got a string"}},
+	{"DetachOnLastStep", "steps:\n  - run: make\n  - run: ./db\n    detach: true\n", []string{"3:5: step 2 is detached but no step comes after it"}},
 	{"ContinueOnErrorString", "steps:\n  - run: x\n    continue-on-error: \"yes\"\n", []string{"3:24: step 1 continue-on-error must be true or false; got a string"}},
 	{"MemoryBad", "resources:\n  memory: 4GB\nsteps: [{run: x}]\n", []string{`2:11: resources.memory: unknown size suffix "GB"`}},
 	{"DiskFractionalBytes", "resources:\n  disk: 1.5\nsteps: [{run: x}]\n", []string{`2:9: resources.disk: size "1.5" is not a whole number of bytes`}},

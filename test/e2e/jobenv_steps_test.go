@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -113,5 +114,115 @@ steps:
 	logs := w.cliOK("", "run", "logs", strconv.FormatInt(run.ID, 10))
 	if !regexp.MustCompile(`── step 1/2: nap ──\n── succeeded, exit 0, (4\d\dms|[4-9]\d\dms|\d+(\.\d+)?s) ──\n`).MatchString(logs) {
 		t.Errorf("run logs footer lacks the duration:\n%s", logs)
+	}
+}
+
+// serviceWorkflow serves www/ over HTTP on port from a detached step and
+// fetches it from the two steps after it (the first step's end must not
+// kill the service).
+func serviceWorkflow(port int) string {
+	return fmt.Sprintf(`on:
+  push: {}
+steps:
+  - name: content
+    run: mkdir -p www && echo hello-from-the-service > www/index.html
+  - name: web
+    detach: true
+    run: |
+      echo "service starting on %[1]d"
+      exec busybox httpd -f -v -p 127.0.0.1:%[1]d -h www
+  - name: fetch
+    run: |
+      i=0
+      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html; do
+        i=$((i+1)); [ $i -lt 100 ] || exit 7; sleep 0.1
+      done
+  - name: again
+    run: busybox wget -q -O - http://127.0.0.1:%[1]d/index.html
+`, port)
+}
+
+// checkServiceRun checks a finished run of serviceWorkflow: the detached
+// step's own log (its output and how it ended), the later steps' answers.
+func checkServiceRun(t *testing.T, w *world, id int64, runnerOut func() string) {
+	t.Helper()
+	fin := w.waitFinal(id, 3*time.Minute)
+	if fin.State != api.StateSucceeded {
+		t.Fatalf("run %s; runner:\n%s\nsetup:\n%s\nweb:\n%s\nfetch:\n%s", describe(fin), runnerOut(), w.stepLog(id, 0), w.stepLog(id, 2), w.stepLog(id, 3))
+	}
+	for _, step := range []int{3, 4} {
+		if got := w.stepLog(id, step); got != "hello-from-the-service\n" {
+			t.Errorf("step %d log %q, want the service's answer", step, got)
+		}
+	}
+	web := w.stepLog(id, 2)
+	for _, want := range []string{"service starting on", "[knotless: detached step stopped at the run's end]"} {
+		if !strings.Contains(web, want) {
+			t.Errorf("the detached step's log lacks %q:\n%s", want, web)
+		}
+	}
+	r := w.run(id)
+	for _, st := range r.Steps {
+		if st.Index == 2 && (st.State != api.StepSucceeded || st.StartedAt == nil || st.FinishedAt == nil) {
+			t.Errorf("detached step: %+v, want succeeded with times", st)
+		}
+	}
+	logs := w.cliOK("", "run", "logs", strconv.FormatInt(id, 10))
+	if !strings.Contains(logs, "── step 2/4: web ──\nservice starting on") {
+		t.Errorf("run logs lacks the detached step's log:\n%s", logs)
+	}
+}
+
+// A detached step (`detach: true`) keeps serving beside the next steps on
+// the shell executor, has its own log, and is stopped at the run's end:
+// no process of it is left.
+func TestE2E_DetachedServiceAnswersTheNextSteps(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	runner := w.startRunner(w.registerRunner("r1"))
+	port := 20000 + int(time.Now().UnixNano()%20000)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": serviceWorkflow(port)})
+	checkServiceRun(t, w, run.ID, runner.output)
+	if pids := pidsWithArg(fmt.Sprintf("127.0.0.1:%d", port)); len(pids) > 0 {
+		t.Errorf("the service's processes outlived the run: %v", pids)
+	}
+}
+
+// A detached step that exits non-zero before the run's end fails: the step
+// shows failed with its exit code, the run fails, later steps are skipped.
+func TestE2E_DetachedServiceThatExitsFailsTheRun(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: db
+    detach: true
+    run: |
+      echo "db: cannot start"
+      touch "$GATE/db-exited"
+      exit 3
+  - name: wait
+    run: while [ ! -e "$GATE/db-exited" ]; do sleep 0.05; done; sleep 0.5
+  - name: test
+    run: echo never
+`})
+	fin := w.waitFinal(run.ID, 60*time.Second)
+	if fin.State != api.StateFailed || fin.Reason != api.ReasonExitCode || !strings.Contains(fin.Message, "db") {
+		t.Fatalf("run %s, want failed/exit-code naming the detached step", describe(fin))
+	}
+	states := map[int]api.Step{}
+	for _, st := range fin.Steps {
+		states[st.Index] = st
+	}
+	if db := states[1]; db.State != api.StepFailed || db.ExitCode == nil || *db.ExitCode != 3 {
+		t.Errorf("detached step: %+v, want failed, exit 3", db)
+	}
+	if st := states[3]; st.State != api.StepSkipped {
+		t.Errorf("step after the failure: %+v, want skipped", st)
+	}
+	if log := w.stepLog(run.ID, 1); !strings.Contains(log, "db: cannot start") || !strings.Contains(log, "ended before the run's end, exit 3") {
+		t.Errorf("detached step's log:\n%s", log)
 	}
 }
