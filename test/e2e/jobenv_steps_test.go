@@ -226,3 +226,15 @@ steps:
 		t.Errorf("detached step's log:\n%s", log)
 	}
 }
+
+// The kube executor honours `detach: true` through the same step agent:
+// the service in the job pod answers the next steps and is stopped at
+// the run's end.
+func TestE2E_KubeDetachedServiceAnswersTheNextSteps(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	runner := w.startRunner(w.registerRunner("kr1"), k.args...)
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": serviceWorkflow(8080)})
+	checkServiceRun(t, w, run.ID, runner.output)
+}
