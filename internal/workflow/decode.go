@@ -12,7 +12,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "caches", "outputs", "steps"}
+	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "caches", "outputs", "concurrency", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -81,6 +81,8 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			w.Caches = d.caches(e)
 		case "outputs":
 			w.Outputs = d.outputs(e)
+		case "concurrency":
+			w.Concurrency = d.concurrency(e)
 		case "steps":
 			steps = &e
 		default:

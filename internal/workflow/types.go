@@ -21,7 +21,9 @@ type Workflow struct {
 	Resources Resources         // `resources:`
 	Caches    []Cache           // `caches:`
 	Outputs   []string          // `outputs:`
-	Steps     []Step            // `steps:`, at least one
+	// Concurrency is `concurrency:`; nil means no group.
+	Concurrency *Concurrency
+	Steps       []Step // `steps:`, at least one
 }
 
 // Triggers is the `on:` section. A nil field means the event is not wanted.
