@@ -28,6 +28,9 @@ const (
 	ReasonImagePull  = "image-pull"
 	ReasonRunnerLost = "runner-lost"
 	ReasonCancelled  = "cancelled"
+	// ReasonSuperseded: a newer run of the same concurrency group with
+	// cancel-in-progress cancelled this one.
+	ReasonSuperseded = "superseded"
 	// ReasonWorkflowInvalid: the workflow file failed to parse or validate;
 	// the run's setup log holds FILE:LINE:COL messages.
 	ReasonWorkflowInvalid = "workflow-invalid"
@@ -195,7 +198,10 @@ type Run struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 	StartedAt    *time.Time `json:"startedAt,omitempty"`
 	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
-	Steps        []Step     `json:"steps,omitempty"`
+	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
+	// its workflow has one.
+	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
+	Steps            []Step `json:"steps,omitempty"`
 	// Outputs summarizes the outputs the run stored (MethodGetRun only);
 	// nil when it stored none.
 	Outputs *RunOutputs `json:"outputs,omitempty"`

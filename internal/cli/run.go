@@ -232,6 +232,9 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	if r.Message != "" {
 		kv.row("Message:", r.Message)
 	}
+	if r.ConcurrencyGroup != "" {
+		kv.row("Concurrency:", r.ConcurrencyGroup)
+	}
 	kv.row("Runner:", r.Runner)
 	kv.row("Created:", ago(r.CreatedAt, now))
 	kv.row("Started:", agoPtr(r.StartedAt, now))

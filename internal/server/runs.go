@@ -17,7 +17,7 @@ func apiRun(r store.Run, steps []api.Step) api.Run {
 		ID: r.ID, Pipeline: r.PipelineID, Repo: r.Repo, Ref: r.Ref, SHA: r.SHA, Event: r.Event,
 		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
-		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,
 	}
 }
 

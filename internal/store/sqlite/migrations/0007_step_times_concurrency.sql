@@ -9,3 +9,6 @@ ALTER TABLE steps ADD COLUMN finished_at INTEGER;
 -- and group has not ended. '' means no group.
 ALTER TABLE runs ADD COLUMN concurrency_group TEXT NOT NULL DEFAULT '';
 CREATE INDEX runs_by_concurrency_group ON runs (repo_id, concurrency_group, state, id) WHERE concurrency_group <> '';
+-- superseded_by is the run that cancelled this one under its group's
+-- cancel-in-progress: the run then ends cancelled with reason superseded.
+ALTER TABLE runs ADD COLUMN superseded_by INTEGER;
