@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -237,4 +238,76 @@ func TestE2E_KubeDetachedServiceAnswersTheNextSteps(t *testing.T) {
 	runner := w.startRunner(w.registerRunner("kr1"), k.args...)
 	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": serviceWorkflow(8080)})
 	checkServiceRun(t, w, run.ID, runner.output)
+}
+
+// concurrencyWorkflow holds each run at its step until the test releases
+// it ($GATE/release-RUN), in one concurrency group per workflow and ref.
+func concurrencyWorkflow(cancel bool) string {
+	return fmt.Sprintf(`on:
+  push: {}
+concurrency:
+  group: "{{ workflow }}-{{ ref }}"
+  cancel-in-progress: %t
+steps:
+  - name: hold
+    run: |
+      touch "$GATE/started-$KNOTLESS_RUN"
+      while [ ! -e "$GATE/release-$KNOTLESS_RUN" ]; do sleep 0.05; done
+`, cancel)
+}
+
+// A second push to a busy branch cancels the first run under
+// cancel-in-progress: the first ends cancelled/superseded, naming the
+// second, which then runs.
+func TestE2E_ConcurrencyCancelInProgressSupersedesTheBusyRun(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"), "--capacity", "2")
+	first := w.pushOne(map[string]string{".knotless/workflows/ci.yml": concurrencyWorkflow(true), "v": "1"})
+	w.waitGate(first.ID, fmt.Sprintf("started-%d", first.ID), 60*time.Second)
+	second := w.pushOne(map[string]string{"v": "2"})
+	fin := w.waitFinal(first.ID, 60*time.Second)
+	if fin.State != api.StateCancelled || fin.Reason != api.ReasonSuperseded || !strings.Contains(fin.Message, fmt.Sprintf("run %d", second.ID)) {
+		t.Fatalf("first run: %s, want cancelled/superseded by run %d", describe(fin), second.ID)
+	}
+	if fin.ConcurrencyGroup != "ci-refs/heads/main" {
+		t.Errorf("first run's group %q, want ci-refs/heads/main", fin.ConcurrencyGroup)
+	}
+	w.waitGate(second.ID, fmt.Sprintf("started-%d", second.ID), 60*time.Second)
+	w.openGate(fmt.Sprintf("release-%d", second.ID))
+	if fin := w.waitFinal(second.ID, 60*time.Second); fin.State != api.StateSucceeded {
+		t.Fatalf("second run: %s", describe(fin))
+	}
+}
+
+// Without cancel-in-progress the second run of the group queues behind the
+// first, although the runner has room for both, says why, and runs once
+// the first has ended.
+func TestE2E_ConcurrencyGroupQueuesTheNewRunBehindTheBusyOne(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"), "--capacity", "2")
+	first := w.pushOne(map[string]string{".knotless/workflows/ci.yml": concurrencyWorkflow(false), "v": "1"})
+	w.waitGate(first.ID, fmt.Sprintf("started-%d", first.ID), 60*time.Second)
+	second := w.pushOne(map[string]string{"v": "2"})
+	want := fmt.Sprintf("waiting for run %d to end", first.ID)
+	w.waitRun(second.ID, 30*time.Second, "the second run to say it waits for the first", func(r api.Run) bool {
+		return r.State == api.StateQueued && strings.Contains(r.Message, want)
+	})
+	show := w.cliOK("", "run", "show", strconv.FormatInt(second.ID, 10))
+	if !strings.Contains(show, want) || !strings.Contains(show, "ci-refs/heads/main") {
+		t.Errorf("run show of the waiting run:\n%s", show)
+	}
+	if fileExists(filepath.Join(w.gate, fmt.Sprintf("started-%d", second.ID))) {
+		t.Fatal("the second run started while the first of its group ran")
+	}
+	w.openGate(fmt.Sprintf("release-%d", first.ID))
+	if fin := w.waitFinal(first.ID, 60*time.Second); fin.State != api.StateSucceeded {
+		t.Fatalf("first run: %s", describe(fin))
+	}
+	w.waitGate(second.ID, fmt.Sprintf("started-%d", second.ID), 60*time.Second)
+	w.openGate(fmt.Sprintf("release-%d", second.ID))
+	if fin := w.waitFinal(second.ID, 60*time.Second); fin.State != api.StateSucceeded {
+		t.Fatalf("second run: %s", describe(fin))
+	}
 }
