@@ -52,6 +52,9 @@ type Config struct {
 	// NoCgroups makes the agent rely on being a child subreaper alone, even
 	// where it could give steps cgroups.
 	NoCgroups bool
+	// User, when set, is the user every step runs as (the agent itself
+	// must then run as root): see StepUser.
+	User *StepUser
 	// Version is the agent's program version.
 	Version string
 	Logger  *slog.Logger

@@ -123,6 +123,9 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	if err := os.WriteFile(script, req.Script, 0o700); err != nil {
 		return nil, fmt.Errorf("write script: %w", err)
 	}
+	if err := a.giveScript(script); err != nil {
+		return nil, err
+	}
 	outPath := filepath.Join(sdir, "output")
 	wf, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
@@ -148,7 +151,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		pw.Close()
 		return nil, err
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Credential: a.cfg.User.credential()}
 	cgDir := ""
 	if a.cg.usable() {
 		d, fd, err := a.cg.create(req.ID)
@@ -408,6 +411,13 @@ func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	}
 	if _, ok := in["HOME"]; !ok && a.cfg.Home != "" {
 		env = append(env, "HOME="+a.cfg.Home)
+	}
+	if u := a.cfg.User; u != nil {
+		for _, k := range []string{"USER", "LOGNAME"} {
+			if _, ok := in[k]; !ok {
+				env = append(env, k+"="+u.Name)
+			}
+		}
 	}
 	return env, path, nil
 }

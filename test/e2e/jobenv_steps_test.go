@@ -3,10 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -310,4 +313,75 @@ func TestE2E_ConcurrencyGroupQueuesTheNewRunBehindTheBusyOne(t *testing.T) {
 	if fin := w.waitFinal(second.ID, 60*time.Second); fin.State != api.StateSucceeded {
 		t.Fatalf("second run: %s", describe(fin))
 	}
+}
+
+// A root runner with --user nobody runs every step as nobody (its groups,
+// USER, a HOME of its own): a 0400 file is unwritable to the step, root's
+// files are unreadable, git works in the workspace, and what the steps
+// leave (a 0000 directory, read-only files) is removed with the workspace
+// after the run; the runner's mirror stays root's.
+func TestE2E_RootRunnerWithUserRunsStepsUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the runner must run as root to run steps as another user")
+	}
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	r := w.registerRunner("r1")
+	// t.TempDir's directories are 0700: let nobody reach the work directory.
+	for d := w.root; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runner := w.startRunner(r, "--user", "nobody")
+	run := w.pushOne(map[string]string{"data.txt": "checked out\n", ".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: who
+    run: |
+      echo "uid=$(id -u) user=$USER"
+      touch "$HOME/mine" && echo "home writable"
+      cat data.txt
+  - name: read-only
+    run: |
+      echo data > ro.txt
+      chmod 0400 ro.txt
+      if (echo more >> ro.txt) 2>/dev/null; then echo "0400 file WRITABLE"; exit 1; fi
+      echo "0400 file unwritable"
+      if cat /etc/shadow >/dev/null 2>&1; then echo "root's file READABLE"; exit 1; fi
+      git status --short >/dev/null && echo "git works"
+  - name: leave-a-mess
+    run: |
+      mkdir -p locked/sub && touch locked/sub/f locked/g && chmod 0444 locked/g
+      chmod 000 locked/sub locked
+`})
+	fin := w.waitFinal(run.ID, 60*time.Second)
+	if fin.State != api.StateSucceeded {
+		t.Fatalf("run %s\nrunner:\n%s\nsetup:\n%s\nstep 1:\n%s\nstep 2:\n%s", describe(fin), runner.output(), w.stepLog(run.ID, 0), w.stepLog(run.ID, 1), w.stepLog(run.ID, 2))
+	}
+	if got := w.stepLog(run.ID, 1); got != "uid=65534 user=nobody\nhome writable\nchecked out\n" {
+		t.Errorf("step 1: %q", got)
+	}
+	if got := w.stepLog(run.ID, 2); got != "0400 file unwritable\ngit works\n" {
+		t.Errorf("step 2: %q", got)
+	}
+	if setup := w.stepLog(run.ID, 0); !strings.Contains(setup, "as user nobody (uid 65534") {
+		t.Errorf("setup log does not say which user runs the steps:\n%s", setup)
+	}
+	waitFor(t, 30*time.Second, "the run's workspace to be removed", func() (bool, string) {
+		_, err := os.Lstat(filepath.Join(r.work, "runs", strconv.FormatInt(run.ID, 10)))
+		return os.IsNotExist(err), fmt.Sprint(err)
+	})
+	_ = filepath.WalkDir(filepath.Join(r.work, "mirrors"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+				t.Errorf("the mirror's %s belongs to uid %d, not root", p, st.Uid)
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
 }
