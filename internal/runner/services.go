@@ -30,15 +30,12 @@ const serviceStopGrace = 10 * time.Second
 func (e *execution) startService(ctx context.Context, sess executor.Session, idx int, st workflow.Step) (StepUpdate, Result, bool) {
 	name := stepName(st, idx-1)
 	log := e.log.With("step", idx, "name", name)
+	// Either reason (executor, workflow-invalid) makes the run errored.
 	fail := func(reason string, err error) (StepUpdate, Result, bool) {
 		fmt.Fprintf(e.setup, "step %d (%s) could not be started: %v\n", idx, name, err)
 		e.setup.flush()
-		state := api.StateErrored
-		if reason == api.ReasonWorkflowInvalid {
-			state = api.StateErrored
-		}
 		return StepUpdate{Step: idx, Name: name, State: api.StepFailed, Reason: reason},
-			Result{State: state, Reason: reason, Message: firstLine(err.Error())}, true
+			Result{State: api.StateErrored, Reason: reason, Message: firstLine(err.Error())}, true
 	}
 	ds, ok := sess.(executor.DetachedSteps)
 	if !ok {
