@@ -385,3 +385,49 @@ steps:
 		return nil
 	})
 }
+
+// A runner killed while a detached step serves and a later step runs: the
+// runner that takes the run over keeps the service (it was started before),
+// the step after the held one still reaches it, and the service is stopped
+// at the run's end with its whole log.
+func TestE2E_RunnerKilledWhileAServiceRunsTakesTheServiceOver(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("r1")
+	first := w.startRunner(rid)
+	port := 20000 + int((time.Now().UnixNano()/7)%20000)
+	run := w.pushOne(map[string]string{"www/index.html": "served across a restart\n", ".knotless/workflows/ci.yml": fmt.Sprintf(`on:
+  push: {}
+steps:
+  - name: web
+    detach: true
+    run: exec busybox httpd -f -p 127.0.0.1:%[1]d -h www
+  - name: hold
+    run: |
+      touch "$GATE/held"
+      while [ ! -e "$GATE/go" ]; do sleep 0.05; done
+  - name: fetch
+    run: busybox wget -q -O - http://127.0.0.1:%[1]d/index.html
+`, port)})
+	w.waitGate(run.ID, "held", 60*time.Second)
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	second := w.startRunner(rid)
+	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+		return strings.Contains(second.output(), "taking over a run"), ""
+	})
+	w.openGate("go")
+	fin := w.waitFinal(run.ID, 60*time.Second)
+	if fin.State != api.StateSucceeded {
+		t.Fatalf("run %s\nrunner:\n%s\nfetch:\n%s", describe(fin), second.output(), w.stepLog(run.ID, 3))
+	}
+	if got := w.stepLog(run.ID, 3); got != "served across a restart\n" {
+		t.Errorf("fetch after the takeover: %q", got)
+	}
+	if got := w.stepLog(run.ID, 1); !strings.Contains(got, "[knotless: detached step stopped at the run's end]") {
+		t.Errorf("the service's log: %q", got)
+	}
+	if pids := pidsWithArg(fmt.Sprintf("127.0.0.1:%d", port)); len(pids) > 0 {
+		t.Errorf("the service outlived the run: %v", pids)
+	}
+}
