@@ -431,3 +431,41 @@ steps:
 		t.Errorf("the service outlived the run: %v", pids)
 	}
 }
+
+// `knotless run logs -f` does not wait for a detached step before showing
+// the steps after it: it says the step runs beside them, follows them
+// live, and prints the detached step's log once the run has ended.
+func TestE2E_RunLogsFollowShowsLaterStepsWhileADetachedStepRuns(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+steps:
+  - name: svc
+    detach: true
+    run: echo "service up"; exec sleep 600
+  - name: hold
+    run: |
+      echo "hold is live"
+      touch "$GATE/held"
+      while [ ! -e "$GATE/go" ]; do sleep 0.05; done
+`})
+	w.waitGate(run.ID, "held", 60*time.Second)
+	follow := startProc(t, "knotless run logs -f", append(baseEnv(w.home), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
+		"KNOTLESS_SERVER="+w.url, "KNOTLESS_TOKEN="+w.token), w.src, cliBin(), "run", "logs", strconv.FormatInt(run.ID, 10), "-f")
+	waitFor(t, 60*time.Second, "run logs -f to show the step after the detached one", func() (bool, string) {
+		return strings.Contains(follow.output(), "hold is live"), follow.output()
+	})
+	w.openGate("go")
+	if code := follow.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("run logs -f exit %d:\n%s", code, follow.output())
+	}
+	out := follow.output()
+	want := regexp.MustCompile(`(?s)── step 1/2: svc ──\n\[knotless: this step runs beside the next ones \(detach: true\); its log follows once it has ended\]\n` +
+		`── step 2/2: hold ──\nhold is live\n── succeeded, exit 0, [^\n]* ──\n` +
+		`── step 1/2: svc ──\nservice up\n\[knotless: detached step stopped at the run's end\]\n── succeeded, [^\n]* ──\n.*run \d+ \(ci\): succeeded`)
+	if !want.MatchString(out) {
+		t.Errorf("run logs -f:\n%s", out)
+	}
+}
