@@ -129,7 +129,9 @@ func serviceWorkflow(port int) string {
   push: {}
 steps:
   - name: content
-    run: mkdir -p www && echo hello-from-the-service > www/index.html
+    run: |
+      mkdir -p www && echo hello-from-the-service > www/index.html
+      echo "env: $LANG $TZ ${HTTPS_PROXY-unset}"
   - name: web
     detach: true
     run: |
@@ -238,9 +240,15 @@ func TestE2E_KubeDetachedServiceAnswersTheNextSteps(t *testing.T) {
 	t.Parallel()
 	k := newKubeRunner(t)
 	w := newWorld(t, 30*time.Second)
-	runner := w.startRunner(w.registerRunner("kr1"), k.args...)
+	r := w.registerRunner("kr1")
+	// --env-pass and the LANG/TZ defaults reach a pod's steps too.
+	args := append([]string{"run", "--state", r.state, "--work", r.work, "--env-pass", "HTTPS_PROXY"}, k.args...)
+	runner := startProc(t, "knotless-run", append(baseEnv(w.home), "HTTPS_PROXY=http://proxy.example:3128"), w.root, runnerBin(), args...)
 	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": serviceWorkflow(8080)})
 	checkServiceRun(t, w, run.ID, runner.output)
+	if got := w.stepLog(run.ID, 1); got != "env: C.UTF-8 UTC http://proxy.example:3128\n" {
+		t.Errorf("step 1 in the pod: %q, want the LANG/TZ defaults and the passed HTTPS_PROXY", got)
+	}
 }
 
 // concurrencyWorkflow holds each run at its step until the test releases
