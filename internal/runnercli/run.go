@@ -58,6 +58,10 @@ Work directory layout:
                                agent's socket, log and state, and the steps'
                                HOME (removed after it)
 
+With --executor shell, steps run as this process's user: a runner started as
+root runs them as root unless --user NAME names an unprivileged user to run
+them as (its groups, a HOME of its own, the workspace handed to it).
+
 Every run gets a fresh HOME, made by the executor, so tool caches start
 cold; --env points tools at a cache the runs share, e.g. GOCACHE.
 
