@@ -454,21 +454,26 @@ func (a *Agent) stopAll() {
 	}
 }
 
-// spared returns the process groups of the detached steps still running:
-// the end of another step leaves their processes alone.
-func (a *Agent) spared() map[int]bool {
+// spared names the processes of the detached steps still running (their
+// process groups and cgroups): the end of another step leaves them alone.
+func (a *Agent) spared() *spared {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var m map[int]bool
+	var sp *spared
 	for _, s := range a.order {
 		if s.detached && !s.isDone() {
-			if m == nil {
-				m = map[int]bool{}
+			if sp == nil {
+				sp = &spared{pgids: map[int]bool{}, pids: map[int]bool{}}
 			}
-			m[s.pgid] = true
+			sp.pgids[s.pgid] = true
+			if s.cgDir != "" {
+				for _, pid := range cgroupProcs(s.cgDir) {
+					sp.pids[pid] = true
+				}
+			}
 		}
 	}
-	return m
+	return sp
 }
 
 // follow streams s's output from off, then its exit, on this connection;

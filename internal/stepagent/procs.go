@@ -130,10 +130,22 @@ func readProcs() []procInfo {
 	return out
 }
 
+// spared names the processes of detached steps that another step's end
+// leaves alone: their process groups, and the processes in their cgroups
+// (which also finds a service that left its process group, a daemon that
+// called setsid).
+type spared struct {
+	pgids map[int]bool
+	pids  map[int]bool
+}
+
+func (s *spared) has(p procInfo) bool {
+	return s != nil && (s.pgids[p.pgid] || s.pids[p.pid])
+}
+
 // descendants returns the live (not zombie) descendants of root, leaving
-// out every process whose process group is in spare, with the processes
-// below it (a detached step's).
-func descendants(root int, spare map[int]bool) []int {
+// out every process spare names, with the processes below it.
+func descendants(root int, spare *spared) []int {
 	procs := readProcs()
 	children := map[int][]procInfo{}
 	for _, p := range procs {
@@ -145,7 +157,7 @@ func descendants(root int, spare map[int]bool) []int {
 		pid := queue[0]
 		queue = queue[1:]
 		for _, c := range children[pid] {
-			if c.pid == root || spare[c.pgid] {
+			if c.pid == root || spare.has(c) {
 				continue
 			}
 			queue = append(queue, c.pid)
@@ -159,7 +171,7 @@ func descendants(root int, spare map[int]bool) []int {
 
 // signalTree sends sig to every live descendant of root and reports how
 // many it signalled.
-func signalTree(root int, sig syscall.Signal, spare map[int]bool) int {
+func signalTree(root int, sig syscall.Signal, spare *spared) int {
 	n := 0
 	for _, pid := range descendants(root, spare) {
 		if syscall.Kill(pid, sig) == nil {
@@ -172,7 +184,7 @@ func signalTree(root int, sig syscall.Signal, spare map[int]bool) int {
 // killTree SIGKILLs every descendant of root, again and again while new
 // ones appear (a process forking while it is killed), until none is left
 // alive or bound passes. It reports whether none is left.
-func killTree(root int, bound time.Duration, spare map[int]bool) bool {
+func killTree(root int, bound time.Duration, spare *spared) bool {
 	if root == os.Getpid() && noChildren() {
 		return true // the common end of a step: nothing to scan /proc for
 	}

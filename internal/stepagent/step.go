@@ -32,8 +32,9 @@ var validStepID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // final.
 type step struct {
 	id       string
-	detached bool // Start.Detach: runs beside later steps
-	pgid     int  // its process group (the shell's PID)
+	detached bool   // Start.Detach: runs beside later steps
+	pgid     int    // its process group (the shell's PID)
+	cgDir    string // its cgroup; "" without one
 	dir      string
 	started  time.Time
 	grace    time.Duration
@@ -199,7 +200,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		}
 	}
 	s := &step{
-		id: req.ID, dir: sdir, started: start, out: rf, detached: req.Detach, pgid: pid,
+		id: req.ID, dir: sdir, started: start, out: rf, detached: req.Detach, pgid: pid, cgDir: cgDir,
 		grace: time.Duration(req.GraceMS) * time.Millisecond,
 		grown: make(chan struct{}), stopCh: make(chan agent.Stop, 4), done: make(chan struct{}),
 	}

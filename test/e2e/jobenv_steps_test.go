@@ -477,3 +477,44 @@ steps:
 		t.Errorf("run logs -f:\n%s", out)
 	}
 }
+
+// A detached step whose service daemonizes (busybox httpd without -f:
+// fork, setsid) keeps it across the next steps' ends: where steps get
+// cgroups, the service's cgroup spares it; it is stopped at the run's end.
+func TestE2E_DetachedServiceThatDaemonizesSurvivesTheNextStepsEnd(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	port := 20000 + int((time.Now().UnixNano()/13)%20000)
+	run := w.pushOne(map[string]string{"www/index.html": "from a daemon\n", ".knotless/workflows/ci.yml": fmt.Sprintf(`on:
+  push: {}
+steps:
+  - name: daemon
+    detach: true
+    run: |
+      busybox httpd -p 127.0.0.1:%[1]d -h www
+      echo "httpd went into the background"
+      exec sleep 600
+  - name: first
+    run: |
+      i=0
+      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html; do
+        i=$((i+1)); [ $i -lt 100 ] || exit 7; sleep 0.1
+      done
+  - name: second
+    run: busybox wget -q -O - http://127.0.0.1:%[1]d/index.html
+`, port)})
+	fin := w.waitFinal(run.ID, 60*time.Second)
+	if setup := w.stepLog(run.ID, 0); strings.Contains(setup, "no step cgroup") {
+		t.Skip("steps get no cgroup on this host: a service that leaves its process group is not told apart")
+	}
+	if fin.State != api.StateSucceeded {
+		t.Fatalf("run %s; second step:\n%s", describe(fin), w.stepLog(run.ID, 3))
+	}
+	if got := w.stepLog(run.ID, 3); got != "from a daemon\n" {
+		t.Errorf("the step after the first: %q, want the daemon's answer", got)
+	}
+	if pids := pidsWithArg(fmt.Sprintf("127.0.0.1:%d", port)); len(pids) > 0 {
+		t.Errorf("the daemon outlived the run: %v", pids)
+	}
+}
