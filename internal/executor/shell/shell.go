@@ -227,11 +227,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err := os.Mkdir(home, 0o700); err != nil {
 		return nil, fmt.Errorf("create HOME: %w", err)
 	}
-	if u := e.cfg.User; u != nil {
-		if err := openForUser(u, base, dir, home); err != nil {
-			return nil, err
-		}
-	}
 	var deadline time.Time
 	if spec.Timeout > 0 {
 		deadline = time.Now().Add(spec.Timeout)
@@ -244,7 +239,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err != nil {
 		return nil, fmt.Errorf("connect to the step agent: %w", err)
 	}
-	s := e.newSession(spec.ID, dir, hello.Workdir, client, e.userReady(spec.Workspace))
+	s := e.newSession(spec.ID, dir, hello.Workdir, client, e.userReady(dir, spec.Workspace))
 	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral, e.cfg.User); err != nil {
 		_ = client.Shutdown(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("write setup log: %w", err)
@@ -389,15 +384,23 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client, rea
 	return s
 }
 
-// userReady hands the workspace to Config.User once the checkout is
-// complete (before the first step); nil without a User.
-func (e *Executor) userReady(ws string) func(context.Context) error {
+// userReady hands the session directory dir's HOME (and TMPDIR) and the
+// workspace ws to Config.User before the first step, once the checkout
+// is complete; nil without a User. Idempotent (a recovered session runs
+// it again).
+func (e *Executor) userReady(dir, ws string) func(context.Context) error {
 	u := e.cfg.User
 	if u == nil {
 		return nil
 	}
-	work := filepath.Dir(filepath.Clean(e.cfg.Dir)) // the runner's --work
-	return func(ctx context.Context) error { return giveWorkspace(ctx, u, ws, work) }
+	base := filepath.Clean(e.cfg.Dir)
+	work := filepath.Dir(base) // the runner's --work
+	return func(ctx context.Context) error {
+		if err := openForUser(u, base, dir); err != nil {
+			return err
+		}
+		return giveWorkspace(ctx, u, ws, work)
+	}
 }
 
 // writeSetupLog tells the run's setup log what this executor is and what of
@@ -505,7 +508,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		}
 		return nil, fmt.Errorf("recover shell session %s: %w", h.ID, err)
 	}
-	s := e.newSession(h.ID, dir, hello.Workdir, client, e.userReady(hello.Workdir))
+	s := e.newSession(h.ID, dir, hello.Workdir, client, e.userReady(dir, hello.Workdir))
 	e.live.Done(h.ID, s)
 	return s, nil
 }

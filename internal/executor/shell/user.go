@@ -59,17 +59,27 @@ func LookupStepUser(name string, uid int) (*stepagent.StepUser, error) {
 	return su, nil
 }
 
+// stepDirs are the directories of a session that belong to the steps:
+// HOME and, where the session has one, TMPDIR.
+var stepDirs = []string{"home", "tmp"}
+
 // openForUser makes the session's directories reachable by the step user
 // (searchable, not readable, by others: the socket and agent files stay
-// root's) and gives it HOME.
-func openForUser(u *stepagent.StepUser, base, dir, home string) error {
+// root's) and gives it the session's HOME and TMPDIR (stepDirs).
+func openForUser(u *stepagent.StepUser, base, dir string) error {
 	for _, d := range []string{base, dir} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			return fmt.Errorf("let user %s reach its HOME: %w", u.Name, err)
 		}
 	}
-	if err := os.Chown(home, int(u.UID), int(u.GID)); err != nil {
-		return fmt.Errorf("give HOME to user %s: %w", u.Name, err)
+	for _, name := range stepDirs {
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.Lchown(p, int(u.UID), int(u.GID)); err != nil {
+			return fmt.Errorf("give %s to user %s: %w", p, u.Name, err)
+		}
 	}
 	return nil
 }
