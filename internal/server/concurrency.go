@@ -36,3 +36,28 @@ func (s *Server) groupFreed(ctx context.Context, run store.Run) {
 	}
 	s.claims.offer(next)
 }
+
+// superseded logs the older runs that the new runs (planned, as created)
+// cancelled under cancel-in-progress, wakes whoever follows them, and
+// releases what the ended ones held. A running one ends when its runner
+// hears of the cancel.
+func (s *Server) superseded(ctx context.Context, repo store.Repo, planned []plannedRun, runs []store.Run) {
+	for i, run := range runs {
+		if !planned[i].CancelInProgress || run.ConcurrencyGroup == "" {
+			continue
+		}
+		older, err := s.store.ListRuns(ctx, store.RunFilter{RepoID: repo.ID, Before: run.ID, Limit: 100})
+		if err != nil {
+			s.log.Warn("list the runs a new run superseded", "run", run.ID, "err", err)
+			continue
+		}
+		for _, o := range older {
+			if o.SupersededBy != run.ID {
+				continue
+			}
+			s.log.Info("run superseded", "run", o.ID, "by", run.ID, "repo", repo.FullName(), "group", run.ConcurrencyGroup, "state", o.State)
+			s.hub.notify(runKey(o.ID))
+			s.runEnded(ctx, o)
+		}
+	}
+}

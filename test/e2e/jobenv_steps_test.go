@@ -518,3 +518,20 @@ steps:
 		t.Errorf("the daemon outlived the run: %v", pids)
 	}
 }
+
+// A queued run (no runner yet) superseded under cancel-in-progress ends at
+// once, cancelled/superseded, with its steps settled; the new run waits for
+// a runner alone.
+func TestE2E_ConcurrencyCancelInProgressEndsAQueuedRunAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 5*time.Second)
+	first := w.pushOne(map[string]string{".knotless/workflows/ci.yml": concurrencyWorkflow(true), "v": "1"})
+	second := w.pushOne(map[string]string{"v": "2"})
+	fin := w.waitFinal(first.ID, 30*time.Second)
+	if fin.State != api.StateCancelled || fin.Reason != api.ReasonSuperseded {
+		t.Fatalf("first run: %s, want cancelled/superseded", describe(fin))
+	}
+	if r := w.run(second.ID); r.State != api.StateQueued || strings.Contains(r.Message, "concurrency group") {
+		t.Fatalf("second run: %s, want queued for a runner, not for the first run", describe(r))
+	}
+}
