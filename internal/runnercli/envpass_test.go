@@ -28,3 +28,18 @@ func TestExec_EnvPassGivesNamedVariablesOnly(t *testing.T) {
 		t.Fatalf("bad name: exit %d, %s", code, errb.String())
 	}
 }
+
+// `knotless-run exec` prints a detached step's log under its own header
+// again once it has ended (at the run's end), not under the step after it.
+func TestExec_DetachedStepLogGetsItsOwnHeaderAtTheEnd(t *testing.T) {
+	dir := checkout(t, "on: {push: {}}\nsteps:\n  - name: svc\n    detach: true\n    run: echo \"svc up\"; exec sleep 100\n  - name: use\n    run: echo used\n")
+	cmd, out, errb := command(dir, nil, "exec", filepath.Join(dir, ".knotless", "workflows", "ci.yml"))
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	want := "── step 1/2: svc ──\n── step 2/2: use ──\nused\n── succeeded, exit 0 ──\n" +
+		"── step 1/2: svc ──\nsvc up\n[knotless: detached step stopped at the run's end]\n── succeeded ──\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("exec output lacks\n%s\ngot:\n%s", want, out.String())
+	}
+}

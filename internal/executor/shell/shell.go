@@ -414,13 +414,13 @@ func writeSetupLog(spec executor.Spec, kill string, ephemeral bool, su *stepagen
 	if u := os.Getenv("USER"); u != "" {
 		user = u
 	}
-	as := fmt.Sprintf("%s (uid %d)", user, os.Getuid())
+	as, hint := fmt.Sprintf("%s (uid %d)", user, os.Getuid()), ""
 	if su != nil {
 		as = fmt.Sprintf("user %s (uid %d, gid %d; --user), not as the runner's uid %d", su.Name, su.UID, su.GID, os.Getuid())
 	} else if os.Getuid() == 0 {
-		as += "; knotless-run --user NAME runs them as an unprivileged user"
+		hint = " (knotless-run --user NAME runs them as an unprivileged user)"
 	}
-	if _, err := fmt.Fprintf(w, "shell executor: steps run directly on this host as %s, without isolation; use it for trusted repositories only\n", as); err != nil {
+	if _, err := fmt.Fprintf(w, "shell executor: steps run directly on this host as %s, without isolation; use it for trusted repositories only%s\n", as, hint); err != nil {
 		return err
 	}
 	lives := "so they go on while the runner restarts"
