@@ -28,6 +28,9 @@ const (
 	ReasonImagePull  = "image-pull"
 	ReasonRunnerLost = "runner-lost"
 	ReasonCancelled  = "cancelled"
+	// ReasonSuperseded: a newer run of the same concurrency group with
+	// cancel-in-progress cancelled this one.
+	ReasonSuperseded = "superseded"
 	// ReasonWorkflowInvalid: the workflow file failed to parse or validate;
 	// the run's setup log holds FILE:LINE:COL messages.
 	ReasonWorkflowInvalid = "workflow-invalid"
@@ -200,7 +203,10 @@ type Run struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 	StartedAt    *time.Time `json:"startedAt,omitempty"`
 	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
-	Steps        []Step     `json:"steps,omitempty"`
+	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
+	// its workflow has one.
+	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
+	Steps            []Step `json:"steps,omitempty"`
 	// Outputs summarizes the outputs the run stored (MethodGetRun only);
 	// nil when it stored none.
 	Outputs *RunOutputs `json:"outputs,omitempty"`
@@ -254,6 +260,14 @@ type Step struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	LogSize  int64  `json:"logSize"` // bytes
+	// StartedAt and FinishedAt are when the step started running and when
+	// it ended, as its runner measured them (RFC 3339); absent while
+	// unknown (pending, skipped, or recorded by an older runner).
+	// DurationMS is FinishedAt - StartedAt in milliseconds, present when
+	// both are.
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	DurationMS *int64     `json:"durationMs,omitempty"`
 }
 
 // ListRunsOutput is the answer of MethodListRuns. Cursor, when set, reads
@@ -553,6 +567,11 @@ type UpdateStepInput struct {
 	State    string `json:"state"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// At is when the change happened on the runner (the step's start for
+	// running, its end for a final state); absent means when the server
+	// receives it. A time in the server's future counts as the server's
+	// now. Updates are journaled and may arrive late: At keeps them true.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // AppendLogOutput is the answer of MethodAppendLog: the step log's size in

@@ -241,6 +241,9 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	if r.Message != "" {
 		kv.row("Message:", r.Message)
 	}
+	if r.ConcurrencyGroup != "" {
+		kv.row("Concurrency:", r.ConcurrencyGroup)
+	}
 	kv.row("Runner:", r.Runner)
 	kv.row("Created:", ago(r.CreatedAt, now))
 	kv.row("Started:", agoPtr(r.StartedAt, now))
@@ -254,7 +257,7 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	fmt.Fprintln(w)
 	steps := append([]api.Step(nil), r.Steps...)
 	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
-	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "LOG")
+	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "STARTED", "ENDED", "DURATION", "LOG")
 	for _, st := range steps {
 		name, state := st.Name, st.State
 		if st.Index == api.SetupStep {
@@ -265,7 +268,8 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 			// state when setup ended it.
 			state = runlog.SetupState(st.State, r.State)
 		}
-		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), size(st.LogSize))
+		started, ended, took := stepTimes(st, now)
+		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), started, ended, took, size(st.LogSize))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -267,6 +267,8 @@ type execution struct {
 	// lostWrite says what the runner could not write for want of disk
 	// space (outputs, say): the run does not end succeeded.
 	lostWrite string
+	// services are the detached steps still running (services.go).
+	services []service
 }
 
 // noSpace records a write that failed because the runner's disk is full:
@@ -439,6 +441,18 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
 		}
+		if st.Detach {
+			if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
+				// Started by an earlier runner process: it runs on.
+				e.services = append(e.services, service{idx: idx, st: st, name: name})
+				continue
+			}
+			if upd, r, fails := e.startService(ctx, sess, idx, st); fails {
+				e.report(upd)
+				res, ended = r, true
+			}
+			continue
+		}
 		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
 		if e.handedOver {
 			return Result{}
@@ -447,6 +461,15 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 		if fails && !ended {
 			res, ended = stepRes, true
 		}
+		if r, failed := e.checkServices(ctx, sess, timeout); failed && !ended {
+			res, ended = r, true
+		}
+	}
+	if e.handedOver || e.handingOver() {
+		return res
+	}
+	if r, failed := e.stopServices(ctx, sess, timeout); failed && !ended {
+		res = r
 	}
 	return res
 }
@@ -616,6 +639,9 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 // the step cannot run.
 func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
 	env := make(map[string]string, len(e.job.Env)+16)
+	for k, v := range localeDefaults {
+		env[k] = v
+	}
 	for k, v := range e.job.Env {
 		env[k] = v
 	}
@@ -677,6 +703,12 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		Grace:   e.job.Grace,
 	}, nil
 }
+
+// localeDefaults are the variables every step starts from, beneath the
+// runner's --env-pass and --env and the workflow's env (all of which may
+// set them): text in UTF-8 and times in UTC, whatever the runner's host
+// or the image says, as on hosted CI runners.
+var localeDefaults = map[string]string{"LANG": "C.UTF-8", "TZ": "UTC"}
 
 // lostMarkWait is how long a step's end waits for room to write the
 // marker of the log bytes it lost (the shipper gives back the space of

@@ -18,6 +18,7 @@ func newRun(g *globals) *cobra.Command {
 		cfg             runner.Config
 		logLimit        = sizeValue(runner.DefaultLogLimit)
 		envs            = &envValue{}
+		envPass         = &envPassValue{}
 		handover        bool
 	)
 	cmd := &cobra.Command{
@@ -62,17 +63,29 @@ Work directory layout:
                                agent's socket, log and state, and the steps'
                                HOME and TMPDIR (removed after it)
 
+With --executor shell, steps run as this process's user: a runner started as
+root runs them as root unless --user NAME names an unprivileged user to run
+them as (its groups, a HOME of its own, the workspace handed to it).
+
 Every run gets a fresh HOME and TMPDIR, made by the executor, so tool caches
 in HOME start cold; --env points tools at a cache the runs share, e.g.
 GOCACHE (or XDG_CACHE_HOME); with the stable checkout path, Go's build and
 test cache then hit across runs.
+
+Steps get a clean environment: none of the runner's own variables reach them
+(not even HTTPS_PROXY), only PATH, HOME, LANG=C.UTF-8, TZ=UTC, the KNOTLESS_*
+variables and what --env, --env-pass and the workflow give. --env-pass NAME
+passes this process's value of NAME (a proxy, say); --env NAME=VALUE sets one.
+Later wins: LANG/TZ defaults, --env-pass, --env, KNOTLESS_* variables, the
+workflow's env, the step's env, the step's secrets.
 
 If the server no longer knows the runner (it was removed), run logs what
 to do, cancels its running runs and exits 1.`,
 		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
   knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
   knotless-run run --state runner.json --work work \
-      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod`,
+      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod
+  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if statePath == "" || work == "" {
@@ -96,7 +109,11 @@ to do, cancels its running runs and exits 1.`,
 			}
 			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
 			cfg.LogLimit = int64(logLimit)
-			cfg.Env = envs.m
+			var missing []string
+			cfg.Env, missing = stepEnv(envPass, envs)
+			if len(missing) > 0 {
+				log.Warn("--env-pass names variables this process does not have: steps run without them", "names", missing)
+			}
 			r, err := runner.New(cfg)
 			if err != nil {
 				return err
@@ -135,7 +152,8 @@ to do, cancels its running runs and exits 1.`,
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
+	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
+	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT"} {
 		envFlag(f, flag, env)
 	}

@@ -180,10 +180,12 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 		if !pw.WF.Matches(ev) {
 			continue
 		}
-		out = append(out, plannedRun{NewRun: store.NewRun{
+		nr := store.NewRun{
 			Workflow: workflowName(pw), WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
 			Secrets: pw.WF.Secrets, Runners: pw.WF.Runners, State: api.StateQueued,
-		}})
+		}
+		concurrencyOf(&nr, pw.WF, ev)
+		out = append(out, plannedRun{NewRun: nr})
 	}
 	return out
 }
@@ -217,6 +219,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 		}
 	}
 	s.holdPipelineCommit(ctx, repo, p, runs)
+	s.superseded(ctx, repo, planned, runs)
 	s.claims.offer(runs) // wakes one waiting runner per queued run
 	return p, runs, nil
 }

@@ -115,6 +115,13 @@ type Run struct {
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	LeaseExpires    *time.Time
+	// ConcurrencyGroup is the run's expanded `concurrency:` group; ""
+	// for none. A run with a group is claimed only when no older run of
+	// its repository and group is still queued, claimed or running.
+	ConcurrencyGroup string
+	// SupersededBy is the newer run of the group that cancelled this one
+	// (cancel-in-progress); 0 when none.
+	SupersededBy int64
 }
 
 // Step is one step of a run; index 0 is the setup log.
@@ -125,6 +132,15 @@ type Step struct {
 	ExitCode  *int
 	Reason    string
 	UpdatedAt time.Time
+	// StartedAt is when the step started running; FinishedAt when it
+	// ended (a final state other than skipped). Nil while unknown. An
+	// UpdateStep sets each once: the first running update sets StartedAt
+	// (from At), the first final one FinishedAt.
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// At is when the change happened, as the runner measured it (for
+	// UpdateStep; zero means UpdatedAt).
+	At time.Time
 }
 
 // NewRun is a run to create with its pipeline. State is queued, or a final
@@ -134,12 +150,20 @@ type NewRun struct {
 	Workflow     string
 	WorkflowPath string
 	Source       string // the workflow file's bytes at the pipeline's commit
-	Secrets      []string
-	Runners      []string
-	State        string
-	Reason       string
-	Message      string
-	Steps        []Step
+	// ConcurrencyGroup is the run's expanded concurrency group ("" for
+	// none). With CancelInProgress, creating the run cancels the older
+	// runs of its repository and group that have not ended (in the same
+	// transaction): queued ones end cancelled/superseded at once, claimed
+	// and running ones get a cancel request and end cancelled/superseded
+	// when their runner reports.
+	ConcurrencyGroup string
+	CancelInProgress bool
+	Secrets          []string
+	Runners          []string
+	State            string
+	Reason           string
+	Message          string
+	Steps            []Step
 }
 
 // NewPipeline is a pipeline to create, with all its runs, in one transaction.
@@ -311,8 +335,13 @@ type Store interface {
 	Steps(ctx context.Context, runID int64) ([]Step, error)
 	// ListRuns lists runs newest first.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
-	// QueuedRuns lists the queued runs of a repository, oldest first.
+	// QueuedRuns lists the queued runs of a repository, oldest first,
+	// leaving out those an older run of their concurrency group holds back.
 	QueuedRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// GroupHolder returns the oldest run of run's repository and
+	// concurrency group, older than run and not ended, that holds run
+	// back; 0 when none (or run has no group).
+	GroupHolder(ctx context.Context, run Run) (int64, error)
 	// RunByToken returns the run whose current run token hashes to
 	// tokenHash; ErrNotFound when none (tokens are cleared when a run ends).
 	RunByToken(ctx context.Context, tokenHash string) (Run, error)
