@@ -22,6 +22,7 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 		secrets  []string
 		logLimit = sizeValue(runner.DefaultLogLimit)
 		envs     = &envValue{}
+		envPass  = &envPassValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
@@ -84,9 +85,13 @@ cancelled, 2 when the command line was wrong.`,
 			// step agent notices that exec is gone and ends the step.
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 			defer stop()
+			env, missing := stepEnv(envPass, envs)
+			if len(missing) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "knotless-run exec: --env-pass %v: not set in this environment; steps run without them\n", missing)
+			}
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
-				LogLimit: int64(logLimit), Env: envs.m, Logger: log,
+				LogLimit: int64(logLimit), Env: env, Logger: log,
 			})
 			if err != nil {
 				return err
@@ -104,7 +109,9 @@ cancelled, 2 when the command line was wrong.`,
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
 	envFlag(f, "work", "KNOTLESS_WORK")
 	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
+	envFlag(f, "env-pass", "KNOTLESS_ENV_PASS")
 	return cmd
 }
