@@ -291,7 +291,11 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		// never given away; steps may write where its modes let them.
 		var st unix.Stat_t
 		if unix.Stat(spec.Workspace, &st) == nil && (int64(st.Uid) != runAs.UID) {
-			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow (--run-as %d:%d runs them as its owner)", spec.Workspace, st.Uid, runAs.user(), st.Uid, st.Gid)
+			hint := fmt.Sprintf(" (--run-as %d:%d runs them as its owner)", st.Uid, st.Gid)
+			if st.Uid == 0 {
+				hint = " (job containers never run as root)"
+			}
+			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, runAs.user(), hint)
 		}
 	}
 	var deadline time.Time

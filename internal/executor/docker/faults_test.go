@@ -372,3 +372,43 @@ func TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled(t *testing.T) {
 		t.Fatalf("result %+v, want errored/executor saying the container exited", res)
 	}
 }
+
+// TestDocker_ExecContainerGoesWhenNoRunnerIsConnected: a container of
+// `knotless-run exec` (Ephemeral) whose process died (here: the session
+// detached, no client any more) ends its step, its agent exits after
+// OrphanAfter, and the engine removes the container: nothing is left
+// running after a killed exec.
+func TestDocker_ExecContainerGoesWhenNoRunnerIsConnected(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Ephemeral, cfg.OrphanAfter = true, 2*time.Second
+	e := f.executor(t, cfg)
+	spec, _ := f.spec(t, runID("orphan"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := e.Prepare(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(ctx, executor.Step{ID: "1", Script: "sleep 300\n"}, nil)
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := s.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := f.leftovers(t, spec.ID)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after its runner went, the exec's container is still there: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
