@@ -89,6 +89,9 @@ type Config struct {
 	// runner's own pod, by UID), so that deleting the runner's pod deletes
 	// its job pods.
 	Owner *metav1.OwnerReference
+	// InCluster says the runner runs in a pod of the cluster (its
+	// ServiceAccount's configuration), for Doctor's identity checks.
+	InCluster bool
 	// Agent is the static knotless-agent program delivered into each pod.
 	// Required.
 	Agent string

@@ -73,7 +73,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		Rest: rc, Namespace: ns, Runner: setup.Runner, Image: o.image, CPUs: o.cpus,
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
 		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, Logger: setup.Logger,
-		Ephemeral: setup.Ephemeral,
+		Ephemeral: setup.Ephemeral, InCluster: inCluster,
 	}
 	if cfg.Memory, err = workflow.ParseSize(o.memory); err != nil {
 		return nil, fmt.Errorf("--memory %q: %v", o.memory, err)

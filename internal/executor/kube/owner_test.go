@@ -41,12 +41,20 @@ func newOwnerFixture(t *testing.T) *fixture {
 	ns := c.RestrictedNamespace(t)
 	path, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", ownerRules())
 	f := &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t)}
+	f.createRunnerDeployment(t)
+	return f
+}
+
+// createRunnerDeployment makes, as the admin, a Deployment named
+// runnerDeployment with no replicas.
+func (f *fixture) createRunnerDeployment(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pod := kubetest.RestrictedPod(ns, "")
+	pod := kubetest.RestrictedPod(f.ns, "")
 	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	sel := map[string]string{"app.kubernetes.io/name": "knotless-runner"}
-	_, err := c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+	_, err := f.c.Client.AppsV1().Deployments(f.ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: runnerDeployment, Labels: sel},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0),
@@ -58,7 +66,6 @@ func newOwnerFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("create the runner's Deployment: %v", err)
 	}
-	return f
 }
 
 // ownerOf resolves KIND/NAME as the runner's ServiceAccount.
