@@ -122,12 +122,17 @@ func (r *Runner) startSession(ctx context.Context) ([]api.HeldRun, error) {
 // but of which the work directory keeps no spool (the process that ran it
 // used another work directory, or lost it), the result errored/runner-lost
 // (cancelled, when a cancel was requested) in a new spool, which
-// recoverSpools then delivers like any other.
-func (r *Runner) endUnknownRuns(held []api.HeldRun) {
+// recoverSpools then delivers like any other. With an executor that can
+// find the run's environment by itself (adopt.go), the run's spool is
+// rebuilt from the server's record instead, and the run taken over.
+func (r *Runner) endUnknownRuns(ctx context.Context, held []api.HeldRun) {
 	for _, h := range held {
 		dir := r.path("spool", strconv.FormatInt(h.Run, 10))
 		if _, err := os.Stat(dir); err == nil || !errors.Is(err, os.ErrNotExist) {
 			continue // a spool of ours (recoverSpools takes it), or unreadable: leave it
+		}
+		if r.adoptWithoutSpool(ctx, h) {
+			continue
 		}
 		res := Result{State: api.StateErrored, Reason: api.ReasonRunnerLost, Message: lostRunMessage}
 		if h.CancelRequested {
