@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
+.PHONY: deploy-digests deploy-digests-check runner-image all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
 
 all: build
 
@@ -86,3 +86,20 @@ bench-kube: build cluster-up
 
 clean:
 	rm -rf $(BIN) .demo
+
+# The runner in a cluster (deploy/kubernetes, docs/kubernetes.md): the
+# manifests' init container checks knotless-run and knotless-agent against
+# SHA-256 digests written in deploy/kubernetes/base/deployment.yaml. After a
+# change to the code, rebuild them reproducibly and write the new digests
+# (a test fails while they are stale). runner-image is the optional image
+# with both programs in it, a docker archive for `docker load` or
+# `ctr -n k8s.io images import`.
+deploy-digests:
+	$(GO) run ./scripts/deploy digests
+
+deploy-digests-check:
+	$(GO) run ./scripts/deploy digests -check
+
+runner-image:
+	@mkdir -p $(BIN)
+	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
