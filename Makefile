@@ -103,3 +103,10 @@ deploy-digests-check:
 runner-image:
 	@mkdir -p $(BIN)
 	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
+
+# A restart of the runner deployed in the local cluster under a run: from
+# the runner pod's deletion to its successor streaming the in-flight step
+# again, 5 times, median in ms (README "Kubernetes restarts").
+.PHONY: bench-restart
+bench-restart: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench RunnerPodDeletedToStreamingAgain -benchtime 5x -timeout 30m -v ./test/e2e

@@ -220,3 +220,44 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 	successor.signal(t, syscall.SIGINT)
 	successor.wait(t, 30*time.Second)
 }
+
+// --capacity 3: one runner, one credential, three runs at once, each in a
+// job pod of its own (seed 004's runner needs a registration and a
+// Deployment per parallel job).
+func TestE2E_KubeCapacityThreeRunsThreeRunsAtOnceEachInItsOwnPod(t *testing.T) {
+	t.Parallel()
+	k := newOwnedKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("kr-three")
+	runner := w.startRunner(rid, append(k.args, "--capacity", "3")...)
+	files := map[string]string{}
+	for i := 1; i <= 3; i++ {
+		files[fmt.Sprintf(".knotless/workflows/w%d.yml", i)] = `on:
+  push: {}
+steps:
+  - name: hold
+    run: echo "pod $(hostname)"; sleep 20
+`
+	}
+	runs := w.push(files, 3)
+	hosts := map[string]bool{}
+	waitFor(t, 3*time.Minute, "the three runs' steps to run at once", func() (bool, string) {
+		clear(hosts)
+		for _, r := range runs {
+			if got := w.run(r.ID); api.IsFinal(got.State) {
+				t.Fatalf("run %d ended before the three ran at once: %s\nrunner log:\n%s", r.ID, describe(got), runner.output())
+			}
+			if log := w.stepLog(r.ID, 1); strings.HasPrefix(log, "pod ") {
+				hosts[strings.TrimSpace(strings.TrimPrefix(log, "pod "))] = true
+			}
+		}
+		return len(hosts) == 3, fmt.Sprintf("%d runs in their steps; job pods %v", len(hosts), k.pods(t, "kr-three"))
+	})
+	for _, r := range runs {
+		if final := w.waitFinal(r.ID, 2*time.Minute); final.State != api.StateSucceeded {
+			t.Fatalf("%s, want succeeded", describe(final))
+		}
+	}
+	runner.signal(t, syscall.SIGINT)
+	runner.wait(t, 30*time.Second)
+}
