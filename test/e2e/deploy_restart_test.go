@@ -226,3 +226,62 @@ steps:
 	b.ReportMetric(0, "ns/op")
 	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
 }
+
+// The failure this pins: kustomize rewrites every Role resourceName that
+// equals a generated ConfigMap's name (it gave the Role's rule on the
+// Deployment knotless-runner the ConfigMap's hashed name, and the runner
+// could not read its owner). Built as `kubectl apply -k` builds it, the
+// Role names the very Deployment the runner is told to own its job pods
+// by.
+func TestDeploy_RoleGrantsGetOnTheDeploymentTheRunnerNamesAsOwner(t *testing.T) {
+	c := kubetest.Connect(t)
+	for _, variant := range []string{"emptydir", "pvc"} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := c.Kubectl(ctx, moduleRoot, "kustomize", filepath.Join("deploy", "kubernetes", "overlays", variant))
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", variant, err, out)
+		}
+		var deployName, owner string
+		var granted []string
+		for _, doc := range strings.Split(out, "\n---\n") {
+			switch {
+			case strings.Contains(doc, "\nkind: Deployment\n"):
+				deployName = yamlField(doc, "metadata:\n  ", "name: ")
+				if i := strings.Index(doc, "name: KNOTLESS_OWNER"); i >= 0 {
+					owner = yamlField(doc[i:], "", "value: ")
+				}
+			case strings.Contains(doc, "\nkind: Role\n"):
+				if i := strings.Index(doc, "- deployments"); i >= 0 {
+					j := strings.LastIndex(doc[:i], "- apiGroups:")
+					rule := doc[j:]
+					if k := strings.Index(rule[1:], "- apiGroups:"); k >= 0 {
+						rule = rule[:k+1]
+					}
+					if k := strings.Index(rule, "resourceNames:\n"); k >= 0 {
+						granted = append(granted, strings.TrimSpace(strings.TrimPrefix(strings.SplitN(rule[k+len("resourceNames:\n"):], "\n", 2)[0], "  - ")))
+					}
+				}
+			}
+		}
+		if deployName == "" || owner != "deployment/"+deployName || len(granted) != 1 || strings.TrimLeft(granted[0], "- ") != deployName {
+			t.Errorf("%s: Deployment %q, KNOTLESS_OWNER %q, the Role grants get on deployments %q: want all the same Deployment", variant, deployName, owner, granted)
+		}
+	}
+}
+
+// yamlField is the value after key in doc, after the first after (a
+// rough reader for kubectl's block-style output).
+func yamlField(doc, after, key string) string {
+	i := strings.Index(doc, after)
+	if i < 0 {
+		return ""
+	}
+	rest := doc[i+len(after):]
+	j := strings.Index(rest, key)
+	if j < 0 {
+		return ""
+	}
+	v := strings.SplitN(rest[j+len(key):], "\n", 2)[0]
+	return strings.Trim(strings.TrimSpace(v), `"'`)
+}

@@ -123,7 +123,7 @@ images:
     newName: %s
     newTag: "%s"
 configMapGenerator:
-  - name: knotless-runner
+  - name: knotless-runner-settings
     behavior: merge
     literals:
       - KNOTLESS_DOWNLOAD_URL=%s
