@@ -114,10 +114,12 @@ func TestE2E_KubeRunnerPodReplacedMidStepWithAnEmptyWorkDirIsAdoptedAndTheLogIsW
 	w.waitRun(run.ID, 2*time.Minute, "the step to print line 5", func(r api.Run) bool {
 		return strings.Contains(w.stepLog(run.ID, 1), "line 5\n")
 	})
+	sent := time.Now()
 	old.signal(t, syscall.SIGTERM)
 	if code := old.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("runner exited %d after SIGTERM, want 0:\n%s", code, old.output())
 	}
+	t.Logf("the runner exited %s after SIGTERM (the deployment's terminationGracePeriodSeconds: 60)", time.Since(sent).Round(time.Millisecond))
 	if !strings.Contains(old.output(), "handed over") {
 		t.Fatalf("the runner does not say it handed over:\n%s", old.output())
 	}
