@@ -31,7 +31,8 @@ import (
 // It reports false when it cannot (the executor is no Finder, the server
 // or the executor cannot be asked): the caller then ends the run. A run
 // whose environment is gone although one of its steps started ends with
-// the executor's reason (pod-lost for kube), recorded in the spool.
+// the executor's reason (pod-lost for kube), recorded in the spool; a run
+// whose steps had not started is set up again.
 func (r *Runner) adoptWithoutSpool(ctx context.Context, h api.HeldRun) bool {
 	finder, ok := r.cfg.Executor.(executor.Finder)
 	if !ok || h.CancelRequested {
@@ -78,7 +79,10 @@ func (r *Runner) adoptWithoutSpool(ctx context.Context, h api.HeldRun) bool {
 	steps := run.Steps
 	run.Steps = nil
 	entries := []logship.JournalEntry{{Claim: &logship.ClaimRecord{Run: run, WorkflowSource: cr.WorkflowSource, GitURL: cr.GitURL, Started: claimed}}}
-	if found {
+	// A run still in setup starts it over (a new checkout, a new
+	// environment; the old one is swept): its environment may lack the
+	// checkout, which is not on this host.
+	if found && started {
 		data, err := json.Marshal(handle)
 		if err != nil {
 			log.Error("record the environment's handle", "err", err)
