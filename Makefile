@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: deploy-digests deploy-digests-check runner-image all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
+.PHONY: deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
 
 all: build
 
@@ -103,6 +103,11 @@ deploy-digests-check:
 runner-image:
 	@mkdir -p $(BIN)
 	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
+
+# From the first command of the runner's deployment to its session with
+# the server, 5 samples, median in ms (README "Run jobs in Kubernetes").
+bench-deploy: cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench Deploy_ApplyToRunnerSession -benchtime 5x ./test/e2e
 
 # A restart of the runner deployed in the local cluster under a run: from
 # the runner pod's deletion to its successor streaming the in-flight step

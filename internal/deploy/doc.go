@@ -3,7 +3,7 @@
 // SHA-256 digests the manifests' init container checks them against, and
 // the optional runner image (a one-layer image archive, no registry).
 //
-// It is a build tool (scripts/deploy and the tests use it); no program of
-// Knotless imports it. It must never write anything but the files it is
+// It is a build tool (scripts/deploy and the tests use it); no program
+// Knotless ships imports it. It must never write anything but the files it is
 // told to: the manifest it updates and the archive it makes.
 package deploy

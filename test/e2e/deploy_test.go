@@ -100,6 +100,14 @@ type deployment struct {
 // wait, waits for the rollout. The test's end deletes it all.
 func applyRunner(t testing.TB, c *kubetest.Cluster, variant, downloadURL, statePath string, wait bool) *deployment {
 	t.Helper()
+	return applyRunnerImage(t, c, variant, RunnerBaseImage, downloadURL, statePath, wait)
+}
+
+// applyRunnerImage is applyRunner with the runner pod's image.
+func applyRunnerImage(t testing.TB, c *kubetest.Cluster, variant, image, downloadURL, statePath string, wait bool) *deployment {
+	t.Helper()
+	i := strings.LastIndex(image, ":")
+	imageName, imageTag := image[:i], image[i+1:]
 	d := &deployment{c: c, dir: t.TempDir(), ns: "kt-deploy-" + randomHex(4)}
 	digests := map[string]string{}
 	for p, path := range deployBuild(t) {
@@ -149,7 +157,7 @@ patches:
                   - {name: %s, value: "%s"}
                   - {name: %s, value: "%s"}
 `, base, d.ns,
-		strings.Split(RunnerBaseImage, ":")[0], strings.Split(RunnerBaseImage, ":")[1], downloadURL, kubetest.JobBaseImage,
+		imageName, imageTag, downloadURL, kubetest.JobBaseImage,
 		deploy.DigestEnv("knotless-run"), digests["knotless-run"], deploy.DigestEnv("knotless-agent"), digests["knotless-agent"])
 	if err := os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
@@ -166,6 +174,7 @@ patches:
 	defer cancel()
 	d.must(t, ctx, "create", "namespace", d.ns)
 	d.must(t, ctx, "-n", d.ns, "create", "secret", "generic", "knotless-runner", "--from-file=runner.json="+statePath)
+	start := time.Now()
 	d.must(t, ctx, "apply", "--server-side", "-k", ".")
 	if wait {
 		if out, err := d.kubectl(ctx, "-n", d.ns, "rollout", "status", "deploy/knotless-runner", "--timeout=4m"); err != nil {
@@ -173,8 +182,27 @@ patches:
 			logs, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "--all-containers")
 			t.Fatalf("%v\n%s\n%s\n%s", err, out, desc, logs)
 		}
+		d.logStartup(t, time.Since(start))
 	}
 	return d
+}
+
+// logStartup logs how long the runner pod took from apply to its rollout,
+// and its init container (fetch and check both programs, copy the
+// credential), from the pod's status.
+func (d *deployment) logStartup(t testing.TB, rollout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := d.c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=knotless-runner"})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	for _, s := range list.Items[0].Status.InitContainerStatuses {
+		if term := s.State.Terminated; s.Name == "install" && term != nil {
+			t.Logf("runner pod: apply → rollout done in %s; init container ran %s", rollout.Round(time.Millisecond), term.FinishedAt.Sub(term.StartedAt.Time))
+		}
+	}
 }
 
 func (d *deployment) kubectl(ctx context.Context, args ...string) (string, error) {
@@ -252,10 +280,20 @@ steps:
   - name: long
     run: echo started; sleep 600
 `})
+	var jobPod corev1.Pod
 	waitFor(t, 3*time.Minute, "the long run's job pod", func() (bool, string) {
 		pods := d.jobPods(t)
+		if len(pods) > 0 {
+			jobPod = pods[0]
+		}
 		return len(pods) > 0, fmt.Sprintf("%d job pods; run %s", len(pods), describe(w.run(run.ID)))
 	})
+	// The runner's Deployment owns the job pod (KNOTLESS_OWNER), not the
+	// runner's pod: a restart of that pod loses no run
+	// (docs/kubernetes-restarts.md), and delete -k removes the job pod.
+	if owners := jobPod.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Deployment" || owners[0].Name != "knotless-runner" {
+		t.Errorf("job pod %s owners %+v: want the Deployment knotless-runner", jobPod.Name, owners)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if out, err := d.kubectl(ctx, "delete", "-k", ".", "--timeout=150s"); err != nil {
@@ -316,5 +354,53 @@ func TestDeploy_TamperedRunnerFileFailsTheInitContainerNamingIt(t *testing.T) {
 	})
 	if !strings.Contains(msg, "knotless-run: SHA-256 mismatch") {
 		t.Fatalf("init container's message does not name knotless-run's mismatch:\n%s", msg)
+	}
+}
+
+// The runner image (make runner-image) runs the runner with no download:
+// with KNOTLESS_DOWNLOAD_URL empty the init container takes both programs
+// from the image, checks their digests, and the runner runs a pushed
+// workflow.
+func TestDeploy_RunnerImageRunsTheRunnerWithoutADownload(t *testing.T) {
+	c := kubetest.Connect(t)
+	progs := deployBuild(t)
+	run, err := deploy.FileDigest(progs["knotless-run"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := deploy.FileDigest(progs["knotless-agent"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Named after its content, so a rebuilt program is a new image.
+	ref := "localhost/knotless/runner:test-" + run[:12] + agent[:12]
+	if !c.HasImage(t, ref) {
+		img, err := deploy.RunnerImage(ref, progs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		archive := filepath.Join(t.TempDir(), "runner.tar")
+		if err := deploy.WriteArchive(archive, img); err != nil {
+			t.Fatal(err)
+		}
+		c.ImportImage(t, archive)
+	}
+	t.Cleanup(func() { c.RemoveImage(t, ref) }) // runs after the deployment's removal
+	w := newWorldAt(t, c.HostIP(t)+":0", 30*time.Second)
+	rid := w.registerRunner("k8s-img")
+	d := applyRunnerImage(t, c, "emptydir", ref, "", rid.state, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "-c", "install"); !strings.Contains(out, "taking knotless-run from the image") || !strings.Contains(out, "knotless-run ok") {
+		t.Fatalf("the init container did not take knotless-run from the image:\n%s", out)
+	}
+	r := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
+  push: {}
+runners: [k8s-img]
+steps:
+  - run: echo from the runner image
+`})
+	if got := w.waitFinal(r.ID, 4*time.Minute); got.State != api.StateSucceeded {
+		t.Fatalf("run %s, want succeeded\n%s", describe(got), d.runnerLogs())
 	}
 }

@@ -88,3 +88,14 @@ func (c *Cluster) Kubectl(ctx context.Context, dir string, args ...string) (stri
 
 // KubectlPath is the cluster's own kubectl.
 func (c *Cluster) KubectlPath() string { return filepath.Join(c.StateDir, "bin", "kubectl") }
+
+// RemoveImage removes ref from the cluster's containerd (when no pod uses
+// it any more, its layers are collected); errors are logged, not fatal.
+func (c *Cluster) RemoveImage(t testing.TB, ref string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "rm", ref).CombinedOutput(); err != nil {
+		t.Logf("remove image %s: %v\n%s", ref, err, out)
+	}
+}
