@@ -26,10 +26,10 @@ import (
 var _ executor.Doctor = (*Executor)(nil)
 
 // roleFix is where the runner's Role lives in the shipped manifests.
-const roleFix = "deploy/kubernetes/role.yaml"
+const roleFix = "deploy/kubernetes/base/role.yaml"
 
 // policyFix is what to do when job pods reach what they must not.
-const policyFix = "apply the job-pod NetworkPolicy (deploy/kubernetes/networkpolicy.yaml) to namespace %s, and use a network plugin that enforces NetworkPolicies (Calico, Cilium, kube-network-policies; flannel alone does not)"
+const policyFix = "apply the job-pod NetworkPolicy (deploy/kubernetes/base/networkpolicy.yaml) to namespace %s, and use a network plugin that enforces NetworkPolicies (Calico, Cilium, kube-network-policies; flannel alone does not)"
 
 // access is one permission the runner needs (or must not have).
 type access struct {
