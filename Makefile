@@ -130,3 +130,10 @@ runner-image:
 # the server, 5 samples, median in ms (README "Run jobs in Kubernetes").
 bench-deploy: cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench Deploy_ApplyToRunnerSession -benchtime 5x ./test/e2e
+
+# A restart of the runner deployed in the local cluster under a run: from
+# the runner pod's deletion to its successor streaming the in-flight step
+# again, 5 times, median in ms (README "Kubernetes restarts").
+.PHONY: bench-restart
+bench-restart: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench RunnerPodDeletedToStreamingAgain -benchtime 5x -timeout 30m -v ./test/e2e

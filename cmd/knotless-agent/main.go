@@ -4,6 +4,7 @@
 //
 //	knotless-agent serve --dir DIR --socket PATH [...]   the agent itself
 //	knotless-agent connect --socket PATH                 bridge STDIN/STDOUT to it (kube, docker exec)
+//	knotless-agent probe dns:NAME tcp:HOST:PORT ...      network checks for knotless-run doctor
 //	knotless-agent version
 //
 // It uses the standard library only, so that it stays small; runners start
@@ -36,6 +37,8 @@ func main() {
 		os.Exit(serve(os.Args[2:]))
 	case "connect":
 		os.Exit(connect(os.Args[2:]))
+	case "probe":
+		os.Exit(probe(os.Args[2:]))
 	case "version", "--version":
 		fmt.Println("knotless-agent", version.Version)
 	case "-h", "--help", "help":
@@ -51,6 +54,7 @@ func usage() {
 
   knotless-agent serve --dir DIR --socket PATH [flags]   run the agent for one run
   knotless-agent connect --socket PATH [--wait DUR]     bridge STDIN/STDOUT to a running agent
+  knotless-agent probe [--timeout 3s] dns:NAME tcp:HOST:PORT ...   network checks (knotless-run doctor)
   knotless-agent version
 
 Run "knotless-agent serve -h" for the serve flags.

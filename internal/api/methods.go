@@ -136,8 +136,9 @@ const (
 	MethodHandover = "dev.knotless.runner.handover"
 	// P, runner. In: RunRef. Out: ClaimedRun. For a run this runner holds
 	// and that is not final: what a claim gave (the workflow, the secrets
-	// anew, a new run token that replaces the old one) and whether a cancel
-	// was requested; the lease is renewed. A restarted runner calls it for
+	// anew, a new run token that replaces the old one), the run's steps as
+	// the server recorded them (Run.Steps, with their log sizes) and
+	// whether a cancel was requested; the lease is renewed. A restarted runner calls it for
 	// each run it recovers. ErrRunFinished when the run is final, Forbidden
 	// when another runner holds it, NotFound when there is no such run. The
 	// old run token stops working (git fetch) at once.

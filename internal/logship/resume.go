@@ -240,3 +240,34 @@ func (s *Spool) Record() (Record, error) {
 	}
 	return r, nil
 }
+
+// Delivered records, in a spool rebuilt from the server's record of a run
+// (a runner whose work directory was lost takes the run over), that the
+// server holds every journal entry written so far and logs[step] bytes of
+// each step's log: the shipper sends none of them again. Each step's log
+// file is extended (sparse, never shrunk) to that size, so that bytes
+// written later land at the server's offsets. Call it before the
+// spool's shipper starts.
+func (s *Spool) Delivered(logs map[int]int64) error {
+	entries, _, err := s.Entries(0)
+	if err != nil {
+		return err
+	}
+	c := shipCursor{Entries: len(entries), Logs: map[int]int64{}}
+	for step, n := range logs {
+		f, err := os.OpenFile(s.logPath(step), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)
+		}
+		fi, err := f.Stat()
+		if err == nil && fi.Size() < n {
+			err = f.Truncate(n)
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("extend log of run %d step %d to %d bytes: %w", s.run, step, n, err)
+		}
+		c.Logs[step] = n
+	}
+	return s.saveCursor(c)
+}

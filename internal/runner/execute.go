@@ -371,7 +371,11 @@ func (e *execution) run(ctx context.Context) Result {
 				return res
 			}
 			sl.printf("the run's environment could not be taken over: %v\n", err)
-			return Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}
+			reason := api.ReasonExecutor
+			if f := (*executor.Fault)(nil); errors.As(err, &f) && executor.EnvironmentFault(f.Reason) {
+				reason = f.Reason // e.g. pod-lost: the job pod is gone
+			}
+			return Result{State: api.StateErrored, Reason: reason, Message: firstLine(err.Error())}
 		}
 		e.log.Info("run's environment recovered", "executor", e.ex.Name())
 	} else {

@@ -197,7 +197,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	r.endUnknownRuns(held)
+	r.endUnknownRuns(ctx, held)
 
 	shipCtx, stopShipping := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopShipping()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/version"
 )
@@ -122,12 +123,17 @@ func (r *Runner) startSession(ctx context.Context) ([]api.HeldRun, error) {
 // but of which the work directory keeps no spool (the process that ran it
 // used another work directory, or lost it), the result errored/runner-lost
 // (cancelled, when a cancel was requested) in a new spool, which
-// recoverSpools then delivers like any other.
-func (r *Runner) endUnknownRuns(held []api.HeldRun) {
+// recoverSpools then delivers like any other. With an executor that can
+// find the run's environment by itself (adopt.go), the run's spool is
+// rebuilt from the server's record instead, and the run taken over.
+func (r *Runner) endUnknownRuns(ctx context.Context, held []api.HeldRun) {
 	for _, h := range held {
 		dir := r.path("spool", strconv.FormatInt(h.Run, 10))
 		if _, err := os.Stat(dir); err == nil || !errors.Is(err, os.ErrNotExist) {
 			continue // a spool of ours (recoverSpools takes it), or unreadable: leave it
+		}
+		if r.adoptWithoutSpool(ctx, h) {
+			continue
 		}
 		res := Result{State: api.StateErrored, Reason: api.ReasonRunnerLost, Message: lostRunMessage}
 		if h.CancelRequested {
@@ -150,15 +156,24 @@ func (r *Runner) endUnknownRuns(held []api.HeldRun) {
 // stopSuperseded stops Run after the server said another process took the
 // runner over: shipping stops first, so nothing more about the runs
 // reaches the server (they are the new process's), then running runs are
-// stopped at once; their spools stay on disk. It returns the error Run
+// stopped at once, or, with an executor whose environments the other
+// process adopts (executor.Finder), let go of (detached, as on a
+// handover); their spools stay on disk. It returns the error Run
 // returns, matching ErrSuperseded.
 func (r *Runner) stopSuperseded(done <-chan struct{}, stopShipping context.CancelFunc, stopRuns context.CancelCauseFunc) error {
 	stopShipping()
 	select {
 	case <-done:
 	default:
-		r.log.Warn("stopping running runs without reporting them: the other process owns them now")
-		stopRuns(errSupersededStop)
+		if _, adopts := r.cfg.Executor.(executor.Finder); adopts {
+			// The other process finds the environments and adopts them
+			// (adopt.go): stopping them would kill its runs.
+			r.log.Warn("letting go of running runs without reporting them: the other process adopts their environments")
+			r.Handover()
+		} else {
+			r.log.Warn("stopping running runs without reporting them: the other process owns them now")
+			stopRuns(errSupersededStop)
+		}
 		<-done
 	}
 	r.shippers.Wait()

@@ -124,6 +124,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
   knotless-run login   register this runner with a server (once)
   knotless-run run     claim runs from the server and execute them
   knotless-run exec    run one workflow file locally, without a server
+  knotless-run doctor  check that this runner can run jobs here (ok / FAIL and the fix)
 
 Every flag can also be set by the environment variable named in its help.
 A flag whose help says "only with --executor NAME" is used only with that
@@ -148,6 +149,6 @@ command line.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error"+envNote("KNOTLESS_LOG_LEVEL"))
 	envFlag(root.PersistentFlags(), "log-level", "KNOTLESS_LOG_LEVEL")
-	root.AddCommand(newLogin(g, stdout), newRun(g), newExec(g, stdout))
+	root.AddCommand(newLogin(g, stdout), newRun(g), newExec(g, stdout), newDoctor(g, stdout))
 	return root
 }

@@ -166,6 +166,11 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, x store.Runne
 		return fmt.Errorf("resume run %d: %w", run.ID, err)
 	}
 	out.CancelRequested = run.CancelRequested
+	// The steps as recorded, with their log sizes: a runner that lost its
+	// spool rebuilds it from them.
+	if out.Run.Steps, err = s.runSteps(ctx, run.ID); err != nil {
+		return fmt.Errorf("resume run %d: %w", run.ID, err)
+	}
 	s.log.Info("run resumed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow, "runner", x.Name,
 		"state", run.State, "cancel_requested", run.CancelRequested, "secrets", len(out.Secrets)+len(out.SecretBytes))
 	return writeJSON(w, out)

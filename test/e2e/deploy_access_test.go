@@ -54,6 +54,15 @@ func TestDeploy_RunnerMayUseOnlyPodsAndExecInItsNamespaceAndNoSecrets(t *testing
 			t.Errorf("the runner may %s %s in namespace %s", r[1], r[2], r[0])
 		}
 	}
+	// The restart design's one rule: get on the runner's own Deployment
+	// (the job pods' owner), nothing more on Deployments.
+	for _, r := range [][3]string{{"get", "deployment/knotless-runner", "yes"}, {"list", "deployments", "no"},
+		{"get", "deployment/another", "no"}, {"update", "deployment/knotless-runner", "no"}, {"patch", "deployment/knotless-runner", "no"}} {
+		out, _ := d.kubectl(ctx, "auth", "can-i", r[0], r[1], "-n", d.ns, "--as", sa)
+		if got := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]); got != r[2] {
+			t.Errorf("may the runner %s %s? %q, want %s", r[0], r[1], got, r[2])
+		}
+	}
 	if out, _ := d.kubectl(ctx, "auth", "can-i", "list", "nodes", "--as", sa); strings.HasPrefix(out, "yes") {
 		t.Errorf("the runner may list nodes")
 	}

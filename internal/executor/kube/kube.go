@@ -89,6 +89,9 @@ type Config struct {
 	// runner's own pod, by UID), so that deleting the runner's pod deletes
 	// its job pods.
 	Owner *metav1.OwnerReference
+	// InCluster says the runner runs in a pod of the cluster (its
+	// ServiceAccount's configuration), for Doctor's identity checks.
+	InCluster bool
 	// Agent is the static knotless-agent program delivered into each pod.
 	// Required.
 	Agent string
@@ -784,7 +787,9 @@ func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID, en
 // new runner pod adopting the pods of the old one), the reference is
 // re-pointed, so that the garbage collector does not delete the pod with
 // the old owner. Errors wrap executor.ErrNotRecoverable when the handle is
-// not this executor's or the pod is gone or ended.
+// not this executor's or the pod is gone or ended; for a pod gone or
+// ended they also wrap an *executor.Fault with the pod's reason (pod-lost,
+// evicted, oom-killed, timeout).
 func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Session, error) {
 	notRecoverable := func(format string, args ...any) error {
 		return fmt.Errorf("recover kube session %s: %s: %w", h.ID, fmt.Sprintf(format, args...), executor.ErrNotRecoverable)
@@ -804,7 +809,8 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 	}
 	p, err := e.client.CoreV1().Pods(e.ns).Get(ctx, data.Pod, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, notRecoverable("the pod %s is gone", data.Pod)
+		f := &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s is gone", data.Pod)}
+		return nil, fmt.Errorf("recover kube session %s: %w: %w", h.ID, f, executor.ErrNotRecoverable)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("recover kube session %s: %w", h.ID, err)
@@ -814,10 +820,12 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 	}
 	if !running(p) || p.DeletionTimestamp != nil {
 		msg := "it does not run"
+		reason := ReasonPodLost
 		if f := podFault(p, time.Now(), time.Now(), 0, 0); f != nil {
-			msg = f.Message
+			msg, reason = f.Message, f.Reason
 		}
-		return nil, notRecoverable("the pod %s: %s", data.Pod, msg)
+		f := &executor.Fault{Reason: reason, Message: fmt.Sprintf("the job pod %s: %s", data.Pod, msg)}
+		return nil, fmt.Errorf("recover kube session %s: %w: %w", h.ID, f, executor.ErrNotRecoverable)
 	}
 	e.adopt(ctx, p)
 	if !e.live.Reserve(h.ID) {

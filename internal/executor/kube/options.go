@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/shell"
@@ -36,6 +36,7 @@ type Options struct {
 	pullSecrets    []string
 	imagePullGrace time.Duration
 	pendingTimeout time.Duration
+	owner          string
 }
 
 // Name returns "kube".
@@ -55,6 +56,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.tolerations, "toleration", nil, "taint job pods tolerate: KEY[=VALUE][:EFFECT] (repeatable)")
 	fs.StringArrayVar(&o.pullSecrets, "pull-secret", nil, "image pull Secret in the job pods' namespace (repeatable)")
 	fs.DurationVar(&o.imagePullGrace, "image-pull-grace", DefaultImagePullGrace, "how long an image that cannot be pulled is retried before the run ends errored/image-pull")
+	fs.StringVar(&o.owner, "owner", "", "the object that owns the job pods, KIND/NAME: deployment/NAME (the runner's Deployment: job pods survive the runner pod's replacement and go with the Deployment), statefulset/NAME, configmap/NAME or pod/NAME; the runner needs get on it (default: in a cluster, the runner's own pod, which the garbage collector deletes the job pods with)")
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", DefaultPendingTimeout, "how long a job pod may stay unscheduled before the run ends errored/unschedulable")
 }
 
@@ -71,7 +73,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		Rest: rc, Namespace: ns, Runner: setup.Runner, Image: o.image, CPUs: o.cpus,
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
 		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, Logger: setup.Logger,
-		Ephemeral: setup.Ephemeral,
+		Ephemeral: setup.Ephemeral, InCluster: inCluster,
 	}
 	if cfg.Memory, err = workflow.ParseSize(o.memory); err != nil {
 		return nil, fmt.Errorf("--memory %q: %v", o.memory, err)
@@ -95,7 +97,20 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		}
 	}
 	log := setup.Logger
-	if inCluster {
+	kind, name, err := ParseOwner(o.owner)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case kind != "":
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("kube executor: client: %w", err)
+		}
+		if cfg.Owner, err = ResolveOwner(context.Background(), client, ns, kind, name); err != nil {
+			return nil, fmt.Errorf("kube executor: --owner: %w", err)
+		}
+	case inCluster:
 		owner, err := OwnPod(context.Background(), rc, ns)
 		if err != nil {
 			if log != nil {
@@ -103,6 +118,9 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 			}
 		} else {
 			cfg.Owner = owner
+			if log != nil {
+				log.Warn("kube executor: the job pods are owned by this runner's pod, so replacing it (rollout restart, upgrade, eviction) deletes the runs' pods; give --owner deployment/NAME to keep them for the next runner pod (docs/kubernetes.md)")
+			}
 		}
 	}
 	ex, err := New(cfg)
@@ -167,17 +185,11 @@ func OwnPod(ctx context.Context, rc *rest.Config, ns string) (*metav1.OwnerRefer
 		}
 		name = h
 	}
-	ex, err := New(Config{Rest: rc, Namespace: ns, Agent: "-"})
+	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	p, err := ex.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("read the runner's own pod %s/%s: %w", ns, name, err)
-	}
-	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, BlockOwnerDeletion: ptr.To(false)}, nil
+	return ResolveOwner(ctx, client, ns, "pod", name)
 }
 
 // ParseNodeSelector reads KEY=VALUE pairs.

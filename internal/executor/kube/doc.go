@@ -1,0 +1,18 @@
+// Package kube is the kube executor: each run in a fresh, hardened pod of
+// one namespace (podFor), with the step agent as its PID 1, reached over
+// one pods/exec stream at a time (exec.go); steps run detached in the pod,
+// so a runner that restarts re-attaches (Recover) at the next byte.
+//
+// Restarts lose no run: job pods are owned (garbage collection) by the
+// object --owner names, in a cluster the runner's Deployment, not by the
+// runner's pod, which the garbage collector would delete them with before
+// a Recreate successor exists (owner.go). The successor, with the same
+// credential, recovers each pod the server says it holds by the pod's
+// labels and UID, and re-points an owner reference that names another
+// owner. Doctor (doctor.go) checks a namespace for all of this.
+//
+// It must never put a secret in a pod spec, a label, an annotation, an
+// event or a command line (secrets travel on the exec's STDIN), never give
+// a job pod a ServiceAccount token or a host path, and never read Secrets:
+// the runner's Role covers pods, pods/exec and get on its owner only.
+package kube

@@ -1,0 +1,423 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	"knotless.dev/knotless/internal/executor"
+)
+
+var _ executor.Doctor = (*Executor)(nil)
+
+// roleFix is where the runner's Role lives in the shipped manifests.
+const roleFix = "deploy/kubernetes/base/role.yaml"
+
+// policyFix is what to do when job pods reach what they must not.
+const policyFix = "apply the job-pod NetworkPolicy (deploy/kubernetes/base/networkpolicy.yaml) to namespace %s, and use a network plugin that enforces NetworkPolicies (Calico, Cilium, kube-network-policies; flannel alone does not)"
+
+// access is one permission the runner needs (or must not have).
+type access struct {
+	verb, group, resource, sub, name string
+}
+
+func (a access) String() string {
+	r := a.resource
+	if a.sub != "" {
+		r += "/" + a.sub
+	}
+	if a.name != "" {
+		r += " " + a.name
+	}
+	return a.verb + " " + r
+}
+
+// needed is every permission the executor uses: the pods' life cycle and
+// watch, patch to re-point an adopted pod's owner reference, and
+// pods/exec create (WebSocket exec since Kubernetes 1.35, SPDY) and get
+// (older servers' WebSocket exec); and get on the owner --owner names.
+func (e *Executor) needed() []access {
+	var out []access
+	for _, v := range []string{"create", "get", "list", "watch", "delete", "patch"} {
+		out = append(out, access{verb: v, resource: "pods"})
+	}
+	out = append(out, access{verb: "create", resource: "pods", sub: "exec"}, access{verb: "get", resource: "pods", sub: "exec"})
+	if o := e.cfg.Owner; o != nil && o.Kind != "Pod" {
+		group, _, _ := strings.Cut(o.APIVersion, "/")
+		if !strings.Contains(o.APIVersion, "/") {
+			group = ""
+		}
+		out = append(out, access{verb: "get", group: group, resource: strings.ToLower(o.Kind) + "s", name: o.Name})
+	}
+	return out
+}
+
+// Doctor checks, in order, each reported as it finishes: the client
+// configuration and the API server; each permission the executor needs
+// (SelfSubjectAccessReview), and that Secrets are not readable; that the
+// namespace enforces Pod Security "restricted" (a server-side dry run of
+// a pod that breaks it must be refused: this needs no right beyond pods
+// create, and proves enforcement rather than a label); that a
+// NetworkPolicy selects job pods for ingress and egress (when the
+// credential may list them; the runner's Role need not: then the machine
+// check decides); the runner's own pod and the job pods' owner. With
+// machine it starts a job pod like a run's, runs a step with a test
+// secret over the stream, checks its exit code, probes from inside the
+// pod (DNS must work; the API server, the node, another pod must not
+// answer) and removes the pod.
+func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executor.Check)) {
+	ok := func(name, detail string) { report(executor.Check{Name: name, OK: true, Detail: detail}) }
+	fail := func(name, detail, fix string) {
+		report(executor.Check{Name: name, OK: false, Detail: detail, Fix: fix})
+	}
+
+	v, err := e.client.Discovery().ServerVersion()
+	if err != nil {
+		fail("API server", fmt.Sprintf("%s: %v", e.rest.Host, err), "check --kubeconfig (or KUBECONFIG) and that this machine reaches the API server")
+		return
+	}
+	ok("client configuration", fmt.Sprintf("API server %s (Kubernetes %s), namespace %s", e.rest.Host, v.GitVersion, e.ns))
+
+	for _, a := range e.needed() {
+		allowed, why, err := e.review(ctx, a)
+		switch {
+		case err != nil:
+			fail("may "+a.String(), err.Error(), "check the API server and the credential")
+		case !allowed:
+			rule := fmt.Sprintf("{apiGroups: [%q], resources: [%s], verbs: [%s]}", a.group, strings.TrimPrefix(a.String(), a.verb+" "), a.verb)
+			if a.name != "" {
+				rule = fmt.Sprintf("{apiGroups: [%q], resources: [%s], resourceNames: [%s], verbs: [%s]}", a.group, a.resource, a.name, a.verb)
+			}
+			fail("may "+a.String(), "denied"+why, fmt.Sprintf("give the runner's Role in namespace %s the rule %s (%s)", e.ns, rule, roleFix))
+		default:
+			ok("may "+a.String(), "")
+		}
+	}
+	for _, verb := range []string{"get", "list"} {
+		a := access{verb: verb, resource: "secrets"}
+		allowed, _, err := e.review(ctx, a)
+		switch {
+		case err != nil:
+			fail("Secrets not readable ("+verb+")", err.Error(), "check the API server and the credential")
+		case allowed:
+			fail("Secrets not readable ("+verb+")", "the runner's credential may "+verb+" Secrets in namespace "+e.ns+", the runner's own credential among them",
+				"remove every rule on secrets from the Roles and ClusterRoles bound to the runner's ServiceAccount: it needs none")
+		default:
+			ok("Secrets not readable ("+verb+")", "")
+		}
+	}
+
+	e.checkPodSecurity(ctx, ok, fail)
+	e.checkNetworkPolicy(ctx, machine, ok, fail)
+	e.checkIdentity(ctx, ok, fail)
+	if machine {
+		e.checkMachine(ctx, ok, fail)
+	}
+}
+
+// review asks the API server whether this credential may do a in the
+// namespace.
+func (e *Executor) review(ctx context.Context, a access) (bool, string, error) {
+	rev, err := e.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
+		Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+			Namespace: e.ns, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.sub, Name: a.name,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("SelfSubjectAccessReview: %w", err)
+	}
+	why := ""
+	if rev.Status.Reason != "" {
+		why = ": " + rev.Status.Reason
+	}
+	return rev.Status.Allowed, why, nil
+}
+
+// checkPodSecurity dry-runs a pod that Pod Security "restricted" refuses
+// but "baseline" admits (no securityContext at all): refused by the
+// PodSecurity admission is ok.
+func (e *Executor) checkPodSecurity(ctx context.Context, ok func(string, string), fail func(string, string, string)) {
+	const name = "namespace enforces Pod Security restricted"
+	fix := fmt.Sprintf("kubectl label namespace %s pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest", e.ns)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "knotless-doctor-", Labels: map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner)}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: Container, Image: "localhost/knotless/doctor-dry-run:0", Command: []string{"/bin/true"}}},
+		},
+	}
+	_, err := e.client.CoreV1().Pods(e.ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		fail(name, "a pod that breaks \"restricted\" (root allowed, capabilities kept, no seccomp profile) was admitted (dry run)", fix)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), `PodSecurity "restricted`):
+		ok(name, "a pod that breaks it was refused (dry run)")
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PodSecurity"):
+		fail(name, "a pod that breaks \"restricted\" was refused by a weaker level: "+firstLine(err.Error()), fix)
+	default:
+		fail(name, "the dry run of a pod failed otherwise: "+firstLine(err.Error()), "check that the runner may create pods (above); "+fix)
+	}
+}
+
+// jobLabels are the labels of a job pod of this runner (the run's label
+// as a placeholder), to test NetworkPolicy selectors against.
+func (e *Executor) jobLabels() labels.Set {
+	return labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: "doctor"}
+}
+
+// checkNetworkPolicy lists the namespace's NetworkPolicies and checks that
+// the ones selecting job pods restrict both ingress and egress.
+func (e *Executor) checkNetworkPolicy(ctx context.Context, machine bool, ok func(string, string), fail func(string, string, string)) {
+	const name = "a NetworkPolicy selects job pods"
+	fix := fmt.Sprintf(policyFix, e.ns)
+	list, err := e.client.NetworkingV1().NetworkPolicies(e.ns).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		if machine {
+			ok(name, "not listed: the runner's Role has no right on NetworkPolicies (least privilege); the test pod below checks that one is enforced")
+		} else {
+			ok(name, "not listed: the runner's Role has no right on NetworkPolicies (least privilege); run without --skip-machine to check enforcement from a test pod")
+		}
+		return
+	}
+	if err != nil {
+		fail(name, "list NetworkPolicies: "+err.Error(), "check the API server")
+		return
+	}
+	var names []string
+	var ingress, egress bool
+	set := e.jobLabels()
+	for _, np := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(set) {
+			continue
+		}
+		names = append(names, np.Name)
+		for _, t := range policyTypes(np) {
+			ingress = ingress || t == networkingv1.PolicyTypeIngress
+			egress = egress || t == networkingv1.PolicyTypeEgress
+		}
+	}
+	switch {
+	case len(names) == 0:
+		fail(name, fmt.Sprintf("none of the %d NetworkPolicies of namespace %s selects job pods (labels %s)", len(list.Items), e.ns, set), fix)
+	case !ingress || !egress:
+		fail(name, fmt.Sprintf("%s select job pods but restrict ingress %v, egress %v", strings.Join(names, ", "), ingress, egress), fix)
+	default:
+		ok(name, strings.Join(names, ", ")+" (ingress and egress)")
+	}
+}
+
+// policyTypes are np's policy types, defaulted as the API server does.
+func policyTypes(np networkingv1.NetworkPolicy) []networkingv1.PolicyType {
+	if len(np.Spec.PolicyTypes) > 0 {
+		return np.Spec.PolicyTypes
+	}
+	t := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	if len(np.Spec.Egress) > 0 {
+		t = append(t, networkingv1.PolicyTypeEgress)
+	}
+	return t
+}
+
+// checkIdentity reports the runner's own pod (in a cluster) and the job
+// pods' owner: in a cluster it must outlive the runner's pod.
+func (e *Executor) checkIdentity(ctx context.Context, ok func(string, string), fail func(string, string, string)) {
+	if !e.cfg.InCluster {
+		ok("own pod", "not in a pod (a kubeconfig): none")
+	} else {
+		name := os.Getenv("POD_NAME")
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		p, err := e.client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			fail("own pod", fmt.Sprintf("read pod %s/%s: %v", e.ns, name, err),
+				"set POD_NAME from the downward API (env valueFrom fieldRef metadata.name) and run the runner in the namespace of its job pods")
+		} else {
+			ok("own pod", fmt.Sprintf("%s (uid %s) on node %s", p.Name, p.UID, p.Spec.NodeName))
+		}
+	}
+	o := e.cfg.Owner
+	switch {
+	case o == nil && e.cfg.InCluster:
+		fail("job pods' owner", "none: deleting the runner leaves its job pods until their deadline",
+			"run knotless-run with --owner deployment/NAME (its Deployment) and give its Role get on it")
+	case o == nil:
+		ok("job pods' owner", "none (not in a cluster): the runner's next start sweeps the pods of runs it does not hold")
+	case o.Kind == "Pod":
+		fail("job pods' owner", "the runner's pod "+o.Name+": replacing it (rollout restart, upgrade, eviction) deletes the runs' job pods",
+			"run knotless-run with --owner deployment/NAME (its Deployment) and give its Role get on it (docs/kubernetes.md, restarts)")
+	default:
+		ok("job pods' owner", fmt.Sprintf("%s/%s (uid %s): job pods outlive the runner's pod and go with it", o.Kind, o.Name, o.UID))
+	}
+}
+
+// checkMachine starts a job pod, runs a step with a secret in it, probes
+// the network from inside and removes the pod.
+func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fail func(string, string, string)) {
+	if e.cfg.Image == "" {
+		fail("test job pod", "no job image", "give --image IMAGE (an image your workflows use)")
+		return
+	}
+	id := "doctor-" + randomHex(4)
+	ws, err := os.MkdirTemp("", "knotless-doctor-")
+	if err != nil {
+		fail("test job pod", err.Error(), "check the temporary directory")
+		return
+	}
+	defer os.RemoveAll(ws)
+	var setup bytes.Buffer
+	t0 := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	sess, err := e.Prepare(pctx, executor.Spec{ID: id, Workspace: ws, Timeout: 5 * time.Minute, Log: &setup})
+	if err != nil {
+		fail("test job pod", firstLine(err.Error()), "see the line above it; kubectl -n "+e.ns+" describe pod for the events of a Pending pod")
+		return
+	}
+	pod := ""
+	if s, isKube := sess.(*session); isKube {
+		pod = s.pod
+	}
+	ok("test job pod", fmt.Sprintf("%s running with the step agent in %s (image %s)", pod, time.Since(t0).Round(10*time.Millisecond), e.cfg.Image))
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := sess.Cleanup(cctx); err != nil {
+			fail("test job pod removed", err.Error(), "kubectl -n "+e.ns+" delete pod "+pod)
+			return
+		}
+		ok("test job pod removed", pod)
+	}()
+
+	secret := randomHex(16)
+	var out bytes.Buffer
+	res, err := sess.Exec(pctx, executor.Step{ID: "1", Name: "doctor", Secrets: map[string]string{"KNOTLESS_DOCTOR_SECRET": secret},
+		Script: `printf '%s' "$KNOTLESS_DOCTOR_SECRET" | wc -c; exit 7`}, &out)
+	switch {
+	case err != nil:
+		fail("step with a secret over the stream", err.Error(), "see the runner's log (--log-level debug)")
+		return
+	case strings.TrimSpace(out.String()) != fmt.Sprint(len(secret)):
+		fail("step with a secret over the stream", fmt.Sprintf("the step saw a secret of %q bytes, want %d", strings.TrimSpace(out.String()), len(secret)), "the job image needs /bin/sh, printf and wc")
+	default:
+		ok("step with a secret over the stream", fmt.Sprintf("%d bytes arrived", len(secret)))
+	}
+	if res.ExitCode != 7 || res.Reason != "" {
+		fail("exit code", fmt.Sprintf("the step exited 7, reported %d (reason %q)", res.ExitCode, res.Reason), "report this as a bug")
+	} else {
+		ok("exit code", "7 as the step exited")
+	}
+	e.checkEnforcement(pctx, sess, pod, ok, fail)
+}
+
+// checkEnforcement probes, from inside the job pod (knotless-agent probe:
+// no tool of the image needed), that cluster DNS answers and that the API
+// server (its Service and the client configuration's address when that is
+// private), the pod's node (the kubelet's port) and another pod of the
+// namespace do not.
+func (e *Executor) checkEnforcement(ctx context.Context, sess executor.Session, pod string, ok func(string, string), fail func(string, string, string)) {
+	p, err := e.client.CoreV1().Pods(e.ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		fail("network checks", err.Error(), "check the API server")
+		return
+	}
+	type target struct{ what, probe string }
+	targets := []target{{"the API server's Service", "tcp:kubernetes.default.svc:443"}}
+	if u, err := url.Parse(e.rest.Host); err == nil {
+		if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsPrivate() {
+			port := u.Port()
+			if port == "" {
+				port = "443"
+			}
+			targets = append(targets, target{"the API server at " + u.Host, "tcp:" + net.JoinHostPort(ip.String(), port)})
+		}
+	}
+	if p.Status.HostIP != "" {
+		targets = append(targets, target{"the node " + p.Status.HostIP + " (a private address; kubelet port)", "tcp:" + net.JoinHostPort(p.Status.HostIP, "10250")})
+	}
+	if other := e.otherPod(ctx, p); other != "" {
+		targets = append(targets, target{"another pod " + other, "tcp:" + net.JoinHostPort(other, "80")})
+	}
+	args := []string{AgentPath, "probe", "--timeout", "3s", "dns:kubernetes.default.svc"}
+	for _, t := range targets {
+		args = append(args, t.probe)
+	}
+	var out bytes.Buffer
+	_, err = sess.Exec(ctx, executor.Step{ID: "2", Name: "doctor network", Script: strings.Join(args, " ")}, &out)
+	if err != nil {
+		fail("network checks", err.Error(), "see the runner's log (--log-level debug)")
+		return
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 {
+			lines[f[0]+":"+f[1]] = strings.Join(f[2:], " ")
+		}
+	}
+	dns := lines["dns:kubernetes.default.svc"]
+	if strings.HasPrefix(dns, "ok ") {
+		ok("DNS works in a job pod", "kubernetes.default.svc is "+strings.TrimPrefix(dns, "ok "))
+	} else {
+		fail("DNS works in a job pod", "kubernetes.default.svc: "+dns+strings.TrimSpace(out.String()),
+			"let job pods reach the cluster DNS (kube-dns pods, and 169.254.20.10 for NodeLocal DNSCache) on port 53 UDP and TCP in the job-pod NetworkPolicy")
+	}
+	fix := fmt.Sprintf(policyFix, e.ns)
+	for _, t := range targets {
+		key := strings.Replace(t.probe, ":", " ", 1)
+		kind, addr, _ := strings.Cut(key, " ")
+		got := lines[kind+":"+addr]
+		name := t.what + " unreachable from a job pod"
+		switch {
+		case strings.HasPrefix(got, "blocked"):
+			ok(name, strings.TrimSpace(strings.TrimPrefix(got, "blocked")))
+		case strings.HasPrefix(got, "reachable"):
+			fail(name, "a job pod reached "+addr+" ("+strings.TrimPrefix(got, "reachable ")+")", fix)
+		default:
+			fail(name, "no answer from the probe: "+got, "see the runner's log (--log-level debug)")
+		}
+	}
+}
+
+// otherPod is the IP of a running pod of the namespace other than p (the
+// runner's own, when it runs there), or "".
+func (e *Executor) otherPod(ctx context.Context, p *corev1.Pod) string {
+	list, err := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, o := range list.Items {
+		if o.UID != p.UID && o.Status.PodIP != "" && !o.Spec.HostNetwork && o.Status.Phase == corev1.PodRunning {
+			return o.Status.PodIP
+		}
+	}
+	return ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}

@@ -1,0 +1,39 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"knotless.dev/knotless/internal/executor"
+)
+
+var _ executor.Finder = (*Executor)(nil)
+
+// Find returns the handle of the running job pod of environment id made
+// by this runner (labels LabelManagedBy, LabelRunner and LabelRun), for
+// Recover: its namespace, name and UID; the checkout is not on this host,
+// so Recover takes the pod only when the checkout arrived in it whole.
+// A pod being deleted or ended is not found. Errors: the pods cannot be
+// listed.
+func (e *Executor) Find(ctx context.Context, id string) (executor.Handle, bool, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(id)})
+	list, err := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return executor.Handle{}, false, fmt.Errorf("find the job pod of %s: %w", id, err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || !running(&p) {
+			continue
+		}
+		data, err := json.Marshal(handleData{Namespace: e.ns, Pod: p.Name, UID: p.UID})
+		if err != nil {
+			return executor.Handle{}, false, err
+		}
+		return executor.Handle{Executor: Name, ID: id, Data: data}, true, nil
+	}
+	return executor.Handle{}, false, nil
+}
