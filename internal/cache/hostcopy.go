@@ -1,0 +1,140 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// CopyTree copies src (a file, directory or symbolic link on this host) to
+// dst, merging into an existing directory and replacing anything else in
+// its way. Modes and modification times are kept; symbolic links are
+// copied as links, never followed. Files are copied with copy_file_range
+// (Go's io.Copy between files), which clones extents on file systems that
+// can (btrfs, XFS with reflink) and copies in the kernel elsewhere: the
+// copy shares nothing writable with src, so a step that changes a
+// restored file never changes the cache entry.
+func CopyTree(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return copyEntry(src, dst, fi)
+}
+
+func copyEntry(src, dst string, fi fs.FileInfo) error {
+	mode := fi.Mode()
+	switch {
+	case mode&fs.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := clearPath(dst, false); err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case fi.IsDir():
+		if err := clearPath(dst, true); err != nil {
+			return err
+		}
+		if err := os.Mkdir(dst, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := os.Chmod(dst, 0o700); err != nil {
+			return err
+		}
+		des, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, de := range des {
+			cfi, err := de.Info()
+			if err != nil {
+				return err
+			}
+			if err := copyEntry(filepath.Join(src, de.Name()), filepath.Join(dst, de.Name()), cfi); err != nil {
+				return err
+			}
+		}
+		if err := os.Chmod(dst, modeBits(mode)); err != nil {
+			return err
+		}
+		return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
+	case mode.IsRegular():
+		if err := clearPath(dst, false); err != nil {
+			return err
+		}
+		in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(out, in)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		if n != fi.Size() {
+			return fmt.Errorf("copy %s: %d of %d bytes (did it change during the copy?)", src, n, fi.Size())
+		}
+		if err := os.Chmod(dst, modeBits(mode)); err != nil {
+			return err
+		}
+		return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
+	}
+	return fmt.Errorf("%s: cannot copy a %s (only regular files, directories and symbolic links)", src, mode.Type())
+}
+
+// clearPath makes room at p: an existing directory stays when a directory
+// is wanted; anything else there is removed.
+func clearPath(p string, wantDir bool) error {
+	cur, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur.IsDir() {
+		if wantDir {
+			return nil
+		}
+		return fmt.Errorf("%s is a directory", p)
+	}
+	return os.Remove(p)
+}
+
+func modeBits(m fs.FileMode) fs.FileMode {
+	return m & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+// MoveTree moves src to dst (which must not exist) by one rename when both
+// are on one file system, else copies it (CopyTree) and leaves src as it
+// is. moved says which happened. Special files (devices, sockets, FIFOs)
+// below src are not checked when renaming: callers that must refuse them
+// copy instead.
+func MoveTree(src, dst string) (moved bool, err error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return false, err
+	}
+	if err := os.Rename(src, dst); err == nil {
+		return true, nil
+	} else if !errors.Is(err, syscall.EXDEV) {
+		return false, err
+	}
+	return false, CopyTree(src, dst)
+}
