@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -17,6 +18,7 @@ func newRun(g *globals) *cobra.Command {
 		exf             *executorFlags
 		cfg             runner.Config
 		logLimit        = sizeValue(runner.DefaultLogLimit)
+		cacheSize       = sizeValue(cache.DefaultSize)
 		envs            = &envValue{}
 		handover        bool
 	)
@@ -89,6 +91,7 @@ to do, cancels its running runs and exits 1.`,
 			}
 			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
 			cfg.LogLimit = int64(logLimit)
+			cfg.CacheSize = int64(cacheSize)
 			cfg.Env = envs.m
 			r, err := runner.New(cfg)
 			if err != nil {
@@ -127,9 +130,12 @@ to do, cancels its running runs and exits 1.`,
 	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(&cacheSize, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted"+envNote("KNOTLESS_CACHE_SIZE"))
+	f.Lookup("cache-size").DefValue = "10Gi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
-		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT"} {
+		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
+		"cache-size": "KNOTLESS_CACHE_SIZE"} {
 		envFlag(f, flag, env)
 	}
 	return cmd

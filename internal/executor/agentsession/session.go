@@ -56,6 +56,11 @@ type Config struct {
 	// Forget tells the executor that the session is over (Cleanup,
 	// Detach); may be nil.
 	Forget func()
+	// HostPath, when set, maps a path as the steps see it (absolute) to
+	// the same file on the runner's host, and reports false for paths the
+	// host does not see. Caches then move by the host's file system
+	// (cache.CopyTree, cache.MoveTree) instead of through the agent.
+	HostPath func(p string) (string, bool)
 }
 
 // Session is an executor.Session over a step agent.

@@ -372,6 +372,17 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *ag
 		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
 		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
 		Forget: func() { e.live.Forget(id, s) },
+		// Steps see the host's own paths: caches move on the runner's
+		// disk, never through the agent, for the checkout and HOME only.
+		HostPath: func(p string) (string, bool) {
+			p = filepath.Clean(p)
+			for _, root := range []string{workdir, filepath.Join(dir, "home")} {
+				if p == root || strings.HasPrefix(p, root+"/") {
+					return p, true
+				}
+			}
+			return "", false
+		},
 	})
 	return s
 }
