@@ -66,7 +66,7 @@ func CachePath(p, workdir, home string) (string, error) {
 		}
 		root, rel = home, strings.TrimPrefix(strings.TrimPrefix(p, "~"), "/")
 	}
-	return path.Join(root, path.Clean("/" + rel)), nil
+	return path.Join(root, path.Clean("/"+rel)), nil
 }
 
 // restoreCaches renders each cache's key against the checkout and restores
