@@ -1,0 +1,260 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cache"
+)
+
+const cacheWorkflow = `
+on: {push: {}}
+caches:
+  - key: deps-{{ hashFiles "deps.lock" }}
+    restore-keys: [deps-]
+    paths: [vendor, ~/.cache/tool]
+steps:
+  - name: build
+    run: |
+      if [ -f vendor/lib.txt ]; then echo "vendor: $(cat vendor/lib.txt)"; else echo "vendor: cold"; fi
+      if [ -f ~/.cache/tool/obj ]; then echo "home: $(cat ~/.cache/tool/obj)"; else echo "home: cold"; fi
+      mkdir -p vendor ~/.cache/tool
+      cat deps.lock > vendor/lib.txt
+      echo "built from $(cat deps.lock)" > ~/.cache/tool/obj
+`
+
+// cacheJob is a job of repo whose checkout holds deps.lock with lock, using
+// store.
+func cacheJob(t *testing.T, store *cache.Store, repo, lock, wf string) Job {
+	t.Helper()
+	job := testJob(t, wf)
+	job.Repo, job.Caches = repo, store
+	if err := os.WriteFile(filepath.Join(job.Workspace, "deps.lock"), []byte(lock), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+func openTestStore(t *testing.T, limit int64) *cache.Store {
+	t.Helper()
+	s, err := cache.Open(filepath.Join(t.TempDir(), "caches"), limit, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustSucceed(t *testing.T, rep *memReporter, res Result) {
+	t.Helper()
+	if res.State != api.StateSucceeded {
+		t.Fatalf("run %+v\nsetup log:\n%s\nstep log:\n%s", res, rep.log(0), rep.log(1))
+	}
+}
+
+func TestCaches_Shell_MissThenHit(t *testing.T) {
+	store := openTestStore(t, 0)
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	setup := rep.log(0)
+	if !strings.Contains(setup, ": miss;") || !strings.Contains(setup, ": saved ") {
+		t.Fatalf("first run: want a miss and a save:\n%s", setup)
+	}
+	if got := rep.log(1); !strings.Contains(got, "vendor: cold") || !strings.Contains(got, "home: cold") {
+		t.Fatalf("first run's step saw a cache:\n%s", got)
+	}
+	if strings.Contains(setup, "not implemented") || strings.Contains(setup, "not supported") {
+		t.Fatalf("setup log still says caches do not work:\n%s", setup)
+	}
+
+	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	setup = rep.log(0)
+	if !strings.Contains(setup, ": hit: restored 2 of 2 paths") || !strings.Contains(setup, "not saved: the key was an exact hit") {
+		t.Fatalf("second run: want a hit and no save:\n%s", setup)
+	}
+	if got := rep.log(1); !strings.Contains(got, "vendor: v1") || !strings.Contains(got, "home: built from v1") {
+		t.Fatalf("second run's step did not see the cache:\n%s", got)
+	}
+	if n := len(store.Entries()); n != 1 {
+		t.Fatalf("%d entries, want 1", n)
+	}
+}
+
+func TestCaches_Shell_PartialHitByRestoreKeyThenSavesNewKey(t *testing.T) {
+	store := openTestStore(t, 0)
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "v2", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	setup := rep.log(0)
+	if !strings.Contains(setup, ": partial hit by restore key, entry deps-") || !strings.Contains(setup, ": saved ") {
+		t.Fatalf("want a partial hit, then a save of the new key:\n%s", setup)
+	}
+	if got := rep.log(1); !strings.Contains(got, "vendor: v1") {
+		t.Fatalf("the step did not get the older entry:\n%s", got)
+	}
+	if n := len(store.Entries()); n != 2 {
+		t.Fatalf("%d entries, want 2", n)
+	}
+}
+
+func TestCaches_NotRestoredIntoAnotherRepositorysRun(t *testing.T) {
+	store := openTestStore(t, 0)
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	// Same key, same restore keys, another repository on the same runner disk.
+	rep, res = execute(t, ctx, cacheJob(t, store, "mallory/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	if setup := rep.log(0); !strings.Contains(setup, ": miss;") {
+		t.Fatalf("another repository's run did not miss:\n%s", setup)
+	}
+	if got := rep.log(1); !strings.Contains(got, "vendor: cold") || !strings.Contains(got, "home: cold") {
+		t.Fatalf("alice/app's cache reached mallory/app's run:\n%s", got)
+	}
+}
+
+func TestCaches_FailedRunSavesNothing(t *testing.T) {
+	store := openTestStore(t, 0)
+	wf := cacheWorkflow + "  - run: exit 3\n"
+	rep, res := execute(t, context.Background(), cacheJob(t, store, "alice/app", "v1", wf))
+	if res.State != api.StateFailed {
+		t.Fatalf("run %+v", res)
+	}
+	if setup := rep.log(0); !strings.Contains(setup, "caches: not saved: the run did not succeed") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+	if n := len(store.Entries()); n != 0 {
+		t.Fatalf("a failed run saved %d entries", n)
+	}
+}
+
+// A step that changes a restored file in place must not change the entry
+// (a restore by hard link would).
+func TestCaches_Shell_StepWritingRestoredFileLeavesEntryIntact(t *testing.T) {
+	store := openTestStore(t, 0)
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	wf := cacheWorkflow + "  - run: echo scribbled > vendor/lib.txt\n"
+	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "v1", wf))
+	mustSucceed(t, rep, res)
+	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	if got := rep.log(1); !strings.Contains(got, "vendor: v1") {
+		t.Fatalf("a step's write reached the cache entry:\n%s", got)
+	}
+}
+
+func TestCaches_ConcurrentRunsSavingOneKeyLeaveOneWholeEntry(t *testing.T) {
+	store := openTestStore(t, 0)
+	// Each run writes 200 files of its own; an entry mixing two runs' files
+	// would be torn.
+	wf := `
+on: {push: {}}
+caches:
+  - key: same-key
+    paths: [out]
+steps:
+  - run: |
+      mkdir out
+      for i in $(seq 1 200); do echo "$KNOTLESS_RUN" > out/f$i; done
+`
+	var wg sync.WaitGroup
+	results := make([]Result, 3)
+	logs := make([]string, 3)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job := cacheJob(t, store, "alice/app", "x", wf)
+			job.Run = int64(100 + i)
+			rep := newMemReporter()
+			results[i] = Execute(context.Background(), job, testShell(t), rep)
+			logs[i] = rep.log(0)
+		}()
+	}
+	wg.Wait()
+	saved := 0
+	for i, r := range results {
+		if r.State != api.StateSucceeded {
+			t.Fatalf("run %d: %+v\n%s", i, r, logs[i])
+		}
+		if strings.Contains(logs[i], "same-key: saved ") {
+			saved++
+		} else if !strings.Contains(logs[i], "another run saved this key meanwhile") {
+			t.Fatalf("run %d neither saved nor said why:\n%s", i, logs[i])
+		}
+	}
+	if saved != 1 {
+		t.Fatalf("%d runs saved the key, want 1", saved)
+	}
+	e, m, release := store.Lookup("alice/app", "same-key", nil)
+	defer release()
+	if m != cache.Hit {
+		t.Fatal("no entry")
+	}
+	des, err := os.ReadDir(e.PathDir(0))
+	if err != nil || len(des) != 200 {
+		t.Fatalf("entry has %d files (%v), want 200", len(des), err)
+	}
+	first, _ := os.ReadFile(filepath.Join(e.PathDir(0), "f1"))
+	for _, de := range des {
+		if b, _ := os.ReadFile(filepath.Join(e.PathDir(0), de.Name())); string(b) != string(first) {
+			t.Fatalf("%s holds %q, f1 %q: a torn entry", de.Name(), b, first)
+		}
+	}
+}
+
+func TestCaches_EvictionPastCacheSizeIsLogged(t *testing.T) {
+	store := openTestStore(t, 150_000)
+	wf := `
+on: {push: {}}
+caches:
+  - key: blob-{{ hashFiles "deps.lock" }}
+    paths: [blob]
+steps:
+  - run: mkdir blob && head -c 100000 /dev/zero > blob/data
+`
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "one", wf))
+	mustSucceed(t, rep, res)
+	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "two", wf))
+	mustSucceed(t, rep, res)
+	if setup := rep.log(0); !strings.Contains(setup, "caches: evicted blob-") || !strings.Contains(setup, "--cache-size") {
+		t.Fatalf("want an eviction line:\n%s", setup)
+	}
+	if n := len(store.Entries()); n != 1 || store.Size() > store.Limit() {
+		t.Fatalf("%d entries of %d bytes, limit %d", n, store.Size(), store.Limit())
+	}
+}
+
+func TestCaches_ExecWithoutStoreSaysSo(t *testing.T) {
+	rep, res := execute(t, context.Background(), cacheJob(t, nil, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	if setup := rep.log(0); !strings.Contains(setup, "caches: not used: knotless-run exec keeps no cache store") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+}
+
+func TestCachePath_HomeWorkspaceAndEscapes(t *testing.T) {
+	for p, want := range map[string]string{
+		"vendor": "/ws/vendor", "a/../b": "/ws/b", "~": "/home/k", "~/.cache/go-build": "/home/k/.cache/go-build", ".": "/ws",
+	} {
+		if got, err := CachePath(p, "/ws", "/home/k"); err != nil || got != want {
+			t.Errorf("CachePath(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	for _, p := range []string{"/etc", "../x", "~/../x", "~root/x", ""} {
+		if got, err := CachePath(p, "/ws", "/home/k"); err == nil {
+			t.Errorf("CachePath(%q) = %q, accepted", p, got)
+		}
+	}
+}
