@@ -136,8 +136,8 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 			// A broken restore must not be taken for a hit: save anew.
 			st.match = cache.Miss
 		}
-		sl.printf("caches: %s: %s: restored %d of %d paths, %s in %s, in %s\n", key, how, restored, len(c.Paths),
-			byteCount(ent.Bytes), entryCount(ent.Files), time.Since(start).Round(time.Millisecond))
+		sl.printf("caches: %s: %s: restored %d of %d paths, %s in %d files and directories, in %s\n", key, how, restored, len(c.Paths),
+			byteCount(ent.Bytes), ent.Files, time.Since(start).Round(time.Millisecond))
 		e.log.Info("cache restored", "key", key, "match", m.String(), "entry", ent.Key, "bytes", ent.Bytes)
 		out = append(out, st)
 	}
@@ -241,7 +241,7 @@ func (e *execution) saveCaches(ctx context.Context, sess executor.Session, res R
 			sl.printf("caches: %s: not saved: %v\n", st.key, err)
 			continue
 		}
-		sl.printf("caches: %s: saved %s in %s, in %s\n", st.key, byteCount(ent.Bytes), entryCount(ent.Files), time.Since(start).Round(time.Millisecond))
+		sl.printf("caches: %s: saved %s in %d files and directories, in %s\n", st.key, byteCount(ent.Bytes), ent.Files, time.Since(start).Round(time.Millisecond))
 		for _, ev := range evicted {
 			sl.printf("caches: evicted %s (%s, last used %s) to stay within --cache-size %s\n", ev.Key, byteCount(ev.Bytes),
 				ev.Used.UTC().Format(time.RFC3339), byteCount(store.Limit()))

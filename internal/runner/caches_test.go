@@ -75,6 +75,7 @@ func TestCaches_Shell_MissThenHit(t *testing.T) {
 	rep, res = execute(t, ctx, cacheJob(t, store, "alice/app", "v1", cacheWorkflow))
 	mustSucceed(t, rep, res)
 	setup = rep.log(0)
+	t.Logf("second run's setup log:\n%s", setup)
 	if !strings.Contains(setup, ": hit: restored 2 of 2 paths") || !strings.Contains(setup, "not saved: the key was an exact hit") {
 		t.Fatalf("second run: want a hit and no save:\n%s", setup)
 	}
