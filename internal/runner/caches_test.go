@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
+	"knotless.dev/knotless/internal/executor"
 )
 
 const cacheWorkflow = `
@@ -257,5 +259,50 @@ func TestCachePath_HomeWorkspaceAndEscapes(t *testing.T) {
 		if got, err := CachePath(p, "/ws", "/home/k"); err == nil {
 			t.Errorf("CachePath(%q) = %q, accepted", p, got)
 		}
+	}
+}
+
+// failingSave is a real shell session whose SaveCache writes part of what
+// it was asked for and then fails, as a transfer cut short or refused by
+// its checksum does.
+type failingSave struct{ executor.Session }
+
+func (f failingSave) Home(ctx context.Context) (string, error) {
+	return f.Session.(executor.Cacher).Home(ctx)
+}
+func (f failingSave) RestoreCache(ctx context.Context, src, dst string) error {
+	return f.Session.(executor.Cacher).RestoreCache(ctx, src, dst)
+}
+func (f failingSave) SaveCache(ctx context.Context, src, stage string) error {
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return err
+	}
+	_ = os.WriteFile(filepath.Join(stage, "half"), []byte("torn"), 0o600)
+	return errors.New("copy out: the agent sent 100 bytes (sha256 aa..), 50 arrived (sha256 bb..)")
+}
+
+type failingSaveExecutor struct{ executor.Executor }
+
+func (x failingSaveExecutor) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
+	s, err := x.Executor.Prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return failingSave{s}, nil
+}
+
+func TestCaches_FailedTransferIsNeverStored(t *testing.T) {
+	store := openTestStore(t, 0)
+	rep := newMemReporter()
+	res := Execute(context.Background(), cacheJob(t, store, "alice/app", "v1", cacheWorkflow), failingSaveExecutor{testShell(t)}, rep)
+	mustSucceed(t, rep, res)
+	if setup := rep.log(0); !strings.Contains(setup, "vendor: not saved: copy out") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+	if n := len(store.Entries()); n != 0 {
+		t.Fatalf("a failed transfer was stored: %d entries", n)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(store.Dir(), "tmp")); len(tmp) != 0 {
+		t.Fatalf("the aborted save is left in tmp/: %d entries", len(tmp))
 	}
 }
