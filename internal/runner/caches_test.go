@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
@@ -305,4 +306,32 @@ func TestCaches_FailedTransferIsNeverStored(t *testing.T) {
 	if tmp, _ := os.ReadDir(filepath.Join(store.Dir(), "tmp")); len(tmp) != 0 {
 		t.Fatalf("the aborted save is left in tmp/: %d entries", len(tmp))
 	}
+}
+
+// End to end: a real server, a real runner process loop with the shell
+// executor and its store under --work, two pushes.
+func TestIntegration_CacheMissThenHitAcrossPushes(t *testing.T) {
+	w := newWorld(t, true)
+	w.startRunner(func(c *Config) { c.CacheSize = 1 << 20 })
+	files := map[string]string{"deps.lock": "v1\n", ".knotless/workflows/ci.yml": strings.TrimPrefix(cacheWorkflow, "\n")}
+	run := w.push(files)
+	final := w.waitFinal(run.ID, 60*time.Second)
+	setup := string(w.stepLog(run.ID, 0))
+	if final.State != api.StateSucceeded || !strings.Contains(setup, ": miss;") || !strings.Contains(setup, ": saved ") {
+		t.Fatalf("first run %+v:\n%s", final, setup)
+	}
+	files["other.txt"] = "a change that keeps deps.lock\n"
+	run = w.push(files)
+	final = w.waitFinal(run.ID, 60*time.Second)
+	setup = string(w.stepLog(run.ID, 0))
+	if final.State != api.StateSucceeded || !strings.Contains(setup, ": hit: restored 2 of 2 paths") {
+		t.Fatalf("second run %+v:\n%s", final, setup)
+	}
+	if got := string(w.stepLog(run.ID, 1)); !strings.Contains(got, "vendor: v1") || !strings.Contains(got, "home: built from v1") {
+		t.Fatalf("second run's step:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(w.work, "caches", "repos", cache.ID(w.repo))); err != nil {
+		t.Fatalf("the store is not under --work: %v", err)
+	}
+	w.assertCleanedUp(run.ID)
 }
