@@ -6,8 +6,9 @@
 //	knotless-agent connect --socket PATH                 bridge STDIN/STDOUT to it (kube, docker exec)
 //	knotless-agent version
 //
-// It uses the standard library only, so that it stays small; runners start
-// it, people do not.
+// It uses the standard library and klauspost/compress's zstd (copy
+// streams of caches) only, so that it stays small; runners start it,
+// people do not.
 package main
 
 import (
