@@ -55,12 +55,17 @@ Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
   DIR/runs/<run>/workspace     checkout of a run (removed after it)
   DIR/spool/<run>/             logs and results not yet delivered
+  DIR/caches/                  the cache store of the workflows' caches:
+                               (bounded by --cache-size, least recently used
+                               evicted first; per repository)
   DIR/shell/run-<run>/         the shell executor's files of a run: its step
                                agent's socket, log and state, and the steps'
                                HOME (removed after it)
 
 Every run gets a fresh HOME, made by the executor, so tool caches start
-cold; --env points tools at a cache the runs share, e.g. GOCACHE.
+cold unless the workflow's caches: restores them (saved after a successful
+run, restored by key before the first step); with the shell executor,
+--env can also point tools at a cache the runs share, e.g. GOCACHE.
 
 If the server no longer knows the runner (it was removed), run logs what
 to do, cancels its running runs and exits 1.`,
