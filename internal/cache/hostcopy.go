@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -137,4 +138,35 @@ func MoveTree(src, dst string) (moved bool, err error) {
 		return false, err
 	}
 	return false, CopyTree(src, dst)
+}
+
+// CheckBelow checks that p, a path below root (or root itself), reaches
+// its place without a symbolic link: no directory between root and p's
+// parent that exists is a link (the checkout is a repository's, and a
+// repository may hold links pointing anywhere). p itself may be a link:
+// CopyTree replaces it, MoveTree moves the link.
+func CheckBelow(root, p string) error {
+	rel, err := filepath.Rel(root, p)
+	if err != nil || !filepath.IsLocal(rel) && rel != "." {
+		return fmt.Errorf("%s is not below %s", p, root)
+	}
+	cur := root
+	parts := strings.Split(rel, string(filepath.Separator))
+	for _, part := range parts[:len(parts)-1] {
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symbolic link: a cache path may not lead through one", cur)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", cur)
+		}
+	}
+	return nil
 }

@@ -335,3 +335,33 @@ func TestIntegration_CacheMissThenHitAcrossPushes(t *testing.T) {
 	}
 	w.assertCleanedUp(run.ID)
 }
+
+// A checkout may hold a symbolic link (a repository can); a cache path
+// below it must not lead the restore outside the checkout.
+func TestCaches_Shell_LinkInCheckoutDoesNotLeadRestoreOutside(t *testing.T) {
+	store := openTestStore(t, 0)
+	wf := `
+on: {push: {}}
+caches:
+  - key: k
+    paths: [vendor/sub]
+steps:
+  - run: mkdir -p vendor/sub && echo cached > vendor/sub/file
+`
+	ctx := context.Background()
+	rep, res := execute(t, ctx, cacheJob(t, store, "alice/app", "v1", wf))
+	mustSucceed(t, rep, res)
+	outside := t.TempDir()
+	job := cacheJob(t, store, "alice/app", "v1", strings.Replace(wf, "mkdir -p vendor/sub && echo cached > vendor/sub/file", "echo no step writes", 1))
+	if err := os.Symlink(outside, filepath.Join(job.Workspace, "vendor")); err != nil {
+		t.Fatal(err)
+	}
+	rep, res = execute(t, ctx, job)
+	mustSucceed(t, rep, res)
+	if setup := rep.log(0); !strings.Contains(setup, "restoring vendor/sub failed") || !strings.Contains(setup, "symbolic link") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+	if des, _ := os.ReadDir(outside); len(des) != 0 {
+		t.Fatalf("the restore wrote outside the checkout: %v", des)
+	}
+}

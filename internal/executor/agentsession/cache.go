@@ -44,7 +44,10 @@ func (s *Session) RestoreCache(ctx context.Context, src, dst string) error {
 	}
 	defer s.end(done)
 	if s.cfg.HostPath != nil {
-		if hp, ok := s.cfg.HostPath(dst); ok {
+		if hp, root, ok := s.cfg.HostPath(dst); ok {
+			if err := cache.CheckBelow(root, hp); err != nil {
+				return fmt.Errorf("restore cache to %s: %w", dst, err)
+			}
 			if err := cache.CopyTree(src, hp); err != nil {
 				return fmt.Errorf("restore cache to %s: %w", dst, err)
 			}
@@ -73,7 +76,10 @@ func (s *Session) SaveCache(ctx context.Context, src, stage string) error {
 	}
 	defer s.end(done)
 	if s.cfg.HostPath != nil {
-		if hp, ok := s.cfg.HostPath(src); ok {
+		if hp, root, ok := s.cfg.HostPath(src); ok {
+			if err := cache.CheckBelow(root, hp); err != nil {
+				return fmt.Errorf("save cache %s: %w", src, err)
+			}
 			if _, err := os.Lstat(hp); err != nil {
 				return fmt.Errorf("save cache %s: %w", src, err)
 			}

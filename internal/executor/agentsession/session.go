@@ -57,10 +57,12 @@ type Config struct {
 	// Detach); may be nil.
 	Forget func()
 	// HostPath, when set, maps a path as the steps see it (absolute) to
-	// the same file on the runner's host, and reports false for paths the
-	// host does not see. Caches then move by the host's file system
-	// (cache.CopyTree, cache.MoveTree) instead of through the agent.
-	HostPath func(p string) (string, bool)
+	// the same file on the runner's host and the host directory it must
+	// stay in (the checkout, HOME), and reports false for paths the host
+	// does not see. Caches then move by the host's file system
+	// (cache.CopyTree, cache.MoveTree) instead of through the agent, and
+	// never through a symbolic link below root.
+	HostPath func(p string) (host, root string, ok bool)
 }
 
 // Session is an executor.Session over a step agent.

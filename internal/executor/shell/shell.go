@@ -374,14 +374,14 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *ag
 		Forget: func() { e.live.Forget(id, s) },
 		// Steps see the host's own paths: caches move on the runner's
 		// disk, never through the agent, for the checkout and HOME only.
-		HostPath: func(p string) (string, bool) {
+		HostPath: func(p string) (string, string, bool) {
 			p = filepath.Clean(p)
 			for _, root := range []string{workdir, filepath.Join(dir, "home")} {
 				if p == root || strings.HasPrefix(p, root+"/") {
-					return p, true
+					return p, root, true
 				}
 			}
-			return "", false
+			return "", "", false
 		},
 	})
 	return s
