@@ -365,3 +365,24 @@ steps:
 		t.Fatalf("the restore wrote outside the checkout: %v", des)
 	}
 }
+
+// A save a killed runner left in the store's tmp/ is removed when the next
+// runner starts on the work directory, before it claims anything.
+func TestIntegration_RunnerStartSweepsTornCacheSave(t *testing.T) {
+	w := newWorld(t, true)
+	torn := filepath.Join(w.work, "caches", "tmp", "save-123", "0")
+	if err := os.MkdirAll(torn, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(torn, "half"), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.startRunner(nil)
+	waitFor(t, 10*time.Second, "the torn save swept", func() bool {
+		_, err := os.Stat(filepath.Dir(torn))
+		return os.IsNotExist(err)
+	})
+	if des, err := os.ReadDir(filepath.Join(w.work, "caches", "repos")); err != nil || len(des) != 0 {
+		t.Fatalf("repos/ after the sweep: %v %v", des, err)
+	}
+}
