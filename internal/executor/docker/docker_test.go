@@ -1,0 +1,177 @@
+package docker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/executor/executortest"
+	"knotless.dev/knotless/test/dockertest"
+)
+
+// fixture is a real engine (dockertest.Connect), the busybox job image and
+// the agent built for tests; each test gets a runner name of its own, so
+// its containers and network are its own.
+type fixture struct {
+	eng    *dockertest.Engine
+	agent  string
+	runner string
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	eng := dockertest.Connect(t)
+	eng.EnsureJobImage(t)
+	f := &fixture{eng: eng, agent: agenttest.Binary(t), runner: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		f.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+f.runner)
+		_ = f.eng.Client.NetworkRemove(ctx, docker.NetworkName(f.runner))
+	})
+	return f
+}
+
+// config is what tests start from: small containers of the job image.
+func (f *fixture) config() docker.Config {
+	return docker.Config{
+		Client: f.eng.Client, Runner: f.runner, Image: dockertest.JobImage,
+		CPUs: "1", Memory: 128 << 20, Pids: 256, Agent: f.agent,
+	}
+}
+
+func (f *fixture) executor(t testing.TB, cfg docker.Config) *docker.Executor {
+	t.Helper()
+	e, err := docker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// containerOf is the container ID a session's handle records.
+func containerOf(t testing.TB, s executor.Session) string {
+	t.Helper()
+	var d struct {
+		Container string `json:"container"`
+	}
+	if err := json.Unmarshal(s.Handle().Data, &d); err != nil || d.Container == "" {
+		t.Fatalf("session handle %s names no container", s.Handle().Data)
+	}
+	return d.Container
+}
+
+// sh runs a shell script in the container as the test (root).
+func (f *fixture) sh(ctx context.Context, id, script string) ([]byte, error) {
+	out, stderr, code, err := f.eng.Exec(ctx, id, "0:0", []string{"/bin/sh", "-c", script}, nil)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit %d: %s", code, stderr)
+	}
+	return out, err
+}
+
+// procs lists the container's processes, PIDs as its steps see them.
+func (f *fixture) procs(id string) func() ([]executortest.Proc, error) {
+	return func() ([]executortest.Proc, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := f.sh(ctx, id, `for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; printf '%s\n' "$s"; tr '\000\n' '\001\002' < $d/cmdline 2>/dev/null; printf '\n'; done`)
+		if err != nil {
+			st, ierr := f.eng.Client.ContainerInspect(ctx, id)
+			if ierr != nil || st.State == nil || !st.State.Running {
+				return []executortest.Proc{}, nil // gone: no process left
+			}
+			return nil, err
+		}
+		var procs []executortest.Proc
+		lines := strings.Split(string(out), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			stat := lines[i]
+			j := strings.LastIndexByte(stat, ')')
+			if j < 0 {
+				continue
+			}
+			pid, _ := strconv.Atoi(strings.Fields(stat)[0])
+			rest := strings.Fields(stat[j+1:])
+			if len(rest) < 3 {
+				continue
+			}
+			pgid, _ := strconv.Atoi(rest[2])
+			argv := bytes.ReplaceAll([]byte(lines[i+1]), []byte{1}, []byte{0})
+			argv = bytes.ReplaceAll(argv, []byte{2}, []byte{'\n'})
+			procs = append(procs, executortest.Proc{PID: pid, PGID: pgid, State: rest[0][0], Argv: argv})
+		}
+		return procs, nil
+	}
+}
+
+// gate is a named pipe in the container's /tmp.
+func (f *fixture) gate(id string) func(t *testing.T) executortest.Gate {
+	return func(t *testing.T) executortest.Gate {
+		path := fmt.Sprintf("/tmp/.gate-%d", time.Now().UnixNano())
+		mk := `f=` + path + `; [ -p $f ] || mkfifo -m 666 $f 2>/dev/null || [ -p $f ]; `
+		opened := false
+		return executortest.Gate{
+			Wait: mk + `cat $f >/dev/null`,
+			Open: func(t *testing.T) {
+				t.Helper()
+				if opened {
+					return
+				}
+				opened = true
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, err := f.sh(ctx, id, mk+`echo > $f`); err != nil {
+					t.Fatalf("open gate %s: %v", path, err)
+				}
+			},
+		}
+	}
+}
+
+// leftovers lists the containers of run id that still exist.
+func (f *fixture) leftovers(t *testing.T, id string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner, docker.LabelRun+"="+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, c := range list {
+		left = append(left, fmt.Sprintf("container %s (%s)", c.ID[:12], c.State))
+	}
+	return left
+}
+
+func (f *fixture) harness() executortest.Harness {
+	return executortest.Harness{
+		Executor: func(t *testing.T) func() executor.Executor {
+			cfg := f.config()
+			return func() executor.Executor { return f.executor(t, cfg) }
+		},
+		Spec: func(t *testing.T, id string) executor.Spec {
+			return executor.Spec{ID: id, Workspace: t.TempDir(), Timeout: 10 * time.Minute}
+		},
+		Env: func(t *testing.T, s executor.Session) executortest.Env {
+			id := containerOf(t, s)
+			return executortest.Env{Procs: f.procs(id), NewGate: f.gate(id)}
+		},
+		Leftovers: f.leftovers,
+	}
+}
+
+// TestDocker runs the executors' shared suite against containers of a real
+// engine.
+func TestDocker(t *testing.T) {
+	f := newFixture(t)
+	executortest.Run(t, f.harness())
+}

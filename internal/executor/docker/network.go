@@ -1,0 +1,91 @@
+package docker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/errdefs"
+)
+
+// network returns the network job containers join: Config.Network, or
+// (empty) this runner's own bridge network, made once (ensureNetwork).
+func (e *Executor) network(ctx context.Context) (string, error) {
+	if e.cfg.Network != "" {
+		if e.cfg.Network == "host" {
+			return "", fmt.Errorf("--network host: job containers never share the host's network")
+		}
+		return e.cfg.Network, nil
+	}
+	e.netOnce.Do(func() { e.netName, e.netErr = e.ensureNetwork(ctx) })
+	if e.netErr != nil {
+		err := e.netErr
+		e.netOnce = syncOnce() // try again at the next run
+		return "", err
+	}
+	return e.netName, nil
+}
+
+// NetworkName is the name of a runner's own network.
+func NetworkName(runner string) string { return containerName(runner, "net") }
+
+// BridgeName is the host interface of a runner's own network: "kn-" and
+// 12 hex digits of its name's SHA-256 (interface names have at most 15
+// characters).
+func BridgeName(runner string) string {
+	sum := sha256.Sum256([]byte(NetworkName(runner)))
+	return "kn-" + hex.EncodeToString(sum[:6])
+}
+
+// ensureNetwork makes (or finds) the runner's own bridge network:
+// labelled as the runner's, inter-container communication off
+// (com.docker.network.bridge.enable_icc=false: one run's container cannot
+// reach another's), with a host interface of a known name, BridgeName.
+// Then it makes the host unreachable from that interface (blockHost).
+func (e *Executor) ensureNetwork(ctx context.Context) (string, error) {
+	name, bridge := NetworkName(e.cfg.Runner), BridgeName(e.cfg.Runner)
+	_, err := e.api.NetworkInspect(ctx, name, network.InspectOptions{})
+	if errdefs.IsNotFound(err) {
+		_, err = e.api.NetworkCreate(ctx, name, network.CreateOptions{
+			Driver: "bridge",
+			Labels: map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner},
+			Options: map[string]string{
+				"com.docker.network.bridge.enable_icc": "false",
+				"com.docker.network.bridge.name":       bridge,
+			},
+		})
+		if errdefs.IsConflict(err) {
+			err = nil // made by another process in between
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("the runner's network %s: %w (or give --network NAME)", name, err)
+	}
+	if err := blockHost(ctx, bridge); err != nil {
+		e.log.Warn("job containers can reach this host's own services: the rule that blocks them could not be added (run the runner as root with iptables installed, or give --network with a network of your own)", "network", name, "bridge", bridge, "err", err)
+	} else {
+		e.log.Info("job network ready: no inter-container communication, the host unreachable", "network", name, "bridge", bridge)
+	}
+	return name, nil
+}
+
+// blockHost drops every new connection from bridge to this host (the
+// iptables INPUT chain: the gateway address and every other address of
+// the host), unless the rule is there already. Replies to connections the
+// host made stay allowed; forwarded traffic (the internet) is not
+// touched.
+func blockHost(ctx context.Context, bridge string) error {
+	rule := []string{"INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-m", "comment", "--comment", "knotless: job containers may not reach the host", "-j", "DROP"}
+	if exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C"}, rule...)...).Run() == nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
