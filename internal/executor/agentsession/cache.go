@@ -51,6 +51,11 @@ func (s *Session) RestoreCache(ctx context.Context, src, dst string) error {
 			if err := cache.CopyTree(src, hp); err != nil {
 				return fmt.Errorf("restore cache to %s: %w", dst, err)
 			}
+			if s.cfg.HostChown != nil {
+				if err := s.cfg.HostChown(hp); err != nil {
+					return fmt.Errorf("restore cache to %s: %w", dst, err)
+				}
+			}
 			return nil
 		}
 	}
@@ -111,4 +116,11 @@ func (s *Session) compression(ctx context.Context) string {
 		return agent.CompressionZstd
 	}
 	return ""
+}
+
+// SetHostPaths sets Config.HostPath and Config.HostChown after New, for an
+// executor that learns them only once the environment runs. Call it before
+// the session is handed out.
+func (s *Session) SetHostPaths(hostPath func(p string) (host, root string, ok bool), chown func(host string) error) {
+	s.cfg.HostPath, s.cfg.HostChown = hostPath, chown
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// (cache.CopyTree, cache.MoveTree) instead of through the agent, and
 	// never through a symbolic link below root.
 	HostPath func(p string) (host, root string, ok bool)
+	// HostChown, when set, is called on what a host restore made (a file
+	// or a tree), to give it to the environment's user (the docker
+	// executor's bind-mounted checkout).
+	HostChown func(host string) error
 }
 
 // Session is an executor.Session over a step agent.

@@ -216,8 +216,8 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 // as PID 1 and connects to the agent over an exec. The checkout at
 // spec.Workspace is bind-mounted as Workspace, after its owner is made the
 // container's user (the job writes to it; nothing is copied). It writes to
-// spec.Log the container, image, limits, user and network, and that
-// caches start cold.
+// spec.Log the container, image, limits, user and network. Caches move
+// by the host's file system for the checkout (hostCaches).
 //
 // Errors: a workflow asking for more than the runner allows; an image
 // that is neither present nor pullable (a *executor.Fault with reason
@@ -331,7 +331,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	}
 	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %d MiB (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
 		name, short(id), img, cpusString(nano), mem>>20, pids, cmp.Or(e.cfg.Runtime, "default"), runAs.user(), netName)
-	e.logf(spec, "caches start cold (not implemented yet)")
 	handle, _ := json.Marshal(handleData{Container: id, User: runAs.user()})
 	client := e.newClient(spec.ID, id, runAs.user())
 	hello, err := client.Connect(ctx)
@@ -343,7 +342,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		return nil, fmt.Errorf("connect to the step agent in container %s: %w", short(id), err)
 	}
 	ok = true
-	return e.newSession(spec.ID, id, hello.Workdir, client, handle), nil
+	s := e.newSession(spec.ID, id, hello.Workdir, client, handle)
+	hostCaches(s, hello.Workdir, spec.Workspace, runAs)
+	return s, nil
 }
 
 // containerName is the job container's name: knotless-RUNNER-ID with
