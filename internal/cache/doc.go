@@ -8,13 +8,14 @@
 //	tmp/                           entries being saved, and evicted ones being
 //	                               removed; emptied by Open (a save a killed
 //	                               runner left is swept, never seen)
-//	repos/<repo-id>/<key-id>/      one whole entry: entry.json (key, sizes,
+//	repos/<repo-id>/<entry-id>/    one whole entry: entry.json (key, sizes,
 //	                               when saved; its mtime is the last use) and
 //	                               one directory (or file) per cache path,
 //	                               named by the path's index: 0, 1, ...
 //
-// repo-id and key-id are SHA-256 prefixes of the repository's name and of
-// the key, so an entry of one repository is never found by another's run.
+// repo-id and entry-id are SHA-256 prefixes of the repository's name and
+// of the paths and key, so an entry of one repository is never found by
+// another's run, and one saved with other paths is never restored.
 //
 // An entry appears in repos/ only by one rename(2) of a complete directory,
 // so a reader never sees a half-written entry, two saves of one key leave

@@ -197,8 +197,23 @@ func ID(s string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-func (s *Store) entryDir(repo, key string) string {
-	return filepath.Join(s.dir, "repos", ID(repo), ID(key))
+// entryDir is where repo's entry for key with paths lives: the paths are
+// part of its identity (as GitHub Actions' cache version), so a workflow
+// that changes its paths never restores directories saved for others.
+func (s *Store) entryDir(repo string, paths []string, key string) string {
+	return filepath.Join(s.dir, "repos", ID(repo), ID(strings.Join(paths, "\x00")+"\x00\x00"+key))
+}
+
+func samePaths(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckKey checks a rendered key or restore key: 1 to MaxKeyLen bytes, no
@@ -217,19 +232,20 @@ func CheckKey(k string) error {
 	return nil
 }
 
-// Lookup finds repo's entry for key, else the newest (by Created) entry of
-// repo whose key starts with the first of restoreKeys that has one (as
-// GitHub Actions does). A found entry is pinned: it is not evicted until
-// release is called (exactly once; release is non-nil also on a Miss).
-func (s *Store) Lookup(repo, key string, restoreKeys []string) (e *Entry, m Match, release func()) {
+// Lookup finds repo's entry for key saved with exactly paths, else the
+// newest (by Created) entry of repo with the same paths whose key starts
+// with the first of restoreKeys that has one (as GitHub Actions does). A
+// found entry is pinned: it is not evicted until release is called
+// (exactly once; release is non-nil also on a Miss).
+func (s *Store) Lookup(repo string, paths []string, key string, restoreKeys []string) (e *Entry, m Match, release func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if x := s.entries[s.entryDir(repo, key)]; x != nil && x.Repo == repo && x.Key == key {
+	if x := s.entries[s.entryDir(repo, paths, key)]; x != nil && x.Repo == repo && x.Key == key && samePaths(x.Paths, paths) {
 		e, m = x, Hit
 	} else {
 		for _, rk := range restoreKeys {
 			for _, x := range s.entries {
-				if x.Repo != repo || !strings.HasPrefix(x.Key, rk) {
+				if x.Repo != repo || !strings.HasPrefix(x.Key, rk) || !samePaths(x.Paths, paths) {
 					continue
 				}
 				if e == nil || x.Created.After(e.Created) || (x.Created.Equal(e.Created) && x.Key > e.Key) {
@@ -262,12 +278,12 @@ func (s *Store) Lookup(repo, key string, restoreKeys []string) (e *Entry, m Matc
 	}
 }
 
-// Has reports whether repo has an entry with exactly key.
-func (s *Store) Has(repo, key string) bool {
+// Has reports whether repo has an entry with exactly key and paths.
+func (s *Store) Has(repo string, paths []string, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := s.entries[s.entryDir(repo, key)]
-	return x != nil && x.Repo == repo && x.Key == key
+	x := s.entries[s.entryDir(repo, paths, key)]
+	return x != nil && x.Repo == repo && x.Key == key && samePaths(x.Paths, paths)
 }
 
 // Stage is an entry being saved: the caller fills Dir/<index> for each
@@ -343,7 +359,7 @@ func (st *Stage) Commit() (*Entry, []*Entry, error) {
 		st.Abort()
 		return nil, nil, fmt.Errorf("cache store: write entry.json: %w", err)
 	}
-	final := s.entryDir(st.repo, st.key)
+	final := s.entryDir(st.repo, st.paths, st.key)
 	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
 		st.Abort()
 		return nil, nil, fmt.Errorf("cache store: %w", err)

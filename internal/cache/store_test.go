@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 )
+
+var dirPaths = []string{"dir"}
 
 func openStore(t *testing.T, dir string, limit int64) *Store {
 	t.Helper()
@@ -56,12 +57,12 @@ func TestStore_ExactKeyIsHitRestoreKeyPicksNewestElseMiss(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // Created is ordered by the clock
 	}
-	e, m, release := s.Lookup("alice/app", "gomod-old", []string{"gomod-"})
+	e, m, release := s.Lookup("alice/app", dirPaths, "gomod-old", []string{"gomod-"})
 	release()
 	if m != Hit || e.Key != "gomod-old" {
 		t.Fatalf("exact key: %v %+v", m, e)
 	}
-	e, m, release = s.Lookup("alice/app", "gomod-abc", []string{"nothing-", "gomod-"})
+	e, m, release = s.Lookup("alice/app", dirPaths, "gomod-abc", []string{"nothing-", "gomod-"})
 	release()
 	if m != PartialHit || e.Key != "gomod-new" {
 		t.Fatalf("restore key: %v %+v, want partial hit of the newest, gomod-new", m, e)
@@ -69,7 +70,7 @@ func TestStore_ExactKeyIsHitRestoreKeyPicksNewestElseMiss(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(e.PathDir(0), "f")); err != nil || string(b) != "gomod-new" {
 		t.Fatalf("entry's file: %q %v", b, err)
 	}
-	if _, m, release = s.Lookup("alice/app", "cargo-1", []string{"cargo-"}); m != Miss {
+	if _, m, release = s.Lookup("alice/app", dirPaths, "cargo-1", []string{"cargo-"}); m != Miss {
 		t.Fatalf("want miss, got %v", m)
 	}
 	release()
@@ -81,7 +82,7 @@ func TestStore_OtherRepositoryNeverRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rk := range [][]string{nil, {"deps-"}, {""}} {
-		if e, m, release := s.Lookup("mallory/app", "deps-1", rk); m != Miss || e != nil {
+		if e, m, release := s.Lookup("mallory/app", dirPaths, "deps-1", rk); m != Miss || e != nil {
 			t.Fatalf("mallory/app found alice/app's entry with restore keys %q: %v %+v", rk, m, e)
 		} else {
 			release()
@@ -89,12 +90,12 @@ func TestStore_OtherRepositoryNeverRestored(t *testing.T) {
 	}
 	// Also after a restart (the index read back from disk).
 	s2 := openStore(t, s.Dir(), 0)
-	if _, m, release := s2.Lookup("mallory/app", "deps-1", []string{""}); m != Miss {
+	if _, m, release := s2.Lookup("mallory/app", dirPaths, "deps-1", []string{""}); m != Miss {
 		t.Fatalf("after reopening: %v", m)
 	} else {
 		release()
 	}
-	if _, m, release := s2.Lookup("alice/app", "deps-1", nil); m != Hit {
+	if _, m, release := s2.Lookup("alice/app", dirPaths, "deps-1", nil); m != Hit {
 		t.Fatalf("alice's own entry after reopening: %v", m)
 	} else {
 		release()
@@ -136,7 +137,7 @@ func TestStore_ConcurrentSavesOfOneKeyLeaveOneWholeEntry(t *testing.T) {
 	if won != 1 {
 		t.Fatalf("%d saves won, want exactly 1", won)
 	}
-	e, m, release := s.Lookup("alice/app", "k", nil)
+	e, m, release := s.Lookup("alice/app", dirPaths, "k", nil)
 	defer release()
 	if m != Hit {
 		t.Fatal("no entry")
@@ -168,7 +169,7 @@ func TestStore_EvictsLeastRecentlyUsedPastCacheSize(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Using a makes b the least recently used.
-	_, _, release := s.Lookup("alice/app", "a", nil)
+	_, _, release := s.Lookup("alice/app", dirPaths, "a", nil)
 	release()
 	time.Sleep(5 * time.Millisecond)
 	_, evicted, err := save(t, s, "alice/app", "c", map[string]string{"f": big})
@@ -178,21 +179,21 @@ func TestStore_EvictsLeastRecentlyUsedPastCacheSize(t *testing.T) {
 	if len(evicted) != 1 || evicted[0].Key != "b" {
 		t.Fatalf("evicted %+v, want b only", evicted)
 	}
-	if s.Has("alice/app", "b") || !s.Has("alice/app", "a") || !s.Has("alice/app", "c") {
+	if s.Has("alice/app", dirPaths, "b") || !s.Has("alice/app", dirPaths, "a") || !s.Has("alice/app", dirPaths, "c") {
 		t.Fatal("want a and c kept, b gone")
 	}
 	if s.Size() > s.Limit() {
 		t.Fatalf("size %d over limit %d", s.Size(), s.Limit())
 	}
-	if _, err := os.Stat(filepath.Join(s.Dir(), "repos", ID("alice/app"), ID("b"))); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("b's directory still there: %v", err)
+	if des, err := os.ReadDir(filepath.Join(s.Dir(), "repos", ID("alice/app"))); err != nil || len(des) != 2 {
+		t.Fatalf("%d entry directories (%v), want 2: b's is still there", len(des), err)
 	}
 	// An entry larger than the whole bound is refused, and evicts nothing.
 	_, _, err = save(t, s, "alice/app", "huge", map[string]string{"f": strings.Repeat("y", 3000)})
 	if !errors.Is(err, ErrTooBig) {
 		t.Fatalf("huge entry: %v", err)
 	}
-	if !s.Has("alice/app", "a") || !s.Has("alice/app", "c") {
+	if !s.Has("alice/app", dirPaths, "a") || !s.Has("alice/app", dirPaths, "c") {
 		t.Fatal("a refused entry evicted others")
 	}
 	// A smaller bound at the next start evicts down to it.
@@ -208,7 +209,7 @@ func TestStore_PinnedEntryIsNotEvictedWhileRestoring(t *testing.T) {
 	if _, _, err := save(t, s, "alice/app", "a", map[string]string{"f": big}); err != nil {
 		t.Fatal(err)
 	}
-	e, _, release := s.Lookup("alice/app", "a", nil)
+	e, _, release := s.Lookup("alice/app", dirPaths, "a", nil)
 	time.Sleep(5 * time.Millisecond)
 	if _, evicted, err := save(t, s, "alice/app", "b", map[string]string{"f": big}); err != nil || len(evicted) != 0 {
 		t.Fatalf("save b: evicted %+v, %v", evicted, err)
@@ -251,7 +252,7 @@ func TestStore_KilledSaveIsSweptAtOpen(t *testing.T) {
 	if tmp, _ := os.ReadDir(s.tmp()); len(tmp) != 0 {
 		t.Fatalf("tmp/ still holds %d entries", len(tmp))
 	}
-	if len(s.Entries()) != 0 || s.Has("alice/app", "killed") {
+	if len(s.Entries()) != 0 || s.Has("alice/app", dirPaths, "killed") {
 		t.Fatalf("the killed save shows: %+v", s.Entries())
 	}
 }
@@ -269,6 +270,18 @@ func TestHelperSaveForever(t *testing.T) {
 	for i := 0; ; i++ {
 		writeFiles(t, st.PathDir(0), map[string]string{fmt.Sprintf("f%05d", i): "data"})
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestStore_EntryOfOtherPathsIsNotRestored(t *testing.T) {
+	s := openStore(t, t.TempDir(), 0)
+	if _, _, err := save(t, s, "alice/app", "deps-1", map[string]string{"f": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, m, release := s.Lookup("alice/app", []string{"node_modules"}, "deps-1", []string{"deps-"}); m != Miss {
+		t.Fatalf("an entry saved for other paths: %v", m)
+	} else {
+		release()
 	}
 }
 

@@ -98,7 +98,7 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 		}
 		st.key = key
 		start := time.Now()
-		ent, m, release := store.Lookup(e.job.Repo, key, c.RestoreKeys)
+		ent, m, release := store.Lookup(e.job.Repo, c.Paths, key, c.RestoreKeys)
 		st.match = m
 		if m == cache.Miss {
 			sl.printf("caches: %s: miss; saved after the run if it succeeds\n", key)
@@ -192,7 +192,7 @@ func (e *execution) saveCaches(ctx context.Context, sess executor.Session, res R
 		case st.match == cache.Hit:
 			sl.printf("caches: %s: not saved: the key was an exact hit\n", st.key)
 			continue
-		case store.Has(e.job.Repo, st.key):
+		case store.Has(e.job.Repo, st.c.Paths, st.key):
 			sl.printf("caches: %s: not saved: another run saved this key meanwhile\n", st.key)
 			continue
 		}

@@ -200,7 +200,7 @@ steps:
 	if saved != 1 {
 		t.Fatalf("%d runs saved the key, want 1", saved)
 	}
-	e, m, release := store.Lookup("alice/app", "same-key", nil)
+	e, m, release := store.Lookup("alice/app", []string{"out"}, "same-key", nil)
 	defer release()
 	if m != cache.Hit {
 		t.Fatal("no entry")

@@ -75,7 +75,7 @@ func TestDocker_CacheMissThenHitCheckoutOnHostHomeThroughStream(t *testing.T) {
 		!strings.Contains(out, "vendor: v1") || !strings.Contains(out, "home: built from v1") {
 		t.Fatalf("second run: want a hit the step sees; got %+v", res)
 	}
-	e, _, release := store.Lookup("alice/app", "", []string{"deps-"})
+	e, _, release := store.Lookup("alice/app", []string{"vendor", "~/.cache/tool"}, "", []string{"deps-"})
 	defer release()
 	if b, err := os.ReadFile(filepath.Join(e.PathDir(0), "lib.txt")); err != nil || string(b) != "v1" {
 		t.Fatalf("the entry changed under a step: %q %v", b, err)
