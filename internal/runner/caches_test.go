@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/dummy"
 )
 
 const cacheWorkflow = `
@@ -384,5 +386,42 @@ func TestIntegration_RunnerStartSweepsTornCacheSave(t *testing.T) {
 	})
 	if des, err := os.ReadDir(filepath.Join(w.work, "caches", "repos")); err != nil || len(des) != 0 {
 		t.Fatalf("repos/ after the sweep: %v %v", des, err)
+	}
+}
+
+// A process that takes a run over in its environment neither restores nor
+// saves its caches (the first process restored them, and only it knows
+// whether the keys were hits); one whose setup starts over restores them.
+func TestCaches_TakeoverInTheEnvironmentNeitherRestoresNorSaves(t *testing.T) {
+	store := openTestStore(t, 0)
+	world := dummy.NewWorld()
+	ex := dummy.New(world)
+	sess, err := ex.Prepare(context.Background(), executor.Spec{ID: "run-42", Workspace: t.TempDir(), Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sess.Handle()
+	wf := "on: {push: {}}\ncaches:\n  - key: k\n    paths: [x]\nsteps:\n  - run: echo done\n"
+	job := cacheJob(t, store, "alice/app", "v1", wf)
+	job.Resume = &Resume{Session: &h, Recovered: sess, Started: time.Now(), By: "test",
+		Steps: map[int]api.UpdateStepInput{0: {Run: 42, Step: 0, State: api.StepSucceeded}}}
+	rep := newMemReporter()
+	if res := Execute(context.Background(), job, ex, rep); res.State != api.StateSucceeded {
+		t.Fatalf("result %+v\n%s", res, rep.log(0))
+	}
+	setup := rep.log(0)
+	if !strings.Contains(setup, "caches: not saved by this process: the run was taken over") || strings.Contains(setup, ": miss;") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+
+	// Setup starting over (no environment recorded): restored anew.
+	job = cacheJob(t, store, "alice/app", "v1", wf)
+	job.Resume = &Resume{Started: time.Now(), By: "test"}
+	rep = newMemReporter()
+	if res := Execute(context.Background(), job, dummy.New(world), rep); res.State != api.StateSucceeded {
+		t.Fatalf("result %+v\n%s", res, rep.log(0))
+	}
+	if setup := rep.log(0); !strings.Contains(setup, "k: miss;") {
+		t.Fatalf("setup starting over did not restore:\n%s", setup)
 	}
 }

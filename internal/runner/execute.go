@@ -389,9 +389,10 @@ func (e *execution) run(ctx context.Context) Result {
 		}
 	}()
 	// Caches: restored before the first step, saved after a success
-	// (caches.go); a run taken over was restored by its first process.
+	// (caches.go); a run taken over in its environment was restored by
+	// its first process (one whose setup starts over is restored anew).
 	var caches cacheRestoreResult
-	if resume == nil {
+	if resume == nil || resume.Session == nil {
 		caches = e.restoreCaches(runCtx, sess)
 	} else if len(wf.Caches) > 0 {
 		sl.printf("caches: not saved by this process: the run was taken over, and only the process that restored them knows whether their keys were hits\n")
