@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube
+.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
 all: build
 
@@ -25,12 +25,15 @@ vet:
 	$(GO) vet ./...
 	cd test/cluster && $(GO) vet ./...
 
-# Tests that need the cluster fail (instead of skipping) when it is not up.
-CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1
+# Tests that need the cluster fail (instead of skipping) when it is not up;
+# so do those that need a Docker engine (DOCKER_HOST, by default the one
+# scripts/dockerd.sh starts: make docker-up).
+CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1 KNOTLESS_TEST_DOCKER_REQUIRED=1
+export DOCKER_HOST ?= unix:///run/knotless-dockerd/docker.sock
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).
-test: vet cluster-up
+test: vet cluster-up docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 15m ./...
 
@@ -38,7 +41,7 @@ test-unit:
 	$(GO) test -count=1 -short ./internal/...
 
 # Unit and end-to-end tests, the cluster ones included.
-test-e2e: build cluster-up
+test-e2e: build cluster-up docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
 
 # The local Kubernetes cluster (test/cluster, its own Go module). It needs
@@ -83,6 +86,21 @@ bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench KubeClaimToFinished -benchtime 10x ./test/e2e
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_Step' -benchtime 50x ./internal/executor/kube
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
+
+# The tests' own Docker engine (root): its own socket, data root, exec root
+# and containerd, beside the cluster's (scripts/dockerd.sh).
+docker-up:
+	@bash scripts/dockerd.sh up
+
+docker-down:
+	@bash scripts/dockerd.sh down
+
+# The docker executor against the bare SDK loop on the same engine, in one
+# run: per extra step (50 steps of true) against one bare exec, and a
+# one-step run against create, start, one exec, remove (README "Docker
+# executor figures").
+bench-docker: docker-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Docker_' -benchtime 10x ./internal/executor/docker
 
 clean:
 	rm -rf $(BIN) .demo

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -71,3 +72,7 @@ func size(n uint64) string {
 	}
 	return fmt.Sprintf("%d KiB", n>>10)
 }
+
+func tempDir() (string, error) { return os.MkdirTemp("", "knotless-doctor-") }
+
+func removeAll(dir string) { _ = os.RemoveAll(dir) }

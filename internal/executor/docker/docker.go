@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
+	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/api"
@@ -408,7 +409,11 @@ func pullResult(r io.Reader) error {
 
 // chownTree makes r the owner of every file under dir (links not
 // followed), so that the job's non-root user may write its checkout. A
-// runner that is r already does nothing.
+// runner that is r already does nothing. A regular file with more than
+// one link is left alone: the checkout's git objects are hard links to
+// the runner's mirror, and owning one would let the job change the
+// mirror's copy, which later runs share (it can still read it, and
+// remove or replace its own link).
 func chownTree(dir string, r RunAs) error {
 	if int64(os.Geteuid()) == r.UID {
 		return nil
@@ -416,6 +421,15 @@ func chownTree(dir string, r RunAs) error {
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.Type().IsRegular() {
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return err
+			}
+			if st.Nlink > 1 {
+				return nil
+			}
 		}
 		return os.Lchown(p, int(r.UID), int(r.GID))
 	})

@@ -35,7 +35,11 @@ func newFixture(t testing.TB) *fixture {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		f.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+f.runner)
-		_ = f.eng.Client.NetworkRemove(ctx, docker.NetworkName(f.runner))
+		if e, err := docker.New(docker.Config{Client: f.eng.Client, Runner: f.runner, Agent: f.agent}); err == nil {
+			if err := e.RemoveNetwork(ctx); err != nil {
+				t.Errorf("remove the test runner's network: %v", err)
+			}
+		}
 	})
 	return f
 }

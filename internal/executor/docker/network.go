@@ -79,7 +79,7 @@ func (e *Executor) ensureNetwork(ctx context.Context) (string, error) {
 // host made stay allowed; forwarded traffic (the internet) is not
 // touched.
 func blockHost(ctx context.Context, bridge string) error {
-	rule := []string{"INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-m", "comment", "--comment", "knotless: job containers may not reach the host", "-j", "DROP"}
+	rule := hostRule(bridge)
 	if exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C"}, rule...)...).Run() == nil {
 		return nil
 	}
@@ -88,4 +88,24 @@ func blockHost(ctx context.Context, bridge string) error {
 		return fmt.Errorf("iptables: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// RemoveNetwork removes the runner's own network and the rule blockHost
+// added for it, for a runner that goes away for good (and tests). A
+// network that is gone is no error; one still in use is.
+func (e *Executor) RemoveNetwork(ctx context.Context) error {
+	rule := hostRule(BridgeName(e.cfg.Runner))
+	for exec.CommandContext(ctx, "iptables", append([]string{"-w", "-D"}, rule...)...).Run() == nil {
+	}
+	err := e.api.NetworkRemove(ctx, NetworkName(e.cfg.Runner))
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove network %s: %w", NetworkName(e.cfg.Runner), err)
+	}
+	return nil
+}
+
+// hostRule is the iptables rule (INPUT chain) that keeps bridge's
+// containers from the host.
+func hostRule(bridge string) []string {
+	return []string{"INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-m", "comment", "--comment", "knotless: job containers may not reach the host", "-j", "DROP"}
 }

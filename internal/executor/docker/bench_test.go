@@ -1,0 +1,105 @@
+package docker_test
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/test/dockertest"
+)
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// bareRun is the SDK baseline of a one-step run: create a container of
+// the job image with the executor's hardening (read-only root, no
+// capabilities, 1000:1000, the same limits) whose PID 1 exits on
+// SIGTERM, start it, one exec of `true` (create, attach, wait for its
+// exit code), remove it by force.
+func bareRun(b *testing.B, f *fixture) (run, exec time.Duration) {
+	ctx := context.Background()
+	c := f.eng.Client
+	t0 := time.Now()
+	pids := int64(256)
+	created, err := c.ContainerCreate(ctx, &container.Config{
+		Image: dockertest.JobImage, User: "1000:1000", Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
+		Labels: map[string]string{docker.LabelRunner: f.runner},
+	}, &container.HostConfig{
+		ReadonlyRootfs: true, CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"}, NetworkMode: "none",
+		Resources: container.Resources{NanoCPUs: 1e9, Memory: 128 << 20, MemorySwap: 128 << 20, PidsLimit: &pids},
+	}, nil, nil, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	t1 := time.Now()
+	if _, _, code, err := f.eng.Exec(ctx, created.ID, "", []string{"true"}, nil); err != nil || code != 0 {
+		b.Fatalf("bare exec: %d, %v", code, err)
+	}
+	exec = time.Since(t1)
+	if err := c.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0), exec
+}
+
+// knotlessRun prepares a session, runs n steps of `true` and cleans up.
+func knotlessRun(b *testing.B, f *fixture, e *docker.Executor, n int) time.Duration {
+	ctx := context.Background()
+	t0 := time.Now()
+	s, err := e.Prepare(ctx, executor.Spec{ID: runID("bench"), Workspace: b.TempDir(), Timeout: 10 * time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		res, err := s.Exec(ctx, executor.Step{ID: strconv.Itoa(i), Script: "true\n"}, nil)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("step %d: %+v, %v", i, res, err)
+		}
+	}
+	if err := s.Cleanup(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
+// BenchmarkDocker_RunAndStepOverhead measures, interleaved in one run on
+// one engine: a one-step run (Prepare, one step of `true`, Cleanup)
+// against the bare SDK run (create, start, one exec, remove); a run of 50
+// steps, giving the cost of one more step ((run of 50 − run of 1) / 49)
+// against one bare exec of `true`. Medians of b.N samples each, in ms.
+func BenchmarkDocker_RunAndStepOverhead(b *testing.B) {
+	f := newFixture(b)
+	e := f.executor(b, f.config())
+	knotlessRun(b, f, e, 1) // the network and the image, once
+	bareRun(b, f)
+	var run1, run50, bare, bareExec []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, x := bareRun(b, f)
+		bare, bareExec = append(bare, r), append(bareExec, x)
+		run1 = append(run1, knotlessRun(b, f, e, 1))
+		run50 = append(run50, knotlessRun(b, f, e, 50))
+	}
+	b.StopTimer()
+	m1, m50, mb := median(run1), median(run50), median(bare)
+	b.ReportMetric(ms(m1), "run1-ms")
+	b.ReportMetric(ms(mb), "bare-run-ms")
+	b.ReportMetric(float64(m1)/float64(mb), "run1/bare")
+	b.ReportMetric(ms(m50), "run50-ms")
+	b.ReportMetric(ms((m50-m1)/49), "step-ms")
+	b.ReportMetric(ms(median(bareExec)), "bare-exec-ms")
+}

@@ -1,0 +1,118 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/executor"
+)
+
+var _ executor.Doctor = (*Executor)(nil)
+
+// Doctor checks, in order, for `knotless-run doctor --executor docker`:
+// the engine answers (its version and API version); the runtime
+// (--runtime, else the engine's default) is one the engine has; the data
+// disk has --disk-floor free; the default job image is on the engine;
+// and, when machine is set, a test container of that image runs a step
+// that receives a test secret over the agent's stream, byte for byte, and
+// is removed again. Each check is reported as it ends; the method
+// returns early only when ctx ends.
+func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executor.Check)) {
+	v, err := e.api.ServerVersion(ctx)
+	if err != nil {
+		report(executor.Check{Name: "engine reachable", Detail: err.Error(),
+			Fix: "start the Docker engine, or point DOCKER_HOST at it (the runner's user needs access to its socket)"})
+		return
+	}
+	report(executor.Check{Name: "engine reachable", OK: true,
+		Detail: fmt.Sprintf("%s: Docker %s, API %s (client %s)", e.api.DaemonHost(), v.Version, v.APIVersion, e.api.ClientVersion())})
+	if ctx.Err() != nil {
+		return
+	}
+
+	info, err := e.api.Info(ctx)
+	switch {
+	case err != nil:
+		report(executor.Check{Name: "runtime", Detail: err.Error(), Fix: "check the engine's health"})
+	default:
+		want := e.cfg.Runtime
+		if want == "" {
+			want = info.DefaultRuntime
+		}
+		var have []string
+		for name := range info.Runtimes {
+			have = append(have, name)
+		}
+		slices.Sort(have)
+		if _, ok := info.Runtimes[want]; ok {
+			report(executor.Check{Name: "runtime", OK: true, Detail: fmt.Sprintf("%s (engine has: %s)", want, strings.Join(have, ", "))})
+		} else {
+			report(executor.Check{Name: "runtime", Detail: fmt.Sprintf("%s is not a runtime of the engine (it has: %s)", want, strings.Join(have, ", ")),
+				Fix: "install it and add it to the engine's daemon.json \"runtimes\", or give --runtime one of those"})
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+
+	if e.cfg.DiskFloor > 0 {
+		free, where, err := e.cfg.FreeSpace(ctx)
+		switch {
+		case err != nil:
+			report(executor.Check{Name: "disk floor", Detail: err.Error(), Fix: "run the runner on the engine's host, or drop --disk-floor"})
+		case free < uint64(e.cfg.DiskFloor):
+			report(executor.Check{Name: "disk floor", Detail: fmt.Sprintf("%s has %s free, less than --disk-floor %s: runs wait", where, size(free), size(uint64(e.cfg.DiskFloor))),
+				Fix: "free space on the engine's data disk (docker system prune), or lower --disk-floor"})
+		default:
+			report(executor.Check{Name: "disk floor", OK: true, Detail: fmt.Sprintf("%s has %s free (--disk-floor %s)", where, size(free), size(uint64(e.cfg.DiskFloor)))})
+		}
+	} else {
+		report(executor.Check{Name: "disk floor", OK: true, Detail: "none (--disk-floor 0)"})
+	}
+	if ctx.Err() != nil || !machine {
+		return
+	}
+	report(e.doctorRun(ctx))
+}
+
+// doctorRun starts a test container of the default image and runs a
+// step with a test secret in it.
+func (e *Executor) doctorRun(ctx context.Context) executor.Check {
+	name := "test container with a secret"
+	if e.cfg.Image == "" {
+		return executor.Check{Name: name, Detail: "no --image to start a test container from", Fix: "give --image, or --skip-machine"}
+	}
+	ws, err := tempDir()
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error()}
+	}
+	defer removeAll(ws)
+	t0 := time.Now()
+	var setup bytes.Buffer
+	id := fmt.Sprintf("doctor-%d", time.Now().UnixNano()%1e9)
+	s, err := e.Prepare(ctx, executor.Spec{ID: id, Image: e.cfg.Image, Workspace: ws, Timeout: 2 * time.Minute, Log: &setup})
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error(), Fix: "see the message; `docker run` the image by hand with the same user to compare"}
+	}
+	defer s.Cleanup(context.WithoutCancel(ctx))
+	secret := fmt.Sprintf("knotless-doctor-%d", time.Now().UnixNano())
+	var out bytes.Buffer
+	res, err := s.Exec(ctx, executor.Step{ID: "1", Name: "doctor", Script: "printf '%s' \"$DOCTOR_SECRET\" | wc -c\n",
+		Secrets: map[string]string{"DOCTOR_SECRET": secret}}, &out)
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error()}
+	}
+	got := strings.TrimSpace(out.String())
+	if res.ExitCode != 0 || got != fmt.Sprint(len(secret)) {
+		return executor.Check{Name: name, Detail: fmt.Sprintf("the step ended %d %s, said %q", res.ExitCode, res.Reason, got),
+			Fix: "the image needs /bin/sh, test, printf and wc"}
+	}
+	if err := s.Cleanup(ctx); err != nil {
+		return executor.Check{Name: name, Detail: "removing the test container: " + err.Error()}
+	}
+	return executor.Check{Name: name, OK: true, Detail: fmt.Sprintf("image %s: a step got its secret over the agent's stream; started, run and removed in %s", e.cfg.Image, time.Since(t0).Round(time.Millisecond))}
+}
