@@ -425,3 +425,45 @@ func TestCaches_TakeoverInTheEnvironmentNeitherRestoresNorSaves(t *testing.T) {
 		t.Fatalf("setup starting over did not restore:\n%s", setup)
 	}
 }
+
+// The runner writes nothing of its own into a cache: a step that receives
+// a secret and does not write it into a cached path leaves no byte of it
+// in the store (entry.json holds the repository, key, paths and sizes).
+func TestCaches_SecretOfTheRunNeverInTheStore(t *testing.T) {
+	store := openTestStore(t, 0)
+	const secret = "s3cr3t-V4LUE-for-caches"
+	wf := `
+on: {push: {}}
+secrets: [TOKEN]
+caches:
+  - key: k-{{ hashFiles "deps.lock" }}
+    paths: [vendor, ~/.cache/tool]
+steps:
+  - secrets: [TOKEN]
+    run: |
+      test -n "$TOKEN"
+      mkdir -p vendor ~/.cache/tool
+      echo built > vendor/out
+      echo built > ~/.cache/tool/out
+`
+	job := cacheJob(t, store, "alice/app", "v1", wf)
+	job.Secrets = map[string]string{"TOKEN": secret}
+	rep, res := execute(t, context.Background(), job)
+	mustSucceed(t, rep, res)
+	if n := len(store.Entries()); n != 1 {
+		t.Fatalf("%d entries", n)
+	}
+	err := filepath.WalkDir(store.Dir(), func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), secret) {
+			t.Errorf("%s holds the run's secret", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
