@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run
 
-.PHONY: all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
+.PHONY: deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
 all: build
 
@@ -30,11 +30,13 @@ vet:
 # scripts/dockerd.sh starts: make docker-up).
 CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1 KNOTLESS_TEST_DOCKER_REQUIRED=1
 export DOCKER_HOST ?= unix:///run/knotless-dockerd/docker.sock
+# The web pages' browser tests (test/e2e) fail without chromium, too.
+BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).
 test: vet cluster-up docker-up
-	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
+	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 15m ./...
 
 test-unit:
@@ -42,7 +44,7 @@ test-unit:
 
 # Unit and end-to-end tests, the cluster ones included.
 test-e2e: build cluster-up docker-up
-	$(CLUSTER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
+	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
 
 # The local Kubernetes cluster (test/cluster, its own Go module). It needs
 # root; the first build of its binaries takes ~20 minutes on 2 cores and is
@@ -88,19 +90,43 @@ bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
 
 # The tests' own Docker engine (root): its own socket, data root, exec root
-# and containerd, beside the cluster's (scripts/dockerd.sh).
+# and containerd, beside the cluster's (scripts/dockerd.sh), unless an
+# engine answers at DOCKER_HOST already.
 docker-up:
-	@bash scripts/dockerd.sh up
+	@timeout 5 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || bash scripts/dockerd.sh up
 
 docker-down:
 	@bash scripts/dockerd.sh down
 
 # The docker executor against the bare SDK loop on the same engine, in one
-# run: per extra step (50 steps of true) against one bare exec, and a
-# one-step run against create, start, one exec, remove (README "Docker
-# executor figures").
+# run: per extra step (50 steps of true) against one bare exec, a one-step
+# run against create, start, one exec, remove, and the same run through
+# server and runner, claim to finished (README "Docker executor figures").
 bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Docker_' -benchtime 10x ./internal/executor/docker
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
 
 clean:
 	rm -rf $(BIN) .demo
+
+# The runner in a cluster (deploy/kubernetes, docs/kubernetes.md): the
+# manifests' init container checks knotless-run and knotless-agent against
+# SHA-256 digests written in deploy/kubernetes/base/deployment.yaml. After a
+# change to the code, rebuild them reproducibly and write the new digests
+# (a test fails while they are stale). runner-image is the optional image
+# with both programs in it, a docker archive for `docker load` or
+# `ctr -n k8s.io images import`.
+deploy-digests:
+	$(GO) run ./scripts/deploy digests
+
+deploy-digests-check:
+	$(GO) run ./scripts/deploy digests -check
+
+runner-image:
+	@mkdir -p $(BIN)
+	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
+
+# From the first command of the runner's deployment to its session with
+# the server, 5 samples, median in ms (README "Run jobs in Kubernetes").
+bench-deploy: cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench Deploy_ApplyToRunnerSession -benchtime 5x ./test/e2e

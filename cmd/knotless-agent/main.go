@@ -62,12 +62,13 @@ Run "knotless-agent serve -h" for the serve flags.
 func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	var cfg stepagent.Config
-	var socket, deadline, logLevel string
+	var socket, deadline, logLevel, user string
 	var readyFD int
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory: step scripts, output and exit status (required)")
 	fs.StringVar(&socket, "socket", "", "Unix socket to listen on, mode 0600 (required)")
 	fs.StringVar(&cfg.Workdir, "workdir", "", "the steps' working directory (the checkout)")
 	fs.StringVar(&cfg.Home, "home", "", "HOME for steps that set none")
+	fs.StringVar(&cfg.Tmp, "tmp", "", "TMPDIR for steps that set none: the run's temporary directory (unset when empty)")
 	fs.StringVar(&cfg.PATH, "path", "/usr/local/bin:/usr/bin:/bin", "PATH for steps that set none")
 	fs.StringVar(&cfg.Run, "run", "", "the run environment's ID, reported to clients")
 	fs.StringVar(&deadline, "deadline", "", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")
@@ -77,6 +78,7 @@ func serve(args []string) int {
 	fs.BoolVar(&cfg.ExitWithParent, "exit-with-parent", false, "end the steps and exit (removing --dir) when the process that started the agent is gone: nobody takes the run over")
 	fs.DurationVar(&cfg.ExitWithoutClient, "exit-without-client", 0, "end the steps and exit once no client has been connected this long (0: never): nobody takes the run over")
 	fs.BoolVar(&cfg.NoCgroups, "no-cgroups", false, "do not give steps cgroups even where cgroup v2 is delegated (rely on the child subreaper alone)")
+	fs.StringVar(&user, "user", "", "NAME:UID:GID[:GROUP,...]: run every step as this unprivileged user (the agent runs as root)")
 	fs.IntVar(&readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once listening")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = fs.Parse(args)
@@ -94,6 +96,14 @@ func serve(args []string) int {
 			return 2
 		}
 		cfg.Deadline = t
+	}
+	if user != "" {
+		u, err := stepagent.ParseStepUser(user)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "knotless-agent serve: %v\n", err)
+			return 2
+		}
+		cfg.User = u
 	}
 	cfg.Version, cfg.Logger = version.Version, log
 	a, err := stepagent.New(cfg)

@@ -552,6 +552,93 @@ func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, req CopyOut, consume
 	}
 }
 
+// StartDetached starts st as a detached step (st.Detach is set for the
+// caller) and returns once the agent says it runs (or ran: starting an ID
+// the agent knows only confirms it). It does not follow the output:
+// RunStep with the same ID does, from any offset, until the step exits.
+// A dropped connection is redialed and the Start sent again (idempotent
+// by ID). Errors the agent answers are *Error.
+func (c *Client) StartDetached(ctx context.Context, st Start) error {
+	st.Detach = true
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeStart, st); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				switch f.Type {
+				case TypeStarted:
+					return nil
+				case TypeError:
+					var e Error
+					if err = Decode(f.Type, f.Payload, &e); err == nil {
+						return &e
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return fmt.Errorf("start detached step %s: %w", st.ID, err)
+		}
+		c.drop(cn, err)
+	}
+}
+
+// StopStep asks the agent to stop a step (see Stop); it returns once the
+// request is sent, not when the step has ended.
+func (c *Client) StopStep(ctx context.Context, s Stop) error {
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeStop, s); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return fmt.Errorf("stop step %s: %w", s.ID, err)
+		}
+		c.drop(cn, err)
+	}
+}
+
+// Steps asks the agent for the state of every step it started.
+func (c *Client) Steps(ctx context.Context) ([]StepInfo, error) {
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err = cn.Write(TypeSteps); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				if f.Type == TypeStepList {
+					var l StepList
+					if err = Decode(f.Type, f.Payload, &l); err == nil {
+						return l.Steps, nil
+					}
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return nil, fmt.Errorf("ask the agent for its steps: %w", err)
+		}
+		c.drop(cn, err)
+	}
+}
+
 // Shutdown asks the agent to kill every step at once and exit; it returns
 // once the agent confirmed that no step process is left.
 func (c *Client) Shutdown(ctx context.Context) error {

@@ -21,6 +21,10 @@
 //   - Both sides send Heartbeat frames while otherwise silent, so an idle
 //     connection is neither cut by a proxy's idle timeout nor mistaken for a
 //     live one when it is dead.
+//   - Steps run one at a time, except detached ones (Start.Detach: a
+//     workflow's `detach: true` service), which run beside the later steps
+//     until they exit or a Stop ends them; Steps asks for every step's
+//     state (a StepList), so a client can see a service end on its own.
 //
 // Secrets travel only inside Start frames, on the stream, never on a
 // command line or in a file. This package must not log a frame's payload.

@@ -48,6 +48,8 @@ const (
 	TypeOutput       Type = 0x13 // binary: see EncodeOutput
 	TypeExit         Type = 0x14 // Exit (JSON)
 	TypeStop         Type = 0x15 // Stop (JSON)
+	TypeSteps        Type = 0x16 // empty; answered by StepList
+	TypeStepList     Type = 0x17 // StepList (JSON)
 	TypeCopyIn       Type = 0x20 // CopyIn (JSON), then Data..., DataEnd
 	TypeCopyOut      Type = 0x21 // CopyOut (JSON); answered by Data..., DataEnd
 	TypeData         Type = 0x22 // raw tar bytes
@@ -76,6 +78,10 @@ func (t Type) String() string {
 		return "exit"
 	case TypeStop:
 		return "stop"
+	case TypeSteps:
+		return "steps"
+	case TypeStepList:
+		return "step-list"
 	case TypeCopyIn:
 		return "copy-in"
 	case TypeCopyOut:

@@ -44,6 +44,8 @@ type AgentHello struct {
 type StepInfo struct {
 	ID      string `json:"id"`
 	Running bool   `json:"running"`
+	// Detached is set for a step started with Start.Detach.
+	Detached bool `json:"detached,omitempty"`
 	// Size is the step's output so far, in bytes.
 	Size int64 `json:"size"`
 	// Exit is set once the step ended.
@@ -75,6 +77,19 @@ type Start struct {
 	// (0: 10 s).
 	TimeoutMS int64 `json:"timeoutMs,omitempty"`
 	GraceMS   int64 `json:"graceMs,omitempty"`
+	// Detach starts a service step (a workflow step with `detach: true`):
+	// it runs beside the steps started after it (which do not wait for it
+	// and whose end does not kill its processes: those of its process
+	// group and cgroup), until it exits or a Stop ends it. The agent
+	// answers Started only, without the output: a later Start with the
+	// same ID (or Attach) follows it.
+	Detach bool `json:"detach,omitempty"`
+}
+
+// StepList answers Steps: every step the agent started, in order, as
+// AgentHello.Steps says them.
+type StepList struct {
+	Steps []StepInfo `json:"steps"`
 }
 
 // Started answers Start.

@@ -28,6 +28,9 @@ const (
 	ReasonImagePull  = "image-pull"
 	ReasonRunnerLost = "runner-lost"
 	ReasonCancelled  = "cancelled"
+	// ReasonSuperseded: a newer run of the same concurrency group with
+	// cancel-in-progress cancelled this one.
+	ReasonSuperseded = "superseded"
 	// ReasonWorkflowInvalid: the workflow file failed to parse or validate;
 	// the run's setup log holds FILE:LINE:COL messages.
 	ReasonWorkflowInvalid = "workflow-invalid"
@@ -179,12 +182,17 @@ type Pipeline struct {
 
 // Run is one workflow executing once for one pipeline.
 type Run struct {
-	ID           int64      `json:"id"`
-	Pipeline     int64      `json:"pipeline"`
-	Repo         string     `json:"repo"`
-	Ref          string     `json:"ref"`
-	SHA          string     `json:"sha"`
-	Event        string     `json:"event"`
+	ID       int64  `json:"id"`
+	Pipeline int64  `json:"pipeline"`
+	Repo     string `json:"repo"`
+	Ref      string `json:"ref"`
+	SHA      string `json:"sha"`
+	Event    string `json:"event"`
+	// BeforeSHA is the commit the ref pointed at before the push that made
+	// the run; "" for a new branch or tag and for manual triggers.
+	BeforeSHA string `json:"beforeSha,omitempty"`
+	// Actor is the handle of the account that pushed or triggered.
+	Actor        string     `json:"actor,omitempty"`
 	Workflow     string     `json:"workflow"`     // the workflow's name
 	WorkflowPath string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
 	State        string     `json:"state"`
@@ -195,7 +203,10 @@ type Run struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 	StartedAt    *time.Time `json:"startedAt,omitempty"`
 	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
-	Steps        []Step     `json:"steps,omitempty"`
+	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
+	// its workflow has one.
+	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
+	Steps            []Step `json:"steps,omitempty"`
 	// Outputs summarizes the outputs the run stored (MethodGetRun only);
 	// nil when it stored none.
 	Outputs *RunOutputs `json:"outputs,omitempty"`
@@ -249,6 +260,14 @@ type Step struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	LogSize  int64  `json:"logSize"` // bytes
+	// StartedAt and FinishedAt are when the step started running and when
+	// it ended, as its runner measured them (RFC 3339); absent while
+	// unknown (pending, skipped, or recorded by an older runner).
+	// DurationMS is FinishedAt - StartedAt in milliseconds, present when
+	// both are.
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	DurationMS *int64     `json:"durationMs,omitempty"`
 }
 
 // ListRunsOutput is the answer of MethodListRuns. Cursor, when set, reads
@@ -548,6 +567,11 @@ type UpdateStepInput struct {
 	State    string `json:"state"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// At is when the change happened on the runner (the step's start for
+	// running, its end for a final state); absent means when the server
+	// receives it. A time in the server's future counts as the server's
+	// now. Updates are journaled and may arrive late: At keeps them true.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // AppendLogOutput is the answer of MethodAppendLog: the step log's size in

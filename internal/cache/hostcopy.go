@@ -170,3 +170,35 @@ func CheckBelow(root, p string) error {
 	}
 	return nil
 }
+
+// GiveTree makes uid:gid the owner of p (a restored file or tree below
+// root) and of every directory between root and p that this process owns
+// (CopyTree made them), so that an environment's non-root user can change
+// what was restored. Links are not followed; root itself is left as it is.
+// A process that is uid already does nothing.
+func GiveTree(root, p string, uid, gid int) error {
+	if os.Geteuid() == uid {
+		return nil
+	}
+	err := filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(q, uid, gid)
+	})
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(p); d != root && strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == os.Geteuid() {
+			if err := os.Lchown(d, uid, gid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -128,6 +128,7 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 
 	last := -1
 	var setupOffset int64
+	var deferred []api.Step // detached steps still running when reached
 	for {
 		next, ok := api.Step{}, false
 		for _, st := range sortedSteps(run) {
@@ -138,6 +139,12 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 		}
 		if ok {
 			off, err := s.followStep(ctx, rt, &run, refresh, next, false, 0)
+			if errors.Is(err, errDetachedStep) {
+				// A service: its log comes once it has ended.
+				deferred = append(deferred, next)
+				last = next.Index
+				continue
+			}
 			if err != nil {
 				return run, false, err
 			}
@@ -155,6 +162,11 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 			return run, false, err
 		}
 		if err := refresh(); err != nil {
+			return run, false, err
+		}
+	}
+	for _, st := range deferred {
+		if _, err := s.followStep(ctx, rt, &run, refresh, st, false, 0); err != nil {
 			return run, false, err
 		}
 	}
@@ -225,6 +237,12 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 			return offset, err
 		}
 		cur, _ := stepOf(*run, st.Index)
+		if !force && offset == 0 && st.Index > api.SetupStep && cur.State == api.StepRunning && !api.IsFinal(run.State) && laterStepAfter(*run, st.Index) {
+			// Only a detached step (detach: true) runs while a later
+			// step does; the runner sends its log when it ends.
+			io.WriteString(s.stdout(), "[knotless: this step runs beside the next ones (detach: true); its log follows once it has ended]\n")
+			return offset, errDetachedStep
+		}
 		ending = api.IsFinal(run.State) || stepDone(cur.State) || (st.Index == api.SetupStep && laterStepStarted(*run))
 		if d := pollInterval - s.now().Sub(start); d > 0 && !ending && n == 0 {
 			if err := sleep(ctx, d); err != nil {
@@ -241,6 +259,20 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 	}
 	s.endStep(sw, cur, run.State, !lazy)
 	return offset, nil
+}
+
+// errDetachedStep ends the following of a step that runs beside later
+// ones (detach: true): its log is printed once it has ended.
+var errDetachedStep = errors.New("a detached step: its log comes when it ends")
+
+// laterStepAfter reports whether a step of r after idx has left pending.
+func laterStepAfter(r api.Run, idx int) bool {
+	for _, st := range r.Steps {
+		if st.Index > idx && st.State != api.StepPending && st.State != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // laterStepStarted reports whether a workflow step of r has left pending.

@@ -58,8 +58,8 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 	}
 	t.Logf("stderr: %s", errb.String())
 	want := "── setup ──\nsetup\n── done ──\n" +
-		"── step 1/2: build ──\nbefore the restart|after the restart\n── succeeded, exit 0 ──\n" +
-		"── step 2/2: test ──\nsecond step\n── succeeded, exit 0 ──\n" +
+		"── step 1/2: build ──\nbefore the restart|after the restart\n── succeeded, exit 0, 1.5s ──\n" +
+		"── step 2/2: test ──\nsecond step\n── succeeded, exit 0, 1.5s ──\n" +
 		fmt.Sprintf("run %d (ci): succeeded, exit 0\n", run.ID)
 	if out.String() != want {
 		t.Errorf("followed logs across a restart:\n%s\nwant:\n%s\nstderr:\n%s", out.String(), want, errb.String())

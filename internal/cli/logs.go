@@ -345,10 +345,17 @@ func (s *session) endStep(sw *stepWriter, st api.Step, runState string, force bo
 		if st.Index == api.SetupStep {
 			st.State = runlog.SetupState(st.State, runState)
 		}
-		// No duration: the server records none for steps, and the footer
-		// must read as `knotless-run exec` prints it.
-		io.WriteString(s.stdout(), runlog.StepFooter(st, 0))
+		io.WriteString(s.stdout(), runlog.StepFooter(st, stepDuration(st)))
 	}
+}
+
+// stepDuration is how long a step ran, as its runner measured it; 0 when
+// the server knows no start or end (pending, skipped, an older runner).
+func stepDuration(st api.Step) time.Duration {
+	if st.DurationMS != nil {
+		return time.Duration(*st.DurationMS) * time.Millisecond
+	}
+	return 0
 }
 
 // stepWriter passes a step's log bytes through, writing header before the

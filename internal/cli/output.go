@@ -112,6 +112,39 @@ func runDuration(r api.Run, now time.Time) string {
 	return compact(now.Sub(*r.StartedAt)) + "…"
 }
 
+// stepTimes renders a step's start and end as clock times (local,
+// "15:04:05.000", with the date when it is not today's) and how long it
+// ran (compact; "…" appended while it runs). Unknown ones are "".
+func stepTimes(st api.Step, now time.Time) (started, ended, took string) {
+	clock := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		l := t.Local()
+		if y, m, d := l.Date(); y == now.Local().Year() && m == now.Local().Month() && d == now.Local().Day() {
+			return l.Format("15:04:05.000")
+		}
+		return l.Format("2006-01-02 15:04:05.000")
+	}
+	started, ended = clock(st.StartedAt), clock(st.FinishedAt)
+	switch {
+	case st.DurationMS != nil:
+		took = stepCompact(time.Duration(*st.DurationMS) * time.Millisecond)
+	case st.StartedAt != nil && st.FinishedAt == nil && st.State == api.StepRunning:
+		took = compact(now.Sub(*st.StartedAt)) + "…"
+	}
+	return started, ended, took
+}
+
+// stepCompact renders a step's duration as its log footer does under a
+// minute ("1.53s", "40ms"), compact above.
+func stepCompact(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return compact(d)
+}
+
 // shortRef strips refs/heads/ and refs/tags/ from a ref.
 func shortRef(ref string) string {
 	if s, ok := strings.CutPrefix(ref, "refs/heads/"); ok {

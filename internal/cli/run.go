@@ -192,7 +192,8 @@ func (s *session) runShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a run and its steps",
-		Long: `Show one run: repository, commit, workflow, state, reason, runner, times, a
+		Long: `Show one run: repository, pipeline (its event and who pushed or triggered
+it), commit (and the one the push replaced), workflow, state, reason, runner, times, a
 table of its steps (index 0 is the setup log) and, when the run stored
 outputs, their paths and sizes, the archive's size and SHA-256 (download
 them with knotless run outputs ID).`,
@@ -223,14 +224,25 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	now := s.now()
 	fmt.Fprintf(w, "Run %d: %s\n", r.ID, stateText(r.State, r.Reason))
 	kv := newTable(w, "Repository:", r.Repo)
-	kv.row("Pipeline:", fmt.Sprintf("%d (%s)", r.Pipeline, r.Event))
+	trigger := r.Event
+	if r.Actor != "" {
+		trigger += " by " + r.Actor
+	}
+	kv.row("Pipeline:", fmt.Sprintf("%d (%s)", r.Pipeline, trigger))
 	kv.row("Workflow:", fmt.Sprintf("%s (%s)", r.Workflow, r.WorkflowPath))
-	kv.row("Commit:", fmt.Sprintf("%s at %s", shortSHA(r.SHA), shortRef(r.Ref)))
+	commit := fmt.Sprintf("%s at %s", shortSHA(r.SHA), shortRef(r.Ref))
+	if r.BeforeSHA != "" {
+		commit += fmt.Sprintf(" (was %s)", shortSHA(r.BeforeSHA))
+	}
+	kv.row("Commit:", commit)
 	if r.ExitCode != nil {
 		kv.row("Exit code:", exitText(r.ExitCode))
 	}
 	if r.Message != "" {
 		kv.row("Message:", r.Message)
+	}
+	if r.ConcurrencyGroup != "" {
+		kv.row("Concurrency:", r.ConcurrencyGroup)
 	}
 	kv.row("Runner:", r.Runner)
 	kv.row("Created:", ago(r.CreatedAt, now))
@@ -245,7 +257,7 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	fmt.Fprintln(w)
 	steps := append([]api.Step(nil), r.Steps...)
 	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
-	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "LOG")
+	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "STARTED", "ENDED", "DURATION", "LOG")
 	for _, st := range steps {
 		name, state := st.Name, st.State
 		if st.Index == api.SetupStep {
@@ -256,7 +268,8 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 			// state when setup ended it.
 			state = runlog.SetupState(st.State, r.State)
 		}
-		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), size(st.LogSize))
+		started, ended, took := stepTimes(st, now)
+		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), started, ended, took, size(st.LogSize))
 	}
 	if err := t.flush(); err != nil {
 		return err

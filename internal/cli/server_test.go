@@ -360,8 +360,12 @@ func playRun(t *testing.T, rn *servertest.Runner, setup string, steps []stepScri
 		call(api.MethodUpdateStep, api.UpdateStepInput{Run: run.ID, Step: i + 1, Name: st.name, State: api.StepPending})
 	}
 	appendLog(api.SetupStep, 0, setup)
+	// Each step runs 1.5 s by the runner's clock (At), an hour ago: the
+	// footers and run show print that, not the test's own timing.
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	for i, st := range steps {
-		call(api.MethodUpdateStep, api.UpdateStepInput{Run: run.ID, Step: i + 1, Name: st.name, State: api.StepRunning})
+		began, ended := base.Add(time.Duration(i)*2*time.Second), base.Add(time.Duration(i)*2*time.Second+1500*time.Millisecond)
+		call(api.MethodUpdateStep, api.UpdateStepInput{Run: run.ID, Step: i + 1, Name: st.name, State: api.StepRunning, At: &began})
 		half := len(st.log) / 2
 		appendLog(i+1, 0, st.log[:half])
 		if i == 0 && hook != nil {
@@ -373,7 +377,7 @@ func playRun(t *testing.T, rn *servertest.Runner, setup string, steps []stepScri
 		if st.state == api.StepFailed {
 			reason = api.ReasonExitCode
 		}
-		call(api.MethodUpdateStep, api.UpdateStepInput{Run: run.ID, Step: i + 1, Name: st.name, State: st.state, ExitCode: &code, Reason: reason})
+		call(api.MethodUpdateStep, api.UpdateStepInput{Run: run.ID, Step: i + 1, Name: st.name, State: st.state, ExitCode: &code, Reason: reason, At: &ended})
 	}
 	in := api.CompleteInput{Run: run.ID, State: final, ExitCode: &exit}
 	if final != api.StateSucceeded {
@@ -426,10 +430,10 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 		"── done ──\n" +
 		"── step 1/2: build ──\n" +
 		"hello from build\nsecond line\n" +
-		"── succeeded, exit 0 ──\n" +
+		"── succeeded, exit 0, 1.5s ──\n" +
 		"── step 2/2: test ──\n" +
 		"no newline at the end\n" +
-		"── failed, exit 3 ──\n" +
+		"── failed, exit 3, 1.5s ──\n" +
 		fmt.Sprintf("run %d (ci): failed, exit-code, exit 3\n", run.ID)
 	if got != want {
 		t.Errorf("followed logs:\n%s\nwant:\n%s", got, want)
@@ -447,7 +451,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	}
 	// One step only.
 	r = mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "1")
-	if r.stdout != "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0 ──\n" {
+	if r.stdout != "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0, 1.5s ──\n" {
 		t.Errorf("--step 1:\n%s", r.stdout)
 	}
 	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "7")
@@ -469,8 +473,19 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	if shown.ID != run.ID || len(shown.Steps) != 3 {
 		t.Errorf("run show --json: %+v", shown)
 	}
+	// Step timings: the runner's start and end of each step, and the
+	// duration between them (pins the step times the server keeps).
+	for _, st := range shown.Steps {
+		if st.Index == api.SetupStep {
+			continue
+		}
+		if st.StartedAt == nil || st.FinishedAt == nil || st.DurationMS == nil || *st.DurationMS != 1500 ||
+			st.FinishedAt.Sub(*st.StartedAt) != 1500*time.Millisecond {
+			t.Errorf("run show --json: step %d times %v..%v, duration %v; want 1.5 s apart", st.Index, st.StartedAt, st.FinishedAt, st.DurationMS)
+		}
+	}
 	r = mustRun(t, e, ExitOK, nil, "run", "show", fmt.Sprint(run.ID))
-	for _, want := range []string{"failed (exit-code)", "build", "test", "build-1", "admin/app"} {
+	for _, want := range []string{"failed (exit-code)", "build", "test", "build-1", "admin/app", "(push by admin)", "STARTED", "ENDED", "DURATION", "1.5s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("run show lacks %q:\n%s", want, r.stdout)
 		}

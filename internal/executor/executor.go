@@ -295,3 +295,30 @@ type Session interface {
 	// Exec. After Detach it still removes the environment.
 	Cleanup(ctx context.Context) error
 }
+
+// ReasonStopped is the Result.Reason of a detached step that
+// StopDetached stopped (at the run's end, as asked): not a failure.
+const ReasonStopped = "stopped"
+
+// DetachedSteps is implemented by a Session whose environment can run a
+// step beside the steps after it: a workflow step with `detach: true` (a
+// service such as a database the later steps talk to). Every session over
+// the step agent has it (shell, kube, docker). The methods follow the
+// Session's rule: not concurrently with Exec, CopyIn, CopyOut or each
+// other.
+type DetachedSteps interface {
+	// StartDetached starts step (its ID as for Exec; Offset is ignored)
+	// and returns once it runs, without its output. A later step's end
+	// leaves its processes alone. Exec with the same ID attaches to it:
+	// it writes the output from step.Offset on and returns when the step
+	// has ended. Starting an ID the environment started already changes
+	// nothing. An error means it did not start (errored/executor).
+	StartDetached(ctx context.Context, step Step) error
+	// DetachedRunning reports whether the step with id still runs.
+	DetachedRunning(ctx context.Context, id string) (bool, error)
+	// StopDetached stops the step with id: SIGTERM to its processes,
+	// SIGKILL after grace (0: at once); its Result.Reason is then
+	// ReasonStopped, unless it had ended already. It returns once the
+	// request is made; Exec (attaching) waits for the end.
+	StopDetached(ctx context.Context, id string, grace time.Duration) error
+}

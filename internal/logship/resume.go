@@ -33,6 +33,10 @@ type ClaimRecord struct {
 	Run            api.Run `json:"run"`
 	WorkflowSource string  `json:"workflowSource"`
 	GitURL         string  `json:"gitUrl"`
+	// Workspace is the run's checkout on the runner's host (a stable path
+	// per repository and workflow); "" in journals of older runners, whose
+	// workspace was WORK/runs/<run>/workspace.
+	Workspace string `json:"workspace,omitempty"`
 	// Started is when this runner began to execute the run; the run's
 	// timeout counts from it, also across restarts.
 	Started time.Time `json:"started"`

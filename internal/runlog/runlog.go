@@ -23,8 +23,10 @@ func StepHeader(index, total int, name string) string {
 // StepFooter is printed after a step's log: its state, exit code, reason
 // (left out when it says no more than the state, e.g. a cancelled step's
 // reason "cancelled", or exit-code next to the exit code) and duration
-// (0 = unknown, omitted). `knotless run logs` and `knotless-run exec` both
-// pass 0, as the server does not record step times. A missing final
+// (0 = unknown, omitted), rounded to 10 ms. `knotless run logs` passes the
+// duration the server records (the runner's start and end of the step);
+// `knotless-run exec` passes 0, so its output reads the same from run to
+// run. A missing final
 // newline in the step's own output is the caller's to add.
 func StepFooter(s api.Step, d time.Duration) string {
 	out := "── " + s.State

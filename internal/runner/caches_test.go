@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/dummy"
+	"knotless.dev/knotless/internal/executor/shell"
 )
 
 const cacheWorkflow = `
@@ -465,5 +468,58 @@ steps:
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With a root shell runner's --user, what a restore makes (the files and
+// the directories above them it had to create) is the step user's: a step
+// changes restored files and adds files beside them.
+func TestCaches_Shell_StepUserOwnsWhatTheRestoreMade(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs a root runner")
+	}
+	u, err := shell.LookupStepUser("nobody", 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	// Directories the step user can search, as a real --work is.
+	base, err := os.MkdirTemp("", "knotless-cache-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	store, err := cache.Open(filepath.Join(base, "caches"), 0, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := shell.New(shell.Config{Dir: filepath.Join(base, "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t), User: u})
+	wf := `
+on: {push: {}}
+caches:
+  - key: k
+    paths: [vendor/deps, ~/.cache/tool]
+steps:
+  - run: |
+      mkdir -p vendor/deps ~/.cache/tool
+      if [ -f vendor/deps/lib.txt ]; then echo more >> vendor/deps/lib.txt; echo x > vendor/new.txt; echo y > ~/.cache/new.txt; echo "warm: $(id -un)"; fi
+      echo v1 >> vendor/deps/lib.txt
+      echo v1 >> ~/.cache/tool/obj
+`
+	for i := range 2 {
+		ws := filepath.Join(base, "runs", fmt.Sprint(i), "workspace")
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		job := testJob(t, wf)
+		job.Workspace, job.Caches, job.Run = ws, store, int64(50+i)
+		rep := newMemReporter()
+		res := Execute(context.Background(), job, ex, rep)
+		mustSucceed(t, rep, res)
+		if i == 1 && !strings.Contains(rep.log(1), "warm: nobody") {
+			t.Fatalf("second run:\n%s\n%s", rep.log(0), rep.log(1))
+		}
 	}
 }

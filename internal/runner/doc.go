@@ -22,8 +22,13 @@
 // Work directory layout (--work DIR):
 //
 //	DIR/.lock                        flock held by the one runner process using DIR
-//	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (fetched by SHA)
-//	DIR/runs/<run>/workspace         the run's checkout (removed after the run)
+//	DIR/mirrors/OWNER/NAME.git       bare mirror per repository (the run's commit
+//	                                 fetched by SHA; branches and tags kept up to date)
+//	DIR/mirrors/.external/<hash>.git mirror of a submodule on another host
+//	DIR/workspaces/OWNER/NAME/WORKFLOW/SLOT
+//	                                 the run's checkout, at a stable path per
+//	                                 repository and workflow (slots.go; emptied
+//	                                 before and after each run)
 //	DIR/runs/<run>/outputs           the workflow's outputs, copied out of the
 //	                                 environment to be packed (removed once packed)
 //	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
@@ -36,11 +41,12 @@
 //	                                 repository and key, bounded by --cache-size
 //	DIR/shell/run-<run>/             the shell executor's session: the step
 //	                                 agent's socket, log and state (scripts,
-//	                                 output) and the steps' HOME (removed
-//	                                 after the run)
+//	                                 output) and the steps' HOME and TMPDIR
+//	                                 (removed after the run)
 //
 // A spool is removed once the server acknowledged the run's result; a
 // runner that starts delivers every spool an earlier process left, takes
 // over the runs the server says it still holds, and removes every other
-// DIR/runs/* and executor environment an earlier process left.
+// DIR/runs/*, DIR/workspaces/* and executor environment an earlier process
+// left.
 package runner

@@ -45,6 +45,11 @@ type Job struct {
 	Repo           string // OWNER/NAME
 	Ref            string // full ref, e.g. refs/heads/main
 	SHA            string
+	Event          string // push, tag or manual ("" for exec)
+	BeforeSHA      string // the ref's commit before the push; "" when new or manual
+	Actor          string // handle of who pushed or triggered
+	ServerURL      string // the server's URL, no trailing slash ("" for exec)
+	RunnerName     string // this runner's name
 	WorkflowPath   string // e.g. .knotless/workflows/ci.yml (for messages)
 	WorkflowSource []byte
 	// ID is the executor environment's ID; default "run-<Run>".
@@ -69,9 +74,10 @@ type Job struct {
 	Grace time.Duration
 	// Checkout, when set, puts the commit at Workspace, which does not
 	// exist or is an empty directory (made so that an executor that
-	// prepares early can start meanwhile); it writes git's output to log
-	// (the setup log). An error ends the run errored/checkout.
-	Checkout func(ctx context.Context, log io.Writer) error
+	// prepares early can start meanwhile), as the workflow's checkout:
+	// section c says; it writes git's output to log (the setup log). An
+	// error ends the run errored/checkout.
+	Checkout func(ctx context.Context, c workflow.Checkout, log io.Writer) error
 	// OutputsDir is a directory on this host (made and emptied as needed)
 	// where the workflow's outputs are copied out of the environment
 	// before they are packed; empty means outputs are not collected (the
@@ -265,6 +271,8 @@ type execution struct {
 	// lostWrite says what the runner could not write for want of disk
 	// space (outputs, say): the run does not end succeeded.
 	lostWrite string
+	// services are the detached steps still running (services.go).
+	services []service
 }
 
 // noSpace records a write that failed because the runner's disk is full:
@@ -444,6 +452,18 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
 		}
+		if st.Detach {
+			if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
+				// Started by an earlier runner process: it runs on.
+				e.services = append(e.services, service{idx: idx, st: st, name: name})
+				continue
+			}
+			if upd, r, fails := e.startService(ctx, sess, idx, st); fails {
+				e.report(upd)
+				res, ended = r, true
+			}
+			continue
+		}
 		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
 		if e.handedOver {
 			return Result{}
@@ -452,6 +472,15 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 		if fails && !ended {
 			res, ended = stepRes, true
 		}
+		if r, failed := e.checkServices(ctx, sess, timeout); failed && !ended {
+			res, ended = r, true
+		}
+	}
+	if e.handedOver || e.handingOver() {
+		return res
+	}
+	if r, failed := e.stopServices(ctx, sess, timeout); failed && !ended {
+		res = r
 	}
 	return res
 }
@@ -621,22 +650,15 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 // the step cannot run.
 func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
 	env := make(map[string]string, len(e.job.Env)+16)
+	for k, v := range localeDefaults {
+		env[k] = v
+	}
 	for k, v := range e.job.Env {
 		env[k] = v
 	}
 	// HOME is the executor's: a host path means nothing in a container.
 	delete(env, "HOME")
-	for k, v := range map[string]string{
-		"CI":                 "true",
-		"KNOTLESS":           "true",
-		"KNOTLESS_REPO":      e.job.Repo,
-		"KNOTLESS_REF":       e.job.Ref,
-		"KNOTLESS_SHA":       e.job.SHA,
-		"KNOTLESS_PIPELINE":  strconv.FormatInt(e.job.Pipeline, 10),
-		"KNOTLESS_RUN":       strconv.FormatInt(e.job.Run, 10),
-		"KNOTLESS_WORKFLOW":  e.wf.Name,
-		"KNOTLESS_WORKSPACE": sess.Workdir(),
-	} {
+	for k, v := range e.job.runEnv(e.wf, sess.Workdir()) {
 		env[k] = v
 	}
 	for k, v := range e.wf.Env {
@@ -692,6 +714,12 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		Grace:   e.job.Grace,
 	}, nil
 }
+
+// localeDefaults are the variables every step starts from, beneath the
+// runner's --env-pass and --env and the workflow's env (all of which may
+// set them): text in UTF-8 and times in UTC, whatever the runner's host
+// or the image says, as on hosted CI runners.
+var localeDefaults = map[string]string{"LANG": "C.UTF-8", "TZ": "UTC"}
 
 // lostMarkWait is how long a step's end waits for room to write the
 // marker of the log bytes it lost (the shipper gives back the space of
@@ -936,4 +964,49 @@ func (e *execution) onHandover(f func()) (stop func()) {
 		}
 	}()
 	return func() { close(done) }
+}
+
+// runEnv is the one place that builds the variables Knotless gives every
+// step of the run (docs/workflow.md, "What every step sees"): CI,
+// KNOTLESS and the KNOTLESS_* names, for the workflow wf and the
+// checkout's path workdir in the environment. The runner operator's --env
+// comes before them and the workflow's and step's env after (they win);
+// HOME and TMPDIR are the executor's (the step agent adds them).
+// Variables that do not apply (KNOTLESS_BRANCH on a tag run, the URLs of
+// a run without server) are left out rather than set empty.
+func (j *Job) runEnv(wf *workflow.Workflow, workdir string) map[string]string {
+	env := map[string]string{
+		"CI":                 "true",
+		"KNOTLESS":           "true",
+		"KNOTLESS_REPO":      j.Repo,
+		"KNOTLESS_REF":       j.Ref,
+		"KNOTLESS_SHA":       j.SHA,
+		"KNOTLESS_PIPELINE":  strconv.FormatInt(j.Pipeline, 10),
+		"KNOTLESS_RUN":       strconv.FormatInt(j.Run, 10),
+		"KNOTLESS_WORKFLOW":  wf.Name,
+		"KNOTLESS_WORKSPACE": workdir,
+	}
+	name, typ := api.RefName(j.Ref)
+	set := func(k, v string) {
+		if v != "" {
+			env[k] = v
+		}
+	}
+	set("KNOTLESS_REF_NAME", name)
+	set("KNOTLESS_REF_TYPE", typ)
+	switch typ {
+	case api.RefBranch:
+		env["KNOTLESS_BRANCH"] = name
+	case api.RefTag:
+		env["KNOTLESS_TAG"] = name
+	}
+	set("KNOTLESS_EVENT", j.Event)
+	set("KNOTLESS_BEFORE_SHA", j.BeforeSHA)
+	set("KNOTLESS_ACTOR", j.Actor)
+	set("KNOTLESS_RUNNER", j.RunnerName)
+	if j.ServerURL != "" {
+		env["KNOTLESS_SERVER_URL"] = j.ServerURL
+		env["KNOTLESS_RUN_URL"] = j.ServerURL + api.RunPath(j.Run)
+	}
+	return env
 }

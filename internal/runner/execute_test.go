@@ -19,6 +19,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 // memReporter keeps everything a run reports, for assertions.
@@ -383,7 +384,7 @@ steps:
 
 func TestExecute_CheckoutFailureIsErroredCheckout(t *testing.T) {
 	job := testJob(t, "on: {push: {}}\nsteps:\n  - run: echo never\n")
-	job.Checkout = func(ctx context.Context, log io.Writer) error {
+	job.Checkout = func(ctx context.Context, _ workflow.Checkout, log io.Writer) error {
 		io.WriteString(log, "fatal: remote error: not our ref\n")
 		return os.ErrNotExist
 	}
@@ -518,7 +519,7 @@ func TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout(t *testing.T) {
 		ex := shell.New(shell.Config{Dir: shellDir, Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)})
 		job := testJob(t, "on: {push: {}}\nsteps:\n  - run: cat file.txt\n")
 		job.Workspace = filepath.Join(t.TempDir(), "ws") // made by Execute
-		job.Checkout = func(ctx context.Context, log io.Writer) error {
+		job.Checkout = func(ctx context.Context, _ workflow.Checkout, log io.Writer) error {
 			// The environment starts meanwhile: wait until its agent listens.
 			deadline := time.Now().Add(20 * time.Second)
 			for {

@@ -199,7 +199,13 @@ func (w *world) assertCleanedUp(run int64) {
 		return os.IsNotExist(err)
 	})
 	if _, err := os.Stat(filepath.Join(w.work, "runs", id)); !os.IsNotExist(err) {
-		w.t.Fatalf("workspace of run %s left behind (%v)", id, err)
+		w.t.Fatalf("run directory of run %s left behind (%v)", id, err)
+	}
+	slots, _ := filepath.Glob(filepath.Join(w.work, "workspaces", "*", "*", "*", "*"))
+	for _, s := range slots {
+		if fi, err := os.Stat(s); err == nil && fi.IsDir() {
+			w.t.Fatalf("workspace %s left behind after run %s", s, id)
+		}
 	}
 }
 
@@ -391,7 +397,7 @@ steps:
 `})
 	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "first\n" })
 	w.srv.Stop()
-	if err := os.WriteFile(filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "go-on"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.work, "workspaces", "alice", "app", "ci", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The run ends while the server is down: its result waits in the spool.
@@ -543,5 +549,51 @@ steps:
 		if got := string(w.stepLog(r.ID, 1)); got != "together\n" {
 			t.Fatalf("run %d log %q", r.ID, got)
 		}
+	}
+}
+
+// Two runs of the same workflow at once under --capacity 2 (pushes of two
+// branches) check out at two stable paths, slots 0 and 1 of the
+// repository's workflow; the next run gets slot 0 again.
+func TestIntegration_ConcurrentRunsOfOneWorkflowGetTheirOwnStableWorkspace(t *testing.T) {
+	w := newWorld(t, true)
+	w.startRunner(func(c *Config) { c.Capacity = 2 })
+	wf := wfHead + `
+steps:
+  - run: |
+      touch "$KNOTLESS_WORKSPACE/../started-$KNOTLESS_RUN"
+      n=0
+      while [ "$(ls "$KNOTLESS_WORKSPACE/.." | grep -c '^started-')" -lt 2 ]; do
+        sleep 0.05; n=$((n+1)); [ $n -lt 400 ] || exit 9
+      done
+      echo "workspace $KNOTLESS_WORKSPACE"
+`
+	servertest.Commit(t, w.src, map[string]string{".knotless/workflows/ci.yml": wf}, "ci")
+	w.srv.PushDir(t, w.src, w.repo, w.token, "HEAD:refs/heads/main", "HEAD:refs/heads/other")
+	var runs []api.Run
+	waitFor(t, 10*time.Second, "two runs", func() bool {
+		var out api.ListRunsOutput
+		w.srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {w.repo}}, &out)
+		runs = out.Runs
+		return len(runs) == 2
+	})
+	base := filepath.Join(w.work, "workspaces", "alice", "app", "ci")
+	got := map[string]bool{}
+	for _, r := range runs {
+		final := w.waitFinal(r.ID, 60*time.Second)
+		if final.State != api.StateSucceeded {
+			t.Fatalf("run %d: %+v\n%s", r.ID, final, w.stepLog(r.ID, 1))
+		}
+		got[strings.TrimSpace(strings.TrimPrefix(string(w.stepLog(r.ID, 1)), "workspace "))] = true
+	}
+	if !got[filepath.Join(base, "0")] || !got[filepath.Join(base, "1")] {
+		t.Fatalf("workspaces %v, want %s/0 and %s/1", got, base, base)
+	}
+	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo \"workspace $KNOTLESS_WORKSPACE\"\n"})
+	if final := w.waitFinal(run.ID, 60*time.Second); final.State != api.StateSucceeded {
+		t.Fatalf("third run: %+v", final)
+	}
+	if log := string(w.stepLog(run.ID, 1)); log != "workspace "+filepath.Join(base, "0")+"\n" {
+		t.Errorf("the next run's log %q, want it at slot 0 again", log)
 	}
 }

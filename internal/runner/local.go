@@ -138,20 +138,20 @@ type ConsoleReporter struct {
 	names   map[int]string
 	current int  // section whose bytes were printed last; -1 none
 	last    byte // last byte printed
-	headed  map[int]bool
 }
 
 func (c *ConsoleReporter) init() {
 	if c.names == nil {
 		c.names = map[int]string{}
-		c.headed = map[int]bool{}
 		c.current = -1
 		c.last = '\n'
 	}
 }
 
-// enter makes step the section being printed, printing its header the
-// first time and ending the previous section's last line. c.mu is held.
+// enter makes step the section being printed, printing its header and
+// ending the previous section's last line. A section entered again after
+// another one (the setup log's cleanup lines, a detached step's log at the
+// run's end) gets its header again. c.mu is held.
 func (c *ConsoleReporter) enter(step int) {
 	c.init()
 	if c.current == step {
@@ -159,10 +159,7 @@ func (c *ConsoleReporter) enter(step int) {
 	}
 	c.endLine()
 	c.current = step
-	if !c.headed[step] || step == api.SetupStep {
-		c.headed[step] = true
-		io.WriteString(c.Out, runlog.StepHeader(step, c.total, c.names[step]))
-	}
+	io.WriteString(c.Out, runlog.StepHeader(step, c.total, c.names[step]))
 }
 
 func (c *ConsoleReporter) endLine() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cleanup"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 // Mirrors keeps one bare git repository per server repository under Root
@@ -36,28 +38,42 @@ type Mirrors struct {
 	locks map[string]*sync.Mutex
 }
 
-// Fetch describes where a commit comes from.
+// Fetch describes where a commit comes from and what the checkout holds.
 type Fetch struct {
 	Repo  string // OWNER/NAME
 	URL   string // the repository's smart-HTTP URL; the workspace's origin (without any credential)
 	SHA   string // full commit SHA
-	Token string // run token, sent as the basic-auth password; never in argv
+	Token string // run token, sent as the basic-auth password; never in argv; "" sends none
+	// Ref is the run's full ref. For a branch (refs/heads/B) HEAD is on
+	// branch B at SHA, tracking origin/B; otherwise HEAD is detached. When
+	// set, the server's branches and tags are read (and their objects the
+	// mirror lacks fetched), and the checkout gets origin/* for every
+	// branch of the server.
+	Ref string
+	// Checkout is the workflow's checkout: section (depth, tags,
+	// submodules); the zero value is a detached checkout with no tags.
+	Checkout workflow.Checkout
+
+	// mirror, when set, is the mirror's directory (a submodule on another
+	// host has no OWNER/NAME here); else Mirrors.Path(Repo).
+	mirror string
 }
 
 var (
 	shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 )
 
-func (m *Mirrors) lock(repo string) *sync.Mutex {
+// lock returns the lock of the mirror at directory mirror.
+func (m *Mirrors) lock(mirror string) *sync.Mutex {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.locks == nil {
 		m.locks = map[string]*sync.Mutex{}
 	}
-	l := m.locks[repo]
+	l := m.locks[mirror]
 	if l == nil {
 		l = &sync.Mutex{}
-		m.locks[repo] = l
+		m.locks[mirror] = l
 	}
 	return l
 }
@@ -77,19 +93,41 @@ func (m *Mirrors) Path(repo string) (string, error) {
 	return filepath.Join(m.Root, rel), nil
 }
 
-// Checkout makes dest (which must not exist, or be empty) a self-contained checkout of
-// f.SHA with a detached HEAD and origin f.URL (any user name or password in
-// it removed), fetching the commit into the repository's mirror first if it
-// is missing. git's output goes to log. The run token never reaches dest.
+// Checkout makes dest (which must not exist, or be empty) a self-contained
+// checkout of f.SHA with origin f.URL (any user name or password in it
+// removed), fetching the commit into the repository's mirror first if it
+// is missing. With f.Ref, HEAD is on the run's branch (or detached at a
+// tag's commit), origin/* names the server's branches and, as
+// f.Checkout.Tags says, refs/tags/* its tags; f.Checkout.Depth makes a
+// shallow checkout and f.Checkout.Submodules checks submodules out too
+// (submodules.go). git's output goes to log. The run token never reaches
+// dest.
 func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Writer) error {
 	if !shaRE.MatchString(f.SHA) {
 		return fmt.Errorf("commit %q is not a full SHA", f.SHA)
 	}
-	mirror, err := m.Path(f.Repo)
-	if err != nil {
+	if f.Ref != "" && (strings.ContainsAny(f.Ref, "\n\x00 ~^:?*[\\") || !strings.HasPrefix(f.Ref, "refs/")) {
+		return fmt.Errorf("ref %q is not a full branch or tag name", f.Ref)
+	}
+	if err := m.checkout(ctx, f, dest, log); err != nil {
 		return err
 	}
-	l := m.lock(f.Repo)
+	if f.Checkout.Submodules != workflow.SubmodulesNone {
+		return m.submodules(ctx, f, dest, log)
+	}
+	return nil
+}
+
+// checkout is Checkout without the submodules, holding the mirror's lock.
+func (m *Mirrors) checkout(ctx context.Context, f Fetch, dest string, log io.Writer) error {
+	mirror := f.mirror
+	if mirror == "" {
+		var err error
+		if mirror, err = m.Path(f.Repo); err != nil {
+			return err
+		}
+	}
+	l := m.lock(mirror)
 	l.Lock()
 	defer l.Unlock()
 
@@ -108,10 +146,13 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
 		}
 	}
+	shallow := f.Checkout.Depth > 0
 	// The workspace's .git, with links to the objects the mirror has, is
-	// made while the commit is fetched; the fetched pack is linked after.
+	// made while the commit is fetched; what the fetches bring is linked
+	// after. A shallow checkout gets its objects from the mirror by a
+	// shallow fetch instead.
 	gitDir := make(chan error, 1)
-	go func() { gitDir <- makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL)) }()
+	go func() { gitDir <- makeGitDir(mirror, dest, f.SHA, withoutCredential(f.URL), !shallow) }()
 	fetched := !hasObject(mirror, f.SHA)
 	if fetched {
 		fmt.Fprintf(log, "fetching %s from %s\n", f.SHA, withoutCredential(f.URL))
@@ -123,10 +164,31 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 	} else {
 		fmt.Fprintf(log, "commit %s is in the mirror already\n", f.SHA)
 	}
+	var refs []ref
+	if f.Ref != "" {
+		var more bool
+		refs, more = serverRefs(ctx, mirror, f, log)
+		fetched = fetched || more
+	}
 	fmt.Fprintf(log, "checking out %s\n", f.SHA)
-	err = <-gitDir
-	if err == nil && fetched {
+	err := <-gitDir
+	if err == nil && fetched && !shallow {
 		err = linkTree(filepath.Join(mirror, "objects"), filepath.Join(dest, ".git", "objects"))
+	}
+	if err == nil && shallow && refs != nil {
+		var tags []ref
+		for _, r := range refs {
+			if wanted(f, r) {
+				tags = append(tags, r)
+			}
+		}
+		err = mirrorTags(ctx, mirror, tags)
+	}
+	if err == nil && shallow {
+		err = shallowFetch(ctx, mirror, dest, f, log)
+	}
+	if err == nil {
+		err = writeWorkspaceRefs(dest, f, refs)
 	}
 	if err != nil {
 		return fmt.Errorf("create workspace of %s: %w", f.Repo, err)
@@ -137,7 +199,7 @@ func (m *Mirrors) Checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		return fmt.Errorf("check out %s: %w", f.SHA, err)
 	}
 	if packs(mirror) > maxPacks {
-		go m.repack(f.Repo, mirror)
+		go m.repack(mirror)
 	}
 	return nil
 }
@@ -154,8 +216,8 @@ func packs(mirror string) int {
 // repack makes the mirror's packs one, holding the mirror's lock. Object
 // lookups slow down with many packs, and each workspace links every pack.
 // Workspaces made before keep their links to the old packs' files.
-func (m *Mirrors) repack(repo, mirror string) {
-	l := m.lock(repo)
+func (m *Mirrors) repack(mirror string) {
+	l := m.lock(mirror)
 	l.Lock()
 	defer l.Unlock()
 	if packs(mirror) <= maxPacks {
@@ -170,7 +232,7 @@ func (m *Mirrors) repack(repo, mirror string) {
 // (another URL, or that failed) with `git fetch`. Fetched objects stay in
 // packs (a workspace links a few pack files, not one file per object).
 func (m *Mirrors) fetch(ctx context.Context, mirror string, f Fetch, log io.Writer) error {
-	if strings.HasPrefix(f.URL, "http://") || strings.HasPrefix(f.URL, "https://") {
+	if f.Token != "" && (strings.HasPrefix(f.URL, "http://") || strings.HasPrefix(f.URL, "https://")) {
 		err := fetchPack(ctx, mirror, f.URL, f.SHA, f.Token)
 		if err == nil {
 			return nil
@@ -178,14 +240,13 @@ func (m *Mirrors) fetch(ctx context.Context, mirror string, f Fetch, log io.Writ
 		if ctx.Err() != nil {
 			return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, ctx.Err())
 		}
+		if errors.Is(err, errRefused) {
+			// git fetch would be refused too, with a vaguer message.
+			return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, err)
+		}
 		fmt.Fprintf(log, "fetching in one request failed (%v); trying git fetch\n", err)
 	}
-	auth := base64.StdEncoding.EncodeToString([]byte("knotless-run:" + f.Token))
-	env := []string{
-		"GIT_CONFIG_COUNT=1",
-		"GIT_CONFIG_KEY_0=http.extraHeader",
-		"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
-	}
+	env := authEnv(f.Token)
 	// The ref keeps the commit reachable and gives later fetches a
 	// "have" to negotiate from.
 	refspec := f.SHA + ":refs/knotless/" + f.SHA
@@ -194,6 +255,21 @@ func (m *Mirrors) fetch(ctx context.Context, mirror string, f Fetch, log io.Writ
 		return fmt.Errorf("fetch %s of %s: %w", f.SHA, f.Repo, err)
 	}
 	return nil
+}
+
+// authEnv is the environment that makes git send token as the basic-auth
+// password (none when token is ""): configuration in the environment,
+// never in argv or a file.
+func authEnv(token string) []string {
+	if token == "" {
+		return nil
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("knotless-run:" + token))
+	return []string{
+		"GIT_CONFIG_COUNT=1",
+		"GIT_CONFIG_KEY_0=http.extraHeader",
+		"GIT_CONFIG_VALUE_0=Authorization: Basic " + auth,
+	}
 }
 
 // withoutCredential is raw with any user name and password taken out.

@@ -164,7 +164,7 @@ steps:
 `})
 	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "started\n" })
 	w.srv.Stop()
-	if err := os.WriteFile(filepath.Join(w.work, "runs", strconv.FormatInt(run.ID, 10), "go-on"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.work, "workspaces", "alice", "app", "ci", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spool := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10))

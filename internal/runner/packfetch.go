@@ -26,6 +26,10 @@ import (
 // maintenance) and a request more (the ref advertisement, which a fetch by
 // SHA does not need). Checkout falls back to `git fetch` when this fails.
 
+// errRefused is matched by the error of a fetch the server refused (401,
+// 403, 404): no point trying again another way.
+var errRefused = errors.New("the server refused the fetch")
+
 // maxHaves bounds the commits offered as haves: the newest refs of the
 // mirror, where a new commit's parents almost always are.
 const maxHaves = 32
@@ -33,8 +37,17 @@ const maxHaves = 32
 // fetchPack fetches commit sha from the repository at url (http or https)
 // into mirror, authenticating with token as the basic-auth password.
 func fetchPack(ctx context.Context, mirror, url, sha, token string) error {
+	return fetchPackWants(ctx, mirror, url, []string{sha}, token)
+}
+
+// fetchPackWants is fetchPack of several objects (commits, tags) at once;
+// a ref refs/knotless/<oid> keeps each one.
+func fetchPackWants(ctx context.Context, mirror, url string, wants []string, token string) error {
 	var body bytes.Buffer
-	writePkt(&body, "want "+sha+" side-band-64k ofs-delta no-progress agent=knotless-run\n")
+	writePkt(&body, "want "+wants[0]+" side-band-64k ofs-delta no-progress agent=knotless-run\n")
+	for _, w := range wants[1:] {
+		writePkt(&body, "want "+w+"\n")
+	}
 	body.WriteString("0000")
 	for _, h := range newestRefs(mirror, maxHaves) {
 		writePkt(&body, "have "+h+"\n")
@@ -70,7 +83,71 @@ func fetchPack(ctx context.Context, mirror, url, sha, token string) error {
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("git index-pack: %w: %s", err, strings.TrimSpace(out.String()))
 	}
-	return writeRef(mirror, "refs/knotless/"+sha, sha)
+	for _, w := range wants {
+		if err := writeRef(mirror, "refs/knotless/"+w, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advertisedRefs asks the server for the refs of the repository at url
+// (GET info/refs, git's smart HTTP, protocol v0) and returns its branches
+// and tags, with the object an annotated tag peels to.
+func advertisedRefs(ctx context.Context, url, token string) ([]ref, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(url, "/")+"/info/refs?service=git-upload-pack", nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("knotless-run:"+token)))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("info/refs: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-advertisement" {
+		return nil, fmt.Errorf("info/refs: answer of type %q", ct)
+	}
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	var refs []ref
+	byName := map[string]int{}
+	flushes := 0
+	for flushes < 2 {
+		p, err := readPkt(r)
+		if err != nil {
+			return nil, fmt.Errorf("info/refs: %w", err)
+		}
+		if p == nil {
+			flushes++
+			continue
+		}
+		line := strings.TrimSuffix(string(p), "\n")
+		if flushes == 0 {
+			continue // "# service=git-upload-pack"
+		}
+		line, _, _ = strings.Cut(line, "\x00") // capabilities
+		oid, name, ok := strings.Cut(line, " ")
+		if !ok || !shaRE.MatchString(oid) {
+			continue
+		}
+		if base, peeled := strings.CutSuffix(name, "^{}"); peeled {
+			if i, ok := byName[base]; ok {
+				refs[i].peeled = oid
+			}
+			continue
+		}
+		if strings.HasPrefix(name, "refs/heads/") || strings.HasPrefix(name, "refs/tags/") {
+			byName[name] = len(refs)
+			refs = append(refs, ref{name: name, oid: oid})
+		}
+	}
+	return refs, nil
 }
 
 // requestPack posts body to the upload-pack of the repository at url and
@@ -90,7 +167,11 @@ func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Wr
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w: %s", errRefused, strings.TrimSpace(string(msg)))
+		}
+		return err
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-result" {
 		return fmt.Errorf("upload-pack: answer of type %q", ct)

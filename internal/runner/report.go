@@ -18,6 +18,8 @@ type StepUpdate struct {
 	ExitCode *int
 	Reason   string
 	Duration time.Duration // set on final states
+	// At is when the change happened; zero means when it is recorded.
+	At time.Time
 	// RunState is set on the setup log's final update when setup is where
 	// the run ended: the run's final state. Only for display (the setup
 	// footer shows it, as `knotless run logs` does); it is not sent.
@@ -55,8 +57,13 @@ func (r SpoolReporter) Log(step int) (io.WriteCloser, error) { return r.Spool.Lo
 
 // Step implements Reporter.
 func (r SpoolReporter) Step(u StepUpdate) error {
+	at := u.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	at = at.UTC()
 	return r.Spool.Append(logship.JournalEntry{Step: &api.UpdateStepInput{
-		Run: r.Spool.Run(), Step: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason,
+		Run: r.Spool.Run(), Step: u.Step, Name: u.Name, State: u.State, ExitCode: u.ExitCode, Reason: u.Reason, At: &at,
 	}})
 }
 

@@ -20,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 // Defaults of Config, also printed by `knotless-run run --help`.
@@ -84,6 +85,8 @@ type Runner struct {
 	client  *logship.Client
 	mirrors *Mirrors
 	caches  *cache.Store // opened by Run, under the work directory's lock
+	// workspaces hands out the runs' stable checkout paths.
+	workspaces *workspaces
 
 	shippers sync.WaitGroup
 	hurry    chan struct{} // closed by StopNow
@@ -161,14 +164,15 @@ func New(cfg Config) (*Runner, error) {
 		log = slog.Default()
 	}
 	return &Runner{
-		cfg:      cfg,
-		log:      log.With("runner", cfg.State.Name),
-		sess:     newSession(),
-		handover: make(chan struct{}),
-		client:   logship.NewClient(cfg.State.Client(cfg.HTTP)),
-		mirrors:  &Mirrors{Root: filepath.Join(abs, "mirrors")},
-		hurry:    make(chan struct{}),
-		unknown:  make(chan struct{}),
+		cfg:        cfg,
+		log:        log.With("runner", cfg.State.Name),
+		sess:       newSession(),
+		handover:   make(chan struct{}),
+		client:     logship.NewClient(cfg.State.Client(cfg.HTTP)),
+		mirrors:    &Mirrors{Root: filepath.Join(abs, "mirrors")},
+		workspaces: &workspaces{root: filepath.Join(abs, "workspaces")},
+		hurry:      make(chan struct{}),
+		unknown:    make(chan struct{}),
 	}, nil
 }
 
@@ -469,16 +473,18 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()})
 		return
 	}
-	rec := &logship.ClaimRecord{Run: run, WorkflowSource: cr.WorkflowSource, GitURL: cr.GitURL, Started: time.Now()}
+	workspace := r.workspaces.take(run.Repo, run.WorkflowPath)
+	rec := &logship.ClaimRecord{Run: run, WorkflowSource: cr.WorkflowSource, GitURL: cr.GitURL, Workspace: workspace, Started: time.Now()}
 	if err := sp.Append(logship.JournalEntry{Claim: rec}); err != nil {
 		log.Warn("could not record the claim: a restarted runner cannot take this run over", "err", err)
 	}
-	r.execute(runsCtx, shipCtx, sp, cr, nil)
+	r.execute(runsCtx, shipCtx, sp, cr, workspace, nil)
 }
 
 // execute runs a claimed run, or one taken over from an earlier process
-// (resume set), recording it into sp, and ships sp.
-func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr *api.ClaimedRun, resume *Resume) {
+// (resume set), recording it into sp, and ships sp. workspace is the
+// run's checkout (held in r.workspaces; let go of here).
+func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr *api.ClaimedRun, workspace string, resume *Resume) {
 	run := cr.Run
 	log := r.log.With("run", run.ID)
 	delivered := r.ship(shipCtx, sp)
@@ -503,11 +509,14 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 	}()
 
 	runDir := r.path("runs", strconv.FormatInt(run.ID, 10))
-	workspace := filepath.Join(runDir, "workspace")
-	removed := false
+	removed, handedOver := false, false
 	removeWorkspace := func() error {
 		removed = true
-		return cleanup.RemoveAll(runDir, log)
+		err := cleanup.RemoveAll(workspace, log)
+		if err2 := cleanup.RemoveAll(runDir, log); err == nil {
+			err = err2
+		}
+		return err
 	}
 	defer func() {
 		if !removed {
@@ -515,15 +524,23 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 				log.Error("remove workspace", "err", err)
 			}
 		}
+		if !handedOver {
+			r.workspaces.release(workspace)
+		}
 	}()
-	if resume != nil && resume.Session == nil {
-		// Setup starts over: a new checkout in a fresh workspace.
-		if err := cleanup.RemoveAll(runDir, log); err != nil {
-			log.Error("remove the earlier process's workspace", "err", err)
+	if resume == nil || resume.Session == nil {
+		// Setup starts (over): a new checkout in a clean workspace, at
+		// the same path as the last run's of this repository and workflow.
+		for _, d := range []string{runDir, workspace} {
+			if err := cleanup.RemoveAll(d, log); err != nil {
+				log.Error("clean the workspace", "dir", d, "err", err)
+			}
 		}
 	}
-	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		log.Error("create run directory", "err", err)
+	for _, d := range []string{runDir, filepath.Dir(workspace)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			log.Error("create run directory", "dir", d, "err", err)
+		}
 	}
 	job := Job{
 		Run:            run.ID,
@@ -531,6 +548,11 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		Repo:           run.Repo,
 		Ref:            run.Ref,
 		SHA:            run.SHA,
+		Event:          run.Event,
+		BeforeSHA:      run.BeforeSHA,
+		Actor:          run.Actor,
+		ServerURL:      strings.TrimRight(r.cfg.State.Server, "/"),
+		RunnerName:     r.cfg.State.Name,
 		WorkflowPath:   run.WorkflowPath,
 		WorkflowSource: []byte(cr.WorkflowSource),
 		Workspace:      workspace,
@@ -543,15 +565,17 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		OutputsDir:     filepath.Join(runDir, "outputs"),
 		Caches:         r.caches,
 		Cleanup:        removeWorkspace,
-		Checkout: func(ctx context.Context, w io.Writer) error {
+		Checkout: func(ctx context.Context, c workflow.Checkout, w io.Writer) error {
 			return r.mirrors.Checkout(ctx, Fetch{
 				Repo: run.Repo, URL: strings.TrimRight(r.cfg.State.Server, "/") + cr.GitURL, SHA: run.SHA, Token: cr.RunToken,
+				Ref: run.Ref, Checkout: c,
 			}, workspace, w)
 		},
 	}
 	job.Resume, job.Handover = resume, r.handover
 	if res := Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp}); res.State == "" {
 		removed = true // handed over: the successor's steps use the workspace
+		handedOver = true
 	}
 	close(executed)
 }

@@ -67,7 +67,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 
 	if e.job.Checkout != nil {
 		// Checkout tells what it does (fetching, then checking out).
-		if err := e.job.Checkout(setupCtx, sl); err != nil {
+		if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
 			if early {
 				cancelPrep()
 				<-prepared

@@ -31,6 +31,9 @@ type takeover struct {
 	cr     *api.ClaimedRun
 	resume *Resume
 	id     string // the environment's ID when it was recovered, else ""
+	// workspace is the run's checkout, as the journal names it (held in
+	// r.workspaces).
+	workspace string
 }
 
 // recoverSpools deals with every spool an earlier process left: a finished
@@ -128,7 +131,13 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 			}
 		}
 	}
-	t := &takeover{sp: sp, cr: cr, resume: resume}
+	workspace := rec.Claim.Workspace
+	if workspace == "" {
+		// Journal of a runner before stable workspaces.
+		workspace = r.path("runs", strconv.FormatInt(sp.Run(), 10), "workspace")
+	}
+	r.workspaces.hold(workspace)
+	t := &takeover{sp: sp, cr: cr, resume: resume, workspace: workspace}
 	if len(rec.Session) > 0 {
 		var h executor.Handle
 		if err := json.Unmarshal(rec.Session, &h); err != nil {
@@ -154,14 +163,24 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 }
 
 // cleanWorkDir removes what an earlier process left and nobody takes over:
-// workspaces (WORK/runs/<run>) and executor environments. The workspaces
-// and environments of takeovers stay.
+// run directories (WORK/runs/<run>), workspaces (WORK/workspaces/...) and
+// executor environments. The workspaces and environments of takeovers stay.
 func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
-	var keepEnv, keepRuns []string
+	var keepEnv, keepRuns, keepWorkspaces []string
 	for _, t := range takeovers {
 		if t.id != "" {
 			keepEnv = append(keepEnv, t.id)
 			keepRuns = append(keepRuns, strconv.FormatInt(t.sp.Run(), 10))
+			keepWorkspaces = append(keepWorkspaces, t.workspace)
+		}
+	}
+	for _, d := range r.workspaces.slotDirs() {
+		if slices.Contains(keepWorkspaces, d) {
+			continue
+		}
+		r.log.Info("removing workspace left by an earlier process", "dir", d)
+		if err := cleanup.RemoveAll(d, r.log); err != nil {
+			r.log.Error("remove leftover workspace", "err", err)
 		}
 	}
 	ents, err := os.ReadDir(r.path("runs"))
@@ -184,7 +203,7 @@ func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
 
 // takeOver continues a run an earlier process began.
 func (r *Runner) takeOver(runsCtx, shipCtx context.Context, t *takeover) {
-	r.execute(runsCtx, shipCtx, t.sp, t.cr, t.resume)
+	r.execute(runsCtx, shipCtx, t.sp, t.cr, t.workspace, t.resume)
 }
 
 // handOver ends Run for the next process: the runs' executions let go of

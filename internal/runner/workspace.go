@@ -32,10 +32,10 @@ const workspaceConfig = `[core]
 	fetch = +refs/heads/*:refs/remotes/origin/*
 `
 
-// makeGitDir makes dest/.git a repository holding the objects of mirror,
-// with HEAD detached at sha and origin url (which must hold no
+// makeGitDir makes dest/.git a repository holding (with link) the objects
+// of mirror, with HEAD detached at sha and origin url (which must hold no
 // credential). dest must not exist or be empty.
-func makeGitDir(mirror, dest, sha, url string) error {
+func makeGitDir(mirror, dest, sha, url string, link bool) error {
 	if strings.ContainsAny(url, "\n\"\\") {
 		return fmt.Errorf("origin URL %q cannot go into a git config", url)
 	}
@@ -45,8 +45,10 @@ func makeGitDir(mirror, dest, sha, url string) error {
 			return err
 		}
 	}
-	if err := linkTree(filepath.Join(mirror, "objects"), filepath.Join(git, "objects")); err != nil {
-		return fmt.Errorf("link the mirror's objects: %w", err)
+	if link {
+		if err := linkTree(filepath.Join(mirror, "objects"), filepath.Join(git, "objects")); err != nil {
+			return fmt.Errorf("link the mirror's objects: %w", err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(git, "config"), fmt.Appendf(nil, workspaceConfig, url), 0o644); err != nil {
 		return err

@@ -22,9 +22,10 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 		secrets  []string
 		logLimit = sizeValue(runner.DefaultLogLimit)
 		envs     = &envValue{}
+		envPass  = &envPassValue{}
 	)
 	cmd := &cobra.Command{
-		Use:   "exec FILE [--executor shell|kube] [--secret NAME]...",
+		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
 		Short: "Run one workflow file locally, without a server",
 		Long: `exec runs the workflow FILE from the local checkout (the git work tree that
 holds FILE, or the current directory) through the same code as a runner does,
@@ -32,11 +33,14 @@ and prints each step's log between step headers and footers, then a summary.
 
 With the shell executor the steps run in the checkout itself, not in a copy:
 files they create stay. With --executor kube they run in a job pod of their
-own (the checkout copied in), which is deleted at the end with everything in it.
+own (the checkout copied in), which is deleted at the end with everything in it;
+with --executor docker in a container of their own (the checkout bind-mounted,
+not copied: files they create stay), removed at the end.
 Steps end with exec: on SIGINT, SIGTERM, SIGHUP or a closed output pipe the run
 is cancelled and cleaned up; if exec is killed outright, the shell executor's
 step agent ends the step within a second, and a job pod's agent ends it once
-no exec has been connected for 30 seconds.
+no exec has been connected for 30 seconds (a job container's likewise, and the
+engine then removes the container).
 Secrets named with --secret are read from the environment variable of the same
 name (a missing one is an error before anything runs), given to the steps
 that ask for them byte for byte (as a server run gives them), and masked in
@@ -47,7 +51,8 @@ cancelled, 2 when the command line was wrong.`,
 		Example: `  knotless-run exec .knotless/workflows/ci.yml
   DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
   knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build
-  knotless-run exec --executor kube --namespace ci --image golang:1.26 ci.yml`,
+  knotless-run exec --executor kube --namespace ci --image golang:1.26 ci.yml
+  DOCKER_HOST=unix:///run/docker.sock knotless-run exec --executor docker --image golang:1.26 ci.yml`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("exec takes one workflow FILE, got %d arguments", len(args))
@@ -80,9 +85,13 @@ cancelled, 2 when the command line was wrong.`,
 			// step agent notices that exec is gone and ends the step.
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 			defer stop()
+			env, missing := stepEnv(envPass, envs)
+			if len(missing) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "knotless-run exec: --env-pass %v: not set in this environment; steps run without them\n", missing)
+			}
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
-				LogLimit: int64(logLimit), Env: envs.m, Logger: log,
+				LogLimit: int64(logLimit), Env: env, Logger: log,
 			})
 			if err != nil {
 				return err
@@ -100,7 +109,9 @@ cancelled, 2 when the command line was wrong.`,
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
 	envFlag(f, "work", "KNOTLESS_WORK")
 	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
+	envFlag(f, "env-pass", "KNOTLESS_ENV_PASS")
 	return cmd
 }

@@ -76,3 +76,43 @@ func (e *envValue) Set(s string) error {
 	e.m[name] = value
 	return nil
 }
+
+// envPassValue is the repeatable --env-pass NAME flag: names of the
+// runner's own environment variables (HTTPS_PROXY, NO_PROXY, ...) whose
+// values every step gets. Its environment form (KNOTLESS_ENV_PASS) takes
+// names separated by commas.
+type envPassValue struct{ names []string }
+
+func (e *envPassValue) String() string { return strings.Join(e.names, ",") }
+func (e *envPassValue) Type() string   { return "NAME" }
+func (e *envPassValue) Set(s string) error {
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if !workflow.ValidEnvName(name) {
+			return fmt.Errorf("want a variable NAME (letters, digits and _, not starting with a digit), got %q", name)
+		}
+		e.names = append(e.names, name)
+	}
+	return nil
+}
+
+// stepEnv merges the runner's variables for every step: the values of the
+// --env-pass names in this process's environment, then --env NAME=VALUE,
+// which wins for a name given both ways. A passed name that is not set
+// is left out; missing lists such names for a warning.
+func stepEnv(pass *envPassValue, set *envValue) (env map[string]string, missing []string) {
+	env = map[string]string{}
+	for _, name := range pass.names {
+		if v, ok := os.LookupEnv(name); ok {
+			env[name] = v
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	for k, v := range set.m {
+		env[k] = v
+	}
+	return env, missing
+}
+
+const envPassUsage = "NAME of a variable of the runner's own environment whose value every step gets (repeatable, or comma-separated; e.g. HTTPS_PROXY,NO_PROXY); --env wins for the same name"

@@ -20,6 +20,7 @@ func newRun(g *globals) *cobra.Command {
 		logLimit        = sizeValue(runner.DefaultLogLimit)
 		cacheSize       = sizeValue(cache.DefaultSize)
 		envs            = &envValue{}
+		envPass         = &envPassValue{}
 		handover        bool
 	)
 	cmd := &cobra.Command{
@@ -27,7 +28,7 @@ func newRun(g *globals) *cobra.Command {
 		Short: "Claim runs from the server and execute them",
 		Long: `run long-polls the server for runs this runner qualifies for and executes up to
 --capacity of them at once: it fetches the commit into a bare mirror under DIR
-(only what is missing), checks it out into a fresh workspace, executes the steps
+(only what is missing), checks it out into a clean workspace, executes the steps
 with the executor, and ships masked logs, step states and the result. Logs and
 results are spooled under DIR first, so nothing is lost while the server is
 unreachable; a later start delivers what an earlier process left.
@@ -53,26 +54,45 @@ state file supersedes the old one, which stops at once (exit 1).
 
 Work directory layout:
   DIR/mirrors/OWNER/NAME.git   bare mirror per repository
-  DIR/runs/<run>/workspace     checkout of a run (removed after it)
+  DIR/workspaces/OWNER/NAME/WORKFLOW/SLOT
+                               checkout of a run: the same path for every run
+                               of a repository's workflow (SLOT 0; 1, 2, ...
+                               for runs of it at once), emptied before and
+                               after each run
+  DIR/runs/<run>/              a run's outputs while they are packed
   DIR/spool/<run>/             logs and results not yet delivered
   DIR/caches/                  the cache store of the workflows' caches:
                                (bounded by --cache-size, least recently used
                                evicted first; per repository)
   DIR/shell/run-<run>/         the shell executor's files of a run: its step
                                agent's socket, log and state, and the steps'
-                               HOME (removed after it)
+                               HOME and TMPDIR (removed after it)
 
-Every run gets a fresh HOME, made by the executor, so tool caches start
-cold unless the workflow's caches: restores them (saved after a successful
-run, restored by key before the first step); with the shell executor,
---env can also point tools at a cache the runs share, e.g. GOCACHE.
+With --executor shell, steps run as this process's user: a runner started as
+root runs them as root unless --user NAME names an unprivileged user to run
+them as (its groups, a HOME of its own, the workspace handed to it).
+
+Every run gets a fresh HOME and TMPDIR, made by the executor, so tool caches
+in HOME start cold unless the workflow's caches: restores them (saved after
+a successful run, restored by key before the first step); --env points
+tools at a cache the runs share, e.g. GOCACHE (or XDG_CACHE_HOME); with the
+stable checkout path, Go's build and test cache then hit across runs.
+
+Steps get a clean environment: none of the runner's own variables reach them
+(not even HTTPS_PROXY), only PATH, HOME, LANG=C.UTF-8, TZ=UTC, the KNOTLESS_*
+variables and what --env, --env-pass and the workflow give. --env-pass NAME
+passes this process's value of NAME (a proxy, say); --env NAME=VALUE sets one.
+Later wins: LANG/TZ defaults, --env-pass, --env, KNOTLESS_* variables, the
+workflow's env, the step's env, the step's secrets.
 
 If the server no longer knows the runner (it was removed), run logs what
 to do, cancels its running runs and exits 1.`,
 		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
   knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
+  knotless-run run --state runner.json --work work --executor docker --image golang:1.26 --cpus 2 --memory 4Gi --disk-floor 10Gi
   knotless-run run --state runner.json --work work \
-      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod`,
+      --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod
+  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if statePath == "" || work == "" {
@@ -97,7 +117,11 @@ to do, cancels its running runs and exits 1.`,
 			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
 			cfg.LogLimit = int64(logLimit)
 			cfg.CacheSize = int64(cacheSize)
-			cfg.Env = envs.m
+			var missing []string
+			cfg.Env, missing = stepEnv(envPass, envs)
+			if len(missing) > 0 {
+				log.Warn("--env-pass names variables this process does not have: steps run without them", "names", missing)
+			}
 			r, err := runner.New(cfg)
 			if err != nil {
 				return err
@@ -138,7 +162,8 @@ to do, cancels its running runs and exits 1.`,
 	f.Var(&cacheSize, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted"+envNote("KNOTLESS_CACHE_SIZE"))
 	f.Lookup("cache-size").DefValue = "10Gi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK",
+	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
+	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
 		"cache-size": "KNOTLESS_CACHE_SIZE"} {
 		envFlag(f, flag, env)

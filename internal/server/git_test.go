@@ -111,10 +111,22 @@ func TestGit_RunTokenFetchesOnlyWhileRunIsActiveAndCannotPush(t *testing.T) {
 	if out, err := servertest.GitErr(t, work, "push", url, "main:refs/heads/evil"); err == nil || !strings.Contains(out, "403") {
 		t.Fatalf("push with a run token: err %v, want 403:\n%s", err, out)
 	}
-	// Not for another repository.
+	// Another repository of the same owner (a submodule's): yes.
 	f.CreateRepo(t, f.token, "other")
-	if out, err := servertest.GitErr(t, "", "clone", f.GitURL("alice/other", c.RunToken), filepath.Join(t.TempDir(), "o")); err == nil {
-		t.Fatalf("clone of another repository with a run token succeeded:\n%s", out)
+	f.Push(t, "alice/other", f.token, map[string]string{"lib.txt": "lib\n"}, "main")
+	if out, err := servertest.GitErr(t, "", "clone", "-q", f.GitURL("alice/other", c.RunToken), filepath.Join(t.TempDir(), "o")); err != nil {
+		t.Fatalf("clone of another repository of the run's owner with a run token failed: %v\n%s", err, out)
+	}
+	// A repository of another account: no, and the message says why.
+	bob := f.CreateAccount(t, "bob")
+	f.CreateRepo(t, bob, "bob/private")
+	f.Push(t, "bob/private", bob, map[string]string{"secret.txt": "s\n"}, "main")
+	out, err := servertest.GitErr(t, "", "clone", "-q", f.GitURL("bob/private", c.RunToken), filepath.Join(t.TempDir(), "b"))
+	if err == nil {
+		t.Fatalf("clone of another account's repository with a run token succeeded:\n%s", out)
+	}
+	if !strings.Contains(out, "403") {
+		t.Errorf("clone of another account's repository with a run token: want 403:\n%s", out)
 	}
 	// Once the run is final, the token is dead.
 	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: c.Run.ID, State: api.StateSucceeded}, nil)

@@ -77,8 +77,9 @@ func unauthorized(w http.ResponseWriter, msg string) {
 
 // serveGit serves git smart HTTP for OWNER/NAME. The basic-auth password is
 // an account API token (fetch and push: the owner or an admin) or a run
-// token (fetch only, only the run's repository, only while the run is
-// active).
+// token (fetch only, only while the run is active, only repositories of
+// the owner of the run's repository: its own, and its submodules on this
+// server, which that owner, who alone pushes the workflow, can read).
 func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, rest string) {
 	ctx := r.Context()
 	push := rest == "/git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack"
@@ -129,8 +130,11 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	case push:
 		http.Error(w, "a run token can only fetch", http.StatusForbidden)
 		return
-	case run.RepoID != repo.ID:
-		http.Error(w, "this run token is for another repository", http.StatusForbidden)
+	case run.RepoOwnerID != repo.OwnerID:
+		owner, _, _ := strings.Cut(run.Repo, "/")
+		http.Error(w, fmt.Sprintf("a run of %s may fetch only repositories of %s; %s belongs to another account "+
+			"(a submodule there must be made public elsewhere, or moved to %s)", run.Repo, owner, repo.FullName(), owner),
+			http.StatusForbidden)
 		return
 	default:
 		user = fmt.Sprintf("run-%d", run.ID)

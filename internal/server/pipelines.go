@@ -180,18 +180,20 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 		if !pw.WF.Matches(ev) {
 			continue
 		}
-		out = append(out, plannedRun{NewRun: store.NewRun{
+		nr := store.NewRun{
 			Workflow: workflowName(pw), WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
 			Secrets: pw.WF.Secrets, Runners: pw.WF.Runners, State: api.StateQueued,
-		}})
+		}
+		concurrencyOf(&nr, pw.WF, ev)
+		out = append(out, plannedRun{NewRun: nr})
 	}
 	return out
 }
 
 // createPipeline stores a pipeline with its runs, writes the setup logs of
 // errored runs and wakes runners waiting for work.
-func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, planned []plannedRun) (store.Pipeline, []store.Run, error) {
-	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, CreatedAt: time.Now()}
+func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, trig trigger, planned []plannedRun) (store.Pipeline, []store.Run, error) {
+	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor, CreatedAt: time.Now()}
 	for _, p := range planned {
 		np.Runs = append(np.Runs, p.NewRun)
 	}
@@ -217,6 +219,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 		}
 	}
 	s.holdPipelineCommit(ctx, repo, p, runs)
+	s.superseded(ctx, repo, planned, runs)
 	s.claims.offer(runs) // wakes one waiting runner per queued run
 	return p, runs, nil
 }
@@ -231,8 +234,13 @@ func (s *Server) commitOf(ctx context.Context, dir, oid string) (string, bool) {
 	return strings.TrimSpace(string(out)), true
 }
 
-// afterPush makes one pipeline per branch or tag a push created or updated.
-func (s *Server) afterPush(ctx context.Context, repo store.Repo, before, after map[string]string) {
+// trigger is who made a pipeline, and from what: the account's handle and
+// the commit the pushed ref pointed at before ("" when new, or manual).
+type trigger struct{ actor, before string }
+
+// afterPush makes one pipeline per branch or tag a push (by the account
+// actor) created or updated.
+func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) {
 	dir := s.repoDir(repo.Owner, repo.Name)
 	var changed []string
 	for ref, oid := range after {
@@ -262,7 +270,11 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, before, after m
 			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha)
 			continue
 		}
-		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, planned); err != nil {
+		var was string
+		if old, ok := before[ref]; ok {
+			was, _ = s.commitOf(ctx, dir, old)
+		}
+		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, trigger{actor: actor, before: was}, planned); err != nil {
 			s.log.Error("create pipeline after push", "repo", repo.FullName(), "ref", ref, "err", err)
 		}
 	}
@@ -396,7 +408,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 		return badRequest("no workflow in %s at %s has a `manual` trigger; add `manual: {}` under `on:` to allow triggering",
 			workflow.Dir, ref)
 	}
-	p, runs, err := s.createPipeline(ctx, repo, ref, sha, workflow.EventManual, planned)
+	p, runs, err := s.createPipeline(ctx, repo, ref, sha, workflow.EventManual, trigger{actor: a.Handle}, planned)
 	if err != nil {
 		return err
 	}

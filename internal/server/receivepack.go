@@ -222,7 +222,7 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		s.log.Error("git: read refs after push", "repo", repo.FullName(), "err", err)
 		return
 	}
-	s.afterPush(ctx, repo, before, after)
+	s.afterPush(ctx, repo, user, before, after)
 	s.pruneHeldCommits(ctx, repo, after)
 }
 

@@ -463,8 +463,9 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: cut(in.Name, maxStepName), State: in.State,
-		ExitCode: in.ExitCode, Reason: cut(in.Reason, maxReason), UpdatedAt: time.Now()})
+		ExitCode: in.ExitCode, Reason: cut(in.Reason, maxReason), UpdatedAt: now, At: stepTime(in.At, now)})
 	if err != nil {
 		return err
 	}
@@ -473,6 +474,16 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 	}
 	s.hub.notify(runKey(run.ID))
 	return writeJSON(w, empty)
+}
+
+// stepTime is the time a runner says a step changed (UpdateStepInput.At),
+// no later than now (a runner's clock ahead of the server's) and no
+// earlier than a day before it (a clock far behind); nil means now.
+func stepTime(at *time.Time, now time.Time) time.Time {
+	if at == nil || at.After(now) || at.Before(now.Add(-24*time.Hour)) {
+		return now
+	}
+	return *at
 }
 
 // maxLogChunk caps one appendLog body.

@@ -15,9 +15,10 @@ import (
 func apiRun(r store.Run, steps []api.Step) api.Run {
 	return api.Run{
 		ID: r.ID, Pipeline: r.PipelineID, Repo: r.Repo, Ref: r.Ref, SHA: r.SHA, Event: r.Event,
+		BeforeSHA: r.BeforeSHA, Actor: r.Actor,
 		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
-		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,
 	}
 }
 
@@ -33,8 +34,13 @@ func (s *Server) runSteps(ctx context.Context, id int64) ([]api.Step, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, api.Step{Index: st.Index, Name: st.Name, State: st.State, ExitCode: st.ExitCode,
-			Reason: st.Reason, LogSize: size})
+		step := api.Step{Index: st.Index, Name: st.Name, State: st.State, ExitCode: st.ExitCode,
+			Reason: st.Reason, LogSize: size, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+		if st.StartedAt != nil && st.FinishedAt != nil {
+			d := max(st.FinishedAt.Sub(*st.StartedAt).Milliseconds(), 0)
+			step.DurationMS = &d
+		}
+		out = append(out, step)
 	}
 	return out, nil
 }

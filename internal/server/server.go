@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"knotless.dev/knotless/internal/store/sqlite"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
+	"knotless.dev/knotless/internal/web"
 )
 
 // Defaults of Config, printed by knotless-server --help.
@@ -176,6 +178,7 @@ type Server struct {
 	outputs *outputFiles
 	repoMu  repoLocks // serializes the pushes of a repository once their packs arrived
 	handler http.Handler
+	web     http.Handler // the pages (internal/web), behind the API and git
 
 	seenMu sync.Mutex
 	seen   map[int64]time.Time // runner id → last time lastSeenAt was written
@@ -210,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		lock.Close()
 		return nil, err
 	}
+	s.web = web.New(web.Config{Backend: webBackend{s}, Secure: strings.HasPrefix(cfg.URL, "https://"), Logger: s.log})
 	s.handler = s.withDeadlines(s.routes())
 	go s.sweep()
 	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)

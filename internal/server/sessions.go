@@ -90,6 +90,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, x store.Ru
 		return err
 	}
 	s.hub.notify(runnerKey(x.ID)) // ends the long polls of the old session
+	s.recordRunnerProcess(ctx, x, in, now)
 	out := api.StartSessionOutput{Session: id, Runs: []api.HeldRun{}, LeaseSeconds: s.leaseSeconds(),
 		HandoverGraceSeconds: s.graceSeconds()}
 	for _, run := range held {

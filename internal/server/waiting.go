@@ -26,6 +26,12 @@ func (s *Server) explainQueued(ctx context.Context, runs []store.Run) error {
 		if r.State != api.StateQueued || r.Message != "" {
 			continue
 		}
+		if holder, err := s.store.GroupHolder(ctx, *r); err != nil {
+			return err
+		} else if holder != 0 {
+			r.Message = fmt.Sprintf("waiting for run %d to end: it is older in the concurrency group %q", holder, r.ConcurrencyGroup)
+			continue
+		}
 		rs, ok := byRepo[r.RepoID]
 		if !ok {
 			var err error

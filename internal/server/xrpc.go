@@ -117,11 +117,6 @@ func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
 		s.serveGit(w, r, owner, name, rest)
 		return
 	}
-	if r.URL.Path == "/" {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "knotless-server\nXRPC API: %s/xrpc/%s\n", s.cfg.URL, api.MethodDescribeServer)
-		return
-	}
 	if strings.Contains(r.URL.Path, ".git/") {
 		// Dumb HTTP would hand out any object file, reachable or not.
 		w.Header().Set("Connection", "close") // the body is not read
@@ -129,7 +124,7 @@ func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
 			http.StatusNotFound)
 		return
 	}
-	http.NotFound(w, r)
+	s.web.ServeHTTP(w, r) // the pages: internal/web
 }
 
 func (s *Server) serveXRPC(w http.ResponseWriter, r *http.Request, table map[string]method) {
@@ -324,7 +319,14 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 		return store.Account{}, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
 			"this method takes an account API token, not a runner token")
 	}
-	a, err := s.store.AccountByToken(r.Context(), hashToken(tok), time.Now())
+	return s.accountByTokenHash(r.Context(), hashToken(tok))
+}
+
+// accountByTokenHash is the account of an API token (by its hash), with
+// the answers authUser gives for an unknown, revoked or expired token and
+// a disabled account; a web session (web.go) is checked by it too.
+func (s *Server) accountByTokenHash(ctx context.Context, hash string) (store.Account, error) {
+	a, err := s.store.AccountByToken(ctx, hash, time.Now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken,

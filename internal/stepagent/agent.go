@@ -30,6 +30,9 @@ type Config struct {
 	// Home is HOME for steps that set none; PATH likewise.
 	Home string
 	PATH string
+	// Tmp is TMPDIR for steps that set none: the run's temporary
+	// directory, removed with the environment; "" leaves TMPDIR unset.
+	Tmp string
 	// Run is the environment's ID, reported in the hello.
 	Run string
 	// Deadline, when set, stops a running step (reason timeout) and refuses
@@ -52,6 +55,9 @@ type Config struct {
 	// NoCgroups makes the agent rely on being a child subreaper alone, even
 	// where it could give steps cgroups.
 	NoCgroups bool
+	// User, when set, is the user every step runs as (the agent itself
+	// must then run as root): see StepUser.
+	User *StepUser
 	// Version is the agent's program version.
 	Version string
 	Logger  *slog.Logger
@@ -314,6 +320,9 @@ func (h *connHandler) run() {
 			if err := h.cn.WriteJSON(agent.TypeStarted, agent.Started{ID: s.id, Attached: attached}); err != nil {
 				return
 			}
+			if req.Detach {
+				continue // a service: followed later, by Attach or another Start
+			}
 			h.follow(s, req.Offset, req.Chunk)
 		case agent.TypeAttach:
 			req, ok := decode[agent.Attach](h, f)
@@ -332,6 +341,10 @@ func (h *connHandler) run() {
 				return
 			}
 			h.a.stop(req)
+		case agent.TypeSteps:
+			if err := h.cn.WriteJSON(agent.TypeStepList, agent.StepList{Steps: h.a.hello(agent.ClientHello{}).Steps}); err != nil {
+				return
+			}
 		case agent.TypeCopyIn:
 			req, ok := decode[agent.CopyIn](h, f)
 			if !ok {
@@ -389,7 +402,7 @@ func (a *Agent) start(req *agent.Start) (*step, bool, error) {
 		return nil, false, errors.New("the agent is shutting down")
 	default:
 	}
-	if a.running != nil {
+	if a.running != nil && !req.Detach {
 		return nil, false, fmt.Errorf("step %s is still running; steps run one at a time", a.running.id)
 	}
 	if !a.cfg.Deadline.IsZero() && time.Now().After(a.cfg.Deadline) {
@@ -401,7 +414,9 @@ func (a *Agent) start(req *agent.Start) (*step, bool, error) {
 	}
 	a.steps[s.id] = s
 	a.order = append(a.order, s)
-	a.running = s
+	if !s.detached {
+		a.running = s
+	}
 	return s, false, nil
 }
 
@@ -417,22 +432,51 @@ func (a *Agent) stop(req agent.Stop) {
 	}
 }
 
-// stopAll kills the running step at once and waits for it to end.
+// stopAll kills the running step and every detached one at once and waits
+// for them to end.
 func (a *Agent) stopAll() {
 	a.mu.Lock()
-	s := a.running
+	var live []*step
+	for _, s := range a.order {
+		if !s.isDone() {
+			live = append(live, s)
+		}
+	}
 	a.mu.Unlock()
-	if s == nil {
-		return
+	for _, s := range live {
+		select {
+		case s.stopCh <- agent.Stop{ID: s.id, Reason: "cancelled", GraceMS: 0}:
+		default:
+			// The channel is full of earlier stops; one of them may have a
+			// grace: kill now so shutdown is prompt.
+			killTree(a.pid, killBound, nil)
+		}
 	}
-	select {
-	case s.stopCh <- agent.Stop{ID: s.id, Reason: "cancelled", GraceMS: 0}:
-	default:
-		// The channel is full of earlier stops; one of them may have a
-		// grace: kill now so shutdown is prompt.
-		killTree(a.pid, killBound)
+	for _, s := range live {
+		<-s.done
 	}
-	<-s.done
+}
+
+// spared names the processes of the detached steps still running (their
+// process groups and cgroups): the end of another step leaves them alone.
+func (a *Agent) spared() *spared {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var sp *spared
+	for _, s := range a.order {
+		if s.detached && !s.isDone() {
+			if sp == nil {
+				sp = &spared{pgids: map[int]bool{}, pids: map[int]bool{}}
+			}
+			sp.pgids[s.pgid] = true
+			if s.cgDir != "" {
+				for _, pid := range cgroupProcs(s.cgDir) {
+					sp.pids[pid] = true
+				}
+			}
+		}
+	}
+	return sp
 }
 
 // follow streams s's output from off, then its exit, on this connection;

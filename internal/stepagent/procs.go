@@ -130,8 +130,22 @@ func readProcs() []procInfo {
 	return out
 }
 
-// descendants returns the live (not zombie) descendants of root.
-func descendants(root int) []int {
+// spared names the processes of detached steps that another step's end
+// leaves alone: their process groups, and the processes in their cgroups
+// (which also finds a service that left its process group, a daemon that
+// called setsid).
+type spared struct {
+	pgids map[int]bool
+	pids  map[int]bool
+}
+
+func (s *spared) has(p procInfo) bool {
+	return s != nil && (s.pgids[p.pgid] || s.pids[p.pid])
+}
+
+// descendants returns the live (not zombie) descendants of root, leaving
+// out every process spare names, with the processes below it.
+func descendants(root int, spare *spared) []int {
 	procs := readProcs()
 	children := map[int][]procInfo{}
 	for _, p := range procs {
@@ -143,7 +157,7 @@ func descendants(root int) []int {
 		pid := queue[0]
 		queue = queue[1:]
 		for _, c := range children[pid] {
-			if c.pid == root {
+			if c.pid == root || spare.has(c) {
 				continue
 			}
 			queue = append(queue, c.pid)
@@ -157,9 +171,9 @@ func descendants(root int) []int {
 
 // signalTree sends sig to every live descendant of root and reports how
 // many it signalled.
-func signalTree(root int, sig syscall.Signal) int {
+func signalTree(root int, sig syscall.Signal, spare *spared) int {
 	n := 0
-	for _, pid := range descendants(root) {
+	for _, pid := range descendants(root, spare) {
 		if syscall.Kill(pid, sig) == nil {
 			n++
 		}
@@ -170,14 +184,14 @@ func signalTree(root int, sig syscall.Signal) int {
 // killTree SIGKILLs every descendant of root, again and again while new
 // ones appear (a process forking while it is killed), until none is left
 // alive or bound passes. It reports whether none is left.
-func killTree(root int, bound time.Duration) bool {
+func killTree(root int, bound time.Duration, spare *spared) bool {
 	if root == os.Getpid() && noChildren() {
 		return true // the common end of a step: nothing to scan /proc for
 	}
 	deadline := time.Now().Add(bound)
 	delay := time.Millisecond
 	for {
-		if signalTree(root, syscall.SIGKILL) == 0 && len(descendants(root)) == 0 {
+		if signalTree(root, syscall.SIGKILL, spare) == 0 && len(descendants(root, spare)) == 0 {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -229,4 +243,30 @@ func ProcStartTime(pid int) (uint64, error) {
 // KillDescendants SIGKILLs every live descendant of pid (one pass) and
 // reports how many it signalled: for cleaning up after an agent that no
 // longer answers.
-func KillDescendants(pid int) int { return signalTree(pid, syscall.SIGKILL) }
+func KillDescendants(pid int) int { return signalTree(pid, syscall.SIGKILL, nil) }
+
+// killGroup SIGKILLs process group pgid (a detached step's) again and
+// again until no live process is left in it or bound passes; it reports
+// whether none is left.
+func killGroup(pgid int, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	delay := time.Millisecond
+	for {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		live := false
+		for _, p := range readProcs() {
+			if p.pgid == pgid && !p.dead() {
+				live = true
+				break
+			}
+		}
+		if !live {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}

@@ -31,11 +31,14 @@ var validStepID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // set, and done closed, once every process of it is gone and the output is
 // final.
 type step struct {
-	id      string
-	dir     string
-	started time.Time
-	grace   time.Duration
-	out     *os.File // for reading (ReadAt), shared by followers
+	id       string
+	detached bool   // Start.Detach: runs beside later steps
+	pgid     int    // its process group (the shell's PID)
+	cgDir    string // its cgroup; "" without one
+	dir      string
+	started  time.Time
+	grace    time.Duration
+	out      *os.File // for reading (ReadAt), shared by followers
 
 	size atomic.Int64 // output bytes written so far
 
@@ -76,7 +79,7 @@ func (s *step) wrote(n int) {
 }
 
 func (s *step) info() agent.StepInfo {
-	in := agent.StepInfo{ID: s.id, Size: s.size.Load(), Running: !s.isDone()}
+	in := agent.StepInfo{ID: s.id, Size: s.size.Load(), Running: !s.isDone(), Detached: s.detached}
 	if !in.Running {
 		ex := s.exit
 		in.Exit = &ex
@@ -121,6 +124,9 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	if err := os.WriteFile(script, req.Script, 0o700); err != nil {
 		return nil, fmt.Errorf("write script: %w", err)
 	}
+	if err := a.giveScript(script); err != nil {
+		return nil, err
+	}
 	outPath := filepath.Join(sdir, "output")
 	wf, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 	if err != nil {
@@ -146,7 +152,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		pw.Close()
 		return nil, err
 	}
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Credential: a.cfg.User.credential()}
 	cgDir := ""
 	if a.cg.usable() {
 		d, fd, err := a.cg.create(req.ID)
@@ -194,7 +200,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		}
 	}
 	s := &step{
-		id: req.ID, dir: sdir, started: start, out: rf,
+		id: req.ID, dir: sdir, started: start, out: rf, detached: req.Detach, pgid: pid, cgDir: cgDir,
 		grace: time.Duration(req.GraceMS) * time.Millisecond,
 		grown: make(chan struct{}), stopCh: make(chan agent.Stop, 4), done: make(chan struct{}),
 	}
@@ -257,12 +263,17 @@ func (a *Agent) supervise(s *step, pid int, cgDir string, waitCh <-chan syscall.
 		deadlineC = t.C
 	}
 	reason := ""
+	// A detached step's processes are its process group and cgroup; any
+	// other step's are every process of the agent's tree but the detached
+	// steps'.
 	signalAll := func(sig syscall.Signal) {
 		_ = syscall.Kill(-pid, sig)
 		if cgDir != "" {
 			signalCgroup(cgDir, sig)
 		}
-		signalTree(a.pid, sig)
+		if !s.detached {
+			signalTree(a.pid, sig, a.spared())
+		}
 	}
 	stop := func(why string, grace time.Duration) {
 		if reason == "" {
@@ -311,7 +322,11 @@ wait:
 	if cgDir != "" {
 		gone = killCgroup(cgDir, killBound)
 	}
-	if !killTree(a.pid, killBound) {
+	if s.detached {
+		if !killGroup(pid, killBound) {
+			gone = false
+		}
+	} else if !killTree(a.pid, killBound, a.spared()) {
 		gone = false
 	}
 	if !gone {
@@ -360,7 +375,7 @@ wait:
 		a.running = nil
 	}
 	a.mu.Unlock()
-	a.log.Info("step ended", "step", s.id, "exit_code", ex.ExitCode, "reason", ex.Reason, "output_bytes", ex.Size, "duration", time.Duration(ex.DurationMS)*time.Millisecond)
+	a.log.Info("step ended", "detached", s.detached, "step", s.id, "exit_code", ex.ExitCode, "reason", ex.Reason, "output_bytes", ex.Size, "duration", time.Duration(ex.DurationMS)*time.Millisecond)
 }
 
 func joinNote(a, b string) string {
@@ -371,7 +386,7 @@ func joinNote(a, b string) string {
 }
 
 // stepEnv builds the step's environment (sorted) from the Start's, adding
-// PATH and HOME when absent; it returns the PATH for finding the shell.
+// PATH, HOME and TMPDIR when absent; it returns the PATH for finding the shell.
 // Errors name the variable, never its value.
 func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	names := make([]string, 0, len(in)+2)
@@ -397,6 +412,16 @@ func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	}
 	if _, ok := in["HOME"]; !ok && a.cfg.Home != "" {
 		env = append(env, "HOME="+a.cfg.Home)
+	}
+	if _, ok := in["TMPDIR"]; !ok && a.cfg.Tmp != "" {
+		env = append(env, "TMPDIR="+a.cfg.Tmp)
+	}
+	if u := a.cfg.User; u != nil {
+		for _, k := range []string{"USER", "LOGNAME"} {
+			if _, ok := in[k]; !ok {
+				env = append(env, k+"="+u.Name)
+			}
+		}
 	}
 	return env, path, nil
 }

@@ -71,12 +71,16 @@ func (r Repo) FullName() string { return r.Owner + "/" + r.Name }
 
 // Pipeline is the set of runs made by one trigger.
 type Pipeline struct {
-	ID        int64
-	RepoID    int64
-	Repo      string // OWNER/NAME
-	Ref       string // full ref, e.g. refs/heads/main
-	SHA       string // commit
-	Event     string // push, tag, manual
+	ID     int64
+	RepoID int64
+	Repo   string // OWNER/NAME
+	Ref    string // full ref, e.g. refs/heads/main
+	SHA    string // commit
+	Event  string // push, tag, manual
+	// BeforeSHA is the commit the ref pointed at before the push; "" for a
+	// new ref or a manual trigger.
+	BeforeSHA string
+	Actor     string // handle of the account that pushed or triggered
 	CreatedAt time.Time
 }
 
@@ -91,6 +95,8 @@ type Run struct {
 	Ref          string
 	SHA          string
 	Event        string
+	BeforeSHA    string   // the pipeline's
+	Actor        string   // the pipeline's
 	Workflow     string   // the workflow's name
 	WorkflowPath string   // relative to the repository root
 	Secrets      []string // workflow-level `secrets:` names
@@ -109,6 +115,13 @@ type Run struct {
 	StartedAt       *time.Time
 	FinishedAt      *time.Time
 	LeaseExpires    *time.Time
+	// ConcurrencyGroup is the run's expanded `concurrency:` group; ""
+	// for none. A run with a group is claimed only when no older run of
+	// its repository and group is still queued, claimed or running.
+	ConcurrencyGroup string
+	// SupersededBy is the newer run of the group that cancelled this one
+	// (cancel-in-progress); 0 when none.
+	SupersededBy int64
 }
 
 // Step is one step of a run; index 0 is the setup log.
@@ -119,6 +132,15 @@ type Step struct {
 	ExitCode  *int
 	Reason    string
 	UpdatedAt time.Time
+	// StartedAt is when the step started running; FinishedAt when it
+	// ended (a final state other than skipped). Nil while unknown. An
+	// UpdateStep sets each once: the first running update sets StartedAt
+	// (from At), the first final one FinishedAt.
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// At is when the change happened, as the runner measured it (for
+	// UpdateStep; zero means UpdatedAt).
+	At time.Time
 }
 
 // NewRun is a run to create with its pipeline. State is queued, or a final
@@ -128,12 +150,20 @@ type NewRun struct {
 	Workflow     string
 	WorkflowPath string
 	Source       string // the workflow file's bytes at the pipeline's commit
-	Secrets      []string
-	Runners      []string
-	State        string
-	Reason       string
-	Message      string
-	Steps        []Step
+	// ConcurrencyGroup is the run's expanded concurrency group ("" for
+	// none). With CancelInProgress, creating the run cancels the older
+	// runs of its repository and group that have not ended (in the same
+	// transaction): queued ones end cancelled/superseded at once, claimed
+	// and running ones get a cancel request and end cancelled/superseded
+	// when their runner reports.
+	ConcurrencyGroup string
+	CancelInProgress bool
+	Secrets          []string
+	Runners          []string
+	State            string
+	Reason           string
+	Message          string
+	Steps            []Step
 }
 
 // NewPipeline is a pipeline to create, with all its runs, in one transaction.
@@ -142,6 +172,8 @@ type NewPipeline struct {
 	Ref       string
 	SHA       string
 	Event     string
+	BeforeSHA string // see Pipeline
+	Actor     string
 	CreatedAt time.Time
 	Runs      []NewRun
 }
@@ -303,8 +335,13 @@ type Store interface {
 	Steps(ctx context.Context, runID int64) ([]Step, error)
 	// ListRuns lists runs newest first.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
-	// QueuedRuns lists the queued runs of a repository, oldest first.
+	// QueuedRuns lists the queued runs of a repository, oldest first,
+	// leaving out those an older run of their concurrency group holds back.
 	QueuedRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// GroupHolder returns the oldest run of run's repository and
+	// concurrency group, older than run and not ended, that holds run
+	// back; 0 when none (or run has no group).
+	GroupHolder(ctx context.Context, run Run) (int64, error)
 	// RunByToken returns the run whose current run token hashes to
 	// tokenHash; ErrNotFound when none (tokens are cleared when a run ends).
 	RunByToken(ctx context.Context, tokenHash string) (Run, error)
@@ -443,6 +480,48 @@ type Store interface {
 	// names are in names, every runner scope included.
 	SecretsFor(ctx context.Context, repoID int64, names []string) ([]Secret, error)
 
+	// Web pages (internal/web): sessions, pipelines, runner processes.
+
+	// CreateWebSession stores a browser session (by the hash of its id).
+	// Expired sessions are deleted on the way.
+	CreateWebSession(ctx context.Context, s WebSession) error
+	// WebSession returns the unexpired session whose id hashes to idHash;
+	// ErrNotFound when there is none (never was, signed out, expired).
+	WebSession(ctx context.Context, idHash string, now time.Time) (WebSession, error)
+	// DeleteWebSession ends a session (idempotent).
+	DeleteWebSession(ctx context.Context, idHash string) error
+	// ListPipelines lists a repository's pipelines newest first: at most
+	// limit (0: 20), with an id below before (0: from the newest).
+	ListPipelines(ctx context.Context, repoID, before int64, limit int) ([]Pipeline, error)
+	// RunsOfPipelines lists the runs of the given pipelines by id.
+	RunsOfPipelines(ctx context.Context, pipelineIDs []int64) ([]Run, error)
+	// ActiveRuns lists a repository's claimed and running runs by id.
+	ActiveRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// SetRunnerProcess records what runner id's latest process said of
+	// itself when its session started.
+	SetRunnerProcess(ctx context.Context, p RunnerProcess) error
+	// RunnerProcesses returns the recorded processes of a repository's
+	// runners, by runner id.
+	RunnerProcesses(ctx context.Context, repoID int64) (map[int64]RunnerProcess, error)
+
 	// Close releases the database. Calls after Close fail.
 	Close() error
+}
+
+// WebSession is a browser signed in with an account API token. Only hashes
+// are stored: the session lasts no longer than the token does.
+type WebSession struct {
+	IDHash    string // SHA-256 hex of the session id (the cookie's value)
+	TokenHash string // SHA-256 hex of the API token signed in with
+	CSRF      string // the session's anti-CSRF form token
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// RunnerProcess is what a runner's latest process said of itself.
+type RunnerProcess struct {
+	RunnerID  int64
+	Executor  string // e.g. shell, kube
+	Version   string // knotless-run's version
+	StartedAt time.Time
 }

@@ -12,13 +12,13 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "caches", "outputs", "steps"}
+	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
 	resourceKeys = []string{"cpus", "memory", "disk"}
 	cacheKeys    = []string{"key", "restore-keys", "paths"}
-	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error"}
+	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach"}
 )
 
 func (d *decoder) unknownKey(e entry, where string, allowed []string) {
@@ -32,10 +32,11 @@ func (d *decoder) unknownKey(e entry, where string, allowed []string) {
 
 func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	w := &Workflow{
-		Path:    d.path,
-		Name:    defaultName(d.path),
-		On:      Triggers{Push: &PushTrigger{}, Manual: true},
-		Timeout: DefaultTimeout,
+		Path:     d.path,
+		Name:     defaultName(d.path),
+		On:       Triggers{Push: &PushTrigger{}, Manual: true},
+		Timeout:  DefaultTimeout,
+		Checkout: DefaultCheckout,
 	}
 	if isNil(n) {
 		d.errorf(at, "the workflow must be a mapping with at least steps:")
@@ -77,10 +78,14 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			}
 		case "resources":
 			w.Resources = d.resources(e)
+		case "checkout":
+			w.Checkout = d.checkout(e)
 		case "caches":
 			w.Caches = d.caches(e)
 		case "outputs":
 			w.Outputs = d.outputs(e)
+		case "concurrency":
+			w.Concurrency = d.concurrency(e)
 		case "steps":
 			steps = &e
 		default:

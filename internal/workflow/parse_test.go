@@ -39,6 +39,7 @@ func TestParse_DesignExampleGivesExpectedWorkflow(t *testing.T) {
 		Secrets:   []string{"CODECOV_TOKEN"},
 		Timeout:   30 * time.Minute,
 		Resources: Resources{CPUs: "2", MemoryBytes: 4 << 30, DiskBytes: 10 << 30},
+		Checkout:  DefaultCheckout,
 		Caches: []Cache{{
 			Key:         `gomod-{{ hashFiles "go.sum" }}`,
 			RestoreKeys: []string{"gomod-"},
@@ -278,5 +279,32 @@ func TestParse_HostileShapesAreRefusedQuickly(t *testing.T) {
 				t.Errorf("took %v", d)
 			}
 		})
+	}
+}
+
+func TestParse_CheckoutDefaultsAndSettings(t *testing.T) {
+	w, err := Parse("w.yml", []byte("steps: [{run: x}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Checkout != DefaultCheckout || !w.Checkout.Tags || w.Checkout.Depth != 0 || w.Checkout.Submodules != SubmodulesNone {
+		t.Errorf("default checkout = %+v", w.Checkout)
+	}
+	for src, want := range map[string]Checkout{
+		"checkout: {depth: 1, tags: false}": {Depth: 1},
+		"checkout: {submodules: true}":      {Tags: true, Submodules: SubmodulesTop},
+		"checkout: {submodules: recursive}": {Tags: true, Submodules: SubmodulesRecursive},
+		"checkout: {submodules: false}":     {Tags: true},
+		"checkout:":                         DefaultCheckout,
+		"checkout: {depth: 50, tags: true}": {Depth: 50, Tags: true},
+	} {
+		w, err := Parse("w.yml", []byte(src+"\nsteps: [{run: x}]\n"))
+		if err != nil {
+			t.Errorf("%s: %v", src, err)
+			continue
+		}
+		if w.Checkout != want {
+			t.Errorf("%s: checkout = %+v, want %+v", src, w.Checkout, want)
+		}
 	}
 }

@@ -43,6 +43,9 @@ func (d *decoder) steps(e entry, allowedSecrets map[string]bool) []Step {
 	for i, n := range nodes {
 		out = append(out, d.step(i+1, n, ps[i], allowedSecrets))
 	}
+	if last := len(out) - 1; out[last].Detach {
+		d.errorf(ps[last], "step %d is detached but no step comes after it; a detached step is a service for the steps after it (remove detach: true, or add the steps that use it)", last+1)
+	}
 	return out
 }
 
@@ -103,6 +106,10 @@ func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bo
 		case "continue-on-error":
 			if b, ok := d.boolean(e, where+" continue-on-error"); ok {
 				s.ContinueOnError = b
+			}
+		case "detach":
+			if b, ok := d.boolean(e, where+" detach"); ok {
+				s.Detach = b
 			}
 		default:
 			d.unknownKey(e, where, stepKeys)

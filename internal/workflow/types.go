@@ -19,9 +19,12 @@ type Workflow struct {
 	Secrets   []string          // `secrets:`
 	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted
 	Resources Resources         // `resources:`
+	Checkout  Checkout          // `checkout:`; DefaultCheckout when omitted
 	Caches    []Cache           // `caches:`
 	Outputs   []string          // `outputs:`
-	Steps     []Step            // `steps:`, at least one
+	// Concurrency is `concurrency:`; nil means no group.
+	Concurrency *Concurrency
+	Steps       []Step // `steps:`, at least one
 }
 
 // Triggers is the `on:` section. A nil field means the event is not wanted.
@@ -67,8 +70,12 @@ type Step struct {
 	Secrets         []string
 	Timeout         time.Duration // 0 = bounded by the run's timeout only
 	ContinueOnError bool
-	Uses            string            // `uses:` shared step directory
-	With            map[string]string // `with:`
+	// Detach is `detach: true`: the step (a service: a database, a
+	// server) keeps running beside the steps after it and is stopped at
+	// the run's end; see docs/workflow.md, "Services".
+	Detach bool
+	Uses   string            // `uses:` shared step directory
+	With   map[string]string // `with:`
 }
 
 // Event is what happened to a repository.

@@ -27,10 +27,12 @@ const (
 	// CoreDNSModule and CoreDNSVersion name CoreDNS's module.
 	CoreDNSModule  = "github.com/coredns/coredns"
 	CoreDNSVersion = "v1.15.0"
-	// PatchLevel names the revision of our build-time changes to the two
-	// upstream modules (build_patch.go). Bump it whenever a patch changes, so
-	// cached binaries built with the old patches are not reused.
-	PatchLevel = "knotless1"
+	// NetworkPoliciesPatchLevel and CoreDNSPatchLevel name the revisions of
+	// our build-time changes to the two upstream modules (build_patch.go).
+	// Bump one whenever its patch changes, so cached binaries built with the
+	// old patches are not reused (and the other is not rebuilt).
+	NetworkPoliciesPatchLevel = "knotless2"
+	CoreDNSPatchLevel         = "knotless1"
 )
 
 // BuildOptions configures Build and CachedBinaries.
@@ -76,8 +78,8 @@ func (o BuildOptions) paths() Binaries {
 	dir, _ := filepath.Abs(o.CacheDir)
 	return Binaries{
 		Kube:            filepath.Join(dir, "kubernetes-"+KubernetesVersion, "kube"),
-		NetworkPolicies: filepath.Join(dir, "kube-network-policies-"+NetworkPoliciesVersion+"-"+PatchLevel, "kube-network-policies"),
-		CoreDNS:         filepath.Join(dir, "coredns-"+CoreDNSVersion+"-"+PatchLevel, "coredns"),
+		NetworkPolicies: filepath.Join(dir, "kube-network-policies-"+NetworkPoliciesVersion+"-"+NetworkPoliciesPatchLevel, "kube-network-policies"),
+		CoreDNS:         filepath.Join(dir, "coredns-"+CoreDNSVersion+"-"+CoreDNSPatchLevel, "coredns"),
 	}
 }
 

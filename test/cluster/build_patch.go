@@ -59,8 +59,11 @@ package networkpolicy
 import (
 	"encoding/binary"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
+	"golang.org/x/sys/unix"
 )
 
 // knotlessNFQueue returns the x_tables NFQUEUE target (revision 3) sending
@@ -77,6 +80,51 @@ func knotlessNFQueue(num uint16, bypass bool) *expr.Target {
 	}
 	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
 }
+
+// knotlessAddInputChain adds an input-hook chain that sends the first packet
+// of every connection from a pod that policies select to the node's own
+// addresses (the node, its kubelet, the API server on it, a Service
+// translated to one of them) to the same queue as the postrouting chain.
+// Upstream filters in postrouting only, which locally delivered packets
+// never pass, so such traffic escaped every egress policy.
+func knotlessAddInputChain(nft *nftables.Conn, table *nftables.Table, queue expr.Any) {
+	chain := nft.AddChain(&nftables.Chain{
+		Name:     "knotless-input",
+		Table:    table,
+		Type:     nftables.ChainTypeFilter,
+		Hooknum:  nftables.ChainHookInput,
+		Priority: nftables.ChainPriorityFilter,
+	})
+	// ct state established,related accept
+	nft.AddRule(&nftables.Rule{
+		Table: table,
+		Chain: chain,
+		Exprs: []expr.Any{
+			&expr.Ct{Register: 0x1, SourceRegister: false, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 0x1, DestRegister: 0x1, Len: 0x4, Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: []byte{0x0, 0x0, 0x0, 0x0}},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 0x1, Data: []byte{0x0, 0x0, 0x0, 0x0}},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		},
+	})
+	// ip saddr @podips-v4 queue; ip6 saddr @podips-v6 queue
+	for _, f := range []struct {
+		proto        byte
+		offset, size uint32
+		set          string
+	}{{unix.NFPROTO_IPV4, 12, 4, podV4IPsSet}, {unix.NFPROTO_IPV6, 8, 16, podV6IPsSet}} {
+		nft.AddRule(&nftables.Rule{
+			Table: table,
+			Chain: chain,
+			Exprs: []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, SourceRegister: false, Register: 0x1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 0x1, Data: []byte{f.proto}},
+				&expr.Payload{DestRegister: 0x1, Base: expr.PayloadBaseNetworkHeader, Offset: f.offset, Len: f.size},
+				&expr.Lookup{SourceRegister: 0x1, DestRegister: 0x0, SetName: f.set},
+				queue,
+			},
+		})
+	}
+}
 `
 
 // networkPoliciesEdits are our changes to kube-network-policies v0.8.0:
@@ -84,8 +132,18 @@ func knotlessNFQueue(num uint16, bypass bool) *expr.Target {
 //     the same queue number and bypass flag;
 //  2. cmd/main.go uses the kubeconfig named by KUBECONFIG when set (the
 //     enforcer runs as a host process, not in a pod), in-cluster config
-//     otherwise.
+//     otherwise;
+//  3. an input-hook chain queues the connections of policy-selected pods to
+//     the node's own addresses (knotlessAddInputChain), which upstream's
+//     postrouting chain never sees.
 var networkPoliciesEdits = []sourceEdit{
+	{
+		file: "pkg/networkpolicy/controller.go",
+		old:  "\tif c.config.NetfilterBug1766Fix {\n\t\tc.addDNSRacersWorkaroundRules(nft, table)\n\t}\n",
+		new: "\tif !c.config.AdminNetworkPolicy && !c.config.BaselineAdminNetworkPolicy {\n\t\tknotlessAddInputChain(nft, table, queue)\n\t}\n" +
+			"\tif c.config.NetfilterBug1766Fix {\n\t\tc.addDNSRacersWorkaroundRules(nft, table)\n\t}\n",
+		count: 1,
+	},
 	{
 		file: "pkg/networkpolicy/controller.go",
 		old: "\tqueue := &expr.Queue{Num: uint16(c.config.QueueID)}\n" +

@@ -47,8 +47,8 @@ type Engine struct {
 // exists), with the API version negotiated, after a ping of at most 5 s;
 // it skips the test when none answers ("no Docker engine: run
 // scripts/dockerd.sh up"), or fails it with KNOTLESS_TEST_DOCKER_REQUIRED=1.
-// It sets DOCKER_HOST for the test (t.Setenv) so that code under test
-// making its own client finds the same engine.
+// It sets DOCKER_HOST for the process when it is not set, so that code
+// and programs under test making their own client find the same engine.
 func Connect(t testing.TB) *Engine {
 	t.Helper()
 	required := os.Getenv(EnvRequired) == "1"
@@ -60,8 +60,10 @@ func Connect(t testing.TB) *Engine {
 		}
 		t.Skip(msg)
 	}
-	if tt, ok := t.(interface{ Setenv(k, v string) }); ok && os.Getenv("DOCKER_HOST") != e.Host {
-		tt.Setenv("DOCKER_HOST", e.Host)
+	if os.Getenv("DOCKER_HOST") == "" {
+		// Every test of the process uses this one engine: programs the
+		// test starts (knotless-run) find it the same way.
+		os.Setenv("DOCKER_HOST", e.Host)
 	}
 	return e
 }

@@ -133,6 +133,10 @@ func baseEnv(home string) []string {
 	if tmp := os.Getenv("TMPDIR"); tmp != "" {
 		env = append(env, "TMPDIR="+tmp)
 	}
+	// The Docker executor's runners reach the tests' engine.
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		env = append(env, "DOCKER_HOST="+h)
+	}
 	return env
 }
 

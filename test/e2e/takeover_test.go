@@ -187,6 +187,8 @@ func (w *world) waitNoWorkspace(rid *runnerID, run int64) {
 	ws := filepath.Join(rid.work, "runs", itoa(run))
 	waitFor(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
 		_, err := os.Stat(ws)
-		return os.IsNotExist(err), ws + " exists"
+		// The checkout, at its stable path WORK/workspaces/OWNER/NAME/WORKFLOW/SLOT.
+		slots, _ := filepath.Glob(filepath.Join(rid.work, "workspaces", "*", "*", "*", "*"))
+		return os.IsNotExist(err) && len(slots) == 0, fmt.Sprintf("%s exists, or one of %v", ws, slots)
 	})
 }

@@ -49,6 +49,13 @@ type world struct {
 // and creates admin/app.
 func newWorld(t testing.TB, lease time.Duration, serverArgs ...string) *world {
 	t.Helper()
+	return newWorldAt(t, "127.0.0.1:0", lease, serverArgs...)
+}
+
+// newWorldAt is newWorld with the server listening on listen (e.g. the
+// address pods reach the host at, port 0).
+func newWorldAt(t testing.TB, listen string, lease time.Duration, serverArgs ...string) *world {
+	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, data: filepath.Join(root, "data"), home: filepath.Join(root, "home"),
 		lease: lease, serverArgs: serverArgs, repo: "admin/app", src: filepath.Join(root, "src"), gate: filepath.Join(root, "gate"),
@@ -67,7 +74,7 @@ func newWorld(t testing.TB, lease time.Duration, serverArgs ...string) *world {
 			t.Logf("killed processes steps left running: %v", pids)
 		}
 	})
-	w.startServer("127.0.0.1:0")
+	w.startServer(listen)
 	out := w.cliOK("", "repo", "create", "app")
 	if !strings.Contains(out, w.url+"/admin/app.git") {
 		t.Fatalf("repo create printed no clone URL %s/admin/app.git:\n%s", w.url, out)

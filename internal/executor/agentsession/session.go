@@ -183,29 +183,9 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	if out == nil {
 		out = io.Discard
 	}
-	id := step.ID
-	if id == "" {
-		id = "anon-" + strconv.FormatInt(anonSeq.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	}
-	env := make(map[string][]byte, len(step.Env)+len(step.Secrets))
-	for k, v := range step.Env {
-		env[k] = []byte(v)
-	}
-	for k, v := range step.Secrets {
-		env[k] = []byte(v)
-	}
-	shell := step.Shell
-	if len(shell) == 0 {
-		shell = executor.DefaultShell
-	}
-	grace := step.Grace
-	if grace <= 0 {
-		grace = DefaultGrace
-	}
-	req := agent.Start{
-		ID: id, Offset: step.Offset, Script: []byte(step.Script), Shell: shell, Env: env,
-		TimeoutMS: step.Timeout.Milliseconds(), GraceMS: grace.Milliseconds(),
-	}
+	req := startRequest(step)
+	id := req.ID
+	grace := time.Duration(req.GraceMS) * time.Millisecond
 
 	// follow ends only on Detach; stopping the step goes through the agent.
 	follow, abort := context.WithCancel(context.Background())
@@ -270,6 +250,86 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	}
 	res = executor.Result{ExitCode: ex.ExitCode, Reason: ex.Reason, Duration: time.Duration(ex.DurationMS) * time.Millisecond, Note: ex.Note, OutputLost: ex.OutputLost}
 	return res, nil
+}
+
+// startRequest is the agent's Start for step: its ID (a made-up one when
+// step has none), script, shell, whole environment and limits.
+func startRequest(step executor.Step) agent.Start {
+	id := step.ID
+	if id == "" {
+		id = "anon-" + strconv.FormatInt(anonSeq.Add(1), 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	env := make(map[string][]byte, len(step.Env)+len(step.Secrets))
+	for k, v := range step.Env {
+		env[k] = []byte(v)
+	}
+	for k, v := range step.Secrets {
+		env[k] = []byte(v)
+	}
+	shell := step.Shell
+	if len(shell) == 0 {
+		shell = executor.DefaultShell
+	}
+	grace := step.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	return agent.Start{
+		ID: id, Offset: step.Offset, Script: []byte(step.Script), Shell: shell, Env: env,
+		TimeoutMS: step.Timeout.Milliseconds(), GraceMS: grace.Milliseconds(),
+	}
+}
+
+var _ executor.DetachedSteps = (*Session)(nil)
+
+// StartDetached implements executor.DetachedSteps: the agent starts the
+// step (as Exec describes, secrets inside the Start message) beside the
+// steps after it; its processes are its process group and cgroup.
+func (s *Session) StartDetached(ctx context.Context, step executor.Step) error {
+	done, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("start detached step %q: %w", step.Name, err)
+	}
+	defer s.end(done)
+	req := startRequest(step)
+	req.Offset = 0
+	if err := s.cfg.Client.StartDetached(ctx, req); err != nil {
+		var ae *agent.Error
+		if errors.As(err, &ae) {
+			return fmt.Errorf("start detached step %q: %s", step.Name, ae.Message)
+		}
+		return fmt.Errorf("start detached step %q: %w", step.Name, err)
+	}
+	return nil
+}
+
+// DetachedRunning implements executor.DetachedSteps.
+func (s *Session) DetachedRunning(ctx context.Context, id string) (bool, error) {
+	done, err := s.begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer s.end(done)
+	steps, err := s.cfg.Client.Steps(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, st := range steps {
+		if st.ID == id {
+			return st.Running, nil
+		}
+	}
+	return false, fmt.Errorf("the step agent has no step %s", id)
+}
+
+// StopDetached implements executor.DetachedSteps.
+func (s *Session) StopDetached(ctx context.Context, id string, grace time.Duration) error {
+	done, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.end(done)
+	return s.cfg.Client.StopStep(ctx, agent.Stop{ID: id, Reason: executor.ReasonStopped, GraceMS: grace.Milliseconds()})
 }
 
 func (s *Session) isDetached() bool {

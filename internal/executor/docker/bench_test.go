@@ -7,11 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
-	"knotless.dev/knotless/test/dockertest"
 )
 
 func median(d []time.Duration) time.Duration {
@@ -22,38 +19,13 @@ func median(d []time.Duration) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// bareRun is the SDK baseline of a one-step run: create a container of
-// the job image with the executor's hardening (read-only root, no
-// capabilities, 1000:1000, the same limits) whose PID 1 exits on
-// SIGTERM, start it, one exec of `true` (create, attach, wait for its
-// exit code), remove it by force.
+// bareRun is dockertest's BareRun, labelled as the fixture's.
 func bareRun(b *testing.B, f *fixture) (run, exec time.Duration) {
-	ctx := context.Background()
-	c := f.eng.Client
-	t0 := time.Now()
-	pids := int64(256)
-	created, err := c.ContainerCreate(ctx, &container.Config{
-		Image: dockertest.JobImage, User: "1000:1000", Entrypoint: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
-		Labels: map[string]string{docker.LabelRunner: f.runner},
-	}, &container.HostConfig{
-		ReadonlyRootfs: true, CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges:true"}, NetworkMode: "none",
-		Resources: container.Resources{NanoCPUs: 1e9, Memory: 128 << 20, MemorySwap: 128 << 20, PidsLimit: &pids},
-	}, nil, nil, "")
+	run, exec, err := f.eng.BareRun(context.Background(), map[string]string{docker.LabelRunner: f.runner})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := c.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	t1 := time.Now()
-	if _, _, code, err := f.eng.Exec(ctx, created.ID, "", []string{"true"}, nil); err != nil || code != 0 {
-		b.Fatalf("bare exec: %d, %v", code, err)
-	}
-	exec = time.Since(t1)
-	if err := c.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(t0), exec
+	return run, exec
 }
 
 // knotlessRun prepares a session, runs n steps of `true` and cleans up.

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor/agentsession"
 )
 
@@ -26,6 +27,6 @@ func hostCaches(s *agentsession.Session, workdir, host string, runAs RunAs) {
 			}
 			return filepath.Join(host, strings.TrimPrefix(p, workdir)), host, true
 		},
-		func(p string) error { return chownTree(p, runAs) },
+		func(p string) error { return cache.GiveTree(host, p, int(runAs.UID), int(runAs.GID)) },
 	)
 }

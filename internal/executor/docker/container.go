@@ -124,7 +124,7 @@ type containerSpec struct {
 // a numeric non-root user, a read-only root file system with tmpfs mounts
 // (mode 0700 for HOME and the agent's directory, owned by the user; 1777
 // for /tmp; each at most Memory bytes, charged to the container's memory
-// like any page) , CapDrop ALL, no-new-privileges, no privileged mode,
+// like any page), CapDrop ALL, no-new-privileges, no privileged mode,
 // private PID and IPC namespaces, no docker socket nor any host path but
 // the agent (read-only) and the checkout, the network Network (never the
 // host's), Memory with MemorySwap equal (no swap), NanoCPUs, PidsLimit,
@@ -155,7 +155,7 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 		NetworkMode:    container.NetworkMode(s.Network),
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges:true"},
+		SecurityOpt:    []string{"no-new-privileges=true"},
 		Privileged:     false,
 		IpcMode:        "private",
 		Init:           ptr(false),

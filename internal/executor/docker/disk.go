@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/executor"
 )
-
-func syncOnce() sync.Once { return sync.Once{} }
 
 // dataRootFree is the free space of the engine's data root (its
 // DockerRootDir, statfs on this host: bytes available to unprivileged

@@ -105,14 +105,24 @@ type Executor struct {
 	log      *slog.Logger
 	nanoCPUs int64
 
-	netOnce sync.Once
-	netName string
-	netErr  error
+	netMu   sync.Mutex
+	netName string // the runner's own network, once made
 
 	live agentsession.Live
 }
 
 var _ executor.Executor = (*Executor)(nil)
+var _ executor.EarlyPreparer = (*Executor)(nil)
+
+// PrepareEarly reports true: Prepare makes and starts the container and
+// connects to its agent while the runner fetches the checkout (a bind
+// mount of the directory being filled); the checkout is given to the
+// job's user at the session's first Exec, CopyIn or CopyOut. A session
+// recovered by a later runner process does not give it again (its steps
+// may be running, and could swap a directory for a link under the walk):
+// a runner that died between Prepare and the first step leaves a run
+// whose steps cannot write to the checkout.
+func (e *Executor) PrepareEarly() bool { return true }
 
 // New returns a docker executor. It checks cfg but does not reach the
 // engine yet. Errors name the field to fix.
@@ -126,6 +136,9 @@ func New(cfg Config) (*Executor, error) {
 			return nil, fmt.Errorf("docker executor: the step agent: %w", err)
 		}
 		cfg.Agent = abs
+	}
+	if cfg.Network == "host" || strings.HasPrefix(cfg.Network, "container:") {
+		return nil, fmt.Errorf("docker executor: --network %s: job containers never share the host's or another container's network", cfg.Network)
 	}
 	cfg.CPUs = cmp.Or(cfg.CPUs, DefaultCPUs)
 	nano, err := ParseCPUs(cfg.CPUs)
@@ -215,10 +228,11 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 // Prepare makes the run's container (containerFor: hardened, one per run,
 // never reused) after the disk floor allows it, starts it with the agent
 // as PID 1 and connects to the agent over an exec. The checkout at
-// spec.Workspace is bind-mounted as Workspace, after its owner is made the
-// container's user (the job writes to it; nothing is copied). It writes to
-// spec.Log the container, image, limits, user and network. Caches move
-// by the host's file system for the checkout (hostCaches).
+// spec.Workspace is bind-mounted as Workspace (nothing is copied), and
+// given to the container's user at the session's first Exec, CopyIn or
+// CopyOut (PrepareEarly; never under `knotless-run exec`). It writes to
+// spec.Log the container, image, limits, user and network. Caches move by
+// the host's file system for the checkout (hostCaches).
 //
 // Errors: a workflow asking for more than the runner allows; an image
 // that is neither present nor pullable (a *executor.Fault with reason
@@ -273,8 +287,17 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: err.Error()}
 		}
 	}
-	if err := chownTree(spec.Workspace, runAs); err != nil {
-		return nil, err
+	if e.cfg.Ephemeral {
+		// `knotless-run exec` runs in a person's own work tree: it is
+		// never given away; steps may write where its modes let them.
+		var st unix.Stat_t
+		if unix.Stat(spec.Workspace, &st) == nil && (int64(st.Uid) != runAs.UID) {
+			hint := fmt.Sprintf(" (--run-as %d:%d runs them as its owner)", st.Uid, st.Gid)
+			if st.Uid == 0 {
+				hint = " (job containers never run as root)"
+			}
+			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, runAs.user(), hint)
+		}
 	}
 	var deadline time.Time
 	if spec.Timeout > 0 {
@@ -313,6 +336,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			created, err = e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine refused the job container: " + err.Error()}
 		}
 	}
@@ -324,6 +350,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		}
 	}()
 	if err := e.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine could not start the job container: " + err.Error()}
 	}
 	pids := "none"
@@ -343,7 +372,16 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		return nil, fmt.Errorf("connect to the step agent in container %s: %w", short(id), err)
 	}
 	ok = true
-	s := e.newSession(spec.ID, id, hello.Workdir, client, handle)
+	var ready func(context.Context) error
+	if !e.cfg.Ephemeral {
+		// The checkout is complete by the first Exec, CopyIn or CopyOut
+		// (PrepareEarly), and no step has run yet: nothing in the
+		// container can swap a directory for a link while the tree is
+		// walked.
+		ws := spec.Workspace
+		ready = func(context.Context) error { return chownTree(ws, runAs) }
+	}
+	s := e.newSession(spec.ID, id, hello.Workdir, client, handle, ready)
 	hostCaches(s, hello.Workdir, spec.Workspace, runAs)
 	return s, nil
 }
@@ -467,10 +505,10 @@ func (e *Executor) newClient(run, id, user string) *agent.Client {
 	})
 }
 
-func (e *Executor) newSession(run, id, workdir string, client *agent.Client, handle json.RawMessage) *agentsession.Session {
+func (e *Executor) newSession(run, id, workdir string, client *agent.Client, handle json.RawMessage, ready func(context.Context) error) *agentsession.Session {
 	var s *agentsession.Session
 	s = agentsession.New(agentsession.Config{
-		Executor: Name, ID: run, Workdir: workdir, Client: client,
+		Executor: Name, ID: run, Workdir: workdir, Client: client, Ready: ready,
 		Handle: executor.Handle{Executor: Name, ID: run, Data: handle},
 		Fault: func(err error) (executor.Result, bool) {
 			f := e.containerFault(context.Background(), id)
@@ -548,7 +586,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		}
 		return nil, fmt.Errorf("recover docker session %s: %w", h.ID, err)
 	}
-	s := e.newSession(h.ID, data.Container, hello.Workdir, client, h.Data)
+	s := e.newSession(h.ID, data.Container, hello.Workdir, client, h.Data, nil)
 	e.live.Done(h.ID, s)
 	return e.wrap(s), nil
 }

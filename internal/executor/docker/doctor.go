@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -16,8 +17,8 @@ var _ executor.Doctor = (*Executor)(nil)
 // Doctor checks, in order, for `knotless-run doctor --executor docker`:
 // the engine answers (its version and API version); the runtime
 // (--runtime, else the engine's default) is one the engine has; the data
-// disk has --disk-floor free; the default job image is on the engine;
-// and, when machine is set, a test container of that image runs a step
+// disk has --disk-floor free; the job network (the runner's own is made
+// if missing, with its rules); and, when machine is set, a test container of that image runs a step
 // that receives a test secret over the agent's stream, byte for byte, and
 // is removed again. Each check is reported as it ends; the method
 // returns early only when ctx ends.
@@ -73,10 +74,34 @@ func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executo
 	} else {
 		report(executor.Check{Name: "disk floor", OK: true, Detail: "none (--disk-floor 0)"})
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	report(e.doctorNetwork(ctx))
 	if ctx.Err() != nil || !machine {
 		return
 	}
 	report(e.doctorRun(ctx))
+}
+
+// doctorNetwork checks the job network: --network as given, or the
+// runner's own (made if missing) with its iptables rules in place.
+func (e *Executor) doctorNetwork(ctx context.Context) executor.Check {
+	name := "job network"
+	if e.cfg.Network != "" {
+		return executor.Check{Name: name, OK: true, Detail: fmt.Sprintf("--network %s (its isolation is the operator's)", e.cfg.Network)}
+	}
+	netName, err := e.network(ctx)
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error(), Fix: "check the engine's networking, or give --network"}
+	}
+	for _, rule := range HostRules(e.cfg.Runner) {
+		if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C"}, rule...)...).CombinedOutput(); err != nil {
+			return executor.Check{Name: name, Detail: fmt.Sprintf("%s: the rule %q is missing (%v %s): job containers can reach this host or link-local addresses", netName, strings.Join(rule, " "), err, strings.TrimSpace(string(out))),
+				Fix: "run the runner as root with iptables installed, or give --network a network of your own"}
+		}
+	}
+	return executor.Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: no inter-container communication; this host and link-local addresses unreachable", netName)}
 }
 
 // doctorRun starts a test container of the default image and runs a

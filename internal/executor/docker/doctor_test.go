@@ -29,7 +29,7 @@ func TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer(t *testing.T) {
 			t.Errorf("check %s failed: %s (fix: %s)", c.Name, c.Detail, c.Fix)
 		}
 	}
-	if got := strings.Join(names, ","); got != "engine reachable,runtime,disk floor,test container with a secret" {
+	if got := strings.Join(names, ","); got != "engine reachable,runtime,disk floor,job network,test container with a secret" {
 		t.Errorf("checks %s", got)
 	}
 	if !strings.Contains(checks[0].Detail, "API ") {
@@ -43,7 +43,7 @@ func TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer(t *testing.T) {
 	cfg.Runtime, cfg.DiskFloor = "no-such-runtime", 1<<62
 	checks = nil
 	f.executor(t, cfg).Doctor(ctx, false, func(c executor.Check) { checks = append(checks, c) })
-	if len(checks) != 3 || checks[1].OK || !strings.Contains(checks[1].Detail, "no-such-runtime") || checks[1].Fix == "" ||
+	if len(checks) != 4 || checks[1].OK || !strings.Contains(checks[1].Detail, "no-such-runtime") || checks[1].Fix == "" ||
 		checks[2].OK || !strings.Contains(checks[2].Detail, "less than --disk-floor") {
 		t.Errorf("checks with a missing runtime and a floor too high: %+v", checks)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -305,5 +307,108 @@ func TestDocker_DiskFloorHoldsARunBackThenLetsItStart(t *testing.T) {
 	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "echo started\n"}, time.Minute)
 	if err != nil || res.ExitCode != 0 || string(out) != "started\n" {
 		t.Fatalf("step: %+v, %v, %q", res, err, out)
+	}
+}
+
+// TestDocker_UnknownRuntimeIsRefusedAndNetworkNoneHasOnlyLoopback: a
+// --runtime the engine lacks ends Prepare errored (executor) with the
+// engine's message and leaves nothing; --network none gives a container
+// with loopback only; --network host is refused.
+func TestDocker_UnknownRuntimeIsRefusedAndNetworkNoneHasOnlyLoopback(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Runtime = "no-such-runtime"
+	spec, _ := f.spec(t, runID("runtime"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := f.executor(t, cfg).Prepare(ctx, spec)
+	var fault *executor.Fault
+	if err == nil {
+		_ = s.Cleanup(ctx)
+		t.Fatal("Prepare succeeded with an unknown runtime")
+	} else if !errors.As(err, &fault) || fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "no-such-runtime") {
+		t.Errorf("error %v, want a Fault executor naming the runtime", err)
+	}
+	if left := f.leftovers(t, spec.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+
+	cfg = f.config()
+	cfg.Network = "none"
+	spec, _ = f.spec(t, runID("nonet"))
+	s = f.prepare(t, f.executor(t, cfg), spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "ls /sys/class/net\n"}, time.Minute)
+	if err != nil || res.ExitCode != 0 || string(out) != "lo\n" {
+		t.Errorf("--network none: %+v, %v, interfaces %q", res, err, out)
+	}
+
+	for _, n := range []string{"host", "container:" + containerOf(t, s)} {
+		cfg.Network = n
+		if _, err := docker.New(cfg); err == nil || !strings.Contains(err.Error(), "never share") {
+			t.Errorf("--network %s: %v, want it refused", n, err)
+		}
+	}
+}
+
+// TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled: `docker
+// stop` sends the agent (PID 1) SIGTERM, and the agent stops the running
+// step as cancelled; nobody cancelled it, so the step ends errored
+// (executor) with the container's state, never cancelled nor a success.
+func TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled(t *testing.T) {
+	f := newFixture(t)
+	e := f.executor(t, f.config())
+	spec, _ := f.spec(t, runID("stopped"))
+	s := f.prepare(t, e, spec)
+	id := containerOf(t, s)
+	go func() {
+		time.Sleep(2 * time.Second)
+		_ = f.eng.Client.ContainerStop(context.Background(), id, container.StopOptions{})
+	}()
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "echo started; sleep 300\n", Grace: time.Second}, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("exec: %v (output %q)", err, out)
+	}
+	if res.Reason != api.ReasonExecutor || !strings.Contains(res.Note, "exited") {
+		t.Fatalf("result %+v, want errored/executor saying the container exited", res)
+	}
+}
+
+// TestDocker_ExecContainerGoesWhenNoRunnerIsConnected: a container of
+// `knotless-run exec` (Ephemeral) whose process died (here: the session
+// detached, no client any more) ends its step, its agent exits after
+// OrphanAfter, and the engine removes the container: nothing is left
+// running after a killed exec.
+func TestDocker_ExecContainerGoesWhenNoRunnerIsConnected(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Ephemeral, cfg.OrphanAfter = true, 2*time.Second
+	e := f.executor(t, cfg)
+	spec, _ := f.spec(t, runID("orphan"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := e.Prepare(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(ctx, executor.Step{ID: "1", Script: "sleep 300\n"}, nil)
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := s.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := f.leftovers(t, spec.ID)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after its runner went, the exec's container is still there: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

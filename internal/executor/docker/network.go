@@ -21,11 +21,15 @@ func (e *Executor) network(ctx context.Context) (string, error) {
 		}
 		return e.cfg.Network, nil
 	}
-	e.netOnce.Do(func() { e.netName, e.netErr = e.ensureNetwork(ctx) })
-	if e.netErr != nil {
-		err := e.netErr
-		e.netOnce = syncOnce() // try again at the next run
-		return "", err
+	// Made once per process; a failure is tried again at the next run.
+	e.netMu.Lock()
+	defer e.netMu.Unlock()
+	if e.netName == "" {
+		name, err := e.ensureNetwork(ctx)
+		if err != nil {
+			return "", err
+		}
+		e.netName = name
 	}
 	return e.netName, nil
 }
@@ -66,9 +70,9 @@ func (e *Executor) ensureNetwork(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the runner's network %s: %w (or give --network NAME)", name, err)
 	}
 	if err := blockHost(ctx, bridge); err != nil {
-		e.log.Warn("job containers can reach this host's own services: the rule that blocks them could not be added (run the runner as root with iptables installed, or give --network with a network of your own)", "network", name, "bridge", bridge, "err", err)
+		e.log.Warn("job containers can reach this host's own services (and link-local addresses): the rules that block them could not be added (run the runner as root with iptables installed, or give --network with a network of your own)", "network", name, "bridge", bridge, "err", err)
 	} else {
-		e.log.Info("job network ready: no inter-container communication, the host unreachable", "network", name, "bridge", bridge)
+		e.log.Info("job network ready: no inter-container communication, the host and link-local addresses (cloud metadata) unreachable", "network", name, "bridge", bridge)
 	}
 	return name, nil
 }
@@ -78,14 +82,20 @@ func (e *Executor) ensureNetwork(ctx context.Context) (string, error) {
 // the host), unless the rule is there already. Replies to connections the
 // host made stay allowed; forwarded traffic (the internet) is not
 // touched.
+//
+// It also drops what the bridge's containers send to link-local addresses
+// (169.254.0.0/16: a cloud's instance metadata service, which hands out
+// the machine's credentials) in the engine's DOCKER-USER chain, which the
+// engine evaluates before its own forwarding rules.
 func blockHost(ctx context.Context, bridge string) error {
-	rule := hostRule(bridge)
-	if exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C"}, rule...)...).Run() == nil {
-		return nil
-	}
-	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("iptables: %v: %s", err, strings.TrimSpace(string(out)))
+	for _, rule := range [][]string{hostRule(bridge), metadataRule(bridge)} {
+		if exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C"}, rule...)...).Run() == nil {
+			continue
+		}
+		out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables: %v: %s", err, strings.TrimSpace(string(out)))
+		}
 	}
 	return nil
 }
@@ -94,8 +104,9 @@ func blockHost(ctx context.Context, bridge string) error {
 // added for it, for a runner that goes away for good (and tests). A
 // network that is gone is no error; one still in use is.
 func (e *Executor) RemoveNetwork(ctx context.Context) error {
-	rule := hostRule(BridgeName(e.cfg.Runner))
-	for exec.CommandContext(ctx, "iptables", append([]string{"-w", "-D"}, rule...)...).Run() == nil {
+	for _, rule := range [][]string{hostRule(BridgeName(e.cfg.Runner)), metadataRule(BridgeName(e.cfg.Runner))} {
+		for exec.CommandContext(ctx, "iptables", append([]string{"-w", "-D"}, rule...)...).Run() == nil {
+		}
 	}
 	err := e.api.NetworkRemove(ctx, NetworkName(e.cfg.Runner))
 	if err != nil && !errdefs.IsNotFound(err) {
@@ -108,4 +119,17 @@ func (e *Executor) RemoveNetwork(ctx context.Context) error {
 // containers from the host.
 func hostRule(bridge string) []string {
 	return []string{"INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID", "-m", "comment", "--comment", "knotless: job containers may not reach the host", "-j", "DROP"}
+}
+
+// metadataRule is the iptables rule (DOCKER-USER chain) that keeps
+// bridge's containers from link-local addresses.
+func metadataRule(bridge string) []string {
+	return []string{"DOCKER-USER", "-i", bridge, "-d", "169.254.0.0/16", "-m", "comment", "--comment", "knotless: job containers may not reach link-local addresses (cloud metadata)", "-j", "DROP"}
+}
+
+// HostRules are the iptables rules (table filter, in iptables -C form)
+// that ensureNetwork adds for a runner's own network, for tests and
+// doctor-style checks.
+func HostRules(runner string) [][]string {
+	return [][]string{hostRule(BridgeName(runner)), metadataRule(BridgeName(runner))}
 }

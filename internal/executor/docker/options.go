@@ -52,8 +52,10 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if cfg.Memory, err = workflow.ParseSize(o.memory); err != nil {
 		return nil, fmt.Errorf("--memory %q: %v", o.memory, err)
 	}
-	if cfg.DiskFloor, err = workflow.ParseSize(o.diskFloor); err != nil {
-		return nil, fmt.Errorf("--disk-floor %q: %v", o.diskFloor, err)
+	if o.diskFloor != "" && o.diskFloor != "0" {
+		if cfg.DiskFloor, err = workflow.ParseSize(o.diskFloor); err != nil {
+			return nil, fmt.Errorf("--disk-floor %q: %v", o.diskFloor, err)
+		}
 	}
 	if cfg.RunAs, err = ParseRunAs(o.runAs); err != nil {
 		return nil, err

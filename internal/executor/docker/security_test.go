@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/test/dockertest"
 )
 
 // secretValue is a secret with bytes that break naive quoting and
@@ -126,6 +128,10 @@ func TestDocker_SecretByteExactAndAbsentFromInspectLabelsAndLogs(t *testing.T) {
 	rc.Close()
 	check("the container's log (docker logs)", clog.Bytes())
 	check("the executor's log", []byte(logs.String()))
+	// The engine's own log, when it is the tests' engine (scripts/dockerd.sh).
+	if b, err := os.ReadFile("/run/knotless-dockerd/dockerd.log"); err == nil {
+		check("the engine's log", b)
+	}
 	check("the run's setup log", []byte(setup.String()))
 }
 
@@ -242,6 +248,13 @@ func TestDocker_DefaultNetworkNeitherHostNorOtherContainers(t *testing.T) {
 	if string(out) != "done\n" {
 		t.Errorf("from the job network: %q, want neither the other container nor the host reached", out)
 	}
+	// The rules that keep the host and link-local addresses (a cloud's
+	// metadata service) out of reach are in place.
+	for _, rule := range docker.HostRules(f.runner) {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-C"}, rule...)...).CombinedOutput(); err != nil {
+			t.Errorf("iptables rule %v is missing: %v %s", rule, err, out)
+		}
+	}
 	// The same probe from the host proves the listener answers.
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", gw, port), 3*time.Second)
 	if err != nil {
@@ -276,5 +289,34 @@ func TestDocker_HardLinkedCheckoutFilesStayTheRunnersOwn(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat(mirror, &st); err != nil || st.Uid != 0 {
 		t.Errorf("the mirror's file is owned by %d now (err %v), want root", st.Uid, err)
+	}
+}
+
+// TestDocker_RunAsImageTakesANumericNonRootUserAndRefusesRoot: with
+// --run-as image the image's numeric USER is used; an image whose USER
+// is root is refused before any container is made.
+func TestDocker_RunAsImageTakesANumericNonRootUserAndRefusesRoot(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.RunAs = docker.RunAs{Image: true}
+	e := f.executor(t, cfg)
+	spec, _ := f.spec(t, runID("asimage"))
+	s := f.prepare(t, e, spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "id -u\n"}, time.Minute)
+	if err != nil || res.ExitCode != 0 || string(out) != "1000\n" {
+		t.Fatalf("step: %+v, %v, %q", res, err, out)
+	}
+	spec, _ = f.spec(t, runID("asroot"))
+	spec.Image = dockertest.RootImage
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if s, err := e.Prepare(ctx, spec); err == nil {
+		_ = s.Cleanup(ctx)
+		t.Fatal("an image whose USER is root was run")
+	} else if !strings.Contains(err.Error(), "must be numeric and not root") {
+		t.Errorf("error %v", err)
+	}
+	if left := f.leftovers(t, spec.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }

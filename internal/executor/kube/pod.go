@@ -224,7 +224,7 @@ func podFor(s podSpec) *corev1.Pod {
 // fixed or derived from the run's ID and deadline: nothing secret.
 func bootstrapCommand(runID string, deadline time.Time, extra []string) []string {
 	agentArgs := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
-		"--workdir", Workspace, "--home", Home, "--path", defaultPATH, "--run", runID}
+		"--workdir", Workspace, "--home", Home, "--tmp", Tmp, "--path", defaultPATH, "--run", runID}
 	if !deadline.IsZero() {
 		agentArgs = append(agentArgs, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
 	}

@@ -15,8 +15,10 @@
 // session directory and handed to the step's shell as a path; the script
 // and the secrets never appear in any process's argv, and secrets reach the
 // agent only over its socket, for the step's execve. A step's environment is
-// exactly the variables and secrets it was given, plus PATH and HOME when the
-// step has none; nothing of the runner's own environment leaks in.
+// exactly the variables and secrets it was given, plus PATH, HOME and
+// TMPDIR (the session directory's home and tmp, fresh for each run and
+// removed with it) when the step has none; nothing of the runner's own
+// environment leaks in.
 //
 // It must never leave a step's process running after Exec returns, never
 // put a secret anywhere but the step's own environment, and never read or

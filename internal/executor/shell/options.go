@@ -13,18 +13,22 @@ import (
 
 // Options are the shell executor's part of knotless-run's command line
 // (runnercli.ExecutorOptions).
-type Options struct{}
+type Options struct {
+	user string // --user
+}
 
 // Name returns "shell".
 func (*Options) Name() string { return Name }
 
-// AddFlags adds no flag: the shell executor has no option of its own yet
-// (a step's PATH is set with knotless-run's --env PATH=...).
-func (*Options) AddFlags(*pflag.FlagSet) {}
+// AddFlags adds --user (a step's PATH is set with knotless-run's --env
+// PATH=...).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.user, "user", "", "run steps as this unprivileged user (name or UID) with its groups, HOME and the workspace its own; the runner must run as root (default: steps run as the runner's user)")
+}
 
 // New returns a shell executor that keeps its sessions in Work/shell and
 // runs each under the agent program setup.Agent (FindAgent when empty).
-func (*Options) New(setup executor.Setup) (executor.Executor, error) {
+func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if setup.Agent == "" {
 		if _, err := FindAgent(); err != nil {
 			return nil, err
@@ -35,5 +39,13 @@ func (*Options) New(setup executor.Setup) (executor.Executor, error) {
 		}
 		return nil, fmt.Errorf("--agent %s: %v: give the path of knotless-agent from the same release as knotless-run", setup.Agent, err)
 	}
-	return New(Config{Dir: filepath.Join(setup.Work, Name), Agent: setup.Agent, Logger: setup.Logger, Ephemeral: setup.Ephemeral}), nil
+	cfg := Config{Dir: filepath.Join(setup.Work, Name), Agent: setup.Agent, Logger: setup.Logger, Ephemeral: setup.Ephemeral}
+	if o.user != "" {
+		u, err := LookupStepUser(o.user, os.Geteuid())
+		if err != nil {
+			return nil, err
+		}
+		cfg.User = u
+	}
+	return New(cfg), nil
 }

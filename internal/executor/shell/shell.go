@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentsession"
@@ -65,6 +66,10 @@ type Config struct {
 	// Dial opens a connection to an agent's socket; nil means a plain Unix
 	// socket connection. Tests put a proxy here that cuts connections.
 	Dial func(ctx context.Context, socket string) (io.ReadWriteCloser, error)
+	// User, when set, is the unprivileged user every step runs as (the
+	// runner runs as root; knotless-run --user): the agent drops to it for
+	// each step's processes, HOME and the workspace become its own.
+	User *stepagent.StepUser
 	// Logger receives one line per event an operator cares about (an agent
 	// connection lost and regained, processes that would not die). Nil means
 	// slog.Default().
@@ -223,6 +228,10 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err := os.Mkdir(home, 0o700); err != nil {
 		return nil, fmt.Errorf("create HOME: %w", err)
 	}
+	// The steps' TMPDIR, removed with the session (as a pod's /tmp is).
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, fmt.Errorf("create TMPDIR: %w", err)
+	}
 	var deadline time.Time
 	if spec.Timeout > 0 {
 		deadline = time.Now().Add(spec.Timeout)
@@ -235,8 +244,8 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err != nil {
 		return nil, fmt.Errorf("connect to the step agent: %w", err)
 	}
-	s := e.newSession(spec.ID, dir, hello.Workdir, client)
-	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral); err != nil {
+	s := e.newSession(spec.ID, dir, hello.Workdir, client, e.userReady(dir, spec.Workspace))
+	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral, e.cfg.User); err != nil {
 		_ = client.Shutdown(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("write setup log: %w", err)
 	}
@@ -261,7 +270,7 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 	}
 	defer readyR.Close()
 	args := []string{"serve", "--dir", dir, "--socket", filepath.Join(dir, "agent.sock"),
-		"--workdir", workdir, "--home", home, "--path", e.cfg.PATH, "--run", id, "--ready-fd", "3"}
+		"--workdir", workdir, "--home", home, "--tmp", filepath.Join(dir, "tmp"), "--path", e.cfg.PATH, "--run", id, "--ready-fd", "3"}
 	if !deadline.IsZero() {
 		args = append(args, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
 	}
@@ -273,6 +282,9 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 	}
 	if e.cfg.Ephemeral {
 		args = append(args, "--exit-with-parent")
+	}
+	if e.cfg.User != nil {
+		args = append(args, "--user", e.cfg.User.String())
 	}
 	args = append(args, e.cfg.AgentArgs...)
 	cmd := &exec.Cmd{
@@ -364,11 +376,12 @@ func (e *Executor) newClient(id, dir string) *agent.Client {
 }
 
 // newSession is the session of the agent in dir that client reaches.
-func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *agentsession.Session {
+// ready, when set, runs before the session's first operation.
+func (e *Executor) newSession(id, dir, workdir string, client *agent.Client, ready func(context.Context) error) *agentsession.Session {
 	data, _ := json.Marshal(handleData{Dir: dir})
 	var s *agentsession.Session
 	s = agentsession.New(agentsession.Config{
-		Executor: Name, ID: id, Workdir: workdir, Client: client,
+		Executor: Name, ID: id, Workdir: workdir, Client: client, Ready: ready,
 		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
 		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
 		Forget: func() { e.live.Forget(id, s) },
@@ -383,13 +396,50 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client) *ag
 			}
 			return "", "", false
 		},
+		// With --user, what a restore made is the step user's.
+		HostChown: e.giveRestored(workdir, filepath.Join(dir, "home")),
 	})
 	return s
 }
 
+// giveRestored makes a restored cache path (below the workspace or HOME)
+// Config.User's; nil without a User.
+func (e *Executor) giveRestored(workdir, home string) func(string) error {
+	u := e.cfg.User
+	if u == nil {
+		return nil
+	}
+	return func(p string) error {
+		root := workdir
+		if p == home || strings.HasPrefix(p, home+"/") {
+			root = home
+		}
+		return cache.GiveTree(root, p, int(u.UID), int(u.GID))
+	}
+}
+
+// userReady hands the session directory dir's HOME (and TMPDIR) and the
+// workspace ws to Config.User before the first step, once the checkout
+// is complete; nil without a User. Idempotent (a recovered session runs
+// it again).
+func (e *Executor) userReady(dir, ws string) func(context.Context) error {
+	u := e.cfg.User
+	if u == nil {
+		return nil
+	}
+	base := filepath.Clean(e.cfg.Dir)
+	work := filepath.Dir(base) // the runner's --work
+	return func(ctx context.Context) error {
+		if err := openForUser(u, base, dir); err != nil {
+			return err
+		}
+		return giveWorkspace(ctx, u, ws, work)
+	}
+}
+
 // writeSetupLog tells the run's setup log what this executor is and what of
 // spec it ignores.
-func writeSetupLog(spec executor.Spec, kill string, ephemeral bool) error {
+func writeSetupLog(spec executor.Spec, kill string, ephemeral bool, su *stepagent.StepUser) error {
 	w := spec.Log
 	if w == nil {
 		return nil
@@ -398,7 +448,13 @@ func writeSetupLog(spec executor.Spec, kill string, ephemeral bool) error {
 	if u := os.Getenv("USER"); u != "" {
 		user = u
 	}
-	if _, err := fmt.Fprintf(w, "shell executor: steps run directly on this host as %s (uid %d), without isolation; use it for trusted repositories only\n", user, os.Getuid()); err != nil {
+	as, hint := fmt.Sprintf("%s (uid %d)", user, os.Getuid()), ""
+	if su != nil {
+		as = fmt.Sprintf("user %s (uid %d, gid %d; --user), not as the runner's uid %d", su.Name, su.UID, su.GID, os.Getuid())
+	} else if os.Getuid() == 0 {
+		hint = " (knotless-run --user NAME runs them as an unprivileged user)"
+	}
+	if _, err := fmt.Fprintf(w, "shell executor: steps run directly on this host as %s, without isolation; use it for trusted repositories only%s\n", as, hint); err != nil {
 		return err
 	}
 	lives := "so they go on while the runner restarts"
@@ -486,7 +542,7 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 		}
 		return nil, fmt.Errorf("recover shell session %s: %w", h.ID, err)
 	}
-	s := e.newSession(h.ID, dir, hello.Workdir, client)
+	s := e.newSession(h.ID, dir, hello.Workdir, client, e.userReady(dir, hello.Workdir))
 	e.live.Done(h.ID, s)
 	return s, nil
 }

@@ -21,8 +21,8 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 	ids := make([]int64, 0, len(np.Runs))
 	err := d.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
-			`INSERT INTO pipelines (repo_id, ref, sha, event, created_at) VALUES (?, ?, ?, ?, ?)`,
-			np.RepoID, np.Ref, np.SHA, np.Event, now)
+			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now)
 		if err != nil {
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
@@ -32,16 +32,25 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 			if api.IsFinal(r.State) {
 				finished = now
 			}
+			group := r.ConcurrencyGroup
+			if api.IsFinal(r.State) {
+				group = "" // it never waits, and nobody waits for it
+			}
 			res, err := tx.ExecContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
-				source, secrets, runners, state, reason, message, created_at, finished_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				source, secrets, runners, state, reason, message, created_at, finished_at, concurrency_group)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				pid, np.RepoID, r.Workflow, r.WorkflowPath, r.Source, jsonList(r.Secrets), jsonList(r.Runners),
-				r.State, r.Reason, r.Message, now, finished)
+				r.State, r.Reason, r.Message, now, finished, group)
 			if err != nil {
 				return fmt.Errorf("insert run of %s: %w", r.WorkflowPath, err)
 			}
 			id, _ := res.LastInsertId()
 			ids = append(ids, id)
+			if group != "" && r.CancelInProgress {
+				if err := supersede(ctx, tx, np.RepoID, group, id, np.CreatedAt); err != nil {
+					return err
+				}
+			}
 			for _, s := range r.Steps {
 				if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
 					VALUES (?, ?, ?, ?, ?, ?, ?)`, id, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, now); err != nil {
@@ -78,9 +87,9 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
 	var p store.Pipeline
 	var created int64
-	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.created_at
+	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.before_sha, p.actor, p.created_at
 		FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id
-		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &created)
+		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &p.BeforeSHA, &p.Actor, &created)
 	if err != nil {
 		return p, notFound(err, fmt.Sprintf("pipeline %d", id))
 	}
@@ -89,9 +98,9 @@ func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
 }
 
 const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/' || repos.name,
-	p.ref, p.sha, p.event, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
+	p.ref, p.sha, p.event, p.before_sha, p.actor, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
 	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
-	r.claimed_at, r.started_at, r.finished_at, r.lease_expires`
+	r.claimed_at, r.started_at, r.finished_at, r.lease_expires, r.concurrency_group, r.superseded_by`
 
 const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
 	JOIN repos ON repos.id = r.repo_id JOIN accounts a ON a.id = repos.owner_id`
@@ -99,14 +108,16 @@ const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
 	var secrets, runners string
-	var exit, runnerID, claimed, started, finished, lease sql.NullInt64
+	var exit, runnerID, claimed, started, finished, lease, superseded sql.NullInt64
 	var created int64
-	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event,
+	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event, &r.BeforeSHA, &r.Actor,
 		&r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
-		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease)
+		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease,
+		&r.ConcurrencyGroup, &superseded)
 	if err != nil {
 		return r, err
 	}
+	r.SupersededBy = superseded.Int64
 	r.Secrets, r.Runners = parseList(secrets), parseList(runners)
 	r.ExitCode = nullInt(exit)
 	r.RunnerID = runnerID.Int64
@@ -154,7 +165,7 @@ func (d *DB) RunSource(ctx context.Context, id int64) (string, error) {
 
 // Steps implements store.Store.
 func (d *DB) Steps(ctx context.Context, runID int64) ([]store.Step, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT idx, name, state, exit_code, reason, updated_at
+	rows, err := d.db.QueryContext(ctx, `SELECT idx, name, state, exit_code, reason, updated_at, started_at, finished_at
 		FROM steps WHERE run_id = ? ORDER BY idx`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
@@ -163,12 +174,13 @@ func (d *DB) Steps(ctx context.Context, runID int64) ([]store.Step, error) {
 	var out []store.Step
 	for rows.Next() {
 		var s store.Step
-		var exit sql.NullInt64
+		var exit, started, finished sql.NullInt64
 		var updated int64
-		if err := rows.Scan(&s.Index, &s.Name, &s.State, &exit, &s.Reason, &updated); err != nil {
+		if err := rows.Scan(&s.Index, &s.Name, &s.State, &exit, &s.Reason, &updated, &started, &finished); err != nil {
 			return nil, fmt.Errorf("list steps of run %d: %w", runID, err)
 		}
 		s.ExitCode, s.UpdatedAt = nullInt(exit), fromMS(updated)
+		s.StartedAt, s.FinishedAt = nullTime(started), nullTime(finished)
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -200,9 +212,80 @@ func (d *DB) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, erro
 	return listRuns(ctx, d.db, where+" ORDER BY r.id DESC LIMIT ?", append(args, limit)...)
 }
 
-// QueuedRuns implements store.Store.
+// runFinal lists the final run states, for SQL.
+const runFinal = `('succeeded', 'failed', 'cancelled', 'errored')`
+
+// waitsForGroup is true (SQL) for a run of table alias t that an older run
+// of its repository and concurrency group, not yet ended, holds back.
+func waitsForGroup(t string) string {
+	return `(` + t + `.concurrency_group <> '' AND EXISTS (SELECT 1 FROM runs o WHERE o.repo_id = ` + t + `.repo_id
+		AND o.concurrency_group = ` + t + `.concurrency_group AND o.id < ` + t + `.id AND o.state NOT IN ` + runFinal + `))`
+}
+
+// QueuedRuns implements store.Store. Runs that wait for an older run of
+// their concurrency group are left out.
 func (d *DB) QueuedRuns(ctx context.Context, repoID int64) ([]store.Run, error) {
-	return listRuns(ctx, d.db, "WHERE r.repo_id = ? AND r.state = ? ORDER BY r.id", repoID, api.StateQueued)
+	return listRuns(ctx, d.db, "WHERE r.repo_id = ? AND r.state = ? AND NOT "+waitsForGroup("r")+" ORDER BY r.id", repoID, api.StateQueued)
+}
+
+// GroupHolder implements store.Store.
+func (d *DB) GroupHolder(ctx context.Context, run store.Run) (int64, error) {
+	if run.ConcurrencyGroup == "" {
+		return 0, nil
+	}
+	var id int64
+	err := d.db.QueryRowContext(ctx, `SELECT id FROM runs WHERE repo_id = ? AND concurrency_group = ? AND id < ?
+		AND state NOT IN `+runFinal+` ORDER BY id LIMIT 1`, run.RepoID, run.ConcurrencyGroup, run.ID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("find the run holding run %d back: %w", run.ID, err)
+	}
+	return id, nil
+}
+
+// supersede cancels the runs of repoID's group older than run id that
+// have not ended (cancel-in-progress), inside the transaction that
+// creates run id: queued ones end cancelled/superseded now; claimed and
+// running ones get a cancel request (their runner stops them, and their
+// end reads cancelled/superseded).
+func supersede(ctx context.Context, tx *sql.Tx, repoID int64, group string, id int64, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id, state FROM runs WHERE repo_id = ? AND concurrency_group = ?
+		AND id < ? AND state NOT IN `+runFinal, repoID, group, id)
+	if err != nil {
+		return fmt.Errorf("find runs superseded by run %d: %w", id, err)
+	}
+	type old struct {
+		id    int64
+		state string
+	}
+	var olds []old
+	for rows.Next() {
+		var o old
+		if err := rows.Scan(&o.id, &o.state); err != nil {
+			rows.Close()
+			return err
+		}
+		olds = append(olds, o)
+	}
+	rows.Close()
+	msg := fmt.Sprintf("superseded by run %d (concurrency group %q, cancel-in-progress)", id, group)
+	for _, o := range olds {
+		if o.state == api.StateQueued {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?, superseded_by = ?
+				WHERE id = ?`, api.StateCancelled, api.ReasonSuperseded, msg, ms(now), id, o.id)
+			if err == nil {
+				err = finishSteps(ctx, tx, o.id, api.StateCancelled, api.ReasonSuperseded, now)
+			}
+		} else {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = 1, superseded_by = ? WHERE id = ?`, id, o.id)
+		}
+		if err != nil {
+			return fmt.Errorf("cancel run %d, superseded by run %d: %w", o.id, id, err)
+		}
+	}
+	return nil
 }
 
 // RunByToken implements store.Store.
@@ -219,7 +302,7 @@ func (d *DB) RunByToken(ctx context.Context, tokenHash string) (store.Run, error
 // changes the row.
 func (d *DB) ClaimRun(ctx context.Context, id int64, c store.Claim) (store.Run, error) {
 	res, err := d.db.ExecContext(ctx, `UPDATE runs SET state = ?, runner_id = ?, runner_name = ?, token_hash = ?,
-		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ?
+		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ? AND NOT `+waitsForGroup("runs")+`
 		AND (? = '' OR EXISTS (SELECT 1 FROM runners WHERE id = ? AND session = ? AND handed_over_at IS NULL))`,
 		api.StateClaimed, c.RunnerID, c.RunnerName, c.TokenHash, ms(c.Now), ms(c.LeaseUntil), id, api.StateQueued,
 		c.Session, c.RunnerID, c.Session)
@@ -317,9 +400,10 @@ func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string
 	if _, err := tx.ExecContext(ctx, `UPDATE steps SET
 			state = CASE WHEN state = ? THEN ? ELSE ? END,
 			reason = CASE WHEN state = ? THEN ? ELSE reason END,
+			finished_at = CASE WHEN state = ? THEN COALESCE(finished_at, ?) ELSE finished_at END,
 			updated_at = ?
 		WHERE run_id = ? AND state NOT IN `+stepFinal,
-		api.StepRunning, running, api.StepSkipped, api.StepRunning, reason, ms(at), id); err != nil {
+		api.StepRunning, running, api.StepSkipped, api.StepRunning, reason, api.StepRunning, ms(at), ms(at), id); err != nil {
 		return fmt.Errorf("end the steps of run %d: %w", id, err)
 	}
 	return nil
@@ -329,6 +413,17 @@ func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string
 func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.Run, error) {
 	if s.UpdatedAt.IsZero() {
 		s.UpdatedAt = time.Now()
+	}
+	at := s.At
+	if at.IsZero() {
+		at = s.UpdatedAt
+	}
+	var started, finished any
+	switch {
+	case s.State == api.StepRunning:
+		started = ms(at)
+	case stepIsFinal(s.State) && s.State != api.StepSkipped:
+		finished = ms(at)
 	}
 	var out store.Run
 	err := d.tx(ctx, func(tx *sql.Tx) error {
@@ -340,9 +435,11 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 			out = r // the run's end settled its steps; a late "running" changes nothing
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, idx, name, state, exit_code, reason, updated_at, started_at, finished_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, idx) DO UPDATE SET
+				started_at = COALESCE(steps.started_at, excluded.started_at),
+				finished_at = COALESCE(steps.finished_at, excluded.finished_at),
 				name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE steps.name END,
 				state = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
 					THEN steps.state ELSE excluded.state END,
@@ -351,7 +448,7 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 				reason = CASE WHEN steps.state IN `+stepFinal+` AND excluded.state NOT IN `+stepFinal+`
 					THEN steps.reason ELSE excluded.reason END,
 				updated_at = excluded.updated_at`,
-			runID, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, ms(s.UpdatedAt)); err != nil {
+			runID, s.Index, s.Name, s.State, intArg(s.ExitCode), s.Reason, ms(s.UpdatedAt), started, finished); err != nil {
 			return fmt.Errorf("update step %d of run %d: %w", s.Index, runID, err)
 		}
 		if s.State == api.StepRunning && r.State == api.StateClaimed {
@@ -408,6 +505,11 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 		r, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
+		}
+		if r.SupersededBy != 0 && f.State == api.StateCancelled && f.Reason == api.ReasonCancelled {
+			// The cancel the runner obeyed was the newer run's.
+			f.Reason = api.ReasonSuperseded
+			f.Message = fmt.Sprintf("superseded by run %d (concurrency group %q, cancel-in-progress)", r.SupersededBy, r.ConcurrencyGroup)
 		}
 		if api.IsFinal(r.State) {
 			out = r

@@ -1,0 +1,49 @@
+package docker
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"knotless.dev/knotless/internal/executor"
+)
+
+func newOptions(t *testing.T, args ...string) (*Executor, error) {
+	t.Helper()
+	var o Options
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := o.New(executor.Setup{Runner: "r", Agent: "/bin/true"})
+	if err != nil {
+		return nil, err
+	}
+	return ex.(*Executor), nil
+}
+
+// TestDockerOptions_DiskFloorZeroMeansNone pins the default --disk-floor
+// 0, which once failed every start ("size 0 must be greater than zero").
+func TestDockerOptions_DiskFloorZeroMeansNone(t *testing.T) {
+	e, err := newOptions(t)
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if e.cfg.DiskFloor != 0 || e.cfg.Memory != 2<<30 || e.cfg.Pids != DefaultPids || e.cfg.RunAs != DefaultRunAs || e.nanoCPUs != 1e9 {
+		t.Errorf("defaults: %+v", e.cfg)
+	}
+	e, err = newOptions(t, "--disk-floor", "5Gi", "--cpus", "500m", "--memory", "64Mi", "--run-as", "2000:3000", "--pids", "-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.cfg.DiskFloor != 5<<30 || e.nanoCPUs != 5e8 || e.cfg.Memory != 64<<20 || e.cfg.RunAs != (RunAs{UID: 2000, GID: 3000}) || e.cfg.Pids != -1 {
+		t.Errorf("set: %+v nano %d", e.cfg, e.nanoCPUs)
+	}
+	for _, bad := range [][]string{{"--run-as", "0"}, {"--cpus", "0"}, {"--pids", "0"}, {"--disk-floor", "lots"}} {
+		if _, err := newOptions(t, bad...); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: error %v, want one naming %s", bad, err, bad[0])
+		}
+	}
+}

@@ -1,0 +1,414 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/web"
+)
+
+// The web pages (internal/web) read and act through webBackend: every
+// method answers as the XRPC method it mirrors does, by calling that very
+// handler (callAs) or the same authorization functions (visibleRun,
+// managedRepo), never a copy of their rules.
+
+// webSessionLifetime is how long a browser stays signed in at most (its
+// token's revocation or expiry ends it sooner).
+const webSessionLifetime = 7 * 24 * time.Hour
+
+// webSessionPrefix marks session ids (the cookie's value).
+const webSessionPrefix = "kns_"
+
+type webBackend struct{ s *Server }
+
+var _ web.Backend = webBackend{}
+
+func viewerAccount(v web.Viewer) store.Account {
+	return store.Account{ID: v.AccountID, Handle: v.Handle, Admin: v.Admin}
+}
+
+func viewerOf(a store.Account) web.Viewer {
+	return web.Viewer{AccountID: a.ID, Handle: a.Handle, Admin: a.Admin}
+}
+
+// recorder is the http.ResponseWriter callAs hands an XRPC handler.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+// callAs calls the XRPC method nsid as account a, in process: q are its
+// query parameters, in (when not nil) its JSON body, out receives its JSON
+// answer. An error answer is returned as *api.Error.
+func (s *Server) callAs(ctx context.Context, a store.Account, nsid string, q url.Values, in, out any) error {
+	m, ok := s.methods()[nsid]
+	if !ok || m.auth != authUser {
+		return fmt.Errorf("callAs %s: not an account method", nsid)
+	}
+	body := io.Reader(http.NoBody)
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, m.verb, "/xrpc/"+nsid+"?"+q.Encode(), body)
+	if err != nil {
+		return err
+	}
+	rec := &recorder{header: http.Header{}}
+	if err := m.user(rec, req, a); err != nil {
+		return err
+	}
+	if rec.status >= 300 {
+		e := &api.Error{}
+		_ = json.Unmarshal(rec.body.Bytes(), e)
+		e.Status = rec.status
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(rec.body.Bytes(), out)
+}
+
+func (b webBackend) SignIn(ctx context.Context, token string) (web.Session, error) {
+	s := b.s
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
+	if err != nil {
+		return web.Session{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	a, err := s.authUser(req) // the API's own rules for a token
+	if err != nil {
+		return web.Session{}, err
+	}
+	id, err := newToken(webSessionPrefix)
+	if err != nil {
+		return web.Session{}, err
+	}
+	csrf, err := newToken("")
+	if err != nil {
+		return web.Session{}, err
+	}
+	now := time.Now()
+	ws := store.WebSession{IDHash: hashToken(id), TokenHash: hashToken(token), CSRF: csrf, CreatedAt: now,
+		ExpiresAt: now.Add(webSessionLifetime)}
+	if err := s.store.CreateWebSession(ctx, ws); err != nil {
+		return web.Session{}, err
+	}
+	s.log.Info("web session started", "account", a.Handle)
+	return web.Session{ID: id, CSRF: csrf, Viewer: viewerOf(a), ExpiresAt: ws.ExpiresAt}, nil
+}
+
+func (b webBackend) Session(ctx context.Context, id string) (web.Session, error) {
+	s := b.s
+	noSession := xerr(http.StatusUnauthorized, api.ErrAuthRequired, "sign in again")
+	if !strings.HasPrefix(id, webSessionPrefix) || len(id) > 100 {
+		return web.Session{}, noSession
+	}
+	ws, err := s.store.WebSession(ctx, hashToken(id), time.Now())
+	if errors.Is(err, store.ErrNotFound) {
+		return web.Session{}, noSession
+	}
+	if err != nil {
+		return web.Session{}, err
+	}
+	a, err := s.accountByTokenHash(ctx, ws.TokenHash)
+	if err != nil {
+		var e *api.Error
+		if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
+			_ = s.store.DeleteWebSession(ctx, ws.IDHash)
+		}
+		return web.Session{}, err
+	}
+	return web.Session{ID: id, CSRF: ws.CSRF, Viewer: viewerOf(a), ExpiresAt: ws.ExpiresAt}, nil
+}
+
+func (b webBackend) SignOut(ctx context.Context, id string) error {
+	return b.s.store.DeleteWebSession(ctx, hashToken(id))
+}
+
+func (b webBackend) Repos(ctx context.Context, v web.Viewer) ([]api.Repo, error) {
+	var out api.ListReposOutput
+	err := b.s.callAs(ctx, viewerAccount(v), api.MethodListRepos, nil, nil, &out)
+	return out.Repos, err
+}
+
+func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, before int64, limit int) (web.PipelinePage, error) {
+	s := b.s
+	repo, err := s.managedRepo(ctx, viewerAccount(v), full)
+	if err != nil {
+		return web.PipelinePage{}, err
+	}
+	ps, err := s.store.ListPipelines(ctx, repo.ID, before, limit)
+	if err != nil {
+		return web.PipelinePage{}, err
+	}
+	out := web.PipelinePage{Repo: repo.FullName()}
+	if len(ps) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(ps))
+	shas := make([]string, 0, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+		shas = append(shas, p.SHA)
+	}
+	runs, err := s.store.RunsOfPipelines(ctx, ids)
+	if err != nil {
+		return out, err
+	}
+	if err := s.explainQueued(ctx, runs); err != nil {
+		return out, err
+	}
+	byPipeline := map[int64][]api.Run{}
+	for _, r := range runs {
+		byPipeline[r.PipelineID] = append(byPipeline[r.PipelineID], apiRun(r, nil))
+	}
+	subjects := s.commitSubjects(ctx, s.repoDir(repo.Owner, repo.Name), shas)
+	for _, p := range ps {
+		out.Pipelines = append(out.Pipelines, web.Pipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Subject: subjects[p.SHA],
+			Event: p.Event, CreatedAt: p.CreatedAt, Runs: byPipeline[p.ID]})
+	}
+	if len(ps) == limit {
+		out.Older = ps[len(ps)-1].ID
+	}
+	return out, nil
+}
+
+// commitSubjects returns the first line of each commit's message, by SHA,
+// in one git call; commits git cannot read are left out.
+func (s *Server) commitSubjects(ctx context.Context, dir string, shas []string) map[string]string {
+	out := map[string]string{}
+	args := []string{"log", "--no-walk=unsorted", "--format=%H %s", "--ignore-missing"}
+	seen := map[string]bool{}
+	for _, sha := range shas {
+		if isCommitID(sha) && !seen[sha] {
+			seen[sha] = true
+			args = append(args, sha)
+		}
+	}
+	if len(seen) == 0 {
+		return out
+	}
+	b, err := s.git(ctx, dir, args...)
+	if err != nil {
+		s.log.Debug("read commit messages", "err", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if sha, subject, ok := strings.Cut(line, " "); ok {
+			out[sha] = subject
+		}
+	}
+	return out
+}
+
+func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, error) {
+	s := b.s
+	a := viewerAccount(v)
+	var run api.Run
+	if err := s.callAs(ctx, a, api.MethodGetRun, url.Values{"run": {strconv.FormatInt(id, 10)}}, nil, &run); err != nil {
+		return web.Run{}, err
+	}
+	stored, err := s.store.Run(ctx, id)
+	if err != nil {
+		return web.Run{}, err
+	}
+	rows, err := s.store.Steps(ctx, id)
+	if err != nil {
+		return web.Run{}, err
+	}
+	out := web.Run{Run: run, CanCancel: !api.IsFinal(run.State)} // who may see a run may cancel it (cancelRun: visibleRun)
+	// A step's row is updated when it starts and when it ends: the end of
+	// one step is the start of the next, the first starts with the run.
+	prevEnd := run.StartedAt
+	for _, st := range run.Steps {
+		ws := web.Step{Step: st, Done: stepDone(stored, rows, st.Index)}
+		var updated *time.Time
+		for _, r := range rows {
+			if r.Index == st.Index {
+				t := r.UpdatedAt
+				updated = &t
+			}
+		}
+		switch st.State {
+		case api.StepRunning:
+			ws.Started = updated
+		case api.StepSucceeded, api.StepFailed, api.StepCancelled:
+			ws.Started, ws.Ended = prevEnd, updated
+			if st.Index == api.SetupStep && run.StartedAt == nil {
+				ws.Started = nil
+			}
+		}
+		if ws.Ended != nil {
+			prevEnd = ws.Ended
+		}
+		out.Steps = append(out.Steps, ws)
+	}
+	if run.Outputs != nil {
+		var o api.RunOutputs
+		q := url.Values{"run": {strconv.FormatInt(id, 10)}, "limit": {"100"}}
+		if err := s.callAs(ctx, a, api.MethodListOutputs, q, nil, &o); err == nil {
+			out.Outputs = o.Entries
+		}
+	}
+	return out, nil
+}
+
+func (b webBackend) RunChanged(id int64) <-chan struct{} { return b.s.hub.wait(runKey(id)) }
+
+func (b webBackend) Closing() <-chan struct{} { return b.s.closing }
+
+func (b webBackend) ReadLog(ctx context.Context, v web.Viewer, run int64, step int, from, to int64) ([]byte, error) {
+	s := b.s
+	if err := s.checkStep(int64(step)); err != nil {
+		return nil, err
+	}
+	if _, err := s.visibleRun(ctx, viewerAccount(v), run); err != nil {
+		return nil, err
+	}
+	size, err := s.logs.size(run, step)
+	if err != nil {
+		return nil, err
+	}
+	to = min(to, size)
+	if from >= to {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(to - from))
+	if err := s.logs.copyRange(&buf, run, step, from, to); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// xrpcRequest is r turned into a GET of an XRPC method with query q, for
+// handlers that write their answer to the real ResponseWriter.
+func xrpcRequest(r *http.Request, nsid string, q url.Values) *http.Request {
+	r2 := r.Clone(r.Context())
+	r2.Method = http.MethodGet
+	r2.URL = &url.URL{Path: "/xrpc/" + nsid, RawQuery: q.Encode()}
+	r2.Body = http.NoBody
+	return r2
+}
+
+func (b webBackend) ServeLog(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64, step int) error {
+	q := url.Values{"run": {strconv.FormatInt(run, 10)}, "step": {strconv.Itoa(step)}}
+	return b.s.getLog(w, xrpcRequest(r, api.MethodGetRunLog, q), viewerAccount(v))
+}
+
+func (b webBackend) ServeOutputs(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64) error {
+	q := url.Values{"run": {strconv.FormatInt(run, 10)}}
+	return b.s.getOutputs(w, xrpcRequest(r, api.MethodGetOutputs, q), viewerAccount(v))
+}
+
+func (b webBackend) CancelRun(ctx context.Context, v web.Viewer, id int64) error {
+	return b.s.callAs(ctx, viewerAccount(v), api.MethodCancelRun, nil, api.RunRef{Run: id}, nil)
+}
+
+// runnerOnline is how recently a runner must have been heard from to show
+// as online: a runner's claim long poll and heartbeats reach the server
+// far more often.
+func (s *Server) runnerOnline() time.Duration { return max(2*s.cfg.Lease, time.Minute) }
+
+func (b webBackend) Runners(ctx context.Context, v web.Viewer, full string) (web.RunnersPage, error) {
+	s := b.s
+	a := viewerAccount(v)
+	var list api.ListRunnersOutput
+	if err := s.callAs(ctx, a, api.MethodListRunners, url.Values{"repo": {full}}, nil, &list); err != nil {
+		return web.RunnersPage{}, err
+	}
+	repo, err := s.managedRepo(ctx, a, full)
+	if err != nil {
+		return web.RunnersPage{}, err
+	}
+	procs, err := s.store.RunnerProcesses(ctx, repo.ID)
+	if err != nil {
+		return web.RunnersPage{}, err
+	}
+	active, err := s.store.ActiveRuns(ctx, repo.ID)
+	if err != nil {
+		return web.RunnersPage{}, err
+	}
+	xs, err := s.store.ListRunners(ctx, repo.ID, "", 0)
+	if err != nil {
+		return web.RunnersPage{}, err
+	}
+	ids := map[string]int64{}
+	for _, x := range xs {
+		ids[x.Name] = x.ID
+	}
+	out := web.RunnersPage{Repo: repo.FullName()}
+	for _, x := range list.Runners {
+		id := ids[x.Name]
+		wr := web.Runner{Runner: x, Executor: procs[id].Executor, Version: procs[id].Version}
+		wr.Online = x.Status == api.RunnerApproved && x.LastSeenAt != nil && time.Since(*x.LastSeenAt) < s.runnerOnline()
+		for _, r := range active {
+			if r.RunnerID == id {
+				wr.Held = append(wr.Held, r.ID)
+			}
+		}
+		out.Runners = append(out.Runners, wr)
+	}
+	return out, nil
+}
+
+func (b webBackend) ApproveRunner(ctx context.Context, v web.Viewer, repo, name, did string) error {
+	if did == "" {
+		return badRequest("approving from the web needs the runner's DID")
+	}
+	return b.s.callAs(ctx, viewerAccount(v), api.MethodApproveRunner, nil, api.RunnerRef{Repo: repo, Name: name, DID: did}, nil)
+}
+
+func (b webBackend) RemoveRunner(ctx context.Context, v web.Viewer, repo, name string) error {
+	return b.s.callAs(ctx, viewerAccount(v), api.MethodRemoveRunner, nil, api.RunnerRef{Repo: repo, Name: name}, nil)
+}
+
+// recordRunnerProcess keeps what a runner's new process said of itself
+// (dev.knotless.runner.startSession) for the Runners tab.
+func (s *Server) recordRunnerProcess(ctx context.Context, x store.Runner, in api.StartSessionInput, now time.Time) {
+	if err := s.store.SetRunnerProcess(ctx, store.RunnerProcess{RunnerID: x.ID, Executor: in.Executor, Version: in.Version,
+		StartedAt: now}); err != nil {
+		s.log.Warn("record runner process", "runner", x.Name, "err", err)
+	}
+}
+
+// isCommitID reports whether sha is a full SHA-1 or SHA-256 commit id in
+// lower-case hex (so that git never reads it as an option).
+func isCommitID(sha string) bool {
+	if len(sha) != 40 && len(sha) != 64 {
+		return false
+	}
+	for _, c := range sha {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

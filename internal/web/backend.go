@@ -1,0 +1,128 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// Viewer is the signed-in account a page is shown to.
+type Viewer struct {
+	AccountID int64
+	Handle    string
+	Admin     bool
+}
+
+// Session is a signed-in browser.
+type Session struct {
+	ID        string // the cookie's value; only its hash is stored
+	CSRF      string // the form token every POST of this session carries
+	Viewer    Viewer
+	ExpiresAt time.Time
+}
+
+// Pipeline is one row of the Pipelines tab.
+type Pipeline struct {
+	ID        int64
+	Ref       string // full ref, e.g. refs/heads/main
+	SHA       string
+	Subject   string // the commit message's first line ("" when unknown)
+	Event     string // push, tag, manual
+	CreatedAt time.Time
+	Runs      []api.Run // by id, without steps
+}
+
+// PipelinePage is one page of a repository's pipelines, newest first.
+type PipelinePage struct {
+	Repo      string // OWNER/NAME
+	Pipelines []Pipeline
+	// Older, when not 0, is the "before" of the next (older) page.
+	Older int64
+}
+
+// Step is a step of a run with its timing. Started and Ended are nil when
+// unknown (not started, not ended).
+type Step struct {
+	api.Step
+	Started, Ended *time.Time
+	// Done: the step's log will not grow (the step or the run is over).
+	Done bool
+}
+
+// Run is what the run page shows.
+type Run struct {
+	api.Run
+	Steps []Step
+	// Outputs is the first page of the outputs archive's entries (nil: the
+	// run stored no outputs); Run.Outputs has the archive's totals.
+	Outputs []api.OutputEntry
+	// CanCancel: the viewer may cancel the run, and it is not over.
+	CanCancel bool
+}
+
+// Runner is one row of the Runners tab.
+type Runner struct {
+	api.Runner
+	Executor string  // what its latest process said ("" before its first)
+	Version  string  // knotless-run's version, likewise
+	Online   bool    // heard from within Backend's online window
+	Held     []int64 // the runs it holds (claimed or running)
+}
+
+// RunnersPage is a repository's Runners tab.
+type RunnersPage struct {
+	Repo    string
+	Runners []Runner
+}
+
+// Backend is everything the pages read and change, with the API's rules
+// for who may do what: a method refuses what the XRPC method it mirrors
+// refuses, with the same *api.Error (401, 403, 404, 409). Methods are safe
+// for concurrent use; a cancelled ctx ends them.
+type Backend interface {
+	// SignIn makes a session from an account API token: an *api.Error 401
+	// when the token is unknown, revoked, expired or its account disabled.
+	SignIn(ctx context.Context, token string) (Session, error)
+	// Session returns the session of a cookie value; an *api.Error 401
+	// when it is unknown, signed out, expired, or its token no longer
+	// valid.
+	Session(ctx context.Context, id string) (Session, error)
+	// SignOut ends a session (idempotent).
+	SignOut(ctx context.Context, id string) error
+
+	// Repos lists the repositories the viewer may see.
+	Repos(ctx context.Context, v Viewer) ([]api.Repo, error)
+	// Pipelines returns a page of at most limit pipelines of repo
+	// (OWNER/NAME) with an id below before (0: the newest).
+	Pipelines(ctx context.Context, v Viewer, repo string, before int64, limit int) (PipelinePage, error)
+	// Run returns run id with its steps, as dev.knotless.run.get does.
+	Run(ctx context.Context, v Viewer, id int64) (Run, error)
+	// RunChanged returns a channel closed at the run's next change (its
+	// state, a step, log bytes). It checks nothing: call Run first.
+	RunChanged(id int64) <-chan struct{}
+	// Closing is closed when the server shuts down: event streams end (and
+	// browsers reconnect to the next server).
+	Closing() <-chan struct{}
+	// ReadLog returns bytes [from, to) of a step's log (fewer when the log
+	// is shorter).
+	ReadLog(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]byte, error)
+	// ServeLog answers r with a step's whole log (application/octet-stream),
+	// as dev.knotless.run.getLog does; false (nothing written) with the
+	// error when the viewer may not read it.
+	ServeLog(w http.ResponseWriter, r *http.Request, v Viewer, run int64, step int) error
+	// ServeOutputs answers r with the run's outputs archive (tar), as
+	// dev.knotless.run.getOutputs does.
+	ServeOutputs(w http.ResponseWriter, r *http.Request, v Viewer, run int64) error
+	// CancelRun cancels a run as dev.knotless.run.cancel does.
+	CancelRun(ctx context.Context, v Viewer, id int64) error
+
+	// Runners lists repo's runners with what they hold.
+	Runners(ctx context.Context, v Viewer, repo string) (RunnersPage, error)
+	// ApproveRunner approves runner name of repo if its DID is did, as
+	// dev.knotless.runner.approve does (409 when the DID differs).
+	ApproveRunner(ctx context.Context, v Viewer, repo, name, did string) error
+	// RemoveRunner removes runner name of repo.
+	RemoveRunner(ctx context.Context, v Viewer, repo, name string) error
+}

@@ -1,0 +1,137 @@
+// Command deploy builds what deploy/kubernetes/ installs (see package
+// internal/deploy). Run from the module root:
+//
+//	go run ./scripts/deploy digests          # build, write the digests into the manifest
+//	go run ./scripts/deploy digests -check   # exit 1 when the manifest's digests are stale
+//	go run ./scripts/deploy image -o bin/knotless-runner-image.tar [-ref localhost/knotless/runner:dev]
+//	go run ./scripts/deploy image -base -o FILE -ref localhost/knotless/runner-base:1
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"knotless.dev/knotless/internal/deploy"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "deploy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: deploy digests [-check] | deploy image -o FILE [-ref REF] [-base]")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	root, err := deploy.ModuleRoot(wd)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	switch args[0] {
+	case "digests":
+		check := fs.Bool("check", false, "only compare: exit 1 when the manifest's digests differ from the build's")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		digests, err := buildDigests(ctx, root)
+		if err != nil {
+			return err
+		}
+		manifest := filepath.Join(root, deploy.Manifest)
+		if *check {
+			text, err := os.ReadFile(manifest)
+			if err != nil {
+				return err
+			}
+			if s := deploy.Stale(text, digests); s != "" {
+				return fmt.Errorf("%s: stale digests (run `make deploy-digests`):\n%s", deploy.Manifest, s)
+			}
+			fmt.Println(deploy.Manifest + ": digests match the build")
+			return nil
+		}
+		changed, err := deploy.WriteDigests(manifest, digests)
+		if err != nil {
+			return err
+		}
+		for _, p := range deploy.Programs {
+			fmt.Printf("%s  %s\n", digests[p], p)
+		}
+		if changed {
+			fmt.Println("wrote", deploy.Manifest)
+		} else {
+			fmt.Println(deploy.Manifest, "already up to date")
+		}
+		return nil
+	case "image":
+		out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
+		ref := fs.String("ref", "localhost/knotless/runner:dev", "image name and tag (never :latest)")
+		base := fs.Bool("base", false, "without knotless-run and knotless-agent: the small image the manifests' init container installs them into")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *out == "" {
+			return fmt.Errorf("image needs -o FILE")
+		}
+		var img deploy.Image
+		if *base {
+			files, err := deploy.BaseFiles()
+			if err != nil {
+				return err
+			}
+			uid := fmt.Sprint(deploy.RunnerUID)
+			img = deploy.Image{Ref: *ref, Files: files, User: uid + ":" + uid, Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"}}
+		} else {
+			tmp, err := os.MkdirTemp("", "knotless-deploy-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			progs, err := deploy.Build(ctx, root, tmp)
+			if err != nil {
+				return err
+			}
+			if img, err = deploy.RunnerImage(*ref, progs); err != nil {
+				return err
+			}
+		}
+		if err := deploy.WriteArchive(*out, img); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s (%s)\n", *out, *ref)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q: want digests or image", args[0])
+}
+
+func buildDigests(ctx context.Context, root string) (map[string]string, error) {
+	tmp, err := os.MkdirTemp("", "knotless-deploy-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	progs, err := deploy.Build(ctx, root, tmp)
+	if err != nil {
+		return nil, err
+	}
+	digests := map[string]string{}
+	for p, path := range progs {
+		if digests[p], err = deploy.FileDigest(path); err != nil {
+			return nil, err
+		}
+	}
+	return digests, nil
+}
