@@ -7,8 +7,9 @@
 //	knotless-agent probe dns:NAME tcp:HOST:PORT ...      network checks for knotless-run doctor
 //	knotless-agent version
 //
-// It uses the standard library only, so that it stays small; runners start
-// it, people do not.
+// It uses the standard library and klauspost/compress's zstd (copy
+// streams of caches) only, so that it stays small; runners start it,
+// people do not.
 package main
 
 import (

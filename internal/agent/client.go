@@ -315,13 +315,35 @@ const minChunk = 512
 // per attempt: it must write the same bytes each time) to be unpacked at
 // dst in the environment, and checks that what arrived is what was sent.
 func (c *Client) CopyIn(ctx context.Context, dst string, produce func(w io.Writer) error) (CopyDone, error) {
+	return c.CopyInWith(ctx, CopyIn{Dst: dst}, produce)
+}
+
+// CopyInWith is CopyIn with the request's options: with req.Compression,
+// produce's tar stream is compressed on the way (the agent's hello must
+// list it: AgentHello.Speaks).
+func (c *Client) CopyInWith(ctx context.Context, req CopyIn, produce func(w io.Writer) error) (CopyDone, error) {
+	dst := req.Dst
+	if req.Compression != "" {
+		plain := produce
+		produce = func(w io.Writer) error {
+			cw, err := Compress(w, req.Compression)
+			if err != nil {
+				return err
+			}
+			err = plain(cw)
+			if cerr := cw.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
+	}
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
 		cn, err := c.conn(ctx)
 		if err != nil {
 			return CopyDone{}, err
 		}
-		done, err, broken := c.copyInOnce(ctx, cn, dst, produce)
+		done, err, broken := c.copyInOnce(ctx, cn, req, produce)
 		if !broken {
 			return done, err
 		}
@@ -335,8 +357,9 @@ func (c *Client) CopyIn(ctx context.Context, dst string, produce func(w io.Write
 }
 
 // copyInOnce makes one attempt; broken reports a connection failure (retry).
-func (c *Client) copyInOnce(ctx context.Context, cn *Conn, dst string, produce func(w io.Writer) error) (CopyDone, error, bool) {
-	if err := cn.WriteJSON(TypeCopyIn, CopyIn{Dst: dst}); err != nil {
+func (c *Client) copyInOnce(ctx context.Context, cn *Conn, req CopyIn, produce func(w io.Writer) error) (CopyDone, error, bool) {
+	dst := req.Dst
+	if err := cn.WriteJSON(TypeCopyIn, req); err != nil {
 		return CopyDone{}, err, true
 	}
 	pr, pw := io.Pipe()
@@ -411,13 +434,36 @@ func (c *Client) copyInOnce(ctx context.Context, cn *Conn, dst string, produce f
 // called again after a failed attempt). It checks the stream's length and
 // SHA-256 against what the agent sent.
 func (c *Client) CopyOut(ctx context.Context, src string, consume func(r io.Reader) error) error {
+	return c.CopyOutWith(ctx, CopyOut{Src: src}, consume)
+}
+
+// CopyOutWith is CopyOut with the request's options: with
+// req.Compression, the agent compresses the stream and consume reads it
+// decompressed (the zstd frame's checksum is checked to its end).
+func (c *Client) CopyOutWith(ctx context.Context, req CopyOut, consume func(r io.Reader) error) error {
+	src := req.Src
+	if req.Compression != "" {
+		plain := consume
+		consume = func(r io.Reader) error {
+			dr, done, err := Decompress(r, req.Compression)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := plain(dr); err != nil {
+				return err
+			}
+			_, err = io.Copy(io.Discard, dr)
+			return err
+		}
+	}
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
 		cn, err := c.conn(ctx)
 		if err != nil {
 			return err
 		}
-		err, broken := c.copyOutOnce(ctx, cn, src, consume)
+		err, broken := c.copyOutOnce(ctx, cn, req, consume)
 		if !broken {
 			return err
 		}
@@ -442,8 +488,9 @@ func (hw *hashWriter) Write(p []byte) (int, error) {
 	return hw.w.Write(p)
 }
 
-func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, src string, consume func(r io.Reader) error) (error, bool) {
-	if err := cn.WriteJSON(TypeCopyOut, CopyOut{Src: src}); err != nil {
+func (c *Client) copyOutOnce(ctx context.Context, cn *Conn, req CopyOut, consume func(r io.Reader) error) (error, bool) {
+	src := req.Src
+	if err := cn.WriteJSON(TypeCopyOut, req); err != nil {
 		return err, true
 	}
 	pr, pw := io.Pipe()

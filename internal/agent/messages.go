@@ -33,6 +33,9 @@ type AgentHello struct {
 	// Workdir is the steps' working directory, Home their HOME.
 	Workdir string `json:"workdir"`
 	Home    string `json:"home"`
+	// Compression lists the copy-stream compressions the agent unpacks
+	// and produces (CompressionZstd); an older agent lists none.
+	Compression []string `json:"compression,omitempty"`
 	// Steps are the steps the agent knows, in the order they started.
 	Steps []StepInfo `json:"steps,omitempty"`
 }
@@ -143,12 +146,24 @@ type Exit struct {
 // the workdir. The agent answers CopyDone.
 type CopyIn struct {
 	Dst string `json:"dst"`
+	// Compression is "" (the Data frames are the tar stream) or
+	// CompressionZstd (they are the tar stream compressed with zstd); the
+	// length and SHA-256 of DataEnd and CopyDone are of the bytes sent.
+	// Only sent to an agent whose hello lists it.
+	Compression string `json:"compression,omitempty"`
 }
+
+// CompressionZstd is the zstd compression of copy streams
+// (github.com/klauspost/compress/zstd, frames with content checksums).
+const CompressionZstd = "zstd"
 
 // CopyOut asks for Src (relative to the workdir unless absolute) as a tar
 // stream: the agent answers Data frames, then DataEnd.
 type CopyOut struct {
 	Src string `json:"src"`
+	// Compression is as CopyIn's: the agent compresses the stream it
+	// sends.
+	Compression string `json:"compression,omitempty"`
 }
 
 // DataEnd ends a tar stream: its length and SHA-256 (hex), or the error

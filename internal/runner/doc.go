@@ -37,6 +37,8 @@
 //	                                 updates and the final result, in order
 //	DIR/spool/<run>/outputs.tar      the outputs archive, uploaded before the result
 //	DIR/spool/<run>/shipped.json     what the server acknowledged so far
+//	DIR/caches/                      the cache store (package cache): entries by
+//	                                 repository and key, bounded by --cache-size
 //	DIR/shell/run-<run>/             the shell executor's session: the step
 //	                                 agent's socket, log and state (scripts,
 //	                                 output) and the steps' HOME and TMPDIR

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logmask"
 	"knotless.dev/knotless/internal/logship"
@@ -82,6 +83,9 @@ type Job struct {
 	// before they are packed; empty means outputs are not collected (the
 	// setup log says so). The caller removes it with the workspace.
 	OutputsDir string
+	// Caches is the runner's cache store for the workflow's `caches:`;
+	// nil means caches are not used (the setup log says so).
+	Caches *cache.Store
 	// Cleanup, when set, removes what the run left on this host (the
 	// workspace); it runs after the session's cleanup and before the result
 	// is reported, whatever happened. Its error goes to the setup log.
@@ -327,9 +331,6 @@ func (e *execution) run(ctx context.Context) Result {
 		return Result{State: api.StateErrored, Reason: api.ReasonSecretInvalid, Message: err.Error()}
 	}
 	if resume == nil {
-		if len(wf.Caches) > 0 {
-			sl.printf("caches are not supported by this runner yet: running cold\n")
-		}
 		for _, name := range sortedKeys(e.job.Secrets) {
 			if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
 				sl.printf("warning: secret %s is shorter than %d bytes or blank: it is NOT masked in logs\n", name, logmask.MinSecretLen)
@@ -399,9 +400,19 @@ func (e *execution) run(ctx context.Context) Result {
 			sl.printf("cleanup of the environment failed: %v\n", err)
 		}
 	}()
+	// Caches: restored before the first step, saved after a success
+	// (caches.go); a run taken over in its environment was restored by
+	// its first process (one whose setup starts over is restored anew).
+	var caches cacheRestoreResult
+	if resume == nil || resume.Session == nil {
+		caches = e.restoreCaches(runCtx, sess)
+	} else if len(wf.Caches) > 0 {
+		sl.printf("caches: not saved by this process: the run was taken over, and only the process that restored them knows whether their keys were hits\n")
+	}
 	res := e.steps(runCtx, sess, timeout)
 	if !e.handedOver && !e.handingOver() {
 		e.collectOutputs(ctx, sess)
+		e.saveCaches(ctx, sess, res, caches)
 	}
 	return res
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
@@ -68,6 +69,9 @@ type Config struct {
 	ApprovalPoll time.Duration
 	// Grace is a cancelled step's SIGTERM-to-SIGKILL wait (0: executor's).
 	Grace time.Duration
+	// CacheSize bounds the cache store (WorkDir/caches) in bytes, with
+	// LRU eviction; 0 means cache.DefaultSize.
+	CacheSize int64
 	// MaxBackoff caps retry waits after errors; 0 means 15 s.
 	MaxBackoff time.Duration
 	HTTP       *http.Client
@@ -80,6 +84,7 @@ type Runner struct {
 	log     *slog.Logger
 	client  *logship.Client
 	mirrors *Mirrors
+	caches  *cache.Store // opened by Run, under the work directory's lock
 	// workspaces hands out the runs' stable checkout paths.
 	workspaces *workspaces
 
@@ -192,6 +197,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	// The store's sweep (saves a killed process left) needs the lock.
+	if r.caches, err = cache.Open(r.path("caches"), r.cfg.CacheSize, r.log); err != nil {
+		return fmt.Errorf("%w (--work holds the cache store; --cache-size bounds it)", err)
+	}
 
 	held, err := r.startSession(ctx)
 	if err != nil || ctx.Err() != nil {
@@ -554,6 +563,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		Grace:          r.cfg.Grace,
 		Logger:         r.log,
 		OutputsDir:     filepath.Join(runDir, "outputs"),
+		Caches:         r.caches,
 		Cleanup:        removeWorkspace,
 		Checkout: func(ctx context.Context, c workflow.Checkout, w io.Writer) error {
 			return r.mirrors.Checkout(ctx, Fetch{

@@ -79,7 +79,8 @@ func TestHelp_EveryCommandExplainsItself(t *testing.T) {
 	}
 	cmd, out, _ := command(t.TempDir(), nil, "run", "--help")
 	cmd.Run()
-	for _, want := range []string{"KNOTLESS_STATE", "KNOTLESS_WORK", "KNOTLESS_CAPACITY", "KNOTLESS_STOP_WAIT", "KNOTLESS_LOG_LIMIT", "KNOTLESS_EXECUTOR", "DIR/spool"} {
+	for _, want := range []string{"KNOTLESS_STATE", "KNOTLESS_WORK", "KNOTLESS_CAPACITY", "KNOTLESS_STOP_WAIT", "KNOTLESS_LOG_LIMIT", "KNOTLESS_EXECUTOR", "DIR/spool",
+		"--cache-size", "KNOTLESS_CACHE_SIZE", "DIR/caches/"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("run --help does not mention %s", want)
 		}
@@ -96,6 +97,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{"exec", "a.yml", "b.yml"},
 		{"exec", "missing.yml"},
 		{"run", "--state", "s", "--work", "w", "--executor", "nope"},
+		{"run", "--state", "s", "--work", "w", "--cache-size", "10GB"},
 	} {
 		cmd, _, errb := command(t.TempDir(), nil, args...)
 		if code := exitCode(t, cmd.Run()); code != 2 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -17,6 +18,7 @@ func newRun(g *globals) *cobra.Command {
 		exf             *executorFlags
 		cfg             runner.Config
 		logLimit        = sizeValue(runner.DefaultLogLimit)
+		cacheSize       = sizeValue(cache.DefaultSize)
 		envs            = &envValue{}
 		envPass         = &envPassValue{}
 		handover        bool
@@ -59,6 +61,9 @@ Work directory layout:
                                after each run
   DIR/runs/<run>/              a run's outputs while they are packed
   DIR/spool/<run>/             logs and results not yet delivered
+  DIR/caches/                  the cache store of the workflows' caches:
+                               (bounded by --cache-size, least recently used
+                               evicted first; per repository)
   DIR/shell/run-<run>/         the shell executor's files of a run: its step
                                agent's socket, log and state, and the steps'
                                HOME and TMPDIR (removed after it)
@@ -68,9 +73,10 @@ root runs them as root unless --user NAME names an unprivileged user to run
 them as (its groups, a HOME of its own, the workspace handed to it).
 
 Every run gets a fresh HOME and TMPDIR, made by the executor, so tool caches
-in HOME start cold; --env points tools at a cache the runs share, e.g.
-GOCACHE (or XDG_CACHE_HOME); with the stable checkout path, Go's build and
-test cache then hit across runs.
+in HOME start cold unless the workflow's caches: restores them (saved after
+a successful run, restored by key before the first step); --env points
+tools at a cache the runs share, e.g. GOCACHE (or XDG_CACHE_HOME); with the
+stable checkout path, Go's build and test cache then hit across runs.
 
 Steps get a clean environment: none of the runner's own variables reach them
 (not even HTTPS_PROXY), only PATH, HOME, LANG=C.UTF-8, TZ=UTC, the KNOTLESS_*
@@ -110,6 +116,7 @@ to do, cancels its running runs and exits 1.`,
 			}
 			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
 			cfg.LogLimit = int64(logLimit)
+			cfg.CacheSize = int64(cacheSize)
 			var missing []string
 			cfg.Env, missing = stepEnv(envPass, envs)
 			if len(missing) > 0 {
@@ -152,10 +159,13 @@ to do, cancels its running runs and exits 1.`,
 	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
 	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
 	f.Lookup("log-limit").DefValue = "64Mi"
+	f.Var(&cacheSize, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted"+envNote("KNOTLESS_CACHE_SIZE"))
+	f.Lookup("cache-size").DefValue = "10Gi"
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
-		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT"} {
+		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
+		"cache-size": "KNOTLESS_CACHE_SIZE"} {
 		envFlag(f, flag, env)
 	}
 	return cmd

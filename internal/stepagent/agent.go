@@ -227,7 +227,7 @@ func (a *Agent) hello(ch agent.ClientHello) agent.AgentHello {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := agent.AgentHello{Agent: a.cfg.Version, Run: a.cfg.Run, PID: a.pid, Kill: a.cg.describe(),
-		Workdir: a.cfg.Workdir, Home: a.cfg.Home}
+		Workdir: a.cfg.Workdir, Home: a.cfg.Home, Compression: []string{agent.CompressionZstd}}
 	for _, s := range a.order {
 		h.Steps = append(h.Steps, s.info())
 	}
@@ -554,7 +554,16 @@ func (h *connHandler) startCopyIn(req agent.CopyIn) {
 		var d agent.CopyDone
 		t, name, closeTree, err := agent.ResolveIn(h.a.cfg.Workdir, req.Dst)
 		if err == nil {
-			d.Files, err = agent.ExtractTar(context.Background(), pr, t, name)
+			var r io.Reader
+			var closeR func()
+			if r, closeR, err = agent.Decompress(pr, req.Compression); err == nil {
+				d.Files, err = agent.ExtractTar(context.Background(), r, t, name)
+				if err == nil && req.Compression != "" {
+					// To the compressed stream's end: its checksum.
+					_, err = io.Copy(io.Discard, r)
+				}
+				closeR()
+			}
 			closeTree()
 		}
 		if err != nil {
@@ -590,7 +599,13 @@ func (h *connHandler) copyOut(req agent.CopyOut) {
 	w := &dataWriter{cn: h.cn, h: sha256.New()}
 	t, name, closeTree, err := agent.ResolveIn(h.a.cfg.Workdir, req.Src)
 	if err == nil {
-		err = agent.WriteTar(context.Background(), w, t, name)
+		var cw io.WriteCloser
+		if cw, err = agent.Compress(w, req.Compression); err == nil {
+			err = agent.WriteTar(context.Background(), cw, t, name)
+			if cerr := cw.Close(); err == nil {
+				err = cerr
+			}
+		}
 		closeTree()
 	}
 	if err == nil {

@@ -433,6 +433,10 @@ func (d *decoder) caches(e entry) []Cache {
 					d.errorf(x.vpos(), "%s paths is empty; list the directories to save", where)
 				}
 				for _, it := range items {
+					if err := CheckCachePath(it.s); err != nil {
+						d.errorf(it.p, "%s paths: %v", where, err)
+						continue
+					}
 					c.Paths = append(c.Paths, it.s)
 				}
 			default:
@@ -475,6 +479,32 @@ func checkRelative(p string) error {
 		return fmt.Errorf("%q starts with ~; outputs are paths relative to the checkout", p)
 	case c == ".." || strings.HasPrefix(c, "../"):
 		return fmt.Errorf("%q leaves the checkout", p)
+	}
+	return nil
+}
+
+// CheckCachePath accepts a path of a `caches:` entry: relative to the
+// checkout ("node_modules", ".cache/x"), or below the steps' HOME ("~",
+// "~/.cache/go-build"), staying inside that root ("a/../b" is fine, "../x"
+// and "~/../x" are not). Absolute paths and "~user" are refused: a cache
+// never reaches outside the run's own directories.
+func CheckCachePath(p string) error {
+	rel := p
+	root := "the checkout"
+	switch {
+	case p == "":
+		return fmt.Errorf("a path is empty")
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%q is absolute; cache paths are relative to the checkout, or start with ~/ for HOME", p)
+	case p == "~":
+		return nil
+	case strings.HasPrefix(p, "~/"):
+		rel, root = strings.TrimPrefix(p, "~/"), "HOME"
+	case strings.HasPrefix(p, "~"):
+		return fmt.Errorf("%q names another user's home; write ~/ for the steps' HOME", p)
+	}
+	if c := path.Clean(rel); c == ".." || strings.HasPrefix(c, "../") {
+		return fmt.Errorf("%q leaves %s", p, root)
 	}
 	return nil
 }

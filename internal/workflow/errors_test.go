@@ -37,6 +37,18 @@ var errorCases = []struct {
 		"2:5: cache 1 has no paths:",
 		`3:5: unknown key "path" in cache 1; did you mean "paths"?`,
 	}},
+	{"CacheKeyHashFilesPatternOutsideCheckout", "caches:\n  - key: k-{{ hashFiles \"go.sum\" \"../x.lock\" }}\n    paths: [a]\nsteps: [{run: x}]\n", []string{
+		`2:10: cache 1 key: hashFiles pattern "../x.lock" leaves the checkout`,
+	}},
+	{"CacheKeyHashFilesAbsolutePattern", "caches:\n  - key: \"{{ hashFiles \\\"/etc/passwd\\\" }}\"\n    paths: [a]\nsteps: [{run: x}]\n", []string{
+		`2:10: cache 1 key: hashFiles pattern "/etc/passwd" is absolute`,
+	}},
+	{"CachePathsOutsideTheirRoot", "caches:\n  - key: k\n    paths: [/etc, ../up, ~/../x, ~root/y, ok, ~/.cache/go-build]\nsteps: [{run: x}]\n", []string{
+		`3:13: cache 1 paths: "/etc" is absolute; cache paths are relative to the checkout, or start with ~/ for HOME`,
+		`3:19: cache 1 paths: "../up" leaves the checkout`,
+		`3:26: cache 1 paths: "~/../x" leaves HOME`,
+		`3:34: cache 1 paths: "~root/y" names another user's home`,
+	}},
 	{"DuplicateKey", "steps: [{run: x}]\nname: a\nname: b\n", []string{`3:1: duplicate key "name" in the workflow file (first at 2:1)`}},
 	{"DuplicateStepKey", "steps:\n  - run: a\n    run: b\n", []string{`3:5: duplicate key "run" in step 1 (first at 2:5)`}},
 	{"StepsMissing", "\nname: x\n", []string{"2:1: missing steps"}},

@@ -3,6 +3,7 @@ package workflow
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"text/template"
@@ -237,9 +238,44 @@ func isHashFilesCall(a *tparse.ActionNode) bool {
 	return true
 }
 
+// checkCacheKey parses key and checks each hashFiles pattern: a valid
+// glob, relative to the checkout and staying in it.
 func checkCacheKey(key string) error {
-	_, err := keyTemplate(key, func(...string) (string, error) { return "", nil })
-	return err
+	t, err := keyTemplate(key, func(patterns ...string) (string, error) {
+		for _, p := range patterns {
+			if err := checkHashPattern(p); err != nil {
+				return "", err
+			}
+		}
+		return "", nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := t.Execute(io.Discard, nil); err != nil {
+		var ee template.ExecError
+		if errors.As(err, &ee) && errors.Unwrap(ee.Err) != nil {
+			return errors.Unwrap(ee.Err)
+		}
+		return err
+	}
+	return nil
+}
+
+func checkHashPattern(p string) error {
+	c := path.Clean(p)
+	switch {
+	case p == "":
+		return errors.New("hashFiles pattern is empty")
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("hashFiles pattern %q is absolute; patterns are relative to the checkout", p)
+	case c == ".." || strings.HasPrefix(c, "../"):
+		return fmt.Errorf("hashFiles pattern %q leaves the checkout", p)
+	}
+	if _, err := compileGlob(p); err != nil {
+		return fmt.Errorf("hashFiles: %v", err)
+	}
+	return nil
 }
 
 // RenderCacheKey expands a cache key template (Cache.Key), calling

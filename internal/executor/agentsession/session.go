@@ -56,6 +56,17 @@ type Config struct {
 	// Forget tells the executor that the session is over (Cleanup,
 	// Detach); may be nil.
 	Forget func()
+	// HostPath, when set, maps a path as the steps see it (absolute) to
+	// the same file on the runner's host and the host directory it must
+	// stay in (the checkout, HOME), and reports false for paths the host
+	// does not see. Caches then move by the host's file system
+	// (cache.CopyTree, cache.MoveTree) instead of through the agent, and
+	// never through a symbolic link below root.
+	HostPath func(p string) (host, root string, ok bool)
+	// HostChown, when set, is called on what a host restore made (a file
+	// or a tree), to give it to the environment's user (the docker
+	// executor's bind-mounted checkout).
+	HostChown func(host string) error
 }
 
 // Session is an executor.Session over a step agent.

@@ -231,7 +231,8 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 // spec.Workspace is bind-mounted as Workspace (nothing is copied), and
 // given to the container's user at the session's first Exec, CopyIn or
 // CopyOut (PrepareEarly; never under `knotless-run exec`). It writes to
-// spec.Log the container, image, limits, user and network.
+// spec.Log the container, image, limits, user and network. Caches move by
+// the host's file system for the checkout (hostCaches).
 //
 // Errors: a workflow asking for more than the runner allows; an image
 // that is neither present nor pullable (a *executor.Fault with reason
@@ -380,7 +381,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		ws := spec.Workspace
 		ready = func(context.Context) error { return chownTree(ws, runAs) }
 	}
-	return e.newSession(spec.ID, id, hello.Workdir, client, handle, ready), nil
+	s := e.newSession(spec.ID, id, hello.Workdir, client, handle, ready)
+	hostCaches(s, hello.Workdir, spec.Workspace, runAs)
+	return s, nil
 }
 
 // containerName is the job container's name: knotless-RUNNER-ID with

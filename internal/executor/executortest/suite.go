@@ -71,6 +71,7 @@ var scenarios = []scenario{
 	{"CopyOutOfAStepMadeTreeKeepsNestingLinksAndBigFiles", testCopyOutStepMadeTree},
 	{"CopyOutOfAMissingPathIsNotExist", testCopyOutMissingIsNotExist},
 	{"CopyOutThroughALinkLeavingTheWorkdirIsRefused", testCopyOutThroughLinkLeavingWorkdirRefused},
+	{"CacheRestoredChangedBySavedNeverChangesTheEntry", testCacheRestoreStepSave},
 }
 
 // Run runs every scenario as a subtest of t: the session scenarios each in

@@ -346,7 +346,7 @@ func binary(n int64) string { return resource.NewQuantity(n, resource.BinarySI).
 // the first exec and connects to it; the checkout at spec.Workspace is
 // copied into Workspace at the session's first Exec, CopyIn or CopyOut
 // (PrepareEarly). It writes to spec.Log the pod's name, node, image,
-// resources and user, and that caches start cold.
+// resources and user.
 //
 // Errors: a workflow asking for more resources than the runner allows,
 // an image that cannot be pulled within ImagePullGrace (a *executor.Fault

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentsession"
@@ -384,8 +385,37 @@ func (e *Executor) newSession(id, dir, workdir string, client *agent.Client, rea
 		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
 		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
 		Forget: func() { e.live.Forget(id, s) },
+		// Steps see the host's own paths: caches move on the runner's
+		// disk, never through the agent, for the checkout and HOME only.
+		HostPath: func(p string) (string, string, bool) {
+			p = filepath.Clean(p)
+			for _, root := range []string{workdir, filepath.Join(dir, "home")} {
+				if p == root || strings.HasPrefix(p, root+"/") {
+					return p, root, true
+				}
+			}
+			return "", "", false
+		},
+		// With --user, what a restore made is the step user's.
+		HostChown: e.giveRestored(workdir, filepath.Join(dir, "home")),
 	})
 	return s
+}
+
+// giveRestored makes a restored cache path (below the workspace or HOME)
+// Config.User's; nil without a User.
+func (e *Executor) giveRestored(workdir, home string) func(string) error {
+	u := e.cfg.User
+	if u == nil {
+		return nil
+	}
+	return func(p string) error {
+		root := workdir
+		if p == home || strings.HasPrefix(p, home+"/") {
+			root = home
+		}
+		return cache.GiveTree(root, p, int(u.UID), int(u.GID))
+	}
 }
 
 // userReady hands the session directory dir's HOME (and TMPDIR) and the
