@@ -2,12 +2,12 @@ package docker
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"knotless.dev/knotless/internal/executor"
 )
 
 // Labels every job container carries: the manager, the runner's name and
@@ -45,51 +45,17 @@ const (
 // defaultPATH is the steps' PATH when a step sets none.
 const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// RunAs is the numeric user a job container runs as.
-type RunAs struct {
-	// Image keeps the image's own user, which must then be numeric and
-	// not root.
-	Image bool
-	// UID and GID are used when Image is false.
-	UID, GID int64
-}
+// RunAs, DefaultRunAs and ParseRunAs are the executors' shared --run-as.
+type RunAs = executor.RunAs
 
-// DefaultRunAs is UID:GID 1000:1000 (the kube executor's default too).
-var DefaultRunAs = RunAs{UID: 1000, GID: 1000}
+// DefaultRunAs is UID:GID 1000:1000.
+var DefaultRunAs = executor.DefaultRunAs
 
-// ParseRunAs reads "UID:GID", "UID" or "image", as the kube executor's
-// --run-as does. UID 0 is refused: job containers never run as root.
-func ParseRunAs(s string) (RunAs, error) {
-	if s == "image" {
-		return RunAs{Image: true}, nil
-	}
-	u, g, hasG := strings.Cut(s, ":")
-	uid, err := strconv.ParseInt(u, 10, 64)
-	if err != nil || uid < 0 {
-		return RunAs{}, fmt.Errorf("--run-as %q: want UID:GID (numbers), UID, or image", s)
-	}
-	gid := uid
-	if hasG {
-		if gid, err = strconv.ParseInt(g, 10, 64); err != nil || gid < 0 {
-			return RunAs{}, fmt.Errorf("--run-as %q: the GID is not a number", s)
-		}
-	}
-	if uid == 0 {
-		return RunAs{}, fmt.Errorf("--run-as %q: job containers never run as root (UID 0)", s)
-	}
-	return RunAs{UID: uid, GID: gid}, nil
-}
+// ParseRunAs reads --run-as: see executor.ParseRunAs.
+var ParseRunAs = executor.ParseRunAs
 
-// String is the flag's spelling.
-func (r RunAs) String() string {
-	if r.Image {
-		return "image"
-	}
-	return fmt.Sprintf("%d:%d", r.UID, r.GID)
-}
-
-// user is the container's User: "UID:GID".
-func (r RunAs) user() string { return fmt.Sprintf("%d:%d", r.UID, r.GID) }
+// userOf is the container's User for r: "UID:GID".
+func userOf(r RunAs) string { return fmt.Sprintf("%d:%d", r.UID, r.GID) }
 
 // imageUser reads an image's numeric USER ("UID", "UID:GID"); root, an
 // empty USER (root) and names are refused with what to do.
@@ -138,7 +104,7 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 	}
 	cfg := &container.Config{
 		Image:           s.Image,
-		User:            s.RunAs.user(),
+		User:            userOf(s.RunAs),
 		Entrypoint:      s.Cmd,
 		Cmd:             nil,
 		WorkingDir:      Workspace,

@@ -296,7 +296,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			if st.Uid == 0 {
 				hint = " (job containers never run as root)"
 			}
-			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, runAs.user(), hint)
+			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, userOf(runAs), hint)
 		}
 	}
 	var deadline time.Time
@@ -360,9 +360,9 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		pids = fmt.Sprint(e.cfg.Pids)
 	}
 	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %d MiB (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
-		name, short(id), img, cpusString(nano), mem>>20, pids, cmp.Or(e.cfg.Runtime, "default"), runAs.user(), netName)
-	handle, _ := json.Marshal(handleData{Container: id, User: runAs.user()})
-	client := e.newClient(spec.ID, id, runAs.user())
+		name, short(id), img, cpusString(nano), mem>>20, pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
+	handle, _ := json.Marshal(handleData{Container: id, User: userOf(runAs)})
+	client := e.newClient(spec.ID, id, userOf(runAs))
 	hello, err := client.Connect(ctx)
 	if err != nil {
 		_ = client.Close()
@@ -472,7 +472,7 @@ func chownTree(dir string, r RunAs) error {
 		return os.Lchown(p, int(r.UID), int(r.GID))
 	})
 	if err != nil {
-		return fmt.Errorf("give the checkout to the job's user %s (the runner must run as root, or as that user): %w", r.user(), err)
+		return fmt.Errorf("give the checkout to the job's user %s (the runner must run as root, or as that user): %w", userOf(r), err)
 	}
 	return nil
 }

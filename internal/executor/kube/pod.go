@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"knotless.dev/knotless/internal/executor"
 )
 
 // Labels every job pod carries (Kubernetes recommended label for the
@@ -53,48 +54,14 @@ const (
 // kubelet's deadline only catches a pod nobody ends.
 const deadlineMargin = 2 * time.Minute
 
-// RunAs is the user a job pod's container runs as.
-type RunAs struct {
-	// Image keeps the image's own user (runAsUser unset); runAsNonRoot
-	// still refuses root, and a non-numeric USER fails verification.
-	Image bool
-	// UID and GID are used when Image is false; GID 0 means UID.
-	UID, GID int64
-}
+// RunAs, DefaultRunAs and ParseRunAs are the executors' shared --run-as.
+type RunAs = executor.RunAs
 
 // DefaultRunAs is UID:GID 1000:1000.
-var DefaultRunAs = RunAs{UID: 1000, GID: 1000}
+var DefaultRunAs = executor.DefaultRunAs
 
-// ParseRunAs reads "UID:GID", "UID" or "image". UID 0 is refused: job pods
-// never run as root.
-func ParseRunAs(s string) (RunAs, error) {
-	if s == "image" {
-		return RunAs{Image: true}, nil
-	}
-	u, g, hasG := strings.Cut(s, ":")
-	uid, err := strconv.ParseInt(u, 10, 64)
-	if err != nil || uid < 0 {
-		return RunAs{}, fmt.Errorf("--run-as %q: want UID:GID (numbers), UID, or image", s)
-	}
-	gid := uid
-	if hasG {
-		if gid, err = strconv.ParseInt(g, 10, 64); err != nil || gid < 0 {
-			return RunAs{}, fmt.Errorf("--run-as %q: the GID is not a number", s)
-		}
-	}
-	if uid == 0 {
-		return RunAs{}, fmt.Errorf("--run-as %q: job pods never run as root (UID 0); the namespace's Pod Security \"restricted\" refuses it", s)
-	}
-	return RunAs{UID: uid, GID: gid}, nil
-}
-
-// String is the flag's spelling.
-func (r RunAs) String() string {
-	if r.Image {
-		return "image"
-	}
-	return fmt.Sprintf("%d:%d", r.UID, r.GID)
-}
+// ParseRunAs reads --run-as: see executor.ParseRunAs.
+var ParseRunAs = executor.ParseRunAs
 
 // podSpec is what podFor needs to build one job pod.
 type podSpec struct {
