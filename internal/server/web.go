@@ -244,23 +244,26 @@ func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, e
 		return web.Run{}, err
 	}
 	out := web.Run{Run: run, CanCancel: !api.IsFinal(run.State)} // who may see a run may cancel it (cancelRun: visibleRun)
-	// A step's row is updated when it starts and when it ends: the end of
-	// one step is the start of the next, the first starts with the run.
+	// Steps carry the start and end the runner measured (steps.started_at,
+	// finished_at). Rows from before those columns have only UpdatedAt,
+	// which is set when a step starts and when it ends: the end of one
+	// step is then the start of the next, the first starts with the run.
 	prevEnd := run.StartedAt
 	for _, st := range run.Steps {
 		ws := web.Step{Step: st, Done: stepDone(stored, rows, st.Index)}
-		var updated *time.Time
-		for _, r := range rows {
-			if r.Index == st.Index {
-				t := r.UpdatedAt
-				updated = &t
+		var row *store.Step
+		for i := range rows {
+			if rows[i].Index == st.Index {
+				row = &rows[i]
 			}
 		}
-		switch st.State {
-		case api.StepRunning:
-			ws.Started = updated
-		case api.StepSucceeded, api.StepFailed, api.StepCancelled:
-			ws.Started, ws.Ended = prevEnd, updated
+		switch {
+		case row != nil && (row.StartedAt != nil || row.FinishedAt != nil):
+			ws.Started, ws.Ended = row.StartedAt, row.FinishedAt
+		case row != nil && st.State == api.StepRunning:
+			ws.Started = &row.UpdatedAt
+		case row != nil && (st.State == api.StepSucceeded || st.State == api.StepFailed || st.State == api.StepCancelled):
+			ws.Started, ws.Ended = prevEnd, &row.UpdatedAt
 			if st.Index == api.SetupStep && run.StartedAt == nil {
 				ws.Started = nil
 			}
