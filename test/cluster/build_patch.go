@@ -111,7 +111,7 @@ func knotlessAddInputChain(nft *nftables.Conn, table *nftables.Table, queue expr
 		proto        byte
 		offset, size uint32
 		set          string
-	}{{unix.NFPROTO_IPV4, 12, 4, podV4IPsSet}, {unix.NFPROTO_IPV6, 8, 16, podV6IPsSet}} {
+	}{{unix.NFPROTO_IPV4, 12, 4, "podips-v4"}, {unix.NFPROTO_IPV6, 8, 16, "podips-v6"}} {
 		nft.AddRule(&nftables.Rule{
 			Table: table,
 			Chain: chain,

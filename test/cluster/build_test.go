@@ -42,7 +42,7 @@ func TestCachedBinaries_OnlyWhenAllThreeAreExecutables(t *testing.T) {
 	}
 	want := map[string]string{
 		b.Kube:            filepath.Join(o.CacheDir, "kubernetes-v1.37.2", "kube"),
-		b.NetworkPolicies: filepath.Join(o.CacheDir, "kube-network-policies-v0.8.0-knotless1", "kube-network-policies"),
+		b.NetworkPolicies: filepath.Join(o.CacheDir, "kube-network-policies-v0.8.0-knotless2", "kube-network-policies"),
 		b.CoreDNS:         filepath.Join(o.CacheDir, "coredns-v1.15.0-knotless1", "coredns"),
 	}
 	for got, w := range want {

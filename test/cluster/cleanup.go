@@ -77,12 +77,46 @@ func (c Config) killShims() {
 
 // unmountAll lazily unmounts every mount point under the state directory
 // and the network namespaces the CRI plugin made (/run/netns/cni-*), deepest
-// first, then removes those namespace files.
+// first, then removes those namespace files. A namespace mount hidden
+// under a later bind mount of /run/netns over itself (what `ip netns add`
+// does when the directory is not a mount point yet) cannot be unmounted by
+// its path: it then detaches that bind mount too and tries again.
 func (c Config) unmountAll() {
+	for attempt := 0; ; attempt++ {
+		points := c.leftoverMounts()
+		if len(points) == 0 {
+			break
+		}
+		if attempt == 2 {
+			c.Log.Warn("mounts left after unmounting", "paths", points)
+			break
+		}
+		if attempt == 1 {
+			_ = syscall.Unmount(netnsDir, syscall.MNT_DETACH)
+		}
+		for _, p := range points {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+				c.Log.Warn("unmount", "path", p, "err", err)
+			}
+		}
+		c.Log.Info("unmounted leftovers", "count", len(points))
+	}
+	for _, dir := range []string{netnsDir, "/var/run/netns"} {
+		ns, _ := filepath.Glob(filepath.Join(dir, "cni-*"))
+		for _, p := range ns {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// leftoverMounts lists the mount points under the state directory and the
+// CRI plugin's network namespaces, deepest first.
+func (c Config) leftoverMounts() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return
+		return nil
 	}
+	defer f.Close()
 	var points []string
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -96,22 +130,31 @@ func (c Config) unmountAll() {
 			points = append(points, p)
 		}
 	}
-	f.Close()
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			c.Log.Warn("unmount", "path", p, "err", err)
-		}
+	return points
+}
+
+// netnsDir is where the CRI plugin (and `ip netns`) mount network
+// namespaces.
+const netnsDir = "/run/netns"
+
+// shareNetnsDir makes /run/netns a shared mount point of its own (a bind
+// mount of itself), as `ip netns add` does the first time it runs, before
+// the CRI plugin mounts namespaces in it: a later `ip netns add` then finds
+// a mount point and only marks it shared, instead of binding the directory
+// over itself and hiding the namespaces mounted in it from their paths.
+func shareNetnsDir() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return err
 	}
-	if len(points) > 0 {
-		c.Log.Info("unmounted leftovers", "count", len(points))
+	err := syscall.Mount("", netnsDir, "none", syscall.MS_SHARED|syscall.MS_REC, "")
+	if err == nil || !errors.Is(err, syscall.EINVAL) {
+		return err
 	}
-	for _, dir := range []string{"/run/netns", "/var/run/netns"} {
-		ns, _ := filepath.Glob(filepath.Join(dir, "cni-*"))
-		for _, p := range ns {
-			_ = os.Remove(p)
-		}
+	if err := syscall.Mount(netnsDir, netnsDir, "none", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return err
 	}
+	return syscall.Mount("", netnsDir, "none", syscall.MS_SHARED|syscall.MS_REC, "")
 }
 
 func isCNINetns(p string) bool {

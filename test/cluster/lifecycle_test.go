@@ -82,6 +82,23 @@ func TestLifecycle(t *testing.T) {
 		runPod(ctx, t, c, "after-kill")
 	})
 
+	// A test of another part (the docker executor's) adding a network
+	// namespace with `ip netns add` while pods run used to bind-mount
+	// /run/netns over itself, hiding the pods' namespace mounts from Down
+	// (CI: "mount left: /run/netns/cni-..."). Up makes the directory a
+	// mount point first; Down must still leave nothing behind.
+	t.Run("IPNetnsAddWhilePodsRunHidesNoNamespaceFromDown", func(t *testing.T) {
+		if _, err := exec.LookPath("ip"); err != nil {
+			t.Skip("no ip command")
+		}
+		if out, err := exec.Command("ip", "netns", "add", "knotless-lifecycle-probe").CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add: %v: %s", err, out)
+		}
+		if out, err := exec.Command("ip", "netns", "del", "knotless-lifecycle-probe").CombinedOutput(); err != nil {
+			t.Fatalf("ip netns del: %v: %s", err, out)
+		}
+	})
+
 	t.Run("DownLeavesNothingBehind", func(t *testing.T) {
 		if err := c.Down(ctx, false); err != nil {
 			t.Fatal(err)

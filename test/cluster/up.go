@@ -79,6 +79,9 @@ func (c Config) Up(ctx context.Context) error {
 		procs[p.name] = p
 	}
 	phase("containerd and images")
+	if err := shareNetnsDir(); err != nil {
+		return fmt.Errorf("make %s a shared mount point: %w", netnsDir, err)
+	}
 	if err := c.start(procs["containerd"]); err != nil {
 		return err
 	}
