@@ -46,9 +46,18 @@ credential may list them); the runner's own pod and the job pods' owner
 runs a step with a test secret sent over the stream, checks the exit code,
 checks from inside the pod that DNS works while the API server, the node
 and another pod do not answer (the NetworkPolicy is enforced, not only
-present), and removes the pod.`,
+present), and removes the pod.
+
+For --executor docker, with the engine run would use (DOCKER_HOST): the
+engine answers (its version and API version); --runtime is one it has; its
+data disk has --disk-floor free; the job network (--network, or the
+runner's own, made if missing, with its rules that keep the host and
+link-local addresses unreachable). Unless --skip-machine it starts a test
+container of --image as a run would, runs a step with a test secret sent
+over the stream, and removes the container.`,
 		Example: `  knotless-run doctor --executor kube --image golang:1.26 --state /var/lib/knotless-run/state/runner.json
-  knotless-run doctor --executor kube --kubeconfig ~/.kube/config --namespace ci --skip-machine`,
+  knotless-run doctor --executor kube --kubeconfig ~/.kube/config --namespace ci --skip-machine
+  knotless-run doctor --executor docker --image golang:1.26`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()

@@ -151,7 +151,7 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 // agentCommand is the agent's argv as PID 1 of the container.
 func agentCommand(runID string, deadline time.Time, extra []string) []string {
 	argv := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
-		"--workdir", Workspace, "--home", Home, "--path", defaultPATH, "--run", runID}
+		"--workdir", Workspace, "--home", Home, "--tmp", "/tmp", "--path", defaultPATH, "--run", runID}
 	if !deadline.IsZero() {
 		argv = append(argv, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -116,6 +117,14 @@ func (e *Executor) doctorRun(ctx context.Context) executor.Check {
 		return executor.Check{Name: name, Detail: err.Error()}
 	}
 	defer removeAll(ws)
+	// Doctor's executor is ephemeral, so Prepare never hands the workspace
+	// to the job's user: do it here, or the step cannot even enter it.
+	if err := os.Chmod(ws, 0o755); err != nil {
+		return executor.Check{Name: name, Detail: err.Error()}
+	}
+	if r := e.cfg.RunAs; !r.Image && os.Geteuid() == 0 {
+		_ = os.Chown(ws, int(r.UID), int(r.GID))
+	}
 	t0 := time.Now()
 	var setup bytes.Buffer
 	id := fmt.Sprintf("doctor-%d", time.Now().UnixNano()%1e9)

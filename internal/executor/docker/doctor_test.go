@@ -48,3 +48,20 @@ func TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer(t *testing.T) {
 		t.Errorf("checks with a missing runtime and a floor too high: %+v", checks)
 	}
 }
+
+// TestDocker_DoctorAsTheCommandMakesItRunsItsTestStep: `knotless-run
+// doctor` makes an ephemeral executor, whose Prepare never hands the
+// workspace to the job's user; the test step failed with "start /bin/sh:
+// permission denied" in its root-owned 0700 temporary workspace.
+func TestDocker_DoctorAsTheCommandMakesItRunsItsTestStep(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	cfg.Ephemeral = true
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f.executor(t, cfg).Doctor(ctx, true, func(c executor.Check) {
+		if !c.OK {
+			t.Errorf("check %s failed: %s (fix: %s)", c.Name, c.Detail, c.Fix)
+		}
+	})
+}
