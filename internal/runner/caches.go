@@ -25,6 +25,8 @@ type cacheState struct {
 	index int    // 1-based, for the log
 	key   string // rendered; "" when the key could not be rendered
 	match cache.Match
+	// broken says a path of the matched entry could not be restored.
+	broken bool
 }
 
 // cacheRestoreResult is what restoreCaches found for each cache.
@@ -134,7 +136,8 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 		}
 		if failed {
 			// A broken restore must not be taken for a hit: save anew.
-			st.match = cache.Miss
+			st.match, st.broken = cache.Miss, true
+			how += " (not all restored: treated as a miss)"
 		}
 		sl.printf("caches: %s: %s: restored %d of %d paths, %s in %d files and directories, in %s\n", key, how, restored, len(c.Paths),
 			byteCount(ent.Bytes), ent.Files, time.Since(start).Round(time.Millisecond))
@@ -192,6 +195,9 @@ func (e *execution) saveCaches(ctx context.Context, sess executor.Session, res R
 		case st.match == cache.Hit:
 			sl.printf("caches: %s: not saved: the key was an exact hit\n", st.key)
 			continue
+		case st.broken && store.Has(e.job.Repo, st.c.Paths, st.key):
+			sl.printf("caches: %s: not saved: the entry with this key is kept (a path of it could not be restored: see above)\n", st.key)
+			continue
 		case store.Has(e.job.Repo, st.c.Paths, st.key):
 			sl.printf("caches: %s: not saved: another run saved this key meanwhile\n", st.key)
 			continue
@@ -217,7 +223,7 @@ func (e *execution) saveCaches(ctx context.Context, sess executor.Session, res R
 			case errors.Is(err, fs.ErrNotExist):
 				sl.printf("caches: %s: %s does not exist: not saved\n", st.key, p)
 			default:
-				sl.printf("caches: %s: %s: not saved: %v\n", st.key, p, err)
+				sl.printf("caches: %s: %s: %v: the entry is not saved (a cache is saved with all its paths or not at all)\n", st.key, p, err)
 				e.noSpace(err, "caches: "+st.key+" not saved")
 				saved = -1
 			}

@@ -302,7 +302,7 @@ func TestCaches_FailedTransferIsNeverStored(t *testing.T) {
 	rep := newMemReporter()
 	res := Execute(context.Background(), cacheJob(t, store, "alice/app", "v1", cacheWorkflow), failingSaveExecutor{testShell(t)}, rep)
 	mustSucceed(t, rep, res)
-	if setup := rep.log(0); !strings.Contains(setup, "vendor: not saved: copy out") {
+	if setup := rep.log(0); !strings.Contains(setup, "vendor: copy out") || !strings.Contains(setup, "the entry is not saved") {
 		t.Fatalf("setup log:\n%s", setup)
 	}
 	if n := len(store.Entries()); n != 0 {
@@ -521,5 +521,47 @@ steps:
 		if i == 1 && !strings.Contains(rep.log(1), "warm: nobody") {
 			t.Fatalf("second run:\n%s\n%s", rep.log(0), rep.log(1))
 		}
+	}
+}
+
+// failingRestore is a real shell session whose RestoreCache fails.
+type failingRestore struct{ executor.Session }
+
+func (f failingRestore) Home(ctx context.Context) (string, error) {
+	return f.Session.(executor.Cacher).Home(ctx)
+}
+func (f failingRestore) RestoreCache(ctx context.Context, src, dst string) error {
+	return errors.New("copy in: refused")
+}
+func (f failingRestore) SaveCache(ctx context.Context, src, stage string) error {
+	return f.Session.(executor.Cacher).SaveCache(ctx, src, stage)
+}
+
+type failingRestoreExecutor struct{ executor.Executor }
+
+func (x failingRestoreExecutor) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
+	s, err := x.Executor.Prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return failingRestore{s}, nil
+}
+
+// An exact hit whose restore failed said "hit" and then "not saved:
+// another run saved this key meanwhile" (a new-user trial): the log says
+// the hit was not whole and that the entry is kept.
+func TestCaches_ExactHitThatFailedToRestoreSaysSoAndKeepsTheEntry(t *testing.T) {
+	store := openTestStore(t, 0)
+	rep := newMemReporter()
+	mustSucceed(t, rep, Execute(context.Background(), cacheJob(t, store, "alice/app", "v1", cacheWorkflow), testShell(t), rep))
+	rep = newMemReporter()
+	mustSucceed(t, rep, Execute(context.Background(), cacheJob(t, store, "alice/app", "v1", cacheWorkflow), failingRestoreExecutor{testShell(t)}, rep))
+	setup := rep.log(0)
+	if !strings.Contains(setup, "(not all restored: treated as a miss)") || !strings.Contains(setup, "the entry with this key is kept") ||
+		strings.Contains(setup, "another run saved this key meanwhile") {
+		t.Fatalf("setup log:\n%s", setup)
+	}
+	if n := len(store.Entries()); n != 1 {
+		t.Fatalf("entries: %d, want the one", n)
 	}
 }
