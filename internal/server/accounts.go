@@ -167,14 +167,17 @@ func (s *Server) repoByFullName(ctx context.Context, full string) (store.Repo, e
 func canManage(a store.Account, repo store.Repo) bool { return a.Admin || a.ID == repo.OwnerID }
 
 // managedRepo resolves "OWNER/NAME" and checks the caller owns it or is an
-// admin.
+// admin. A repository the caller may not manage is answered 404 NotFound,
+// exactly as one that does not exist.
 func (s *Server) managedRepo(ctx context.Context, a store.Account, full string) (store.Repo, error) {
 	repo, err := s.repoByFullName(ctx, full)
 	if err != nil {
 		return repo, err
 	}
 	if !canManage(a, repo) {
-		return repo, forbidden("only the owner of %s or an admin may do this", full)
+		// The same answer as for a repository that does not exist, so
+		// that other accounts cannot learn which names are taken.
+		return repo, xerr(http.StatusNotFound, api.ErrNotFound, "no repository %s (knotless repo list shows yours)", full)
 	}
 	return repo, nil
 }

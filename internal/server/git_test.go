@@ -74,8 +74,8 @@ func TestGit_WrongOrMissingTokenIsRefused(t *testing.T) {
 	}
 	bob := f.CreateAccount(t, "bob")
 	out, err := servertest.GitErr(t, dir, "push", f.GitURL(f.repo, bob), "main")
-	if err == nil || !strings.Contains(out, "403") {
-		t.Fatalf("push by a non-owner: err %v, want 403:\n%s", err, out)
+	if err == nil || !strings.Contains(out, "no repository alice/app") {
+		t.Fatalf("push by a non-owner: err %v, want 404 (as for a repository that does not exist):\n%s", err, out)
 	}
 	if out, err := servertest.GitErr(t, "", "clone", f.GitURL(f.repo, bob), filepath.Join(t.TempDir(), "c")); err == nil {
 		t.Fatalf("clone by a non-owner succeeded:\n%s", out)
@@ -125,8 +125,8 @@ func TestGit_RunTokenFetchesOnlyWhileRunIsActiveAndCannotPush(t *testing.T) {
 	if err == nil {
 		t.Fatalf("clone of another account's repository with a run token succeeded:\n%s", out)
 	}
-	if !strings.Contains(out, "403") {
-		t.Errorf("clone of another account's repository with a run token: want 403:\n%s", out)
+	if !strings.Contains(out, "no repository bob/private for a run of") {
+		t.Errorf("clone of another account's repository with a run token: want 404, as for one that does not exist:\n%s", out)
 	}
 	// Once the run is final, the token is dead.
 	procedure(t, r, api.MethodComplete, api.CompleteInput{Run: c.Run.ID, State: api.StateSucceeded}, nil)

@@ -109,9 +109,23 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 		unauthorized(w, "invalid token (unknown, revoked, or of a finished run)")
 		return
 	}
+	// A repository the caller may not fetch is answered exactly as one
+	// that does not exist (404, the same message), so that names of other
+	// accounts' repositories are not revealed.
+	notFound := func() {
+		msg := fmt.Sprintf("no repository %s/%s", owner, name)
+		if run != nil {
+			runOwner, _, _ := strings.Cut(run.Repo, "/")
+			if runOwner != owner {
+				msg += fmt.Sprintf(" for a run of %s: a run may fetch only repositories of %s "+
+					"(a submodule elsewhere must be public, or moved to %s)", run.Repo, runOwner, runOwner)
+			}
+		}
+		http.Error(w, msg, http.StatusNotFound)
+	}
 	repo, err := s.store.RepoByName(ctx, owner, name)
 	if errors.Is(err, store.ErrNotFound) {
-		http.Error(w, fmt.Sprintf("no repository %s/%s", owner, name), http.StatusNotFound)
+		notFound()
 		return
 	}
 	if err != nil {
@@ -123,18 +137,15 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	switch {
 	case acct != nil:
 		if !canManage(*acct, repo) {
-			http.Error(w, fmt.Sprintf("only the owner of %s or an admin may fetch or push", repo.FullName()), http.StatusForbidden)
+			notFound()
 			return
 		}
 		user = acct.Handle
+	case run.RepoOwnerID != repo.OwnerID:
+		notFound()
+		return
 	case push:
 		http.Error(w, "a run token can only fetch", http.StatusForbidden)
-		return
-	case run.RepoOwnerID != repo.OwnerID:
-		owner, _, _ := strings.Cut(run.Repo, "/")
-		http.Error(w, fmt.Sprintf("a run of %s may fetch only repositories of %s; %s belongs to another account "+
-			"(a submodule there must be made public elsewhere, or moved to %s)", run.Repo, owner, repo.FullName(), owner),
-			http.StatusForbidden)
 		return
 	default:
 		user = fmt.Sprintf("run-%d", run.ID)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -343,14 +344,14 @@ func TestRuns_OnlyOwnerOrAdminSeesThem(t *testing.T) {
 	run := queueOne(t, f, "")
 	bob := f.Client(f.CreateAccount(t, "bob"))
 	ctx := context.Background()
-	if err := bob.Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("get run by another account: err = %v, want Forbidden", err)
+	if err := bob.Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("get run by another account: err = %v, want NotFound", err)
 	}
-	if err := bob.Query(ctx, api.MethodGetRunLog, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("get log by another account: err = %v, want Forbidden", err)
+	if err := bob.Query(ctx, api.MethodGetRunLog, url.Values{"run": {itoa(run.ID)}}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("get log by another account: err = %v, want NotFound", err)
 	}
-	if err := bob.Procedure(ctx, api.MethodCancelRun, api.RunRef{Run: run.ID}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("cancel by another account: err = %v, want Forbidden", err)
+	if err := bob.Procedure(ctx, api.MethodCancelRun, api.RunRef{Run: run.ID}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("cancel by another account: err = %v, want NotFound", err)
 	}
 	var list api.ListRunsOutput
 	if err := bob.Query(ctx, api.MethodListRuns, nil, &list); err != nil || len(list.Runs) != 0 {
@@ -387,5 +388,48 @@ func TestShutdown_EndsLongPollsAtOnce(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("long poll still open after shutdown")
+	}
+}
+
+// Another account got 403 "run 1 belongs to alice/app" for a run that
+// exists and 404 "no run 9999" for one that does not, and the same split
+// for repositories over XRPC and git (a new-user trial): which names and
+// run numbers exist could be probed. Both now get the same 404.
+func TestRuns_AnotherAccountCannotTellAnExistingRunOrRepositoryFromAMissingOne(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	run := queueOne(t, f, "")
+	bobToken := f.CreateAccount(t, "bob")
+	bob := f.Client(bobToken)
+	ctx := context.Background()
+	answer := func(err error) string {
+		var e *api.Error
+		if !errors.As(err, &e) {
+			return fmt.Sprintf("not an API error: %v", err)
+		}
+		return fmt.Sprintf("%d %s", e.Status, e.Name)
+	}
+	for _, c := range []struct {
+		what            string
+		exists, missing error
+	}{
+		{"get run",
+			bob.Query(ctx, api.MethodGetRun, url.Values{"run": {itoa(run.ID)}}, nil),
+			bob.Query(ctx, api.MethodGetRun, url.Values{"run": {"9999"}}, nil)},
+		{"list runs of a repository",
+			bob.Query(ctx, api.MethodListRuns, url.Values{"repo": {f.repo}}, nil),
+			bob.Query(ctx, api.MethodListRuns, url.Values{"repo": {"alice/nope"}}, nil)},
+		{"list secrets",
+			bob.Query(ctx, api.MethodListSecrets, url.Values{"repo": {f.repo}}, nil),
+			bob.Query(ctx, api.MethodListSecrets, url.Values{"repo": {"alice/nope"}}, nil)},
+	} {
+		if a, b := answer(c.exists), answer(c.missing); a != b || !api.IsError(c.exists, api.ErrNotFound) {
+			t.Errorf("%s: existing %q, missing %q; want the same NotFound", c.what, a, b)
+		}
+	}
+	out1, _ := servertest.GitErr(t, "", "ls-remote", f.GitURL(f.repo, bobToken))
+	out2, _ := servertest.GitErr(t, "", "ls-remote", f.GitURL("alice/nope", bobToken))
+	if strings.ReplaceAll(out1, "app", "X") != strings.ReplaceAll(out2, "nope", "X") {
+		t.Errorf("git answers differ:\n%s\n%s", out1, out2)
 	}
 }

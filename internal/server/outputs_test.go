@@ -174,8 +174,8 @@ func TestOutputs_OnlyOwnerAndAdminReadThemAndOnlyTheHoldingRunnerUploads(t *test
 		"the run's token": withToken(f.URL, c.RunToken),
 	} {
 		resp, _, err := getOutputs(cl, c.Run.ID, nil)
-		if err != nil || (resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized) {
-			t.Errorf("%s downloads the outputs: %v, status %v; want 401 or 403", name, err, resp.StatusCode)
+		if err != nil || (resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusUnauthorized) {
+			t.Errorf("%s downloads the outputs: %v, status %v; want 401 or 404", name, err, resp.StatusCode)
 		}
 		if err := cl.Query(context.Background(), api.MethodListOutputs, url.Values{"run": {itoa(c.Run.ID)}}, nil); err == nil {
 			t.Errorf("%s lists the outputs", name)

@@ -164,7 +164,7 @@ func TestTrigger_ManualPipelineForDefaultBranch(t *testing.T) {
 	}
 	// Someone else may not trigger alice's pipelines.
 	bob := f.Client(f.CreateAccount(t, "bob"))
-	if err := bob.Procedure(ctx, api.MethodTriggerRun, api.TriggerInput{Repo: f.repo}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("trigger by another account: err = %v, want Forbidden", err)
+	if err := bob.Procedure(ctx, api.MethodTriggerRun, api.TriggerInput{Repo: f.repo}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("trigger by another account: err = %v, want NotFound", err)
 	}
 }

@@ -109,8 +109,8 @@ func TestRegister_TokenOfAnotherRepositoryIsRefused(t *testing.T) {
 	// A stranger cannot make one for alice's repository.
 	bob := f.CreateAccount(t, "bob")
 	err := f.Client(bob).Procedure(context.Background(), api.MethodCreateRegistrationToken, api.CreateRegistrationTokenInput{Repo: f.repo}, nil)
-	if !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("bob makes a token for alice/app: err = %v, want Forbidden", err)
+	if !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("bob makes a token for alice/app: err = %v, want NotFound (as for a repository that does not exist)", err)
 	}
 }
 

@@ -284,8 +284,8 @@ func TestSecrets_ListShowsNoValuesAndDatabaseHoldsNoPlaintext(t *testing.T) {
 	}
 	// Others may neither list nor set.
 	bob := f.Client(f.CreateAccount(t, "bob"))
-	if err := bob.Query(ctx, api.MethodListSecrets, map[string][]string{"repo": {f.repo}}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Errorf("list by another account: err = %v, want Forbidden", err)
+	if err := bob.Query(ctx, api.MethodListSecrets, map[string][]string{"repo": {f.repo}}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Errorf("list by another account: err = %v, want NotFound", err)
 	}
 	f.Stop() // flush the WAL into the database file
 	for _, name := range []string{server.DBFile, server.DBFile + "-wal"} {
@@ -411,8 +411,8 @@ func TestRemoveRunner_RemovedRunnerCannotClaim(t *testing.T) {
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	ctx := context.Background()
 	bob := f.Client(f.CreateAccount(t, "bob"))
-	if err := bob.Procedure(ctx, api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); !api.IsError(err, api.ErrForbidden) {
-		t.Fatalf("remove by another account: err = %v, want Forbidden", err)
+	if err := bob.Procedure(ctx, api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); !api.IsError(err, api.ErrNotFound) {
+		t.Fatalf("remove by another account: err = %v, want NotFound", err)
 	}
 	if err := f.alice().Procedure(ctx, api.MethodRemoveRunner, api.RunnerRef{Repo: f.repo, Name: "r1"}, nil); err != nil {
 		t.Fatal(err)

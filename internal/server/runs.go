@@ -55,7 +55,7 @@ func runFinished(run store.Run) *api.Error {
 }
 
 // visibleRun loads a run the caller may read (its repository's owner or an
-// admin).
+// admin); any other run is 404 NotFound, as one that does not exist.
 func (s *Server) visibleRun(ctx context.Context, a store.Account, id int64) (store.Run, error) {
 	run, err := s.store.Run(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -65,7 +65,9 @@ func (s *Server) visibleRun(ctx context.Context, a store.Account, id int64) (sto
 		return run, err
 	}
 	if !a.Admin && a.ID != run.RepoOwnerID {
-		return run, forbidden("run %d belongs to %s; only its owner or an admin may see or change it", id, run.Repo)
+		// As for a run that does not exist: run IDs of other accounts'
+		// repositories are not revealed.
+		return run, xerr(http.StatusNotFound, api.ErrNotFound, "no run %d", id)
 	}
 	return run, nil
 }
@@ -104,7 +106,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 			return err
 		}
 		if !canManage(a, repo) {
-			return forbidden("pipeline %d belongs to %s; only its owner or an admin may see it", p.ID, repo.FullName())
+			return xerr(http.StatusNotFound, api.ErrNotFound, "no pipeline %d", f.PipelineID)
 		}
 	}
 	if !a.Admin {

@@ -280,7 +280,7 @@ steps:
 	w.git("commit", "-q", "-m", "bob's submodule")
 	run = w.pushRefs(1, "HEAD:refs/heads/main")[0]
 	r := w.waitFinal(run.ID, 60*time.Second)
-	want := "a run of admin/app may fetch only repositories of admin; bob/private belongs to another account"
+	want := "no repository bob/private for a run of admin/app: a run may fetch only repositories of admin"
 	if r.State != api.StateErrored || r.Reason != api.ReasonCheckout || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "submodule private") {
 		t.Errorf("%s, want errored/checkout saying %q", describe(r), want)
 	}
