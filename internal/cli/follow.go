@@ -199,9 +199,11 @@ func (s *session) followStep(ctx context.Context, rt *retrier, run *api.Run, ref
 	ending := false // the step or run is final: the next quiet poll ends the log
 	for {
 		wait := logWait
-		if st.Index == api.SetupStep {
+		if st.Index == api.SetupStep || offset == 0 {
 			// The server calls the setup log done only when the run ends,
-			// and a step starting does not wake this poll: look often.
+			// and a step starting does not wake this poll: look often. So
+			// for a step with no output yet: it may be a detached one,
+			// seen as such only once a later step has started.
 			wait = setupWait
 		}
 		if ending {

@@ -21,7 +21,10 @@ import (
 const (
 	// logWait is the long-poll wait (seconds) of getLog while a step runs.
 	logWait = 10
-	// setupWait is the long-poll wait (seconds) of the setup log.
+	// setupWait is the long-poll wait (seconds) of the setup log, and of a
+	// running step that has sent no byte yet: it may be a detached step
+	// (detach: true), whose log arrives only when it ends, and whose
+	// following steps must not wait a whole logWait to be shown.
 	setupWait = 2
 	// pollInterval spaces calls that found nothing new.
 	pollInterval = time.Second
