@@ -69,7 +69,7 @@ identity, approved anew).`,
 			fmt.Fprintf(stdout, "Registered runner %s for %s (%s); it is pending approval.\n", st.Name, st.Repo, st.DID)
 			fmt.Fprintf(stdout, "State written to %s (mode 0600).\n", o.State)
 			fmt.Fprintf(stdout, "An owner of %s must approve it with:\n\n  %s\n\n", st.Repo, st.ApproveCommand())
-			fmt.Fprintf(stdout, "Then start it: knotless-run run --state %s --work DIR --executor shell (or kube: see knotless-run run --help)\n", o.State)
+			fmt.Fprintf(stdout, "Then start it: knotless-run run --state %s --work DIR --executor shell (or docker, or kube: see knotless-run run --help; knotless-run doctor checks the machine first)\n", o.State)
 			return nil
 		},
 	}
