@@ -114,6 +114,23 @@ func (s *session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 			time.Sleep(250 * time.Millisecond)
 		}
 	}
+	if err != nil && ctx.Err() == nil && !s.cleaned.Load() {
+		// A container stopped under the step can fail the agent's
+		// reconnection before anything says why: the engine answers the
+		// new exec inside its stream ("cannot exec in a stopped state"),
+		// which reads as a protocol error. The container's state says why
+		// (looked at for 2 s: a running container has no fault to wait for).
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			if f := s.e.containerFault(context.Background(), s.id); f != nil {
+				return faultResult(f), nil
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
 	if err == nil && s.pids > 0 {
 		if n := s.e.pidsRefused(s.id) - before; n > 0 {
 			note := fmt.Sprintf("the step reached the container's process limit (--pids %d): %d process creations were refused", s.pids, n)
