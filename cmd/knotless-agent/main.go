@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -65,44 +66,24 @@ Run "knotless-agent serve -h" for the serve flags.
 
 func serve(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	var cfg stepagent.Config
-	var socket, deadline, logLevel, user string
-	var readyFD int
-	fs.StringVar(&cfg.Dir, "dir", "", "state directory: step scripts, output and exit status (required)")
-	fs.StringVar(&socket, "socket", "", "Unix socket to listen on, mode 0600 (required)")
-	fs.StringVar(&cfg.Workdir, "workdir", "", "the steps' working directory (the checkout)")
-	fs.StringVar(&cfg.Home, "home", "", "HOME for steps that set none")
-	fs.StringVar(&cfg.Tmp, "tmp", "", "TMPDIR for steps that set none: the run's temporary directory (unset when empty)")
-	fs.StringVar(&cfg.PATH, "path", "/usr/local/bin:/usr/bin:/bin", "PATH for steps that set none")
-	fs.StringVar(&cfg.Run, "run", "", "the run environment's ID, reported to clients")
-	fs.StringVar(&deadline, "deadline", "", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")
-	fs.DurationVar(&cfg.Linger, "linger", 10*time.Minute, "how long to stay after the deadline with no client before exiting")
-	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default 5s)")
-	fs.DurationVar(&cfg.DeadAfter, "dead-after", 0, "a connection silent this long is dropped (default 20s)")
-	fs.BoolVar(&cfg.ExitWithParent, "exit-with-parent", false, "end the steps and exit (removing --dir) when the process that started the agent is gone: nobody takes the run over")
-	fs.DurationVar(&cfg.ExitWithoutClient, "exit-without-client", 0, "end the steps and exit once no client has been connected this long (0: never): nobody takes the run over")
-	fs.BoolVar(&cfg.NoCgroups, "no-cgroups", false, "do not give steps cgroups even where cgroup v2 is delegated (rely on the child subreaper alone)")
-	fs.StringVar(&user, "user", "", "NAME:UID:GID[:GROUP,...]: run every step as this unprivileged user (the agent runs as root)")
-	fs.IntVar(&readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once listening")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	var sv agent.Serve
+	sv.Register(fs)
 	_ = fs.Parse(args)
 	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(logLevel))
+	_ = lvl.UnmarshalText([]byte(cmp.Or(sv.LogLevel, "info")))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	if cfg.Dir == "" || socket == "" {
+	if sv.Dir == "" || sv.Socket == "" {
 		fmt.Fprintln(os.Stderr, "knotless-agent serve: --dir and --socket are required")
 		return 2
 	}
-	if deadline != "" {
-		t, err := time.Parse(time.RFC3339Nano, deadline)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "knotless-agent serve: --deadline: %v\n", err)
-			return 2
-		}
-		cfg.Deadline = t
+	cfg := stepagent.Config{
+		Dir: sv.Dir, Workdir: sv.Workdir, Home: sv.Home, PATH: sv.PATH, Tmp: sv.Tmp, Run: sv.Run,
+		Deadline: sv.Deadline, Linger: sv.Linger, Heartbeat: sv.Heartbeat, DeadAfter: sv.DeadAfter,
+		ExitWithParent: sv.ExitWithParent, ExitWithoutClient: sv.ExitWithoutClient, NoCgroups: sv.NoCgroups,
 	}
-	if user != "" {
-		u, err := stepagent.ParseStepUser(user)
+	socket, readyFD := sv.Socket, sv.ReadyFD
+	if sv.User != "" {
+		u, err := stepagent.ParseStepUser(sv.User)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "knotless-agent serve: %v\n", err)
 			return 2
@@ -123,7 +104,7 @@ func serve(args []string) int {
 	if err := a.WriteState(map[string]any{"socket": socket}); err != nil {
 		log.Warn("cannot record the agent's state", "err", err)
 	}
-	if readyFD >= 0 {
+	if readyFD > 0 {
 		f := os.NewFile(uintptr(readyFD), "ready")
 		_, _ = f.WriteString("ready\n")
 		_ = f.Close()
@@ -150,14 +131,14 @@ func serve(args []string) int {
 // exec carries becomes a client connection.
 func connect(args []string) int {
 	fs := flag.NewFlagSet("connect", flag.ExitOnError)
-	socket := fs.String("socket", "", "the agent's Unix socket (required)")
-	wait := fs.Duration("wait", 0, "keep trying this long while nothing listens on the socket yet (an agent starting)")
-	wake := fs.String("wake", "", "named pipe to write a line to while waiting, for a process that starts the agent once woken")
+	var cf agent.Connect
+	cf.Register(fs)
 	_ = fs.Parse(args)
-	if *socket == "" {
+	if cf.Socket == "" {
 		fmt.Fprintln(os.Stderr, "knotless-agent connect: --socket is required")
 		return 2
 	}
+	socket, wait, wake := &cf.Socket, &cf.Wait, &cf.Wake
 	deadline := time.Now().Add(*wait)
 	c, err := agent.DialUnix(context.Background(), *socket)
 	for err != nil && time.Now().Before(deadline) {

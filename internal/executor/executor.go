@@ -45,6 +45,9 @@ type Setup struct {
 	// (`knotless-run exec`): they end with the process that made them, also
 	// when it is killed.
 	Ephemeral bool
+	// Job is what the shared job flags say (JobFlags), for executors
+	// whose Options.UsesJob.
+	Job Job
 }
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
@@ -495,7 +497,7 @@ func TestCaches_Shell_StepUserOwnsWhatTheRestoreMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex := shell.New(shell.Config{Dir: filepath.Join(base, "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t), User: u})
+	ex := shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)}, Dir: filepath.Join(base, "shell"), User: u})
 	wf := `
 on: {push: {}}
 caches:

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
@@ -99,7 +101,7 @@ func testJob(t *testing.T, workflowYAML string) Job {
 }
 
 func testShell(t *testing.T) *shell.Executor {
-	return shell.New(shell.Config{Dir: filepath.Join(t.TempDir(), "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)})
+	return shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)}, Dir: filepath.Join(t.TempDir(), "shell")})
 }
 
 func execute(t *testing.T, ctx context.Context, job Job) (*memReporter, Result) {
@@ -516,7 +518,7 @@ steps:
 func TestExecute_EarlyPreparedEnvironmentGoesWithAFailedCheckout(t *testing.T) {
 	for _, fail := range []bool{true, false} {
 		shellDir := filepath.Join(t.TempDir(), "shell")
-		ex := shell.New(shell.Config{Dir: shellDir, Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)})
+		ex := shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)}, Dir: shellDir})
 		job := testJob(t, "on: {push: {}}\nsteps:\n  - run: cat file.txt\n")
 		job.Workspace = filepath.Join(t.TempDir(), "ws") // made by Execute
 		job.Checkout = func(ctx context.Context, _ workflow.Checkout, log io.Writer) error {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
@@ -121,7 +123,7 @@ func (w *world) startRunner(tweak func(*Config)) (stop func()) {
 	cfg := Config{
 		State: st, WorkDir: w.work, Logger: log, ApprovalPoll: 200 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
 		ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Executor: shell.New(shell.Config{Dir: filepath.Join(w.work, "shell"), Agent: agenttest.Binary(w.t), Ephemeral: true, Logger: log}),
+		Executor: shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(w.t), Ephemeral: true, Logger: log}, Dir: filepath.Join(w.work, "shell")}),
 	}
 	if tweak != nil {
 		tweak(&cfg)

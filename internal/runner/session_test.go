@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
@@ -45,7 +47,7 @@ func (w *world) runnerIn(t *testing.T, work string, heartbeat time.Duration) (<-
 	r, err := New(Config{
 		State: st, StatePath: w.state, WorkDir: work, Logger: log, ApprovalPoll: 200 * time.Millisecond,
 		MaxBackoff: 500 * time.Millisecond, ClaimWait: 5 * time.Second, Grace: 2 * time.Second, ShipWait: 10 * time.Second,
-		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: agenttest.Binary(t), Ephemeral: true, Logger: log}),
+		Heartbeat: heartbeat, Executor: shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: log}, Dir: filepath.Join(work, "shell")}),
 	})
 	if err != nil {
 		t.Fatal(err)

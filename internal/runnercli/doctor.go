@@ -91,7 +91,7 @@ over the stream, and removes the container.`,
 				report(executor.Check{Name: "executor " + exf.name, Detail: message(err), Fix: "fix what the message names; knotless-run doctor --help"})
 				return exitError{exitFail}
 			}
-			if c, ok := ex.(interface{ Close() }); ok {
+			if c, ok := ex.(io.Closer); ok {
 				defer c.Close()
 			}
 			d, ok := ex.(executor.Doctor)

@@ -19,7 +19,8 @@ import (
 // Doctor reports the checks it is given.
 type doctorOptions struct{ fail bool }
 
-func (*doctorOptions) Name() string { return "checked" }
+func (*doctorOptions) Name() string  { return "checked" }
+func (*doctorOptions) UsesJob() bool { return false }
 func (o *doctorOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.fail, "checked-fail", false, "fail a check")
 }
@@ -43,7 +44,7 @@ func (e checkedExecutor) Doctor(_ context.Context, machine bool, report func(exe
 // checks (a machine check only without --skip-machine).
 func TestDoctor_OneLinePerCheckWithTheFixAndExitOneOnAFail(t *testing.T) {
 	saved := executors
-	executors = append(append([]func() ExecutorOptions(nil), saved...), func() ExecutorOptions { return &doctorOptions{} })
+	executors = append(append([]func() executor.Options(nil), saved...), func() executor.Options { return &doctorOptions{} })
 	t.Cleanup(func() { executors = saved })
 
 	srv := servertest.Start(t, servertest.Options{})

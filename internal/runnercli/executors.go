@@ -15,89 +15,73 @@ import (
 )
 
 // executors are the executors knotless-run offers, the default first; each
-// `run` and `exec` gets fresh options of every one. An executor is added
-// with one line here.
-var executors = []func() ExecutorOptions{
-	func() ExecutorOptions { return &shell.Options{} },
-	func() ExecutorOptions { return &kube.Options{} },
-	func() ExecutorOptions { return &docker.Options{} },
+// `run`, `exec` and `doctor` gets fresh options of every one. An executor
+// is added with one line here.
+var executors = []func() executor.Options{
+	func() executor.Options { return &shell.Options{} },
+	func() executor.Options { return &kube.Options{} },
+	func() executor.Options { return &docker.Options{} },
 }
 
-// ExecutorOptions is one executor's part of the command line: its flags and
-// how to make it from their values.
-type ExecutorOptions interface {
-	// Name is the executor's name as --executor spells it.
-	Name() string
-	// AddFlags adds the executor's flags to fs (e.g. --namespace); no two
-	// executors may add the same name. The command adds to each flag's
-	// help its environment variable (KNOTLESS_ and the name in upper
-	// case, '-' as '_') and that only --executor <Name> uses it.
-	AddFlags(fs *pflag.FlagSet)
-	// New makes the executor from the flags' values, after they were
-	// parsed, and from what the runner's own flags say (work directory,
-	// absolute or relative to the current one; agent program; logger).
-	// Errors say what to fix.
-	New(setup executor.Setup) (executor.Executor, error)
-}
-
-// executorFlags are the --executor flag and every executor's own flags of
-// one command.
+// executorFlags are the --executor flag, --agent, the shared job flags and
+// every executor's own flags of one command.
 type executorFlags struct {
 	fs    *pflag.FlagSet
 	name  string
 	agent string // --agent
-	opts  []ExecutorOptions
-	owner map[string][]string // flag name → the executors that have it
-	// own are each executor's own flag sets: a flag several executors
-	// share by name (--image, --cpus) is on fs once, and its value is
-	// copied to the chosen executor's own flag (sharedFlags).
-	own map[string]*pflag.FlagSet
+	job   executor.JobFlags
+	opts  []executor.Options
+	owner map[string][]string // flag name → the executors that read it
 }
 
-// addExecutorFlags adds --executor (help: "<what>: shell, ..."), --agent
-// and every executor's flags to fs.
+// addExecutorFlags adds --executor (help: "<what>: shell, ..."), --agent,
+// the job flags (executor.JobFlags, once, naming the executors that read
+// them) and every executor's own flags to fs. Two executors adding one
+// flag name is a programming error: it panics.
 func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
-	e := &executorFlags{fs: fs, owner: map[string][]string{}, own: map[string]*pflag.FlagSet{}}
-	var names []string
+	e := &executorFlags{fs: fs, owner: map[string][]string{}}
+	var names, jobUsers []string
 	for _, newOpts := range executors {
 		o := newOpts()
 		e.opts = append(e.opts, o)
 		names = append(names, o.Name())
+		if o.UsesJob() {
+			jobUsers = append(jobUsers, o.Name())
+		}
 	}
 	fs.StringVar(&e.name, "executor", names[0], what+": "+strings.Join(names, ", ")+envNote("KNOTLESS_EXECUTOR"))
 	envFlag(fs, "executor", "KNOTLESS_EXECUTOR")
 	fs.StringVar(&e.agent, "agent", "", "the step agent program, knotless-agent (default: the one beside knotless-run, else the one in PATH)"+envNote("KNOTLESS_AGENT"))
 	envFlag(fs, "agent", "KNOTLESS_AGENT")
+	if len(jobUsers) > 0 {
+		e.job.AddFlags(fs, strings.Join(jobUsers, ", "))
+		for _, name := range executor.JobFlagNames {
+			e.owner[name] = jobUsers
+			e.withEnv(fs.Lookup(name))
+		}
+	}
 	for _, o := range e.opts {
 		own := pflag.NewFlagSet(o.Name(), pflag.ContinueOnError)
 		o.AddFlags(own)
-		e.own[o.Name()] = own
 		own.VisitAll(func(f *pflag.Flag) {
-			env := "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-			if others, dup := e.owner[f.Name]; dup {
-				// Executors may share a flag that means the same to each
-				// (kube's and docker's --image, --cpus, --memory,
-				// --run-as): same type, same default.
-				first := fs.Lookup(f.Name)
-				if first.Value.Type() != f.Value.Type() || first.DefValue != f.DefValue {
-					panic(fmt.Sprintf("executor %s adds flag --%s, which %s has already with another type or default", o.Name(), f.Name, strings.Join(others, ", ")))
-				}
-				e.owner[f.Name] = append(others, o.Name())
-				first.Usage = strings.TrimSuffix(first.Usage, envNote(env))
-				first.Usage = strings.Replace(first.Usage, " (only with --executor "+strings.Join(others, ", ")+")", " (--executor "+strings.Join(others, ", ")+")", 1)
-				first.Usage += "; " + f.Usage + " (--executor " + o.Name() + ")" + envNote(env)
-				return
-			}
 			if fs.Lookup(f.Name) != nil {
-				panic(fmt.Sprintf("executor %s adds flag --%s, which %s has already", o.Name(), f.Name, "the command"))
+				panic(fmt.Sprintf("executor %s adds flag --%s, which the command or another executor has already", o.Name(), f.Name))
 			}
-			f.Usage += " (only with --executor " + o.Name() + ")" + envNote(env)
+			f.Usage += " (only with --executor " + o.Name() + ")"
 			fs.AddFlag(f)
-			envFlag(fs, f.Name, env)
 			e.owner[f.Name] = []string{o.Name()}
+			e.withEnv(f)
 		})
 	}
 	return e
+}
+
+// withEnv gives f its environment variable: KNOTLESS_ and its name in
+// upper case, '-' as '_'.
+func (e *executorFlags) withEnv(f *pflag.Flag) {
+	env := "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+	f.Usage += envNote(env)
+	envFlag(e.fs, f.Name, env)
 }
 
 // newExecutor makes the executor --executor names from its flags' values.
@@ -106,7 +90,7 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 // may serve runners of several executors).
 func (e *executorFlags) newExecutor(work, runner string, log *slog.Logger, ephemeral bool) (executor.Executor, error) {
 	setup := executor.Setup{Work: work, Runner: runner, Agent: e.agent, Logger: log, Ephemeral: ephemeral}
-	var chosen ExecutorOptions
+	var chosen executor.Options
 	var names []string
 	for _, o := range e.opts {
 		names = append(names, o.Name())
@@ -119,26 +103,24 @@ func (e *executorFlags) newExecutor(work, runner string, log *slog.Logger, ephem
 	}
 	e.fs.Visit(func(f *pflag.Flag) { // the flags set on the command line
 		if owners, ok := e.owner[f.Name]; ok && !slices.Contains(owners, e.name) {
-			log.Warn(fmt.Sprintf("--%s is a flag of the %s executor: --executor %s ignores it", f.Name, strings.Join(owners, " and "), e.name))
+			log.Warn(fmt.Sprintf("--%s is a flag of the %s: --executor %s ignores it", f.Name, executorsNamed(owners), e.name))
 		}
 	})
-	if err := e.sharedFlags(); err != nil {
-		return nil, err
+	if chosen.UsesJob() {
+		job, err := e.job.Job()
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		setup.Job = job
 	}
 	return chosen.New(setup)
 }
 
-// sharedFlags copies the value of every flag the chosen executor shares
-// with an executor before it (which owns the flag on the command line) to
-// the chosen executor's own flag.
-func (e *executorFlags) sharedFlags() error {
-	var err error
-	e.own[e.name].VisitAll(func(f *pflag.Flag) {
-		if top := e.fs.Lookup(f.Name); err == nil && top != nil && top != f {
-			if serr := f.Value.Set(top.Value.String()); serr != nil {
-				err = usagef("--%s %q: %v", f.Name, top.Value.String(), serr)
-			}
-		}
-	})
-	return err
+// executorsNamed is "the kube executor" or "the kube and docker
+// executors" (the article is the caller's).
+func executorsNamed(names []string) string {
+	if len(names) == 1 {
+		return names[0] + " executor"
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " executors"
 }

@@ -16,7 +16,8 @@ import (
 // flag: enough to see the flag reach it.
 type fakeOptions struct{ level int }
 
-func (*fakeOptions) Name() string { return "fake" }
+func (*fakeOptions) Name() string  { return "fake" }
+func (*fakeOptions) UsesJob() bool { return false }
 func (o *fakeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.level, "fake-level", 1, "how fake")
 }
@@ -28,7 +29,7 @@ func (o *fakeOptions) New(executor.Setup) (executor.Executor, error) {
 // test ends.
 func withFakeExecutor(t *testing.T) {
 	saved := executors
-	executors = append(append([]func() ExecutorOptions(nil), saved...), func() ExecutorOptions { return &fakeOptions{} })
+	executors = append(append([]func() executor.Options(nil), saved...), func() executor.Options { return &fakeOptions{} })
 	t.Cleanup(func() { executors = saved })
 }
 
@@ -92,58 +93,71 @@ func TestExecutorFlags_UnknownExecutorListsTheRegisteredOnes(t *testing.T) {
 	}
 }
 
-// TestExecutorFlags_FlagOfTwoExecutorsWithAnotherDefaultPanics pins the
-// rule that keeps executors' flags apart: two executors may add one flag
-// name only with one type and default (one meaning, as --image of kube and
-// docker).
-func TestExecutorFlags_FlagOfTwoExecutorsWithAnotherDefaultPanics(t *testing.T) {
+// TestExecutorFlags_FlagOfTwoExecutorsPanics pins the rule that keeps
+// executors' flags apart: a flag means one thing, so two executors never
+// add one name (what several share is executor.JobFlags).
+func TestExecutorFlags_FlagOfTwoExecutorsPanics(t *testing.T) {
 	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "executor bad adds flag --level, which bad has already with another type or default") {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "executor bad adds flag --level, which the command or another executor has already") {
 			t.Errorf("recovered %v", r)
 		}
 	}()
 	saved := executors
-	executors = []func() ExecutorOptions{func() ExecutorOptions { return badOptions{} }, func() ExecutorOptions { return badOptions{def: true} }}
+	executors = []func() executor.Options{func() executor.Options { return badOptions{} }, func() executor.Options { return badOptions{} }}
 	defer func() { executors = saved }()
 	addExecutorFlags(pflag.NewFlagSet("x", pflag.ContinueOnError), "where")
 }
 
-// fake2Options shares fakeOptions' --fake-level.
-type fake2Options struct{ fakeOptions }
+// jobOptions is an executor that runs images: New fails, saying what
+// the job flags gave it.
+type jobOptions struct{}
 
-func (*fake2Options) Name() string { return "fake2" }
-func (o *fake2Options) New(executor.Setup) (executor.Executor, error) {
-	return nil, fmt.Errorf("fake2 executor made with level %d", o.level)
+func (jobOptions) Name() string               { return "jobby" }
+func (jobOptions) UsesJob() bool              { return true }
+func (jobOptions) AddFlags(fs *pflag.FlagSet) {}
+func (jobOptions) New(s executor.Setup) (executor.Executor, error) {
+	return nil, fmt.Errorf("jobby made with image %s, cpus %s, memory %d, run-as %s", s.Job.Image, s.Job.CPUs, s.Job.Memory, s.Job.RunAs)
 }
 
-// TestExecutorFlags_SharedFlagReachesTheSecondExecutor: a flag two
-// executors share (the first owns it on the command line) reaches the
-// second when it is chosen, from the command line and the environment.
-func TestExecutorFlags_SharedFlagReachesTheSecondExecutor(t *testing.T) {
+// TestExecutorFlags_JobFlagsReachEveryExecutorThatRunsImages: the shared
+// --image, --cpus, --memory and --run-as are on the command line once,
+// their help names every executor that reads them, and their values (from
+// the command line or the environment) reach the chosen one in
+// Setup.Job; the shell executor, which runs no image, warns that it
+// ignores them.
+func TestExecutorFlags_JobFlagsReachEveryExecutorThatRunsImages(t *testing.T) {
 	saved := executors
-	executors = append(append([]func() ExecutorOptions(nil), saved...),
-		func() ExecutorOptions { return &fakeOptions{} }, func() ExecutorOptions { return &fake2Options{} })
+	executors = append(append([]func() executor.Options(nil), saved...), func() executor.Options { return jobOptions{} })
 	t.Cleanup(func() { executors = saved })
 	work := t.TempDir()
-	code, _, errb := mainInProcess("exec", "ci.yml", "--work", work, "--executor", "fake2", "--fake-level", "5")
-	if code != 1 || !strings.Contains(errb, "fake2 executor made with level 5") {
-		t.Errorf("flag: exit %d, stderr %q", code, errb)
+	code, _, errb := mainInProcess("exec", "ci.yml", "--work", work, "--executor", "jobby", "--image", "img:1", "--memory", "1Gi", "--run-as", "7:8")
+	if code != 1 || !strings.Contains(errb, "jobby made with image img:1, cpus 1, memory 1073741824, run-as 7:8") {
+		t.Errorf("flags: exit %d, stderr %q", code, errb)
 	}
-	t.Setenv("KNOTLESS_FAKE_LEVEL", "6")
-	code, _, errb = mainInProcess("exec", "ci.yml", "--work", work, "--executor", "fake2")
-	if code != 1 || !strings.Contains(errb, "fake2 executor made with level 6") {
+	t.Setenv("KNOTLESS_CPUS", "500m")
+	code, _, errb = mainInProcess("exec", "ci.yml", "--work", work, "--executor", "jobby")
+	if code != 1 || !strings.Contains(errb, "jobby made with image , cpus 500m, memory 2147483648, run-as 1000:1000") {
 		t.Errorf("environment: exit %d, stderr %q", code, errb)
 	}
+	code, _, errb = mainInProcess("exec", "ci.yml", "--work", work, "--executor", "jobby", "--cpus", "0")
+	if code != 2 || !strings.Contains(errb, "--cpus") {
+		t.Errorf("bad --cpus: exit %d, stderr %q", code, errb)
+	}
 	_, out, _ := mainInProcess("exec", "--help")
-	if !strings.Contains(out, "how fake (--executor fake); how fake (--executor fake2) [env KNOTLESS_FAKE_LEVEL]") {
-		t.Errorf("--help does not name both executors of --fake-level:\n%s", out)
+	if !strings.Contains(out, "(--executor kube, docker, jobby) [env KNOTLESS_IMAGE]") {
+		t.Errorf("--help does not name the executors of --image:\n%s", out)
+	}
+	code, _, errb = mainInProcess("exec", "missing.yml", "--work", work, "--image", "img:1")
+	if code != 2 || !strings.Contains(errb, "--image is a flag of the kube, docker and jobby executors: --executor shell ignores it") {
+		t.Errorf("shell: exit %d, stderr %q", code, errb)
 	}
 }
 
-type badOptions struct{ def bool }
+type badOptions struct{}
 
 func (badOptions) Name() string                 { return "bad" }
-func (o badOptions) AddFlags(fs *pflag.FlagSet) { fs.Bool("level", o.def, "") }
+func (badOptions) UsesJob() bool                { return false }
+func (o badOptions) AddFlags(fs *pflag.FlagSet) { fs.Bool("level", false, "") }
 func (badOptions) New(executor.Setup) (executor.Executor, error) {
 	return nil, errors.New("unused")
 }

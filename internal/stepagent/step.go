@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -24,8 +23,6 @@ const DefaultGrace = 10 * time.Second
 
 // killBound bounds the wait for a step's processes to die after SIGKILL.
 const killBound = 10 * time.Second
-
-var validStepID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // step is one started step: its output file grows while it runs; exit is
 // set, and done closed, once every process of it is gone and the output is
@@ -90,8 +87,8 @@ func (s *step) info() agent.StepInfo {
 // startStep starts req as a new step (the caller holds a.mu and checked
 // that req.ID is new and no step runs).
 func (a *Agent) startStep(req *agent.Start) (*step, error) {
-	if !validStepID.MatchString(req.ID) {
-		return nil, fmt.Errorf("step ID %q: use 1-64 letters, digits, '.', '_' or '-'", req.ID)
+	if !agent.ValidID(req.ID) {
+		return nil, fmt.Errorf("step ID %q: use %s", req.ID, agent.IDRule)
 	}
 	env, pathList, err := a.stepEnv(req.Env)
 	// Secrets are in req.Env: keep them no longer than the execve needs.

@@ -3,6 +3,7 @@ package workflow
 import (
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -244,4 +245,19 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(ra)][len(rb)]
+}
+
+// FormatSize writes a byte count as ParseSize reads it back: with the
+// largest 1024-based suffix (Ki, Mi, Gi, Ti) that divides it exactly,
+// else in plain bytes ("2Gi", "1536Mi", "1000000").
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/test/dockertest"
@@ -53,7 +55,7 @@ func (d *dockerRunner) cleanup(t testing.TB, runner string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		d.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+runner)
-		if e, err := docker.New(docker.Config{Client: d.eng.Client, Runner: runner, Agent: "/bin/true"}); err == nil {
+		if e, err := docker.New(docker.Config{Config: agentenv.Config{Runner: runner, Agent: "/bin/true"}, Client: d.eng.Client}); err == nil {
 			_ = e.RemoveNetwork(ctx)
 		}
 	})

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"knotless.dev/knotless/internal/cache"
-	"knotless.dev/knotless/internal/executor/agentsession"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // hostCaches gives a session prepared by this process the fast cache path
@@ -17,16 +17,14 @@ import (
 // agent's stream, zstd-compressed and checksummed, as on kube. A
 // recovered session has the stream for every path (its runner does not
 // save caches: only the process that restored them knows their hits).
-func hostCaches(s *agentsession.Session, workdir, host string, runAs RunAs) {
+func hostCaches(env *agentenv.Env, workdir, host string, runAs RunAs) {
 	workdir, host = filepath.Clean(workdir), filepath.Clean(host)
-	s.SetHostPaths(
-		func(p string) (string, string, bool) {
-			p = filepath.Clean(p)
-			if p != workdir && !strings.HasPrefix(p, workdir+"/") {
-				return "", "", false
-			}
-			return filepath.Join(host, strings.TrimPrefix(p, workdir)), host, true
-		},
-		func(p string) error { return cache.GiveTree(host, p, int(runAs.UID), int(runAs.GID)) },
-	)
+	env.HostPath = func(p string) (string, string, bool) {
+		p = filepath.Clean(p)
+		if p != workdir && !strings.HasPrefix(p, workdir+"/") {
+			return "", "", false
+		}
+		return filepath.Join(host, strings.TrimPrefix(p, workdir)), host, true
+	}
+	env.HostChown = func(p string) error { return cache.GiveTree(host, p, int(runAs.UID), int(runAs.GID)) }
 }

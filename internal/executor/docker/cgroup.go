@@ -2,13 +2,10 @@ package docker
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 )
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // pidsEventFiles are where the engine's cgroup of container id counts
 // refused forks ("max N" in pids.events), for the cgroup drivers and

@@ -2,48 +2,35 @@ package docker
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
-// Labels every job container carries: the manager, the runner's name and
-// the run's environment ID (executor.Spec.ID). Never secrets.
+// Labels every job container carries: see agentenv.
 const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "knotless"
-	LabelRunner    = "knotless.dev/runner"
-	LabelRun       = "knotless.dev/run"
-	LabelExecutor  = "knotless.dev/executor"
+	LabelManagedBy = agentenv.LabelManagedBy
+	ManagedBy      = agentenv.ManagedBy
+	LabelRunner    = agentenv.LabelRunner
+	LabelRun       = agentenv.LabelRun
+	LabelExecutor  = agentenv.LabelExecutor
 )
 
-// Paths inside the job container. The root file system is read-only;
-// AgentDir, Home and Tmp are tmpfs mounts, Workspace is the checkout
-// bind-mounted from the runner's disk.
+// Paths inside the job container: the root file system is read-only;
+// agentenv.AgentDir, agentenv.Home and agentenv.Tmp are tmpfs mounts,
+// agentenv.Workspace is the checkout bind-mounted from the runner's disk.
 const (
-	// AgentDir holds the agent's state (step output files, exit statuses)
-	// and its socket.
-	AgentDir = "/knotless"
+	AgentDir    = agentenv.AgentDir
+	AgentSocket = agentenv.AgentSocket
+	Workspace   = agentenv.Workspace
+	Home        = agentenv.Home
 	// AgentPath is where the runner's knotless-agent is bind-mounted
 	// read-only.
 	AgentPath = "/knotless-agent"
-	// AgentSocket is the agent's Unix socket.
-	AgentSocket = AgentDir + "/agent.sock"
-	// AgentState is the agent's state directory.
-	AgentState = AgentDir + "/state"
-	// Workspace is the checkout, the steps' working directory.
-	Workspace = "/workspace"
-	// Home is the steps' HOME.
-	Home = "/home/knotless"
-	// Tmp is /tmp.
-	Tmp = "/tmp"
 )
-
-// defaultPATH is the steps' PATH when a step sets none.
-const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // RunAs, DefaultRunAs and ParseRunAs are the executors' shared --run-as.
 type RunAs = executor.RunAs
@@ -128,9 +115,9 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 		Runtime:        s.Runtime,
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		Tmpfs: map[string]string{
-			AgentDir: owned("0700"),
-			Home:     owned("0700"),
-			Tmp:      fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", s.Memory),
+			AgentDir:     owned("0700"),
+			Home:         owned("0700"),
+			agentenv.Tmp: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", s.Memory),
 		},
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: s.Agent, Target: AgentPath, ReadOnly: true},
@@ -146,16 +133,6 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 		hc.Resources.PidsLimit = &pids
 	}
 	return cfg, hc
-}
-
-// agentCommand is the agent's argv as PID 1 of the container.
-func agentCommand(runID string, deadline time.Time, extra []string) []string {
-	argv := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
-		"--workdir", Workspace, "--home", Home, "--tmp", "/tmp", "--path", defaultPATH, "--run", runID}
-	if !deadline.IsZero() {
-		argv = append(argv, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
-	}
-	return append(argv, extra...)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,8 +25,8 @@ import (
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/agentsession"
-	"knotless.dev/knotless/internal/version"
+	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 // Name is the docker executor's name as the --executor flag spells it.
@@ -36,34 +34,24 @@ const Name = "docker"
 
 // Defaults of Config.
 const (
-	DefaultCPUs     = "1"
-	DefaultMemory   = 2 << 30 // bytes
 	DefaultPids     = 1024
 	DefaultDiskPoll = 5 * time.Second
 )
 
-// Config configures the docker executor.
+// Config configures the docker executor. Of the shared agentenv.Config
+// it uses everything: the Job's CPUs and Memory are the container's
+// limits when the workflow's resources: say nothing, and the most a
+// workflow may ask for (swap is off: MemorySwap = Memory); Agent is the
+// static knotless-agent bind-mounted into each container (required).
 type Config struct {
+	agentenv.Config
 	// Client reaches the engine; nil means one from the environment
 	// (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH) with the API
 	// version negotiated.
 	Client *client.Client
-	// Runner names the runner in the containers' LabelRunner label, so
-	// that Sweep finds this runner's containers and no other's.
-	Runner string
-	// Image is the job image when the workflow names none.
-	Image string
-	// CPUs (a count such as "2" or "0.5", or Kubernetes' "500m") and
-	// Memory (bytes) are the container's limits when the workflow's
-	// resources: say nothing, and the most a workflow may ask for. Zero:
-	// DefaultCPUs, DefaultMemory. Swap is off (MemorySwap = Memory).
-	CPUs   string
-	Memory int64
 	// Pids is the container's process limit; 0 means DefaultPids, -1
 	// none.
 	Pids int64
-	// RunAs is the container's user; zero value: DefaultRunAs.
-	RunAs RunAs
 	// Runtime is the container runtime (e.g. runsc); empty: the engine's
 	// default.
 	Runtime string
@@ -79,40 +67,27 @@ type Config struct {
 	// DiskPoll is how often a run held back by DiskFloor looks again
 	// (default DefaultDiskPoll).
 	DiskPoll time.Duration
-	// Agent is the static knotless-agent program bind-mounted into each
-	// container. Required.
-	Agent string
-	// Heartbeat and DeadAfter tune the agent connection; zero means
-	// agent.DefaultHeartbeat and agent.DefaultDeadAfter.
-	Heartbeat time.Duration
-	DeadAfter time.Duration
-	// Logger receives the executor's events; nil means slog.Default().
-	Logger *slog.Logger
-	// Ephemeral says no runner process will ever take the containers over
-	// (`knotless-run exec`): each container's agent ends its steps and
-	// exits once no runner has been connected for OrphanAfter (default
-	// 30 s), and the engine then removes the container.
-	Ephemeral   bool
-	OrphanAfter time.Duration
 }
 
 // Executor runs each run in a container of its own, made from Config,
 // with the step agent as the container's PID 1; every step, copy and
 // heartbeat of the run goes over one exec stream to the agent at a time.
 type Executor struct {
-	cfg      Config
-	api      *client.Client
-	log      *slog.Logger
-	nanoCPUs int64
+	*agentenv.Base
+	cfg  Config
+	api  *client.Client
+	log  *slog.Logger
+	caps executor.Caps
 
 	netMu   sync.Mutex
 	netName string // the runner's own network, once made
-
-	live agentsession.Live
 }
 
-var _ executor.Executor = (*Executor)(nil)
-var _ executor.EarlyPreparer = (*Executor)(nil)
+var (
+	_ executor.Executor      = (*Executor)(nil)
+	_ executor.EarlyPreparer = (*Executor)(nil)
+	_ executor.Doctor        = (*Executor)(nil)
+)
 
 // PrepareEarly reports true: Prepare makes and starts the container and
 // connects to its agent while the runner fetches the checkout (a bind
@@ -140,83 +115,44 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Network == "host" || strings.HasPrefix(cfg.Network, "container:") {
 		return nil, fmt.Errorf("docker executor: --network %s: job containers never share the host's or another container's network", cfg.Network)
 	}
-	cfg.CPUs = cmp.Or(cfg.CPUs, DefaultCPUs)
-	nano, err := ParseCPUs(cfg.CPUs)
+	cfg.Config = cfg.Config.Defaults()
+	caps, err := executor.CapsOf(cfg.Job, 0)
 	if err != nil {
-		return nil, fmt.Errorf("docker executor: --cpus %q: %w", cfg.CPUs, err)
+		return nil, fmt.Errorf("docker executor: %w", err)
 	}
-	if cfg.Memory <= 0 {
-		cfg.Memory = DefaultMemory
+	if caps.MilliCPUs < minMilliCPUs {
+		return nil, fmt.Errorf("docker executor: --cpus %s: the engine's least is 0.01 CPUs (10m)", cfg.CPUs)
 	}
 	if cfg.Pids == 0 {
 		cfg.Pids = DefaultPids
 	}
-	if cfg.RunAs == (RunAs{}) {
-		cfg.RunAs = DefaultRunAs
-	}
 	if cfg.DiskPoll <= 0 {
 		cfg.DiskPoll = DefaultDiskPoll
 	}
-	cfg.Runner = cmp.Or(cfg.Runner, "runner")
-	log := cmp.Or(cfg.Logger, slog.Default())
 	c := cfg.Client
 	if c == nil {
 		if c, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation()); err != nil {
 			return nil, fmt.Errorf("docker executor: engine client: %w", err)
 		}
 	}
-	e := &Executor{cfg: cfg, api: c, nanoCPUs: nano, log: log.With("executor", Name)}
+	e := &Executor{cfg: cfg, api: c, caps: caps, log: cfg.Logger.With("executor", Name)}
 	if e.cfg.FreeSpace == nil {
 		e.cfg.FreeSpace = e.dataRootFree
 	}
+	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, nil)
 	return e, nil
 }
 
-// Name returns "docker".
-func (e *Executor) Name() string { return Name }
+// minMilliCPUs is the least CPU limit the engine takes (0.01 CPUs).
+const minMilliCPUs = 10
 
 // Client returns the executor's engine client.
 func (e *Executor) Client() *client.Client { return e.api }
-
-// validID is what a Spec.ID must look like.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // handleData is the docker executor's Handle.Data.
 type handleData struct {
 	Container string `json:"container"`
 	User      string `json:"user"`
-}
-
-// resources resolves the container's limits from the workflow's
-// resources: and the runner's caps, as the kube executor does: a workflow
-// asking for more than a cap is refused, every such value named with its
-// cap.
-func (e *Executor) resources(spec executor.Spec) (nano, mem int64, err error) {
-	nano, mem = e.nanoCPUs, e.cfg.Memory
-	var over []string
-	if spec.CPUs != "" {
-		n, perr := ParseCPUs(spec.CPUs)
-		if perr != nil {
-			return 0, 0, &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("resources.cpus %q: %v", spec.CPUs, perr)}
-		}
-		if n > e.nanoCPUs {
-			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", spec.CPUs, e.cfg.CPUs))
-		} else {
-			nano = n
-		}
-	}
-	if spec.MemoryBytes > 0 {
-		if spec.MemoryBytes > e.cfg.Memory {
-			over = append(over, fmt.Sprintf("memory %d bytes (--memory %d bytes)", spec.MemoryBytes, e.cfg.Memory))
-		} else {
-			mem = spec.MemoryBytes
-		}
-	}
-	if len(over) > 0 {
-		return 0, 0, &executor.Fault{Reason: api.ReasonExecutor,
-			Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
-	}
-	return nano, mem, nil
 }
 
 func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
@@ -225,36 +161,26 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 	}
 }
 
-// Prepare makes the run's container (containerFor: hardened, one per run,
-// never reused) after the disk floor allows it, starts it with the agent
-// as PID 1 and connects to the agent over an exec. The checkout at
-// spec.Workspace is bind-mounted as Workspace (nothing is copied), and
-// given to the container's user at the session's first Exec, CopyIn or
-// CopyOut (PrepareEarly; never under `knotless-run exec`). It writes to
-// spec.Log the container, image, limits, user and network. Caches move by
-// the host's file system for the checkout (hostCaches).
+// driver is the docker executor's agentenv.Driver: an environment is a
+// job container with the agent as its PID 1.
+type driver Executor
+
+// Make makes the run's container (containerFor: hardened, one per run,
+// never reused) after the disk floor allows it, and starts it with the
+// agent as PID 1. The checkout at spec.Workspace is bind-mounted as
+// agentenv.Workspace (nothing is copied), and given to the container's
+// user at the session's first Exec, CopyIn or CopyOut (PrepareEarly;
+// never under `knotless-run exec`). It writes to spec.Log the container,
+// image, limits, user and network. Caches move by the host's file system
+// for the checkout (hostCaches).
 //
 // Errors: a workflow asking for more than the runner allows; an image
 // that is neither present nor pullable (a *executor.Fault with reason
 // image-pull and the engine's message); an engine that refuses the
 // container (reason executor, its message). On error the container is
 // removed.
-func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
-	if !validID.MatchString(spec.ID) {
-		return nil, fmt.Errorf("prepare docker session %q: the run ID must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", spec.ID)
-	}
-	if !e.live.Reserve(spec.ID) {
-		return nil, fmt.Errorf("prepare docker session %s: a session with this ID is still live (call Cleanup first)", spec.ID)
-	}
-	s, err := e.prepare(ctx, spec)
-	e.live.Done(spec.ID, s)
-	if err != nil {
-		return nil, fmt.Errorf("prepare docker session %s: %w", spec.ID, err)
-	}
-	return e.wrap(s), nil
-}
-
-func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsession.Session, error) {
+func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
+	e := (*Executor)(d)
 	fi, err := os.Stat(spec.Workspace)
 	if err != nil || !fi.IsDir() {
 		if err == nil {
@@ -266,10 +192,11 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	if img == "" {
 		return nil, errors.New("the workflow names no image: and the runner has no default image (--image)")
 	}
-	nano, mem, err := e.resources(spec)
+	res, err := e.caps.Resolve(spec)
 	if err != nil {
 		return nil, err
 	}
+	nano, mem := res.MilliCPUs*1e6, res.Memory
 	if err := e.waitDisk(ctx, spec); err != nil {
 		return nil, err
 	}
@@ -299,20 +226,6 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, userOf(runAs), hint)
 		}
 	}
-	var deadline time.Time
-	if spec.Timeout > 0 {
-		deadline = time.Now().Add(spec.Timeout)
-	}
-	var extra []string
-	if e.cfg.Ephemeral {
-		extra = append(extra, "--exit-without-client", cmp.Or(e.cfg.OrphanAfter, 30*time.Second).String())
-	}
-	if e.cfg.Heartbeat > 0 {
-		extra = append(extra, "--heartbeat", e.cfg.Heartbeat.String())
-	}
-	if e.cfg.DeadAfter > 0 {
-		extra = append(extra, "--dead-after", e.cfg.DeadAfter.String())
-	}
 	labels := map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner, LabelRun: spec.ID}
 	for k, v := range spec.Labels {
 		if _, ok := labels[k]; !ok {
@@ -323,7 +236,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: nano, Memory: mem,
 		Pids: e.cfg.Pids, Runtime: e.cfg.Runtime, Network: netName,
 		Agent: e.cfg.Agent, Workspace: spec.Workspace,
-		Cmd: agentCommand(spec.ID, deadline, extra),
+		Cmd: append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...),
 	})
 	hc.AutoRemove = e.cfg.Ephemeral
 	name := containerName(e.cfg.Runner, spec.ID)
@@ -343,13 +256,8 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 		}
 	}
 	id := created.ID
-	ok := false
-	defer func() {
-		if !ok {
-			e.removeContainer(context.WithoutCancel(ctx), id)
-		}
-	}()
 	if err := e.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		e.removeContainer(context.WithoutCancel(ctx), id)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -359,31 +267,95 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec) (*agentsessi
 	if e.cfg.Pids > 0 {
 		pids = fmt.Sprint(e.cfg.Pids)
 	}
-	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %d MiB (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
-		name, short(id), img, cpusString(nano), mem>>20, pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
-	handle, _ := json.Marshal(handleData{Container: id, User: userOf(runAs)})
-	client := e.newClient(spec.ID, id, userOf(runAs))
-	hello, err := client.Connect(ctx)
-	if err != nil {
-		_ = client.Close()
-		if f := e.containerFault(ctx, id); f != nil {
-			return nil, f
-		}
-		return nil, fmt.Errorf("connect to the step agent in container %s: %w", short(id), err)
-	}
-	ok = true
-	var ready func(context.Context) error
+	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
+		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), workflow.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
+	env := e.env(id, userOf(runAs))
 	if !e.cfg.Ephemeral {
 		// The checkout is complete by the first Exec, CopyIn or CopyOut
 		// (PrepareEarly), and no step has run yet: nothing in the
 		// container can swap a directory for a link while the tree is
 		// walked.
 		ws := spec.Workspace
-		ready = func(context.Context) error { return chownTree(ws, runAs) }
+		env.Ready = func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }
 	}
-	s := e.newSession(spec.ID, id, hello.Workdir, client, handle, ready)
-	hostCaches(s, hello.Workdir, spec.Workspace, runAs)
-	return s, nil
+	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+		hostCaches(env, hello.Workdir, spec.Workspace, runAs)
+		return nil
+	}
+	return env, nil
+}
+
+// Open finds the container a handle names for Recover: it must still
+// exist and run.
+func (d *driver) Open(ctx context.Context, _ string, data json.RawMessage) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	var h handleData
+	if err := json.Unmarshal(data, &h); err != nil || h.Container == "" {
+		return nil, fmt.Errorf("unreadable handle: %w", executor.ErrNotRecoverable)
+	}
+	st, err := e.api.ContainerInspect(ctx, h.Container)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("the container %s is gone: %w", short(h.Container), executor.ErrNotRecoverable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.State == nil || !st.State.Running {
+		return nil, fmt.Errorf("%s: %w", stateMessage(st), executor.ErrNotRecoverable)
+	}
+	return e.env(h.Container, h.User), nil
+}
+
+// List returns this runner's job containers (by their labels).
+func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
+	e := (*Executor)(d)
+	list, err := e.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]agentenv.Listed, 0, len(list))
+	for _, c := range list {
+		id := c.ID
+		out = append(out, agentenv.Listed{ID: c.Labels[LabelRun], Name: "container " + short(id),
+			Remove: func(ctx context.Context) error { return e.removeContainer(ctx, id) }})
+	}
+	return out, nil
+}
+
+// env is container id as an environment: each dial is a new exec of
+// `knotless-agent connect` as user; a container that is gone or no longer
+// running makes a dial fail with agent.ErrGone, and says why
+// (containerFault). A step's Note says when it reached the process limit.
+func (e *Executor) env(id, user string) *agentenv.Env {
+	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
+	return &agentenv.Env{
+		Name: "container " + short(id),
+		Data: handleData{Container: id, User: user},
+		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
+			st, err := e.api.ContainerInspect(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: the job container %s is gone", agent.ErrGone, short(id))
+			}
+			if err == nil && (st.State == nil || !st.State.Running) {
+				return nil, fmt.Errorf("%w: %s", agent.ErrGone, stateMessage(st))
+			}
+			return e.openStream(ctx, id, user, connect)
+		},
+		Why:    func(ctx context.Context) *executor.Fault { return e.containerFault(ctx, id) },
+		Remove: func(ctx context.Context, _ bool) error { return e.removeContainer(ctx, id) },
+		AroundStep: func() func(*executor.Result) {
+			if e.cfg.Pids <= 0 {
+				return nil
+			}
+			before := e.pidsRefused(id)
+			return func(res *executor.Result) {
+				if n := e.pidsRefused(id) - before; n > 0 {
+					note := fmt.Sprintf("the step reached the container's process limit (--pids %d): %d process creations were refused", e.cfg.Pids, n)
+					res.Note = strings.TrimPrefix(strings.TrimSpace(res.Note+"; "+note), "; ")
+				}
+			}
+		},
+	}
 }
 
 // containerName is the job container's name: knotless-RUNNER-ID with
@@ -477,67 +449,6 @@ func chownTree(dir string, r RunAs) error {
 	return nil
 }
 
-// newClient returns the agent client of a run's container: each dial is
-// a new exec of `knotless-agent connect`. A container that is gone or no
-// longer running makes a dial fail with agent.ErrGone.
-func (e *Executor) newClient(run, id, user string) *agent.Client {
-	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
-		st, err := e.api.ContainerInspect(ctx, id)
-		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: the job container %s is gone", agent.ErrGone, short(id))
-		}
-		if err == nil && (st.State == nil || !st.State.Running) {
-			return nil, fmt.Errorf("%w: %s", agent.ErrGone, stateMessage(st))
-		}
-		return e.openStream(ctx, id, user, []string{AgentPath, "connect", "--socket", AgentSocket, "--wait", "10s"})
-	}
-	return agent.NewClient(dial, agent.Options{
-		Name:      "knotless-run " + version.Version,
-		Heartbeat: e.cfg.Heartbeat,
-		DeadAfter: e.cfg.DeadAfter,
-		Logger:    e.log.With("run", run, "container", short(id)),
-		OnHello: func(h agent.AgentHello) error {
-			if h.Run != run {
-				return fmt.Errorf("the agent in container %s serves run %q, not %q", short(id), h.Run, run)
-			}
-			return nil
-		},
-	})
-}
-
-func (e *Executor) newSession(run, id, workdir string, client *agent.Client, handle json.RawMessage, ready func(context.Context) error) *agentsession.Session {
-	var s *agentsession.Session
-	s = agentsession.New(agentsession.Config{
-		Executor: Name, ID: run, Workdir: workdir, Client: client, Ready: ready,
-		Handle: executor.Handle{Executor: Name, ID: run, Data: handle},
-		Fault: func(err error) (executor.Result, bool) {
-			f := e.containerFault(context.Background(), id)
-			if f == nil {
-				return executor.Result{}, false
-			}
-			return faultResult(f), true
-		},
-		Remove: func(ctx context.Context) error { return e.remove(ctx, s, id) },
-		Forget: func() { e.live.Forget(run, s) },
-	})
-	return s
-}
-
-// shutdownBound bounds asking the agent to end its steps and exit.
-const shutdownBound = 10 * time.Second
-
-// remove ends a session's container: it asks the agent over the session's
-// stream to kill every step process and exit, then removes the container
-// (forced: what is left gets SIGKILL) with its anonymous volumes.
-func (e *Executor) remove(ctx context.Context, s *agentsession.Session, id string) error {
-	sctx, cancel := context.WithTimeout(ctx, shutdownBound)
-	if err := s.Client().Shutdown(sctx); err != nil {
-		e.log.Debug("the agent could not be asked to shut down; removing its container by force", "container", short(id), "err", err)
-	}
-	cancel()
-	return e.removeContainer(ctx, id)
-}
-
 // removeContainer removes container id by force with its volumes; a
 // container already gone (or being removed) is no error.
 func (e *Executor) removeContainer(ctx context.Context, id string) error {
@@ -546,72 +457,6 @@ func (e *Executor) removeContainer(ctx context.Context, id string) error {
 		return nil
 	}
 	return fmt.Errorf("remove container %s: %w", short(id), err)
-}
-
-// Recover re-attaches to the container h describes: it must still exist
-// and run; then a new exec reaches its agent. Errors wrap
-// executor.ErrNotRecoverable when the handle is not this executor's or
-// the container is gone or ended.
-func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Session, error) {
-	notRecoverable := func(format string, args ...any) error {
-		return fmt.Errorf("recover docker session %s: %s: %w", h.ID, fmt.Sprintf(format, args...), executor.ErrNotRecoverable)
-	}
-	if h.Executor != Name {
-		return nil, notRecoverable("the handle is of executor %q", h.Executor)
-	}
-	var data handleData
-	if err := json.Unmarshal(h.Data, &data); err != nil || data.Container == "" {
-		return nil, notRecoverable("unreadable handle")
-	}
-	st, err := e.api.ContainerInspect(ctx, data.Container)
-	if errdefs.IsNotFound(err) {
-		return nil, notRecoverable("the container %s is gone", short(data.Container))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("recover docker session %s: %w", h.ID, err)
-	}
-	if st.State == nil || !st.State.Running {
-		return nil, notRecoverable("%s", stateMessage(st))
-	}
-	if !e.live.Reserve(h.ID) {
-		return nil, fmt.Errorf("recover docker session %s: a session with this ID is live in this process", h.ID)
-	}
-	client := e.newClient(h.ID, data.Container, data.User)
-	hello, err := client.Connect(ctx)
-	if err != nil {
-		_ = client.Close()
-		e.live.Done(h.ID, nil)
-		if errors.Is(err, agent.ErrGone) || errors.Is(err, agent.ErrNotAgent) {
-			return nil, notRecoverable("%v", err)
-		}
-		return nil, fmt.Errorf("recover docker session %s: %w", h.ID, err)
-	}
-	s := e.newSession(h.ID, data.Container, hello.Workdir, client, h.Data, nil)
-	e.live.Done(h.ID, s)
-	return e.wrap(s), nil
-}
-
-// Sweep removes every job container of this runner (by its labels) whose
-// run is not in keep and that no live session holds. Errors of single
-// containers are joined.
-func (e *Executor) Sweep(ctx context.Context, keep []string) error {
-	list, err := e.list(ctx)
-	if err != nil {
-		return fmt.Errorf("sweep job containers: %w", err)
-	}
-	var errs []error
-	for _, c := range list {
-		run := c.Labels[LabelRun]
-		if e.live.Holds(run) || slices.Contains(keep, run) {
-			continue
-		}
-		if err := e.removeContainer(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.log.Info("removed a job container no run of this runner holds", "container", short(c.ID), "run", run)
-	}
-	return errors.Join(errs...)
 }
 
 // list returns this runner's job containers, running or not.

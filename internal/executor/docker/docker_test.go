@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -35,7 +37,7 @@ func newFixture(t testing.TB) *fixture {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		f.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+f.runner)
-		if e, err := docker.New(docker.Config{Client: f.eng.Client, Runner: f.runner, Agent: f.agent}); err == nil {
+		if e, err := docker.New(docker.Config{Config: agentenv.Config{Runner: f.runner, Agent: f.agent}, Client: f.eng.Client}); err == nil {
 			if err := e.RemoveNetwork(ctx); err != nil {
 				t.Errorf("remove the test runner's network: %v", err)
 			}
@@ -46,10 +48,7 @@ func newFixture(t testing.TB) *fixture {
 
 // config is what tests start from: small containers of the job image.
 func (f *fixture) config() docker.Config {
-	return docker.Config{
-		Client: f.eng.Client, Runner: f.runner, Image: dockertest.JobImage,
-		CPUs: "1", Memory: 128 << 20, Pids: 256, Agent: f.agent,
-	}
+	return docker.Config{Config: agentenv.Config{Runner: f.runner, Job: executor.Job{Image: dockertest.JobImage, CPUs: "1", Memory: 128 << 20}, Agent: f.agent}, Client: f.eng.Client, Pids: 256}
 }
 
 func (f *fixture) executor(t testing.TB, cfg docker.Config) *docker.Executor {

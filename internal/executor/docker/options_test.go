@@ -12,12 +12,18 @@ import (
 func newOptions(t *testing.T, args ...string) (*Executor, error) {
 	t.Helper()
 	var o Options
+	var j executor.JobFlags
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	o.AddFlags(fs)
+	j.AddFlags(fs, Name)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	ex, err := o.New(executor.Setup{Runner: "r", Agent: "/bin/true"})
+	job, err := j.Job()
+	if err != nil {
+		return nil, err
+	}
+	ex, err := o.New(executor.Setup{Runner: "r", Agent: "/bin/true", Job: job})
 	if err != nil {
 		return nil, err
 	}
@@ -31,15 +37,15 @@ func TestDockerOptions_DiskFloorZeroMeansNone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if e.cfg.DiskFloor != 0 || e.cfg.Memory != 2<<30 || e.cfg.Pids != DefaultPids || e.cfg.RunAs != DefaultRunAs || e.nanoCPUs != 1e9 {
+	if e.cfg.DiskFloor != 0 || e.cfg.Memory != 2<<30 || e.cfg.Pids != DefaultPids || e.cfg.RunAs != DefaultRunAs || e.caps.MilliCPUs != 1000 {
 		t.Errorf("defaults: %+v", e.cfg)
 	}
 	e, err = newOptions(t, "--disk-floor", "5Gi", "--cpus", "500m", "--memory", "64Mi", "--run-as", "2000:3000", "--pids", "-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.cfg.DiskFloor != 5<<30 || e.nanoCPUs != 5e8 || e.cfg.Memory != 64<<20 || e.cfg.RunAs != (RunAs{UID: 2000, GID: 3000}) || e.cfg.Pids != -1 {
-		t.Errorf("set: %+v nano %d", e.cfg, e.nanoCPUs)
+	if e.cfg.DiskFloor != 5<<30 || e.caps.MilliCPUs != 500 || e.cfg.Memory != 64<<20 || e.cfg.RunAs != (RunAs{UID: 2000, GID: 3000}) || e.cfg.Pids != -1 {
+		t.Errorf("set: %+v caps %+v", e.cfg, e.caps)
 	}
 	for _, bad := range [][]string{{"--run-as", "0"}, {"--cpus", "0"}, {"--pids", "0"}, {"--disk-floor", "lots"}} {
 		if _, err := newOptions(t, bad...); err == nil || !strings.Contains(err.Error(), bad[0]) {

@@ -1,16 +1,15 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // stream is one exec of `knotless-agent connect` in a job container as a
@@ -24,8 +23,7 @@ type stream struct {
 	outR *io.PipeReader
 	done chan struct{}
 
-	mu     sync.Mutex
-	stderr bytes.Buffer
+	stderr agentenv.StderrTail
 	once   sync.Once
 }
 
@@ -48,33 +46,13 @@ func (e *Executor) openStream(ctx context.Context, id, user string, argv []strin
 	s.outR = outR
 	go func() {
 		defer close(s.done)
-		_, err := stdcopy.StdCopy(outW, lockedWriter{s}, hj.Reader)
+		_, err := stdcopy.StdCopy(outW, &s.stderr, hj.Reader)
 		if err == nil {
-			err = io.EOF
-			if msg := strings.TrimSpace(s.stderrText()); msg != "" {
-				err = fmt.Errorf("%w (the bridge said: %s)", err, msg)
-			}
+			err = s.stderr.Explain(io.EOF)
 		}
 		_ = outW.CloseWithError(err)
 	}()
 	return s, nil
-}
-
-type lockedWriter struct{ s *stream }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.s.mu.Lock()
-	defer w.s.mu.Unlock()
-	if w.s.stderr.Len() < 4096 {
-		w.s.stderr.Write(p[:min(len(p), 4096-w.s.stderr.Len())])
-	}
-	return len(p), nil
-}
-
-func (s *stream) stderrText() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stderr.String()
 }
 
 func (s *stream) Read(p []byte) (int, error)  { return s.outR.Read(p) }

@@ -291,10 +291,7 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 		fail("test job pod", firstLine(err.Error()), "see the line above it; kubectl -n "+e.ns+" describe pod for the events of a Pending pod")
 		return
 	}
-	pod := ""
-	if s, isKube := sess.(*session); isKube {
-		pod = s.pod
-	}
+	pod := PodOf(sess)
 	ok("test job pod", fmt.Sprintf("%s running with the step agent in %s (image %s)", pod, time.Since(t0).Round(10*time.Millisecond), e.cfg.Image))
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,11 +46,7 @@ func newFixture(t testing.TB) *fixture {
 // config is the executor configuration tests start from: small pods of
 // the job base image, as runner "test".
 func (f *fixture) config() kube.Config {
-	return kube.Config{
-		Rest: f.rest, Namespace: f.ns, Runner: "test", Image: kubetest.JobBaseImage,
-		CPUs: "200m", Memory: 128 << 20, Disk: 256 << 20, PullPolicy: "Never",
-		Agent: f.agent,
-	}
+	return kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent}, Rest: f.rest, Namespace: f.ns, Disk: 256 << 20, PullPolicy: "Never"}
 }
 
 func (f *fixture) executor(t testing.TB, cfg kube.Config) *kube.Executor {
@@ -57,7 +55,7 @@ func (f *fixture) executor(t testing.TB, cfg kube.Config) *kube.Executor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	t.Cleanup(func() { _ = e.Close() })
 	return e
 }
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/workflow"
 )
 
@@ -25,11 +25,7 @@ import (
 type Options struct {
 	kubeconfig     string
 	namespace      string
-	image          string
-	cpus           string
-	memory         string
 	disk           string
-	runAs          string
 	runtimeClass   string
 	nodeSelector   []string
 	tolerations    []string
@@ -39,18 +35,19 @@ type Options struct {
 	owner          string
 }
 
+var _ executor.Options = (*Options)(nil)
+
 // Name returns "kube".
 func (*Options) Name() string { return Name }
 
-// AddFlags adds the kube executor's flags.
+// UsesJob reports true: the kube executor runs images.
+func (*Options) UsesJob() bool { return true }
+
+// AddFlags adds the kube executor's own flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the standard loading rules: KUBECONFIG, ~/.kube/config, else the pod's ServiceAccount when in a cluster); never stored")
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of the job pods (default: the runner pod's own, else the kubeconfig context's)")
-	fs.StringVar(&o.image, "image", "", "job image for workflows that name no image:")
-	fs.StringVar(&o.cpus, "cpus", DefaultCPUs, "job pod cpu (requests = limits), and the most a workflow's resources: may ask for")
-	fs.StringVar(&o.memory, "memory", "2Gi", "job pod memory (requests = limits), and the most a workflow may ask for")
 	fs.StringVar(&o.disk, "disk", "10Gi", "job pod ephemeral storage (requests = limits; also each emptyDir's sizeLimit), and the most a workflow may ask for")
-	fs.StringVar(&o.runAs, "run-as", DefaultRunAs.String(), "job container user: UID:GID, or image for the image's own (non-root) user")
 	fs.StringVar(&o.runtimeClass, "runtime-class", "", "RuntimeClass of job pods, e.g. gvisor or kata")
 	fs.StringArrayVar(&o.nodeSelector, "node-selector", nil, "node label KEY=VALUE job pods must run on (repeatable)")
 	fs.StringArrayVar(&o.tolerations, "toleration", nil, "taint job pods tolerate: KEY[=VALUE][:EFFECT] (repeatable)")
@@ -70,19 +67,12 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		return nil, err
 	}
 	cfg := Config{
-		Rest: rc, Namespace: ns, Runner: setup.Runner, Image: o.image, CPUs: o.cpus,
+		Config: agentenv.ConfigOf(setup), Rest: rc, Namespace: ns,
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
-		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, Logger: setup.Logger,
-		Ephemeral: setup.Ephemeral, InCluster: inCluster,
-	}
-	if cfg.Memory, err = workflow.ParseSize(o.memory); err != nil {
-		return nil, fmt.Errorf("--memory %q: %v", o.memory, err)
+		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, InCluster: inCluster,
 	}
 	if cfg.Disk, err = workflow.ParseSize(o.disk); err != nil {
 		return nil, fmt.Errorf("--disk %q: %v", o.disk, err)
-	}
-	if cfg.RunAs, err = ParseRunAs(o.runAs); err != nil {
-		return nil, err
 	}
 	if cfg.NodeSelector, err = ParseNodeSelector(o.nodeSelector); err != nil {
 		return nil, err
@@ -90,11 +80,8 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if cfg.Tolerations, err = ParseTolerations(o.tolerations); err != nil {
 		return nil, err
 	}
-	cfg.Agent = setup.Agent
-	if cfg.Agent == "" {
-		if cfg.Agent, err = shell.FindAgent(); err != nil {
-			return nil, err
-		}
+	if cfg.Agent, err = agentenv.ResolveAgent(setup.Agent); err != nil {
+		return nil, err
 	}
 	log := setup.Logger
 	kind, name, err := ParseOwner(o.owner)

@@ -11,38 +11,35 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
-// Labels every job pod carries (Kubernetes recommended label for the
-// manager; Knotless's own for the runner and the run's environment ID).
+// Labels every job pod carries: see agentenv.
 const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "knotless"
-	LabelRunner    = "knotless.dev/runner"
-	LabelRun       = "knotless.dev/run"
+	LabelManagedBy = agentenv.LabelManagedBy
+	ManagedBy      = agentenv.ManagedBy
+	LabelRunner    = agentenv.LabelRunner
+	LabelRun       = agentenv.LabelRun
 )
 
-// Paths inside the job pod. Each is an emptyDir with a sizeLimit; the
-// root file system is read-only.
+// validLabelKey is a label key (an optional DNS prefix, a name) that a
+// Spec's labels must match to reach the pod.
+var validLabelKey = regexp.MustCompile(`^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// Paths inside the job pod (see agentenv): each is an emptyDir with a
+// sizeLimit; the root file system is read-only.
 const (
 	// Container is the job pod's only container.
-	Container = "job"
-	// AgentDir holds the step agent's program (bin/), its state (state/:
-	// step output files, exit statuses) and its socket (agent.sock).
-	AgentDir = "/knotless"
+	Container   = "job"
+	AgentDir    = agentenv.AgentDir
+	AgentSocket = agentenv.AgentSocket
+	Workspace   = agentenv.Workspace
+	Home        = agentenv.Home
+	Tmp         = agentenv.Tmp
 	// AgentPath is where the step agent's program is delivered.
 	AgentPath = AgentDir + "/knotless-agent"
-	// AgentSocket is the agent's Unix socket.
-	AgentSocket = AgentDir + "/agent.sock"
-	// AgentState is the agent's state directory.
-	AgentState = AgentDir + "/state"
-	// Workspace is the checkout, the steps' working directory.
-	Workspace = "/workspace"
-	// Home is the steps' HOME.
-	Home = "/home/knotless"
-	// Tmp is /tmp.
-	Tmp = "/tmp"
 	// startFIFO is the named pipe PID 1 waits on until the agent has
 	// been delivered.
 	startFIFO = AgentDir + "/start"
@@ -189,13 +186,8 @@ func podFor(s podSpec) *corev1.Pod {
 // it looks for the program, and the delivery makes the program executable
 // before it wakes the pipe, so no wake-up is lost. Every argument is
 // fixed or derived from the run's ID and deadline: nothing secret.
-func bootstrapCommand(runID string, deadline time.Time, extra []string) []string {
-	agentArgs := []string{AgentPath, "serve", "--dir", AgentState, "--socket", AgentSocket,
-		"--workdir", Workspace, "--home", Home, "--tmp", Tmp, "--path", defaultPATH, "--run", runID}
-	if !deadline.IsZero() {
-		agentArgs = append(agentArgs, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
-	}
-	agentArgs = append(agentArgs, extra...)
+func bootstrapCommand(serve agent.Serve) []string {
+	agentArgs := append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...)
 	quoted := make([]string, len(agentArgs))
 	for i, a := range agentArgs {
 		quoted[i] = shellQuote(a)
@@ -206,10 +198,6 @@ func bootstrapCommand(runID string, deadline time.Time, extra []string) []string
 		`exec ` + strings.Join(quoted, " ")
 	return []string{"/bin/sh", "-c", script}
 }
-
-// defaultPATH is the steps' PATH when a step sets none: the usual one of
-// Linux images.
-const defaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // deliverScript is the first exec's shell script. Unless the agent
 // listens already (a retried delivery), it asks for the program (line
@@ -228,7 +216,7 @@ func deliverScript(size int64) string {
 		`head -c ` + n + ` > "$a"; got=$(wc -c < "$a"); ` +
 		`[ "$got" -eq ` + n + ` ] || { echo "knotless: the agent arrived truncated: $got of ` + n + ` bytes" >&2; exit 98; }; ` +
 		`chmod 0500 "$a"; fi; ` +
-		`echo ` + lineDelivered + `; exec "$a" connect --socket ` + AgentSocket + ` --wait 30s --wake ` + startFIFO
+		`echo ` + lineDelivered + `; exec "$a" ` + strings.Join(agent.Connect{Socket: AgentSocket, Wait: 30 * time.Second, Wake: startFIFO}.Args(), " ")
 }
 
 func shellQuote(s string) string {
@@ -281,7 +269,7 @@ func BenchPod(namespace, container string) *corev1.Pod {
 	p := podFor(podSpec{
 		Namespace: namespace, GenerateName: "bare-", Image: "localhost/knotless/job-base:1",
 		Labels: map[string]string{LabelManagedBy: "kubetest"},
-		CPU:    resource.MustParse(DefaultCPUs), Memory: *resource.NewQuantity(128<<20, resource.BinarySI),
+		CPU:    resource.MustParse(executor.DefaultCPUs), Memory: *resource.NewQuantity(128<<20, resource.BinarySI),
 		Disk: *resource.NewQuantity(256<<20, resource.BinarySI), Deadline: time.Hour, RunAs: DefaultRunAs,
 		PullPolicy: corev1.PullNever,
 		Command:    []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"k8s.io/client-go/rest"
 
 	"knotless.dev/knotless/internal/executor"
@@ -17,8 +19,7 @@ import (
 // runner allows was told only about cpu. Every value over its cap is
 // named with the cap's flag, before anything reaches the API server.
 func TestPrepare_OverCapResourcesNamedOnlyTheFirst(t *testing.T) {
-	e, err := kube.New(kube.Config{Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci", Agent: "/nonexistent",
-		Image: "img", CPUs: "1", Memory: 1 << 30, Disk: 2 << 30})
+	e, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/nonexistent", Job: executor.Job{Image: "img", CPUs: "1", Memory: 1 << 30}}, Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci", Disk: 2 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

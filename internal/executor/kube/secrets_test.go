@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -135,7 +135,7 @@ echo released`,
 		t.Errorf("the secret as the step saw it: %q, want %q", got, value)
 	}
 	// The agent never writes the secret down.
-	if err := s.CopyOut(cctx, kube.AgentState, filepath.Join(dir, "state")); err != nil {
+	if err := s.CopyOut(cctx, agentenv.AgentState, filepath.Join(dir, "state")); err != nil {
 		t.Fatal(err)
 	}
 	_ = filepath.Walk(filepath.Join(dir, "state"), func(p string, fi os.FileInfo, err error) error {

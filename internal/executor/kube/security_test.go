@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"knotless.dev/knotless/internal/executor"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"knotless.dev/knotless/internal/executor"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
 )
 
 // Reasons of a job pod's end.
@@ -15,15 +16,6 @@ const (
 	ReasonUnschedulable = api.ReasonUnschedulable
 	ReasonPodLost       = api.ReasonPodLost
 )
-
-// fault is how a job pod let its run down: a reason (api.Reason* or the
-// ones above) and a message a person can act on.
-type fault struct {
-	Reason  string
-	Message string
-}
-
-func (f *fault) Error() string { return f.Reason + ": " + f.Message }
 
 // podFault reads why pod cannot (or can no longer) run steps, from its
 // status alone; nil when nothing is wrong yet. since is when the pod was
@@ -33,51 +25,51 @@ func (f *fault) Error() string { return f.Reason + ": " + f.Message }
 // pod that is gone.
 //
 // The order follows what Kubernetes reports wrongly elsewhere
-// (K8S-PITFALLS): a container terminated OOMKilled is oom-killed whatever
+// (docs/kubernetes.md, "What Kubernetes reports wrongly"): a container terminated OOMKilled is oom-killed whatever
 // its exit code and the pod's phase; an eviction (status.reason Evicted
 // or a DisruptionTarget condition) is evicted even when the container
 // exited 0; DeadlineExceeded is timeout; a pod that ended any other way
 // is pod-lost, never a success.
-func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Duration) *fault {
+func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Duration) *executor.Fault {
 	if pod == nil {
-		return &fault{ReasonPodLost, "the job pod is gone (deleted from outside the runner?)"}
+		return &executor.Fault{Reason: ReasonPodLost, Message: "the job pod is gone (deleted from outside the runner?)"}
 	}
 	// An eviction (the Eviction API, preemption, a taint) marks the pod
 	// DisruptionTarget and then deletes it: evicted, not pod-lost.
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-			return &fault{api.ReasonEvicted, strings.TrimSpace(fmt.Sprintf("the job pod was disrupted (%s): %s", c.Reason, c.Message))}
+			return &executor.Fault{Reason: api.ReasonEvicted, Message: strings.TrimSpace(fmt.Sprintf("the job pod was disrupted (%s): %s", c.Reason, c.Message))}
 		}
 	}
 	if pod.DeletionTimestamp != nil {
-		return &fault{ReasonPodLost, fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
+		return &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
 	}
 	if pod.Status.Reason == "Evicted" {
-		return &fault{api.ReasonEvicted, "the job pod was evicted: " + pod.Status.Message}
+		return &executor.Fault{Reason: api.ReasonEvicted, Message: "the job pod was evicted: " + pod.Status.Message}
 	}
 	if pod.Status.Reason == "DeadlineExceeded" {
-		return &fault{api.ReasonTimeout, "the job pod passed its activeDeadlineSeconds: " + pod.Status.Message}
+		return &executor.Fault{Reason: api.ReasonTimeout, Message: "the job pod passed its activeDeadlineSeconds: " + pod.Status.Message}
 	}
 	cs := jobStatus(pod)
 	if cs != nil {
 		if t := cs.State.Terminated; t != nil {
 			if t.Reason == "OOMKilled" {
-				return &fault{api.ReasonOOMKilled, fmt.Sprintf("the job container was killed for exceeding its memory limit (exit code %d)", t.ExitCode)}
+				return &executor.Fault{Reason: api.ReasonOOMKilled, Message: fmt.Sprintf("the job container was killed for exceeding its memory limit (exit code %d)", t.ExitCode)}
 			}
 			msg := fmt.Sprintf("the job container ended (%s, exit code %d)", t.Reason, t.ExitCode)
 			if t.Message != "" {
 				msg += ": " + t.Message
 			}
-			return &fault{ReasonPodLost, msg}
+			return &executor.Fault{Reason: ReasonPodLost, Message: msg}
 		}
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
 			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
 				if w.Reason == "InvalidImageName" || w.Reason == "ErrImageNeverPull" || now.Sub(since) >= pullGrace {
-					return &fault{api.ReasonImagePull, fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message)}
+					return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message)}
 				}
 			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return &fault{api.ReasonExecutor, fmt.Sprintf("%s: %s", w.Reason, w.Message)}
+				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("%s: %s", w.Reason, w.Message)}
 			}
 		}
 	}
@@ -87,7 +79,7 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 		if pod.Status.Reason != "" {
 			msg += ": " + pod.Status.Reason + " " + pod.Status.Message
 		}
-		return &fault{ReasonPodLost, strings.TrimSpace(msg)}
+		return &executor.Fault{Reason: ReasonPodLost, Message: strings.TrimSpace(msg)}
 	case corev1.PodPending:
 		if pending > 0 && now.Sub(since) >= pending && !scheduled(pod) {
 			msg := "the job pod was not scheduled within " + pending.String()
@@ -96,7 +88,7 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 					msg += ": " + c.Message
 				}
 			}
-			return &fault{ReasonUnschedulable, msg}
+			return &executor.Fault{Reason: ReasonUnschedulable, Message: msg}
 		}
 	}
 	return nil

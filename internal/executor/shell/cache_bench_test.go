@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/cache/cachetest"
@@ -31,7 +33,7 @@ func BenchmarkShell_Cache(b *testing.B) {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	e := shell.New(shell.Config{Dir: filepath.Join(work, "shell"), Agent: agenttest.Binary(b), Ephemeral: true})
+	e := shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(b), Ephemeral: true}, Dir: filepath.Join(work, "shell")})
 	s, err := e.Prepare(context.Background(), executor.Spec{ID: "bench", Workspace: ws, Timeout: time.Hour, Log: discard{}})
 	if err != nil {
 		b.Fatal(err)

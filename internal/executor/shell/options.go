@@ -1,24 +1,27 @@
 package shell
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/pflag"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
-// Options are the shell executor's part of knotless-run's command line
-// (runnercli.ExecutorOptions).
+// Options are the shell executor's part of knotless-run's command line.
 type Options struct {
 	user string // --user
 }
 
+var _ executor.Options = (*Options)(nil)
+
 // Name returns "shell".
 func (*Options) Name() string { return Name }
+
+// UsesJob reports false: the shell executor runs no image.
+func (*Options) UsesJob() bool { return false }
 
 // AddFlags adds --user (a step's PATH is set with knotless-run's --env
 // PATH=...).
@@ -27,19 +30,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // New returns a shell executor that keeps its sessions in Work/shell and
-// runs each under the agent program setup.Agent (FindAgent when empty).
+// runs each under the agent program setup.Agent (agentenv.FindAgent when
+// empty). Errors: no such agent, an unknown --user.
 func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
-	if setup.Agent == "" {
-		if _, err := FindAgent(); err != nil {
-			return nil, err
-		}
-	} else if fi, err := os.Stat(setup.Agent); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		if err == nil {
-			err = errors.New("not an executable file")
-		}
-		return nil, fmt.Errorf("--agent %s: %v: give the path of knotless-agent from the same release as knotless-run", setup.Agent, err)
+	cfg := Config{Config: agentenv.ConfigOf(setup), Dir: filepath.Join(setup.Work, Name)}
+	var err error
+	if cfg.Agent, err = agentenv.ResolveAgent(setup.Agent); err != nil {
+		return nil, err
 	}
-	cfg := Config{Dir: filepath.Join(setup.Work, Name), Agent: setup.Agent, Logger: setup.Logger, Ephemeral: setup.Ephemeral}
 	if o.user != "" {
 		u, err := LookupStepUser(o.user, os.Geteuid())
 		if err != nil {

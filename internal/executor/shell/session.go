@@ -2,12 +2,12 @@ package shell
 
 import (
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/agentsession"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when Step.Grace is
 // zero.
-const DefaultGrace = agentsession.DefaultGrace
+const DefaultGrace = agentenv.DefaultGrace
 
 // ErrClosed is returned by Exec, CopyIn and CopyOut once Cleanup was called.
 var ErrClosed = executor.ErrClosed

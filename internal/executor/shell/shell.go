@@ -11,28 +11,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/agentsession"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/stepagent"
 	"knotless.dev/knotless/internal/version"
 )
 
 // Name is the shell executor's name as the --executor flag spells it.
 const Name = "shell"
-
-// AgentName is the step agent's program name, looked up beside the running
-// program and in PATH when Config.Agent is empty.
-const AgentName = "knotless-agent"
 
 // fallbackPATH is the steps' PATH when neither Config.PATH nor the runner's
 // own PATH says anything.
@@ -41,28 +36,23 @@ const fallbackPATH = "/usr/local/bin:/usr/bin:/bin"
 // agentReadyWait bounds the wait for a new agent to listen.
 const agentReadyWait = 10 * time.Second
 
-// Config configures the shell executor.
+// Config configures the shell executor. Of the shared agentenv.Config it
+// uses Agent, Heartbeat, DeadAfter, Logger and Ephemeral (each agent then
+// ends its steps and exits when the process that started it is gone); it
+// runs no image, so Job is ignored.
 type Config struct {
+	agentenv.Config
 	// Dir is where sessions live: one directory Dir/<Spec.ID>, mode 0700,
 	// per run, holding the agent's socket, log and state and the steps'
 	// HOME. Typically <runner work dir>/shell. Created (0700) when missing.
 	// Required.
 	Dir string
-	// Agent is the knotless-agent program; empty means FindAgent.
-	Agent string
 	// PATH is the PATH a step gets when Step.Env has no PATH. Empty means the
 	// runner's own PATH as it was when New was called.
 	PATH string
-	// Ephemeral makes each agent end its steps and exit when the process
-	// that started it is gone (`knotless-run exec`: nobody takes over).
-	Ephemeral bool
 	// AgentArgs are extra arguments for `knotless-agent serve`, e.g.
 	// "--no-cgroups".
 	AgentArgs []string
-	// Heartbeat and DeadAfter tune the agent connection (tests); zero means
-	// agent.DefaultHeartbeat and agent.DefaultDeadAfter.
-	Heartbeat time.Duration
-	DeadAfter time.Duration
 	// Dial opens a connection to an agent's socket; nil means a plain Unix
 	// socket connection. Tests put a proxy here that cuts connections.
 	Dial func(ctx context.Context, socket string) (io.ReadWriteCloser, error)
@@ -70,10 +60,6 @@ type Config struct {
 	// runner runs as root; knotless-run --user): the agent drops to it for
 	// each step's processes, HOME and the workspace become its own.
 	User *stepagent.StepUser
-	// Logger receives one line per event an operator cares about (an agent
-	// connection lost and regained, processes that would not die). Nil means
-	// slog.Default().
-	Logger *slog.Logger
 }
 
 // Executor runs steps as processes on the runner's host, each run under its
@@ -81,13 +67,15 @@ type Config struct {
 // that steps go on while the runner restarts. Its methods may be called
 // concurrently for different runs.
 type Executor struct {
+	*agentenv.Base
 	cfg Config
 	log *slog.Logger
-
-	live agentsession.Live // by Spec.ID, until Cleanup or Detach
 }
 
-var _ executor.Executor = (*Executor)(nil)
+var (
+	_ executor.Executor      = (*Executor)(nil)
+	_ executor.EarlyPreparer = (*Executor)(nil)
+)
 
 // New returns a shell executor configured by cfg. It does not touch the file
 // system; Prepare creates cfg.Dir when needed and finds the agent.
@@ -98,112 +86,53 @@ func New(cfg Config) *Executor {
 	if cfg.PATH == "" {
 		cfg.PATH = fallbackPATH
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Executor{cfg: cfg, log: log.With("executor", Name)}
+	cfg.Config = cfg.Config.Defaults()
+	e := &Executor{cfg: cfg, log: cfg.Logger.With("executor", Name)}
+	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, nil)
+	return e
 }
-
-// Name returns "shell".
-func (e *Executor) Name() string { return Name }
 
 // PrepareEarly reports true: Prepare only hands the workspace's path to
 // the agent, which reads nothing in it before a step starts.
 func (e *Executor) PrepareEarly() bool { return true }
 
-var _ executor.EarlyPreparer = (*Executor)(nil)
-
-// FindAgent returns the knotless-agent program: the one beside the running
-// program, else the one in PATH. The error says where it looked.
-func FindAgent() (string, error) {
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), AgentName)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath(AgentName); err == nil {
-		return filepath.Abs(p)
-	}
-	dir := "the running program's directory"
-	if self, err := os.Executable(); err == nil {
-		dir = filepath.Dir(self)
-	}
-	return "", fmt.Errorf("the step agent %s is neither in %s nor in PATH: install it beside knotless-run, or give its path with --agent", AgentName, dir)
-}
-
-func (e *Executor) agentPath() (string, error) {
-	if e.cfg.Agent != "" {
-		p, err := filepath.Abs(e.cfg.Agent)
-		if err != nil {
-			return "", err
-		}
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the step agent: %w", err)
-		}
-		return p, nil
-	}
-	return FindAgent()
-}
-
-// validID is what a Spec.ID must look like: it names a directory under
-// Config.Dir, so it is one plain path element.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// driver is the shell executor's agentenv.Driver: an environment is a
+// session directory with an agent process in it.
+type driver Executor
 
 // handleData is the shell executor's Handle.Data.
 type handleData struct {
 	Dir string `json:"dir"` // the session directory
 }
 
-// Prepare checks that spec.Workspace is a directory, creates the session's
+// Make checks that spec.Workspace is a directory, creates the session's
 // directory Config.Dir/<spec.ID> (mode 0700; a stale one of an earlier
-// process is replaced after its agent is stopped) with the steps' HOME in
-// it, starts the session's agent there (detached from the runner, in its
-// own session and process group) and connects to it. It writes to spec.Log
+// process is replaced after its agent is stopped) with the steps' HOME
+// and TMPDIR in it, and starts the session's agent there (detached from
+// the runner, in its own session and process group). The setup log says
 // that steps run directly on this host, how a step's processes are ended,
 // and which parts of spec it ignores (Image, resource limits).
 //
-// Errors: an invalid ID, an ID that has a live session in this executor, a
-// missing workspace, no agent program, an agent that does not start within
-// 10 s, or a file-system failure; on error nothing is left behind (the
-// agent is stopped, the directory removed).
-func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("prepare shell session %q: %w", spec.ID, err)
-	}
-	if !validID.MatchString(spec.ID) {
-		return nil, fmt.Errorf("prepare shell session %q: the run ID must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", spec.ID)
-	}
+// Errors: no Config.Dir, a missing workspace, no agent program, an agent
+// that does not start within 10 s, or a file-system failure; on error
+// the agent is stopped and the directory removed.
+func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
+	e := (*Executor)(d)
 	if e.cfg.Dir == "" {
-		return nil, fmt.Errorf("prepare shell session %s: the shell executor has no directory for its files (Config.Dir is empty)", spec.ID)
+		return nil, errors.New("the shell executor has no directory for its files (Config.Dir is empty)")
 	}
 	workdir, err := checkDir(spec.Workspace)
 	if err != nil {
-		return nil, fmt.Errorf("prepare shell session %s: workspace: %w", spec.ID, err)
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	bin, err := e.agentPath()
+	bin, err := agentenv.ResolveAgent(e.cfg.Agent)
 	if err != nil {
-		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
+		return nil, err
 	}
 	base, err := filepath.Abs(e.cfg.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
+		return nil, err
 	}
-
-	// Hold the ID while preparing, so a concurrent Prepare of it fails.
-	if !e.live.Reserve(spec.ID) {
-		return nil, fmt.Errorf("prepare shell session %s: a session with this ID is still live (call Cleanup first)", spec.ID)
-	}
-	s, err := e.prepare(ctx, spec, base, workdir, bin)
-	e.live.Done(spec.ID, s)
-	if err != nil {
-		return nil, fmt.Errorf("prepare shell session %s: %w", spec.ID, err)
-	}
-	return s, nil
-}
-
-func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdir, bin string) (*agentsession.Session, error) {
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, fmt.Errorf("create executor directory: %w", err)
 	}
@@ -232,25 +161,139 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return nil, fmt.Errorf("create TMPDIR: %w", err)
 	}
-	var deadline time.Time
-	if spec.Timeout > 0 {
-		deadline = time.Now().Add(spec.Timeout)
+	serve.Dir, serve.Socket = dir, filepath.Join(dir, "agent.sock")
+	serve.Workdir, serve.Home, serve.Tmp, serve.PATH = workdir, home, filepath.Join(dir, "tmp"), e.cfg.PATH
+	// An agent of `knotless-run exec` ends with its parent, this process.
+	serve.ExitWithParent, serve.ExitWithoutClient = e.cfg.Ephemeral, 0
+	if e.cfg.User != nil {
+		serve.User = e.cfg.User.String()
 	}
-	if err := e.startAgent(ctx, bin, dir, workdir, home, spec.ID, deadline); err != nil {
+	if err := e.startAgent(ctx, bin, dir, serve); err != nil {
 		return nil, err
 	}
-	client := e.newClient(spec.ID, dir)
-	hello, err := client.Connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the step agent: %w", err)
-	}
-	s := e.newSession(spec.ID, dir, hello.Workdir, client, e.userReady(dir, spec.Workspace))
-	if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral, e.cfg.User); err != nil {
-		_ = client.Shutdown(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("write setup log: %w", err)
+	env := e.env(dir)
+	attached := env.Attached
+	env.Attached = func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error {
+		if err := attached(ctx, c, hello); err != nil {
+			return err
+		}
+		if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral, e.cfg.User); err != nil {
+			return fmt.Errorf("write setup log: %w", err)
+		}
+		return nil
 	}
 	ok = true
-	return s, nil
+	return env, nil
+}
+
+// Open finds the session directory of id for Recover; the handle must
+// name Config.Dir/<id>.
+func (d *driver) Open(_ context.Context, id string, data json.RawMessage) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	base, err := filepath.Abs(e.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(base, id)
+	if len(data) > 0 {
+		var h handleData
+		if err := json.Unmarshal(data, &h); err != nil {
+			return nil, fmt.Errorf("unreadable handle: %v: %w", err, executor.ErrNotRecoverable)
+		}
+		if filepath.Clean(h.Dir) != dir {
+			return nil, fmt.Errorf("the handle names %s, not %s: %w", h.Dir, dir, executor.ErrNotRecoverable)
+		}
+	}
+	return e.env(dir), nil
+}
+
+// List returns the session directories under Config.Dir; a missing
+// Config.Dir holds none.
+func (d *driver) List(context.Context) ([]agentenv.Listed, error) {
+	e := (*Executor)(d)
+	if e.cfg.Dir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(e.cfg.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []agentenv.Listed
+	for _, ent := range entries {
+		dir := filepath.Join(e.cfg.Dir, ent.Name())
+		out = append(out, agentenv.Listed{ID: ent.Name(), Name: "session " + dir,
+			Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) }})
+	}
+	return out, nil
+}
+
+// env is the session directory dir as an environment: its agent is
+// reached at dir/agent.sock; the host sees the steps' checkout and HOME,
+// so caches move on the runner's disk (given to Config.User, if any), and
+// with a User the checkout and HOME become the user's before the first
+// step.
+func (e *Executor) env(dir string) *agentenv.Env {
+	home := filepath.Join(dir, "home")
+	env := &agentenv.Env{
+		Name: "session directory " + dir,
+		Data: handleData{Dir: dir},
+		Dial: e.dialer(dir),
+		Why:  func(context.Context) *executor.Fault { return agentGone(dir) },
+		Remove: func(ctx context.Context, agentEnded bool) error {
+			if agentEnded {
+				e.waitAgentGone(dir, 5*time.Second)
+			}
+			return e.removeSession(ctx, dir)
+		},
+	}
+	var workdir string // the checkout as the agent says
+	env.Ready = func(ctx context.Context, s *agentenv.Session) error {
+		if u := e.cfg.User; u != nil {
+			base := filepath.Clean(e.cfg.Dir)
+			if err := openForUser(u, base, dir); err != nil {
+				return err
+			}
+			return giveWorkspace(ctx, u, s.Workdir(), filepath.Dir(base))
+		}
+		return nil
+	}
+	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+		workdir = hello.Workdir
+		return nil
+	}
+	// Steps see the host's own paths: caches move on the runner's disk,
+	// never through the agent, for the checkout and HOME only.
+	env.HostPath = func(p string) (string, string, bool) {
+		p = filepath.Clean(p)
+		for _, root := range []string{workdir, home} {
+			if root != "" && (p == root || strings.HasPrefix(p, root+"/")) {
+				return p, root, true
+			}
+		}
+		return "", "", false
+	}
+	if u := e.cfg.User; u != nil {
+		env.HostChown = func(p string) error {
+			root := workdir
+			if p == home || strings.HasPrefix(p, home+"/") {
+				root = home
+			}
+			return cache.GiveTree(root, p, int(u.UID), int(u.GID))
+		}
+	}
+	return env
+}
+
+// agentGone is why a session directory's environment stopped: nil while
+// its agent runs.
+func agentGone(dir string) *executor.Fault {
+	if _, ok := recordedProcess(filepath.Join(dir, "agent.json")); ok {
+		return nil
+	}
+	return &executor.Fault{Reason: api.ReasonExecutor, Message: "the step agent of this run is gone: it was stopped or killed from outside the runner"}
 }
 
 // startAgent starts `knotless-agent serve` for a session directory and
@@ -258,7 +301,7 @@ func (e *Executor) prepare(ctx context.Context, spec executor.Spec, base, workdi
 // nothing of the runner's), its own session (setsid: no signal to the
 // runner's process group or terminal reaches it), and no death signal, so
 // it outlives the runner.
-func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id string, deadline time.Time) error {
+func (e *Executor) startAgent(ctx context.Context, bin, dir string, serve agent.Serve) error {
 	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("agent log: %w", err)
@@ -269,27 +312,11 @@ func (e *Executor) startAgent(ctx context.Context, bin, dir, workdir, home, id s
 		return err
 	}
 	defer readyR.Close()
-	args := []string{"serve", "--dir", dir, "--socket", filepath.Join(dir, "agent.sock"),
-		"--workdir", workdir, "--home", home, "--tmp", filepath.Join(dir, "tmp"), "--path", e.cfg.PATH, "--run", id, "--ready-fd", "3"}
-	if !deadline.IsZero() {
-		args = append(args, "--deadline", deadline.UTC().Format(time.RFC3339Nano))
-	}
-	if e.cfg.Heartbeat > 0 {
-		args = append(args, "--heartbeat", e.cfg.Heartbeat.String())
-	}
-	if e.cfg.DeadAfter > 0 {
-		args = append(args, "--dead-after", e.cfg.DeadAfter.String())
-	}
-	if e.cfg.Ephemeral {
-		args = append(args, "--exit-with-parent")
-	}
-	if e.cfg.User != nil {
-		args = append(args, "--user", e.cfg.User.String())
-	}
-	args = append(args, e.cfg.AgentArgs...)
+	serve.ReadyFD = 3 // ExtraFiles[0]
+	args := append(serve.Args(), e.cfg.AgentArgs...)
 	cmd := &exec.Cmd{
 		Path:        bin,
-		Args:        append([]string{AgentName}, args...),
+		Args:        append([]string{agentenv.AgentName}, args...),
 		Env:         []string{"PATH=" + fallbackPATH},
 		Dir:         dir,
 		Stdout:      logf,
@@ -359,84 +386,6 @@ func (e *Executor) dialer(dir string) agent.Dialer {
 	}
 }
 
-func (e *Executor) newClient(id, dir string) *agent.Client {
-	opts := agent.Options{
-		Name:      "knotless-run " + version.Version,
-		Heartbeat: e.cfg.Heartbeat,
-		DeadAfter: e.cfg.DeadAfter,
-		Logger:    e.log.With("run", id),
-		OnHello: func(h agent.AgentHello) error {
-			if h.Run != id {
-				return fmt.Errorf("the agent in %s serves run %q, not %q", dir, h.Run, id)
-			}
-			return nil
-		},
-	}
-	return agent.NewClient(e.dialer(dir), opts)
-}
-
-// newSession is the session of the agent in dir that client reaches.
-// ready, when set, runs before the session's first operation.
-func (e *Executor) newSession(id, dir, workdir string, client *agent.Client, ready func(context.Context) error) *agentsession.Session {
-	data, _ := json.Marshal(handleData{Dir: dir})
-	var s *agentsession.Session
-	s = agentsession.New(agentsession.Config{
-		Executor: Name, ID: id, Workdir: workdir, Client: client, Ready: ready,
-		Handle: executor.Handle{Executor: Name, ID: id, Data: data},
-		Remove: func(ctx context.Context) error { return e.removeSession(ctx, dir) },
-		Forget: func() { e.live.Forget(id, s) },
-		// Steps see the host's own paths: caches move on the runner's
-		// disk, never through the agent, for the checkout and HOME only.
-		HostPath: func(p string) (string, string, bool) {
-			p = filepath.Clean(p)
-			for _, root := range []string{workdir, filepath.Join(dir, "home")} {
-				if p == root || strings.HasPrefix(p, root+"/") {
-					return p, root, true
-				}
-			}
-			return "", "", false
-		},
-		// With --user, what a restore made is the step user's.
-		HostChown: e.giveRestored(workdir, filepath.Join(dir, "home")),
-	})
-	return s
-}
-
-// giveRestored makes a restored cache path (below the workspace or HOME)
-// Config.User's; nil without a User.
-func (e *Executor) giveRestored(workdir, home string) func(string) error {
-	u := e.cfg.User
-	if u == nil {
-		return nil
-	}
-	return func(p string) error {
-		root := workdir
-		if p == home || strings.HasPrefix(p, home+"/") {
-			root = home
-		}
-		return cache.GiveTree(root, p, int(u.UID), int(u.GID))
-	}
-}
-
-// userReady hands the session directory dir's HOME (and TMPDIR) and the
-// workspace ws to Config.User before the first step, once the checkout
-// is complete; nil without a User. Idempotent (a recovered session runs
-// it again).
-func (e *Executor) userReady(dir, ws string) func(context.Context) error {
-	u := e.cfg.User
-	if u == nil {
-		return nil
-	}
-	base := filepath.Clean(e.cfg.Dir)
-	work := filepath.Dir(base) // the runner's --work
-	return func(ctx context.Context) error {
-		if err := openForUser(u, base, dir); err != nil {
-			return err
-		}
-		return giveWorkspace(ctx, u, ws, work)
-	}
-}
-
 // writeSetupLog tells the run's setup log what this executor is and what of
 // spec it ignores.
 func writeSetupLog(spec executor.Spec, kill string, ephemeral bool, su *stepagent.StepUser) error {
@@ -499,87 +448,6 @@ func checkDir(path string) (string, error) {
 		return "", fmt.Errorf("%s is not a directory", abs)
 	}
 	return abs, nil
-}
-
-// Recover re-attaches to the session h describes when its agent still
-// runs: it connects to the agent's socket in the session directory and
-// checks that the agent serves h.ID. Errors wrap executor.ErrNotRecoverable
-// when the handle is not this executor's, names a directory outside
-// Config.Dir, or no agent answers there.
-func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Session, error) {
-	notRecoverable := func(format string, args ...any) error {
-		return fmt.Errorf("recover shell session %s: %s: %w", h.ID, fmt.Sprintf(format, args...), executor.ErrNotRecoverable)
-	}
-	if h.Executor != Name {
-		return nil, notRecoverable("the handle is of executor %q", h.Executor)
-	}
-	if !validID.MatchString(h.ID) {
-		return nil, notRecoverable("invalid ID")
-	}
-	base, err := filepath.Abs(e.cfg.Dir)
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(base, h.ID)
-	var data handleData
-	if len(h.Data) > 0 {
-		if err := json.Unmarshal(h.Data, &data); err != nil {
-			return nil, notRecoverable("unreadable handle: %v", err)
-		}
-		if filepath.Clean(data.Dir) != dir {
-			return nil, notRecoverable("the handle names %s, not %s", data.Dir, dir)
-		}
-	}
-	if !e.live.Reserve(h.ID) {
-		return nil, fmt.Errorf("recover shell session %s: a session with this ID is live in this process", h.ID)
-	}
-	client := e.newClient(h.ID, dir)
-	hello, err := client.Connect(ctx)
-	if err != nil {
-		e.live.Done(h.ID, nil)
-		if errors.Is(err, agent.ErrGone) || errors.Is(err, agent.ErrNotAgent) {
-			return nil, notRecoverable("%v", err)
-		}
-		return nil, fmt.Errorf("recover shell session %s: %w", h.ID, err)
-	}
-	s := e.newSession(h.ID, dir, hello.Workdir, client, e.userReady(dir, hello.Workdir))
-	e.live.Done(h.ID, s)
-	return s, nil
-}
-
-// Sweep stops the agent of every session directory under Config.Dir whose
-// name is not in keep and that no live session of this executor holds (it
-// asks the agent to shut down, which kills its steps; an agent that does not
-// answer is killed, and so are the process groups of steps it had left
-// running), then removes the directory. A missing Config.Dir is not an
-// error. Errors of single sessions are joined.
-func (e *Executor) Sweep(ctx context.Context, keep []string) error {
-	if e.cfg.Dir == "" {
-		return nil
-	}
-	entries, err := os.ReadDir(e.cfg.Dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("sweep shell sessions: %w", err)
-	}
-	var errs []error
-	for _, ent := range entries {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("sweep shell sessions: %w", err))...)
-		}
-		name := ent.Name()
-		if slices.Contains(keep, name) || e.live.Holds(name) {
-			continue
-		}
-		if err := e.removeSession(ctx, filepath.Join(e.cfg.Dir, name)); err != nil {
-			errs = append(errs, fmt.Errorf("sweep shell session %s: %w", name, err))
-		} else {
-			e.log.Info("removed a session an earlier runner process left", "session", name)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // removeSession stops whatever runs in a session directory and removes it.

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
+
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
@@ -67,7 +69,7 @@ func harness(agentArgs ...string) executortest.Harness {
 	}
 	return executortest.Harness{
 		Executor: func(t *testing.T) func() executor.Executor {
-			cfg := shell.Config{Dir: dirOf(t), Agent: agenttest.Binary(t), AgentArgs: agentArgs, Ephemeral: true}
+			cfg := shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true}, Dir: dirOf(t), AgentArgs: agentArgs}
 			return func() executor.Executor { return shell.New(cfg) }
 		},
 		Spec: func(t *testing.T, id string) executor.Spec {
@@ -448,8 +450,9 @@ func TestShell_StreamCutAtRandomBytesLosesAndRepeatsNothing(t *testing.T) {
 	}
 }
 
-// The agent killed mid-step (the OOM killer's doing): Exec fails (the
-// environment is gone), and Cleanup still kills every process the step
+// The agent killed mid-step (the OOM killer's doing): Exec ends the step
+// errored by its environment (reason executor, saying the agent is gone),
+// and Cleanup still kills every process the step
 // started, also those that left its process group, from the step's cgroup
 // the agent recorded. Found by trying it: the escaped processes lived on
 // as orphans of init.
@@ -461,10 +464,14 @@ func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
 		t.Skipf("steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
 	}
 	var out syncbuf.Buffer
-	done := make(chan error, 1)
+	type ended struct {
+		res executor.Result
+		err error
+	}
+	done := make(chan ended, 1)
 	go func() {
-		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "setsid sleep 600 &\necho \"esc $!\"\nsleep 600\n"}, &out)
-		done <- err
+		res, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "setsid sleep 600 &\necho \"esc $!\"\nsleep 600\n"}, &out)
+		done <- ended{res, err}
 	}()
 	var esc int
 	deadline := time.Now().Add(30 * time.Second)
@@ -490,9 +497,9 @@ func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatalf("Exec succeeded after its agent was killed")
+	case e := <-done:
+		if e.err != nil || !executor.EnvironmentFault(e.res.Reason) || !strings.Contains(e.res.Note, "agent") {
+			t.Fatalf("Exec after its agent was killed: %+v, %v; want an environment fault naming the agent", e.res, e.err)
 		}
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("Exec did not return after its agent was killed")

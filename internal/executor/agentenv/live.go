@@ -1,4 +1,4 @@
-package agentsession
+package agentenv
 
 import "sync"
 
@@ -54,4 +54,15 @@ func (l *Live) Holds(id string) bool {
 	defer l.mu.Unlock()
 	_, ok := l.m[id]
 	return ok
+}
+
+// IDs returns every ID held or reserved.
+func (l *Live) IDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, 0, len(l.m))
+	for id := range l.m {
+		ids = append(ids, id)
+	}
+	return ids
 }

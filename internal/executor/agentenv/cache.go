@@ -1,4 +1,4 @@
-package agentsession
+package agentenv
 
 import (
 	"context"
@@ -43,16 +43,16 @@ func (s *Session) RestoreCache(ctx context.Context, src, dst string) error {
 		return err
 	}
 	defer s.end(done)
-	if s.cfg.HostPath != nil {
-		if hp, root, ok := s.cfg.HostPath(dst); ok {
+	if s.cfg.Env.HostPath != nil {
+		if hp, root, ok := s.cfg.Env.HostPath(dst); ok {
 			if err := cache.CheckBelow(root, hp); err != nil {
 				return fmt.Errorf("restore cache to %s: %w", dst, err)
 			}
 			if err := cache.CopyTree(src, hp); err != nil {
 				return fmt.Errorf("restore cache to %s: %w", dst, err)
 			}
-			if s.cfg.HostChown != nil {
-				if err := s.cfg.HostChown(hp); err != nil {
+			if s.cfg.Env.HostChown != nil {
+				if err := s.cfg.Env.HostChown(hp); err != nil {
 					return fmt.Errorf("restore cache to %s: %w", dst, err)
 				}
 			}
@@ -80,8 +80,8 @@ func (s *Session) SaveCache(ctx context.Context, src, stage string) error {
 		return err
 	}
 	defer s.end(done)
-	if s.cfg.HostPath != nil {
-		if hp, root, ok := s.cfg.HostPath(src); ok {
+	if s.cfg.Env.HostPath != nil {
+		if hp, root, ok := s.cfg.Env.HostPath(src); ok {
 			if err := cache.CheckBelow(root, hp); err != nil {
 				return fmt.Errorf("save cache %s: %w", src, err)
 			}
@@ -116,11 +116,4 @@ func (s *Session) compression(ctx context.Context) string {
 		return agent.CompressionZstd
 	}
 	return ""
-}
-
-// SetHostPaths sets Config.HostPath and Config.HostChown after New, for an
-// executor that learns them only once the environment runs. Call it before
-// the session is handed out.
-func (s *Session) SetHostPaths(hostPath func(p string) (host, root string, ok bool), chown func(host string) error) {
-	s.cfg.HostPath, s.cfg.HostChown = hostPath, chown
 }

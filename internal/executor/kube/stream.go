@@ -1,12 +1,10 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // executor returns the pods/exec stream executor for argv in the job
@@ -67,9 +66,10 @@ type stream struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	err    error // how the exec ended
+	stderr agentenv.StderrTail
+
+	mu  sync.Mutex
+	err error // how the exec ended
 }
 
 // openStream starts argv in pod (`knotless-agent connect`, or the
@@ -87,11 +87,11 @@ func (e *Executor) openStream(pod string, argv []string) (*stream, error) {
 	s.outR, s.outW = io.Pipe()
 	go func() {
 		defer close(s.done)
-		err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.inR, Stdout: s.outW, Stderr: lockedWriter{s}})
+		err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.inR, Stdout: s.outW, Stderr: &s.stderr})
 		if err == nil {
 			err = io.EOF
-		} else if msg := strings.TrimSpace(s.stderrText()); msg != "" {
-			err = fmt.Errorf("%w (the bridge said: %s)", err, msg)
+		} else {
+			err = s.stderr.Explain(err)
 		}
 		s.mu.Lock()
 		s.err = err
@@ -100,23 +100,6 @@ func (e *Executor) openStream(pod string, argv []string) (*stream, error) {
 		_ = s.inR.CloseWithError(err)
 	}()
 	return s, nil
-}
-
-type lockedWriter struct{ s *stream }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.s.mu.Lock()
-	defer w.s.mu.Unlock()
-	if w.s.stderr.Len() < 4096 {
-		w.s.stderr.Write(p[:min(len(p), 4096-w.s.stderr.Len())])
-	}
-	return len(p), nil
-}
-
-func (s *stream) stderrText() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stderr.String()
 }
 
 func (s *stream) Read(p []byte) (int, error)  { return s.outR.Read(p) }

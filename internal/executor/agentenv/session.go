@@ -1,16 +1,11 @@
-// Package agentsession is the executor.Session of every executor whose
-// environment runs a step agent (internal/stepagent) reached over the
-// agent protocol (internal/agent): the shell executor (a Unix socket on
-// the host) and the kube executor (an exec stream into the pod). What
-// differs between them (how the environment is removed, what a lost
-// connection means) are hooks of Config.
-package agentsession
+package agentenv
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,8 +22,8 @@ import (
 // zero.
 const DefaultGrace = 10 * time.Second
 
-// Config describes one session.
-type Config struct {
+// sessionConfig describes one session (Base.attach).
+type sessionConfig struct {
 	// Executor is the executor's name, for errors ("shell", "kube").
 	Executor string
 	// ID is the run's Spec.ID.
@@ -39,39 +34,16 @@ type Config struct {
 	Workdir string
 	// Client talks to the environment's agent.
 	Client *agent.Client
-	// Ready, when set, runs once before the first Exec, CopyIn or CopyOut
-	// (the kube executor copies the checkout in there); its error fails
-	// that call and every later one.
-	Ready func(ctx context.Context) error
-	// Fault, when set, is asked about an error of the agent client during
-	// Exec: when the environment itself let the step down (the pod was
-	// OOM-killed, evicted, deleted), it returns the step's Result (its
-	// Reason says why, Note the details) and true; the Exec then returns
-	// that Result and no error.
-	Fault func(err error) (executor.Result, bool)
-	// Remove removes the environment (Cleanup): it ends the agent and
-	// every step process (through Client, still open, or otherwise), then
-	// removes the session directory, the pod. Required.
-	Remove func(ctx context.Context) error
-	// Forget tells the executor that the session is over (Cleanup,
-	// Detach); may be nil.
+	// Env is the environment: its hooks (Why, Remove, Ready, HostPath,
+	// HostChown, AroundStep).
+	Env *Env
+	// Forget tells Base that the session is over (Cleanup, Detach).
 	Forget func()
-	// HostPath, when set, maps a path as the steps see it (absolute) to
-	// the same file on the runner's host and the host directory it must
-	// stay in (the checkout, HOME), and reports false for paths the host
-	// does not see. Caches then move by the host's file system
-	// (cache.CopyTree, cache.MoveTree) instead of through the agent, and
-	// never through a symbolic link below root.
-	HostPath func(p string) (host, root string, ok bool)
-	// HostChown, when set, is called on what a host restore made (a file
-	// or a tree), to give it to the environment's user (the docker
-	// executor's bind-mounted checkout).
-	HostChown func(host string) error
 }
 
 // Session is an executor.Session over a step agent.
 type Session struct {
-	cfg Config
+	cfg sessionConfig
 
 	mu        sync.Mutex
 	closed    bool
@@ -86,8 +58,8 @@ type Session struct {
 
 var _ executor.Session = (*Session)(nil)
 
-// New returns the session cfg describes. It does not connect.
-func New(cfg Config) *Session {
+// newSession returns the session cfg describes. It does not connect.
+func newSession(cfg sessionConfig) *Session {
 	return &Session{cfg: cfg, closing: make(chan struct{}), detaching: make(chan struct{})}
 }
 
@@ -123,8 +95,8 @@ func (s *Session) begin(ctx context.Context) (chan struct{}, error) {
 	done := make(chan struct{})
 	s.execDone = done
 	s.mu.Unlock()
-	if s.cfg.Ready != nil {
-		s.readyOnce.Do(func() { s.readyErr = s.cfg.Ready(ctx) })
+	if s.cfg.Env.Ready != nil {
+		s.readyOnce.Do(func() { s.readyErr = s.cfg.Env.Ready(ctx, s) })
 		if s.readyErr != nil {
 			s.end(done)
 			return nil, s.readyErr
@@ -207,16 +179,14 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 			case <-closing:
 				closing = nil
 				stop <- agent.Stop{ID: id, Reason: api.ReasonCancelled, GraceMS: 0}
-				if s.cfg.Fault != nil {
-					// Cleanup removes the environment: nothing to follow.
-					go func() {
-						select {
-						case <-time.After(5 * time.Second):
-							abort()
-						case <-watchDone:
-						}
-					}()
-				}
+				// Cleanup removes the environment: nothing to follow.
+				go func() {
+					select {
+					case <-time.After(5 * time.Second):
+						abort()
+					case <-watchDone:
+					}
+				}()
 			case <-s.detaching:
 				abort()
 				return
@@ -226,6 +196,21 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		}
 	}()
 
+	var after func(*executor.Result)
+	if s.cfg.Env.AroundStep != nil {
+		after = s.cfg.Env.AroundStep()
+	}
+	res, err = s.runStep(ctx, follow, step, req, out, stop)
+	if err == nil && after != nil {
+		after(&res)
+	}
+	return res, err
+}
+
+// runStep runs req through the agent client and makes the step's Result:
+// the agent's, or the environment's when it let the step down.
+func (s *Session) runStep(ctx, follow context.Context, step executor.Step, req agent.Start, out io.Writer, stop <-chan agent.Stop) (executor.Result, error) {
+	res := executor.Result{ExitCode: -1}
 	ex, err := s.cfg.Client.RunStep(follow, req, out, stop)
 	if err != nil {
 		if s.isDetached() {
@@ -234,10 +219,11 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		if s.isClosed() {
 			return executor.Result{ExitCode: -1, Reason: api.ReasonCancelled}, nil
 		}
-		if s.cfg.Fault != nil {
-			if r, ok := s.cfg.Fault(err); ok {
-				return r, nil
-			}
+		// The agent cannot be reached: the environment may say why (the
+		// pod was evicted, the container stopped). An environment that
+		// still runs has no fault to wait for: 2 s bound the asking.
+		if f := s.why(2 * time.Second); f != nil {
+			return faultResult(f), nil
 		}
 		var ae *agent.Error
 		if errors.As(err, &ae) {
@@ -249,7 +235,63 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		return res, fmt.Errorf("run step %q: %s", step.Name, ex.Error)
 	}
 	res = executor.Result{ExitCode: ex.ExitCode, Reason: ex.Reason, Duration: time.Duration(ex.DurationMS) * time.Millisecond, Note: ex.Note, OutputLost: ex.OutputLost}
+	if res.Reason == api.ReasonCancelled && ctx.Err() == nil && !s.isClosed() {
+		// Nobody cancelled it: the agent stopped the step because its own
+		// PID 1 was signalled (the pod deleted or evicted, the container
+		// stopped from outside). Never cancelled, which reads as a
+		// person's doing: the environment's reason, once it tells (the
+		// kubelet reports an eviction after it signalled the container).
+		res.ExitCode = -1
+		if f := s.why(10 * time.Second); f != nil {
+			r := faultResult(f)
+			r.Duration = res.Duration
+			return r, nil
+		}
+		res.Reason, res.Note = s.cfg.Env.lostReason(), stoppedNote
+	}
 	return res, nil
+}
+
+// why asks the environment why it stopped, for up to bound while it
+// does not say; nil when it never does.
+func (s *Session) why(bound time.Duration) *executor.Fault {
+	deadline := time.Now().Add(bound)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		f := s.cfg.Env.Why(ctx)
+		cancel()
+		if f != nil || time.Now().After(deadline) {
+			return f
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// faultResult is the Result of a step its environment let down: no exit
+// code of its own, except 137 for a step killed for its memory (a
+// shell's report of SIGKILL).
+func faultResult(f *executor.Fault) executor.Result {
+	code := -1
+	if f.Reason == api.ReasonOOMKilled {
+		code = 137
+	}
+	return executor.Result{ExitCode: code, Reason: f.Reason, Note: f.Message}
+}
+
+// shutdownBound bounds asking the agent to end its steps and exit.
+const shutdownBound = 10 * time.Second
+
+// remove asks the agent over the session's stream to kill every step
+// process and exit (it answers once none is left), then removes the
+// environment (Env.Remove), told whether the agent answered.
+func (s *Session) remove(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, shutdownBound)
+	err := s.cfg.Client.Shutdown(sctx)
+	cancel()
+	if err != nil {
+		slog.Debug("the agent could not be asked to shut down; removing its environment", "environment", s.cfg.Env.Name, "err", err)
+	}
+	return s.cfg.Env.Remove(ctx, err == nil)
 }
 
 // startRequest is the agent's Start for step: its ID (a made-up one when
@@ -451,8 +493,7 @@ func (s *Session) Cleanup(ctx context.Context) error {
 			waitErr = fmt.Errorf("clean up %s session %s: the running step had not ended: %w", s.cfg.Executor, s.cfg.ID, ctx.Err())
 		}
 	}
-	// Remove may still use the client (to ask the agent to shut down).
-	err := s.cfg.Remove(context.WithoutCancel(ctx))
+	err := s.remove(context.WithoutCancel(ctx))
 	_ = s.cfg.Client.Close()
 	if err != nil {
 		return errors.Join(waitErr, fmt.Errorf("clean up %s session %s: %w", s.cfg.Executor, s.cfg.ID, err))

@@ -1,0 +1,313 @@
+package agentenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/version"
+)
+
+// Driver is what one agent-based executor writes: how its environment is
+// made, found again and listed. Everything else (the ID rule, holding an
+// ID while it is prepared, connecting, the session, sweeping) is Base's.
+// Its methods may be called concurrently, for different IDs.
+type Driver interface {
+	// Make makes and starts the environment for spec with the step agent
+	// running as serve says (Base has filled Run, Deadline, Heartbeat,
+	// DeadAfter and, when ephemeral, ExitWithoutClient; the driver adds
+	// the paths), and returns it; the agent need not listen yet (Base
+	// connects through Env.Dial, retrying). spec.ID is valid. An error
+	// that is (or wraps) an *executor.Fault ends the run errored with its
+	// reason; on any error nothing of the environment is left.
+	Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*Env, error)
+	// Open finds the environment id's handle data describes, for Recover.
+	// An environment that is gone, ended or not this driver's is an error
+	// wrapping executor.ErrNotRecoverable (and an *executor.Fault, when the
+	// driver knows why it ended); other errors are transient.
+	Open(ctx context.Context, id string, data json.RawMessage) (*Env, error)
+	// List returns this runner's environments, running or not, for Sweep.
+	List(ctx context.Context) ([]Listed, error)
+}
+
+// Listed is one environment Driver.List found.
+type Listed struct {
+	// ID is its Spec.ID as the environment records it (NewBase's key
+	// applies to the IDs it is compared with).
+	ID string
+	// Name says what it is in logs ("pod knotless-run-1-x2x9p").
+	Name string
+	// Remove removes it with everything it runs, as Env.Remove with the
+	// agent not asked first. Idempotent.
+	Remove func(ctx context.Context) error
+}
+
+// Env is one environment as its driver made or found it.
+type Env struct {
+	// Name says what it is, for errors and logs ("pod ci/knotless-run-1-x2x9p").
+	Name string
+	// Data is the driver's part of the environment's Handle (marshalled
+	// to JSON); never a secret.
+	Data any
+	// Dial opens a new connection to the environment's agent; one that
+	// can tell that the environment is gone or ended returns an error
+	// wrapping agent.ErrGone. Required.
+	Dial agent.Dialer
+	// Why says why the environment can no longer run steps: nil while it
+	// runs (or when it cannot tell); a *executor.Fault with the run's
+	// reason and the environment's own words once it stopped (evicted,
+	// oom-killed, the container ended). It is asked when the agent cannot
+	// be reached and when the agent stopped a step that nobody cancelled
+	// (a signal to its PID 1 from outside). Required.
+	Why func(ctx context.Context) *executor.Fault
+	// LostReason is the run's reason for a step the environment stopped
+	// when Why never says why (default api.ReasonExecutor).
+	LostReason string
+	// Remove removes the environment with everything in it. agentEnded
+	// says the agent was asked to end its steps and exit and answered, so
+	// nothing runs any more. Required; idempotent.
+	Remove func(ctx context.Context, agentEnded bool) error
+	// Attached, when set, runs once the agent answered (Prepare and
+	// Recover), with the connected client and the agent's hello: it
+	// writes what the setup log should say of the environment, or checks
+	// what the environment holds. Its error fails the Prepare (the
+	// environment is removed) or the Recover (wrap
+	// executor.ErrNotRecoverable for an environment that cannot be used).
+	Attached func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error
+	// Ready, when set, runs once before the session's first Exec, CopyIn
+	// or CopyOut (the kube executor copies the checkout in there): its
+	// error fails that call and every later one.
+	Ready func(ctx context.Context, s *Session) error
+	// HostPath, when set, maps a path as the steps see it (absolute) to
+	// the same file on the runner's host and the host directory it must
+	// stay in (the checkout, HOME), and reports false for paths the host
+	// does not see. Caches then move by the host's file system instead of
+	// through the agent, never through a symbolic link below root.
+	HostPath func(p string) (host, root string, ok bool)
+	// HostChown, when set, is called on what a host restore made (a file
+	// or a tree), to give it to the environment's user.
+	HostChown func(host string) error
+	// AroundStep, when set, is called as each Exec begins; the function it
+	// returns gets the step's Result to add to (a Note about a limit the
+	// step reached).
+	AroundStep func() func(*executor.Result)
+}
+
+// Base is the executor.Executor of an agent-based executor, over its
+// Driver: an executor embeds it, and its Name, Prepare, Recover and Sweep
+// are Base's. Safe for concurrent use.
+type Base struct {
+	name   string
+	driver Driver
+	cfg    Config
+	key    func(id string) string
+	live   Live
+}
+
+// NewBase returns the Base of executor name over d. cfg is the executor's
+// shared configuration (Defaults applied). key, when not nil, maps a
+// Spec.ID to how the environments record it (a Kubernetes label value),
+// for Sweep.
+func NewBase(name string, d Driver, cfg Config, key func(id string) string) *Base {
+	if key == nil {
+		key = func(id string) string { return id }
+	}
+	return &Base{name: name, driver: d, cfg: cfg, key: key}
+}
+
+// Name is the executor's name as --executor spells it.
+func (b *Base) Name() string { return b.name }
+
+// log is the executor's logger.
+func (b *Base) log() *slog.Logger {
+	if b.cfg.Logger != nil {
+		return b.cfg.Logger
+	}
+	return slog.Default()
+}
+
+// Prepare makes a fresh environment for spec through Driver.Make,
+// connects to its agent and returns the session; see
+// executor.Executor.Prepare. Errors: ctx already ended, an invalid ID, an
+// ID with a live session in this process, the driver's error, an agent
+// that cannot be reached (the environment's own reason when Why gives
+// one). On error the environment is removed.
+func (b *Base) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
+	fail := func(err error) (executor.Session, error) {
+		return nil, fmt.Errorf("prepare %s session %q: %w", b.name, spec.ID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if err := executor.CheckID(spec.ID); err != nil {
+		return fail(err)
+	}
+	if !b.live.Reserve(spec.ID) {
+		return fail(errors.New("a session with this ID is still live (call Cleanup first)"))
+	}
+	s, err := b.prepare(ctx, spec)
+	b.live.Done(spec.ID, s)
+	if err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error) {
+	serve := agent.Serve{Run: spec.ID, Heartbeat: b.cfg.Heartbeat, DeadAfter: b.cfg.DeadAfter}
+	if spec.Timeout > 0 {
+		serve.Deadline = time.Now().Add(spec.Timeout)
+	}
+	if b.cfg.Ephemeral {
+		serve.ExitWithoutClient = b.cfg.OrphanAfter
+	}
+	env, err := b.driver.Make(ctx, spec, serve)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.attach(ctx, spec.ID, env)
+	if err != nil {
+		f := env.Why(context.WithoutCancel(ctx))
+		_ = env.Remove(context.WithoutCancel(ctx), false)
+		if f != nil {
+			return nil, f
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// attach connects to env's agent, runs Env.Attached and makes the
+// session.
+func (b *Base) attach(ctx context.Context, id string, env *Env) (*Session, error) {
+	client := b.client(id, env)
+	hello, err := client.Connect(ctx)
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("connect to the step agent in %s: %w", env.Name, err)
+	}
+	if env.Attached != nil {
+		if err := env.Attached(ctx, client, hello); err != nil {
+			_ = client.Close()
+			return nil, err
+		}
+	}
+	data, err := json.Marshal(env.Data)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	var s *Session
+	s = newSession(sessionConfig{
+		Executor: b.name, ID: id, Workdir: hello.Workdir, Client: client, Env: env,
+		Handle: executor.Handle{Executor: b.name, ID: id, Data: data},
+		Forget: func() { b.live.Forget(id, s) },
+	})
+	return s, nil
+}
+
+// client is the agent client of environment id: each dial is Env.Dial;
+// the agent must say it serves id.
+func (b *Base) client(id string, env *Env) *agent.Client {
+	return agent.NewClient(env.Dial, agent.Options{
+		Name:      "knotless-run " + version.Version,
+		Heartbeat: b.cfg.Heartbeat,
+		DeadAfter: b.cfg.DeadAfter,
+		Logger:    b.log().With("run", id, "environment", env.Name),
+		OnHello: func(h agent.AgentHello) error {
+			if h.Run != id {
+				return fmt.Errorf("the agent in %s serves run %q, not %q", env.Name, h.Run, id)
+			}
+			return nil
+		},
+	})
+}
+
+// Recover re-attaches to the environment h describes through Driver.Open
+// and a new connection to its agent; see executor.Executor.Recover.
+// Errors wrap executor.ErrNotRecoverable when the handle is another
+// executor's or invalid, the environment is gone or ended, or its agent
+// is gone or is not an agent.
+func (b *Base) Recover(ctx context.Context, h executor.Handle) (executor.Session, error) {
+	notRecoverable := func(format string, args ...any) error {
+		return fmt.Errorf("recover %s session %s: %s: %w", b.name, h.ID, fmt.Sprintf(format, args...), executor.ErrNotRecoverable)
+	}
+	if h.Executor != b.name {
+		return nil, notRecoverable("the handle is of executor %q", h.Executor)
+	}
+	if err := executor.CheckID(h.ID); err != nil {
+		return nil, notRecoverable("%v", err)
+	}
+	if !b.live.Reserve(h.ID) {
+		return nil, fmt.Errorf("recover %s session %s: a session with this ID is live in this process", b.name, h.ID)
+	}
+	env, err := b.driver.Open(ctx, h.ID, h.Data)
+	if err != nil {
+		b.live.Done(h.ID, nil)
+		return nil, fmt.Errorf("recover %s session %s: %w", b.name, h.ID, err)
+	}
+	s, err := b.attach(ctx, h.ID, env)
+	b.live.Done(h.ID, s)
+	if err != nil {
+		if errors.Is(err, executor.ErrNotRecoverable) {
+			return nil, fmt.Errorf("recover %s session %s: %w", b.name, h.ID, err)
+		}
+		if errors.Is(err, agent.ErrGone) || errors.Is(err, agent.ErrNotAgent) {
+			return nil, notRecoverable("%v", err)
+		}
+		return nil, fmt.Errorf("recover %s session %s: %w", b.name, h.ID, err)
+	}
+	return s, nil
+}
+
+// Sweep removes every environment Driver.List finds whose ID is not in
+// keep and that no live session of this Base holds; see
+// executor.Executor.Sweep. Errors of single environments are joined.
+func (b *Base) Sweep(ctx context.Context, keep []string) error {
+	list, err := b.driver.List(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep %s environments: %w", b.name, err)
+	}
+	kept := map[string]bool{}
+	for _, id := range append(slices.Clone(keep), b.live.IDs()...) {
+		kept[b.key(id)] = true
+	}
+	var errs []error
+	for _, l := range list {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("sweep %s environments: %w", b.name, err))...)
+		}
+		if kept[l.ID] {
+			continue
+		}
+		if err := l.Remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", l.Name, err))
+			continue
+		}
+		b.log().Info("removed an environment no run of this runner holds", "executor", b.name, "environment", l.Name, "run", l.ID)
+	}
+	return errors.Join(errs...)
+}
+
+// Holds reports whether a live session of this Base holds (or is being
+// made for) id.
+func (b *Base) Holds(id string) bool { return b.live.Holds(id) }
+
+// stoppedNote is the Note of a step the environment stopped when it does
+// not say why.
+const stoppedNote = "the step agent stopped the step though nobody cancelled it: its environment signalled it (stopped, deleted or evicted from outside the runner)"
+
+// lostReason is env's LostReason, api.ReasonExecutor by default.
+func (env *Env) lostReason() string {
+	if env.LostReason != "" {
+		return env.LostReason
+	}
+	return api.ReasonExecutor
+}

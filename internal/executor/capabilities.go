@@ -1,0 +1,45 @@
+package executor
+
+import "io"
+
+// The optional capabilities. An Executor or a Session has the ones it
+// implements; the runner finds them by type assertion, and this list is
+// where they are all named (Capabilities reports them). Each executor
+// asserts the ones it has at compile time (var _ executor.Finder = ...),
+// and its tests pin the list Capabilities gives.
+//
+//	on an Executor:
+//	  EarlyPreparer  Prepare may overlap the checkout's fetch
+//	  Finder         environments found by Spec.ID alone (a runner whose
+//	                 work directory was lost adopts them)
+//	  Doctor         `knotless-run doctor` checks
+//	  io.Closer      resources of the executor itself (a watch) to release
+//	on a Session:
+//	  Cacher         caches move by the executor's own path
+//	  DetachedSteps  `detach: true` steps (services) run beside later steps
+//
+// Capabilities names the optional capabilities x (an Executor or a
+// Session) has, in the order of the list above: "early-prepare", "find",
+// "doctor", "close", "cache", "detached-steps".
+func Capabilities(x any) []string {
+	var out []string
+	if ep, ok := x.(EarlyPreparer); ok && ep.PrepareEarly() {
+		out = append(out, "early-prepare")
+	}
+	if _, ok := x.(Finder); ok {
+		out = append(out, "find")
+	}
+	if _, ok := x.(Doctor); ok {
+		out = append(out, "doctor")
+	}
+	if _, ok := x.(io.Closer); ok {
+		out = append(out, "close")
+	}
+	if _, ok := x.(Cacher); ok {
+		out = append(out, "cache")
+	}
+	if _, ok := x.(DetachedSteps); ok {
+		out = append(out, "detached-steps")
+	}
+	return out
+}

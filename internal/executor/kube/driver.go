@@ -1,0 +1,377 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
+)
+
+// driver is the kube executor's agentenv.Driver: an environment is a job
+// pod with the agent as its PID 1.
+type driver Executor
+
+// Make makes the run's job pod (podFor: hardened, one per run, never
+// reused), waits until its container runs, and delivers the step agent
+// over the first exec, which becomes the first connection to it; the
+// checkout at spec.Workspace is copied into agentenv.Workspace at the
+// session's first Exec, CopyIn or CopyOut (PrepareEarly). It writes to
+// spec.Log the pod's name, node, image, resources and user.
+//
+// Errors: a workflow asking for more resources than the runner allows,
+// an image that cannot be pulled within ImagePullGrace (a *executor.Fault
+// with reason image-pull and the kubelet's message), a pod unscheduled
+// past PendingTimeout (unschedulable, with the scheduler's message), a
+// pod the API server or the kubelet refuses (Pod Security, quota,
+// CreateContainerConfigError: reason executor with their message), an
+// agent that cannot be delivered. On error the pod is deleted.
+func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	if spec.Workspace != "" {
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", spec.Workspace)
+			}
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+	}
+	image := cmp.Or(spec.Image, e.cfg.Image)
+	if image == "" {
+		return nil, errors.New("the workflow names no image: and the runner has no default image (--image)")
+	}
+	res, err := e.caps.Resolve(spec)
+	if err != nil {
+		return nil, err
+	}
+	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
+	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
+	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
+	bin, err := e.loadAgent()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.watch(ctx); err != nil {
+		return nil, err
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = time.Hour
+	}
+	lbl := map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(spec.ID)}
+	for k, v := range spec.Labels {
+		if _, ok := lbl[k]; !ok && validLabelKey.MatchString(k) {
+			lbl[k] = labelValue(v)
+		}
+	}
+	pod := podFor(podSpec{
+		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
+		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
+		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: e.cfg.NodeSelector, Tolerations: e.cfg.Tolerations,
+		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
+		Command: bootstrapCommand(serve),
+	})
+	created := time.Now()
+	pod, err = e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		msg := err.Error()
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the API server refused the job pod: " + msg}
+		}
+		return nil, fmt.Errorf("create the job pod: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = e.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID, false)
+		}
+	}()
+	user := "uid:gid " + e.cfg.RunAs.String()
+	if e.cfg.RunAs.Image {
+		user = "the image's own user (non-root)"
+	}
+	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
+		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
+	running, err := e.waitRunning(ctx, spec, pod.Name, created)
+	if err != nil {
+		return nil, err
+	}
+	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
+
+	t0 := time.Now()
+	first, err := e.deliver(ctx, pod.Name, bin)
+	if err != nil {
+		return nil, err
+	}
+	env := e.env(pod.Name, pod.UID, first)
+	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
+	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+		e.logf(spec, "step agent %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
+			hello.Agent, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		return nil
+	}
+	if spec.Workspace != "" {
+		env.Ready = e.copyCheckout(spec.Workspace)
+	}
+	ok = true
+	return env, nil
+}
+
+// Open finds the pod a handle names for Recover: it must still exist with
+// the recorded UID and run. When Config.Owner is set and the pod's owner
+// reference names another UID (a new runner pod adopting the pods of the
+// old one), the reference is re-pointed, so that the garbage collector
+// does not delete the pod with the old owner. The checkout is copied
+// again, from the host, unless the pod has the mark that it arrived
+// whole. A pod gone or ended is not recoverable, with an
+// *executor.Fault saying why (pod-lost, evicted, oom-killed, timeout).
+func (d *driver) Open(ctx context.Context, id string, data json.RawMessage) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	var h handleData
+	if err := json.Unmarshal(data, &h); err != nil || h.Pod == "" {
+		return nil, fmt.Errorf("unreadable handle: %w", executor.ErrNotRecoverable)
+	}
+	if h.Namespace != e.ns {
+		return nil, fmt.Errorf("the pod is in namespace %s, this runner works in %s: %w", h.Namespace, e.ns, executor.ErrNotRecoverable)
+	}
+	if err := e.watch(ctx); err != nil {
+		return nil, err
+	}
+	p, err := e.client.CoreV1().Pods(e.ns).Get(ctx, h.Pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		f := &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s is gone", h.Pod)}
+		return nil, fmt.Errorf("%w: %w", f, executor.ErrNotRecoverable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.UID != h.UID {
+		return nil, fmt.Errorf("the pod %s is another pod now (uid %s, was %s): %w", h.Pod, p.UID, h.UID, executor.ErrNotRecoverable)
+	}
+	if !running(p) || p.DeletionTimestamp != nil {
+		f := &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s: it does not run", h.Pod)}
+		if pf := podFault(p, time.Now(), time.Now(), 0, 0); pf != nil {
+			f.Reason, f.Message = pf.Reason, fmt.Sprintf("the job pod %s: %s", h.Pod, pf.Message)
+		}
+		return nil, fmt.Errorf("%w: %w", f, executor.ErrNotRecoverable)
+	}
+	e.adopt(ctx, p)
+	env := e.env(p.Name, p.UID, nil)
+	env.Data = h
+	env.Attached = func(ctx context.Context, c *agent.Client, _ agent.AgentHello) error {
+		if e.hasMark(ctx, c) {
+			return nil
+		}
+		if fi, err := os.Stat(h.Workspace); h.Workspace == "" || err != nil || !fi.IsDir() {
+			return fmt.Errorf("the pod %s never got the whole checkout, and it is not on this host: %w", p.Name, executor.ErrNotRecoverable)
+		}
+		env.Ready = e.copyCheckout(h.Workspace)
+		return nil
+	}
+	return env, nil
+}
+
+// List returns this runner's job pods (by their labels).
+func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
+	e := (*Executor)(d)
+	list, err := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.selector().String()})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]agentenv.Listed, 0, len(list.Items))
+	for _, p := range list.Items {
+		name, uid := p.Name, p.UID
+		out = append(out, agentenv.Listed{ID: p.Labels[LabelRun], Name: "pod " + name,
+			Remove: func(ctx context.Context) error { return e.deletePod(ctx, name, uid, false) }})
+	}
+	return out, nil
+}
+
+// env is job pod name as an environment. first (when not nil) is its
+// first connection; each later one is a new exec of `knotless-agent
+// connect`. A pod that is gone, or whose container ended, makes a dial
+// fail with agent.ErrGone; Why reads the pod's own reason (podFault). A
+// step its pod stopped without saying why ends pod-lost.
+func (e *Executor) env(name string, uid types.UID, first io.ReadWriteCloser) *agentenv.Env {
+	var mu sync.Mutex
+	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
+	return &agentenv.Env{
+		Name:       "pod " + e.ns + "/" + name,
+		LostReason: ReasonPodLost,
+		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
+			mu.Lock()
+			c := first
+			first = nil
+			mu.Unlock()
+			if c != nil {
+				return c, nil
+			}
+			if p, _ := e.pod(name); p == nil || !running(p) {
+				// The cache may lag: ask the API server before giving up.
+				got, err := e.client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return nil, fmt.Errorf("%w: the job pod %s is gone", agent.ErrGone, name)
+				}
+				if err == nil && !running(got) {
+					if f := podFault(got, time.Now(), time.Now(), 0, 0); f != nil {
+						return nil, fmt.Errorf("%w: %s", agent.ErrGone, f.Message)
+					}
+				}
+			}
+			return e.openStream(name, connect)
+		},
+		Why: func(ctx context.Context) *executor.Fault { return e.why(ctx, name) },
+		Remove: func(ctx context.Context, agentEnded bool) error {
+			return e.deletePod(ctx, name, uid, agentEnded)
+		},
+	}
+}
+
+// why reads what became of the pod: nil while its container runs and it
+// is not being deleted (or when the API server cannot be asked), else the
+// pod's own reason (oom-killed, evicted, timeout, pod-lost).
+func (e *Executor) why(ctx context.Context, name string) *executor.Fault {
+	p, _ := e.pod(name)
+	if p == nil || running(p) {
+		got, err := e.client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			p = nil
+		case err == nil:
+			p = got
+		default:
+			return nil
+		}
+	}
+	if p != nil && running(p) && p.DeletionTimestamp == nil {
+		return nil
+	}
+	if f := podFault(p, time.Now(), time.Now(), 0, 0); f != nil {
+		return f
+	}
+	return &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
+}
+
+// workspaceMark is the file that says the checkout was copied in whole.
+const workspaceMark = AgentDir + "/workspace-copied"
+
+// copyCheckout is the Ready hook that copies the checkout at workspace
+// into the pod and then the mark that it arrived whole.
+func (e *Executor) copyCheckout(workspace string) func(context.Context, *agentenv.Session) error {
+	return func(ctx context.Context, s *agentenv.Session) error {
+		if err := s.CopyInNow(ctx, workspace, "."); err != nil {
+			return fmt.Errorf("copy the checkout into the pod: %w", err)
+		}
+		empty := e.emptyFile()
+		if empty == "" {
+			return nil
+		}
+		defer os.Remove(empty)
+		return s.CopyInNow(ctx, empty, workspaceMark)
+	}
+}
+
+// emptyFile is an empty file on the host to copy in as a mark.
+func (e *Executor) emptyFile() string {
+	f, err := os.CreateTemp("", "knotless-mark-*")
+	if err != nil {
+		return ""
+	}
+	name := f.Name()
+	f.Close()
+	return name
+}
+
+// deletePod deletes the pod when it still has uid (background
+// propagation: dependents are not waited for) and waits up to 30 s until
+// it is gone. ended says nothing runs in it any more: the deletion is
+// immediate (grace period 0). Else the grace period is 1 s: the agent as
+// PID 1 exits on SIGTERM at once.
+func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID, ended bool) error {
+	grace := int64(1)
+	if ended {
+		grace = 0
+	}
+	opts := metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To(grace),
+		PropagationPolicy:  ptr.To(metav1.DeletePropagationBackground),
+	}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := e.client.CoreV1().Pods(e.ns).Delete(ctx, name, opts)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete pod %s: %w", name, err)
+	}
+	if e.lister == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		p, changed := e.pod(name)
+		if p == nil || p.UID != uid {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Second):
+		case <-wctx.Done():
+			return fmt.Errorf("pod %s still exists 30 s after its deletion", name)
+		}
+	}
+}
+
+// hasMark reports whether workspaceMark exists in the pod.
+func (e *Executor) hasMark(ctx context.Context, client *agent.Client) bool {
+	err := client.CopyOut(ctx, workspaceMark, func(r io.Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	return err == nil
+}
+
+// adopt re-points the pod's owner reference to Config.Owner when it names
+// another UID (JSON merge patch of metadata.ownerReferences).
+func (e *Executor) adopt(ctx context.Context, p *corev1.Pod) {
+	o := e.cfg.Owner
+	if o == nil || slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == o.UID }) {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{*o}}})
+	if _, err := e.client.CoreV1().Pods(e.ns).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		e.log.Warn("could not re-point the job pod's owner reference to this runner's pod", "pod", p.Name, "err", err)
+		return
+	}
+	e.log.Info("job pod adopted: owner reference re-pointed to this runner's pod", "pod", p.Name, "owner", o.Name, "uid", o.UID)
+}
+
+// PodOf is the name of the job pod of a session of this executor ("" for
+// another executor's).
+func PodOf(s executor.Session) string {
+	var h handleData
+	if s.Handle().Executor != Name || json.Unmarshal(s.Handle().Data, &h) != nil {
+		return ""
+	}
+	return h.Pod
+}

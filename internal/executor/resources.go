@@ -1,0 +1,87 @@
+package executor
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// Caps are a runner's limits for one job environment: what it gets when
+// the workflow's resources: say nothing, and the most a workflow may ask
+// for. CPUs in millicores, sizes in bytes; a zero Disk means the executor
+// does not bound a job's disk this way (docker), and a workflow's disk:
+// then changes nothing.
+type Caps struct {
+	MilliCPUs int64
+	Memory    int64
+	Disk      int64
+}
+
+// Resources are one environment's limits, resolved by Caps.Resolve: CPUs
+// in millicores, sizes in bytes.
+type Resources struct {
+	MilliCPUs int64
+	Memory    int64
+	Disk      int64
+}
+
+// CapsOf reads a Job's CPUs and Memory (and a disk cap in bytes) into
+// Caps. Errors name the flag (--cpus).
+func CapsOf(job Job, disk int64) (Caps, error) {
+	m, err := workflow.ParseCPUs(job.CPUs)
+	if err != nil {
+		return Caps{}, fmt.Errorf("--cpus %q: %v", job.CPUs, err)
+	}
+	return Caps{MilliCPUs: m, Memory: job.Memory, Disk: disk}, nil
+}
+
+// Resolve returns spec's resources: what the workflow asks for, each value
+// it leaves out the cap. A workflow asking for more than a cap is refused
+// with one *Fault (reason executor) naming every such value with its cap
+// and flag, written as the workflow spells them ("memory 4Gi (--memory
+// 2Gi)").
+func (c Caps) Resolve(spec Spec) (Resources, error) {
+	r := Resources{MilliCPUs: c.MilliCPUs, Memory: c.Memory, Disk: c.Disk}
+	var over []string
+	if spec.CPUs != "" {
+		m, err := workflow.ParseCPUs(spec.CPUs)
+		if err != nil {
+			return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("resources.cpus %q: %v", spec.CPUs, err)}
+		}
+		if m > c.MilliCPUs {
+			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", FormatCPUs(m), FormatCPUs(c.MilliCPUs)))
+		} else {
+			r.MilliCPUs = m
+		}
+	}
+	if spec.MemoryBytes > 0 {
+		if spec.MemoryBytes > c.Memory {
+			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(spec.MemoryBytes), workflow.FormatSize(c.Memory)))
+		} else {
+			r.Memory = spec.MemoryBytes
+		}
+	}
+	if spec.DiskBytes > 0 && c.Disk > 0 {
+		if spec.DiskBytes > c.Disk {
+			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(spec.DiskBytes), workflow.FormatSize(c.Disk)))
+		} else {
+			r.Disk = spec.DiskBytes
+		}
+	}
+	if len(over) > 0 {
+		return r, &Fault{Reason: api.ReasonExecutor, Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
+	}
+	return r, nil
+}
+
+// FormatCPUs writes millicores as a count when whole ("2"), else with the
+// m suffix ("500m"), as Kubernetes does.
+func FormatCPUs(milli int64) string {
+	if milli%1000 == 0 {
+		return strconv.FormatInt(milli/1000, 10)
+	}
+	return strconv.FormatInt(milli, 10) + "m"
+}
