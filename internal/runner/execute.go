@@ -604,9 +604,15 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 		upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
 		return upd, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}, true
 	case r.Reason == api.ReasonCancelled:
-		// The executor saw a cancel the run's context did not carry.
-		upd.State, upd.Reason = api.StepCancelled, api.ReasonCancelled
-		return upd, Result{State: api.StateCancelled, Reason: api.ReasonCancelled}, true
+		// Nobody cancelled the run (its context is live): the step was
+		// stopped by its environment, which an executor should have said.
+		// Never cancelled by nobody: errored, naming what happened.
+		msg := fmt.Sprintf("step %d (%s) was stopped by its environment, not by a person", idx, name)
+		if r.Note != "" {
+			msg += ": " + r.Note
+		}
+		upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+		return upd, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg}, true
 	case executor.EnvironmentFault(r.Reason):
 		upd.State, upd.Reason = api.StepFailed, r.Reason
 		return upd, Result{State: api.StateErrored, Reason: r.Reason, Message: fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)}, true

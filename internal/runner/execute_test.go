@@ -253,6 +253,32 @@ steps:
 	}
 }
 
+// TestExecute_StepWhoseAgentIsSignalledFromOutsideIsErroredNotCancelled:
+// the step agent stops its running step as cancelled when its own process
+// is signalled (on kube and docker: the pod deleted or evicted, the
+// container stopped from outside). Nobody cancelled the run, so it must
+// not read as cancelled: it ends errored, with the environment's reason
+// and words, and the later steps are skipped.
+func TestExecute_StepWhoseAgentIsSignalledFromOutsideIsErroredNotCancelled(t *testing.T) {
+	job := testJob(t, `
+on: {push: {}}
+steps:
+  - run: echo started; kill -TERM $PPID; sleep 60
+  - run: echo never
+`)
+	rep, res := execute(t, context.Background(), job)
+	if res.State != api.StateErrored || res.Reason != api.ReasonExecutor {
+		t.Fatalf("result %+v, want errored/executor", res)
+	}
+	f := rep.final()
+	if f[1].State == api.StepCancelled || f[1].Reason != api.ReasonExecutor || f[2].State != api.StepSkipped {
+		t.Fatalf("steps %+v", f)
+	}
+	if log := rep.log(1); !strings.Contains(log, "step agent") {
+		t.Errorf("the step's log does not say what happened to its agent:\n%s", log)
+	}
+}
+
 func TestExecute_SecretsOnlyForStepsThatListThemAndMasked(t *testing.T) {
 	const value = "s3cr3t-value-123"
 	job := testJob(t, `

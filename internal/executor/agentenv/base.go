@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
@@ -135,8 +136,9 @@ func (b *Base) log() *slog.Logger {
 
 // Prepare makes a fresh environment for spec through Driver.Make,
 // connects to its agent and returns the session; see
-// executor.Executor.Prepare. Errors: ctx already ended, an invalid ID, an
-// ID with a live session in this process, the driver's error, an agent
+// executor.Executor.Prepare. Errors: ctx already ended, an invalid ID, a
+// spec.Workspace given that is not a directory, an ID with a live session
+// in this process, the driver's error, an agent
 // that cannot be reached (the environment's own reason when Why gives
 // one). On error the environment is removed.
 func (b *Base) Prepare(ctx context.Context, spec executor.Spec) (executor.Session, error) {
@@ -148,6 +150,14 @@ func (b *Base) Prepare(ctx context.Context, spec executor.Spec) (executor.Sessio
 	}
 	if err := executor.CheckID(spec.ID); err != nil {
 		return fail(err)
+	}
+	if spec.Workspace != "" {
+		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", spec.Workspace)
+			}
+			return fail(fmt.Errorf("workspace: %w", err))
+		}
 	}
 	if !b.live.Reserve(spec.ID) {
 		return fail(errors.New("a session with this ID is still live (call Cleanup first)"))
@@ -172,7 +182,7 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 	if err != nil {
 		return nil, err
 	}
-	s, err := b.attach(ctx, spec.ID, env)
+	s, err := b.attach(ctx, spec.ID, env, agentStartWait)
 	if err != nil {
 		f := env.Why(context.WithoutCancel(ctx))
 		_ = env.Remove(context.WithoutCancel(ctx), false)
@@ -184,11 +194,21 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 	return s, nil
 }
 
+// agentStartWait bounds how long a new environment's agent may take to
+// listen.
+const agentStartWait = 10 * time.Second
+
 // attach connects to env's agent, runs Env.Attached and makes the
-// session.
-func (b *Base) attach(ctx context.Context, id string, env *Env) (*Session, error) {
+// session. An agent that is not there yet (agent.ErrGone) is dialed again
+// for up to starting, while Env.Why has nothing to say.
+func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Duration) (*Session, error) {
 	client := b.client(id, env)
+	deadline := time.Now().Add(starting)
 	hello, err := client.Connect(ctx)
+	for err != nil && errors.Is(err, agent.ErrGone) && time.Now().Before(deadline) && ctx.Err() == nil && env.Why(ctx) == nil {
+		time.Sleep(20 * time.Millisecond)
+		hello, err = client.Connect(ctx)
+	}
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("connect to the step agent in %s: %w", env.Name, err)
@@ -253,7 +273,7 @@ func (b *Base) Recover(ctx context.Context, h executor.Handle) (executor.Session
 		b.live.Done(h.ID, nil)
 		return nil, fmt.Errorf("recover %s session %s: %w", b.name, h.ID, err)
 	}
-	s, err := b.attach(ctx, h.ID, env)
+	s, err := b.attach(ctx, h.ID, env, 0)
 	b.live.Done(h.ID, s)
 	if err != nil {
 		if errors.Is(err, executor.ErrNotRecoverable) {

@@ -181,12 +181,8 @@ type driver Executor
 // removed.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
-	fi, err := os.Stat(spec.Workspace)
-	if err != nil || !fi.IsDir() {
-		if err == nil {
-			err = fmt.Errorf("%s is not a directory", spec.Workspace)
-		}
-		return nil, fmt.Errorf("workspace: %w", err)
+	if spec.Workspace == "" {
+		return nil, errors.New("no workspace: the checkout is bind-mounted from the runner's disk")
 	}
 	img := cmp.Or(spec.Image, e.cfg.Image)
 	if img == "" {

@@ -45,14 +45,6 @@ type driver Executor
 // agent that cannot be delivered. On error the pod is deleted.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
-	if spec.Workspace != "" {
-		if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-			if err == nil {
-				err = fmt.Errorf("%s is not a directory", spec.Workspace)
-			}
-			return nil, fmt.Errorf("workspace: %w", err)
-		}
-	}
 	image := cmp.Or(spec.Image, e.cfg.Image)
 	if image == "" {
 		return nil, errors.New("the workflow names no image: and the runner has no default image (--image)")

@@ -1,0 +1,118 @@
+package agentenv_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/executortest"
+	"knotless.dev/knotless/internal/syncbuf"
+)
+
+// TestLocal_PassesTheSharedSuite: an executor that writes only its
+// Driver (local, a few dozen lines) has every behaviour the shared suite
+// pins, lifecycle and recovery included: the layer is the executor.
+func TestLocal_PassesTheSharedSuite(t *testing.T) {
+	dirs := map[*testing.T]string{}
+	dirOf := func(t *testing.T) string {
+		if d, ok := dirs[t]; ok {
+			return d
+		}
+		dirs[t] = t.TempDir()
+		return dirs[t]
+	}
+	executortest.Run(t, executortest.Harness{
+		Executor: func(t *testing.T) func() executor.Executor {
+			dir, bin := dirOf(t), agenttest.Binary(t)
+			return func() executor.Executor { return newLocal(dir, bin) }
+		},
+		Spec: func(t *testing.T, id string) executor.Spec {
+			return executor.Spec{ID: id, Workspace: t.TempDir()}
+		},
+		Env: func(t *testing.T, s executor.Session) executortest.Env {
+			return executortest.Env{Procs: executortest.HostProcs, NewGate: executortest.FifoGate(s.Workdir())}
+		},
+		Leftovers: func(t *testing.T, id string) []string {
+			if _, err := os.Stat(filepath.Join(dirOf(t), id)); err == nil {
+				return []string{"directory " + id}
+			}
+			return nil
+		},
+	})
+}
+
+// startSleeper prepares a local session and starts a step that sleeps,
+// returning the executor, the step's result channel and the agent's PID.
+func startSleeper(t *testing.T) (*local, <-chan executor.Result, int) {
+	t.Helper()
+	l := newLocal(t.TempDir(), agenttest.Binary(t))
+	s, err := l.Prepare(context.Background(), executor.Spec{ID: "run-1", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Cleanup(context.Background()) })
+	var out syncbuf.Buffer
+	done := make(chan executor.Result, 1)
+	go func() {
+		res, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, &out)
+		if err != nil {
+			t.Errorf("Exec: %v", err)
+		}
+		done <- res
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the step did not start: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return l, done, agentPID(filepath.Join(l.dir, "run-1"))
+}
+
+// TestLocal_StepStoppedByTheEnvironmentTakesItsReasonNotCancelled: a
+// SIGTERM to the agent from outside (a pod deleted or evicted, a container
+// stopped) makes it stop the running step as cancelled; nobody cancelled
+// it, so the step ends with the environment's own reason and words, never
+// cancelled.
+func TestLocal_StepStoppedByTheEnvironmentTakesItsReasonNotCancelled(t *testing.T) {
+	l, done, pid := startSleeper(t)
+	l.fault.Store(&executor.Fault{Reason: api.ReasonEvicted, Message: "the node ran out of disk"})
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.Reason != api.ReasonEvicted || res.Note != "the node ran out of disk" || res.ExitCode != -1 {
+			t.Errorf("result %+v, want evicted with the environment's message and no exit code", res)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Exec did not return after its agent was signalled")
+	}
+}
+
+// TestLocal_StepStoppedByASilentEnvironmentIsErroredNotCancelled: when
+// the environment never says why it signalled the agent, the step still
+// does not read as cancelled: it ends with the executor's reason and a
+// note saying nobody cancelled it.
+func TestLocal_StepStoppedByASilentEnvironmentIsErroredNotCancelled(t *testing.T) {
+	_, done, pid := startSleeper(t)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.Reason != api.ReasonExecutor || !executor.EnvironmentFault(res.Reason) || !strings.Contains(res.Note, "nobody cancelled it") {
+			t.Errorf("result %+v, want executor with a note that nobody cancelled it", res)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Exec did not return after its agent was signalled")
+	}
+}
