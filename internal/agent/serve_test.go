@@ -62,7 +62,7 @@ func TestValidID_OneRuleForRunsAndSteps(t *testing.T) {
 	for id, want := range map[string]bool{
 		"run-1": true, "1": true, "a.b_c-d": true, string(make([]byte, 0)): false,
 		"-run": false, ".x": false, "run/1": false, "run 1": false,
-		"a123456789012345678901234567890123456789012345678901234567890ab": true,  // 63
+		"a123456789012345678901234567890123456789012345678901234567890ab":  true,  // 63
 		"a123456789012345678901234567890123456789012345678901234567890abc": false, // 64
 	} {
 		if got := ValidID(id); got != want {

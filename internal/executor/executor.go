@@ -2,8 +2,12 @@
 // executes: an Executor prepares one isolated environment per run and hands
 // back a Session in which the run's steps execute one after another.
 //
-// Implementations live in sub-packages (shell, and later docker and kube).
-// The runner's core knows only this package. An executor must never put a
+// Implementations live in sub-packages: shell, docker and kube, which
+// share one layer (agentenv: each writes only how its environment is
+// made, found, attached to and why it stopped). The optional capabilities
+// an executor or a session may have are listed in capabilities.go; the
+// command line's seam (Options, the shared JobFlags) is options.go. The
+// runner's core knows only this package. An executor must never put a
 // secret in a command line, a long-lived process's environment, a spec, a
 // label or a log; secrets reach a step's process when the step starts.
 //

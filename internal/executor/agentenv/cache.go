@@ -33,7 +33,7 @@ func (s *Session) Home(ctx context.Context) (string, error) {
 }
 
 // RestoreCache puts src (on the host) at dst (absolute, as the steps see
-// it). Where the host sees dst (Config.HostPath: the shell executor), it
+// it). Where the host sees dst (Env.HostPath: the shell and docker executors), it
 // copies on the host (extent clones where the file system can); otherwise
 // it streams through the agent, compressed with zstd when the agent
 // speaks it, with the stream's length and SHA-256 compared by both ends.

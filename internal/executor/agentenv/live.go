@@ -39,7 +39,7 @@ func (l *Live) Done(id string, s *Session) {
 	l.m[id] = s
 }
 
-// Forget frees id if s is the session held for it (Config.Forget).
+// Forget frees id if s is the session held for it (the session's Cleanup or Detach).
 func (l *Live) Forget(id string, s *Session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -71,7 +71,7 @@ func (s *Session) ID() string { return s.cfg.ID }
 // Workdir returns the checkout's path as the steps see it.
 func (s *Session) Workdir() string { return s.cfg.Workdir }
 
-// Handle returns Config.Handle.
+// Handle returns the environment's handle for Recover.
 func (s *Session) Handle() executor.Handle { return s.cfg.Handle }
 
 // Client returns the session's agent client.
@@ -131,7 +131,11 @@ func (s *Session) end(done chan struct{}) {
 // cancelled); Detach returns executor.ErrDetached at once and leaves the
 // step running. A dropped connection to the agent is redialed and the
 // output resumed at the next byte. When the agent cannot be reached and
-// Config.Fault says the environment failed, its Result is returned.
+// Env.Why says why the environment stopped, the step's Result carries
+// that reason (no exit code, 137 for oom-killed) and its words as Note.
+// A step the agent stopped as cancelled although neither ctx nor Cleanup
+// asked (its PID 1 was signalled from outside) is never cancelled: it
+// takes Env.Why's reason, asked for up to 10 s, else Env.LostReason.
 //
 // err is non-nil when the step could not be started (bad shell, bad
 // variable name, a NUL byte in a value, session cleaned up; ExitCode is
@@ -402,7 +406,7 @@ func (s *Session) CopyIn(ctx context.Context, src, dst string) error {
 	return s.copyIn(ctx, src, dst)
 }
 
-// copyIn is CopyIn without the bookkeeping (Config.Ready uses it).
+// copyIn is CopyIn without the bookkeeping (Env.Ready uses it).
 func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	src = filepath.Clean(src)
 	if _, err := os.Lstat(src); err != nil {
@@ -417,7 +421,7 @@ func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	return nil
 }
 
-// CopyInNow is CopyIn for a Config.Ready hook, which runs inside the first
+// CopyInNow is CopyIn for an Env.Ready hook, which runs inside the first
 // operation (CopyIn would wait for itself).
 func (s *Session) CopyInNow(ctx context.Context, src, dst string) error {
 	return s.copyIn(ctx, src, dst)
@@ -466,8 +470,7 @@ func (s *Session) Detach() error {
 
 // Cleanup kills a running step at once (Exec then returns with Reason
 // cancelled), asks the agent to shut down (it kills whatever the step
-// left and exits) through Config.Remove, which also removes the
-// environment. Only the first call does work; later and concurrent calls
+// left and exits) and then removes the environment (Env.Remove). Only the first call does work; later and concurrent calls
 // return nil. It works after Detach too. When ctx ends before the running
 // Exec has returned, the environment is removed anyway, and an error says
 // the step had not ended yet.

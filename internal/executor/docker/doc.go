@@ -3,8 +3,10 @@
 // negotiated, no `docker` CLI), with the step agent (knotless-agent,
 // bind-mounted read-only from the runner's disk) as the container's PID 1.
 // The whole run goes over one exec stream to the agent at a time
-// (agentsession, as on kube); the checkout is a bind mount of the runner's
-// own directory, never copied.
+// (stream.go; the session is agentenv's, as on kube); the checkout is a
+// bind mount of the runner's own directory, never copied. What is the
+// docker executor's own is its agentenv.Driver (docker.go: how a container
+// is made, found and listed; status.go: why it stopped).
 //
 // It must never put a secret in a container's or an exec's config, a label
 // or a log (secrets travel inside the exec's STDIN stream only), never give

@@ -1,7 +1,11 @@
 // Package kube is the kube executor: each run in a fresh, hardened pod of
-// one namespace (podFor), with the step agent as its PID 1, reached over
-// one pods/exec stream at a time (exec.go); steps run detached in the pod,
-// so a runner that restarts re-attaches (Recover) at the next byte.
+// one namespace (podFor), with the step agent as its PID 1, delivered over
+// the first exec (deliver.go) and reached over one pods/exec stream at a
+// time (stream.go); steps run detached in the pod, so a runner that
+// restarts re-attaches (Recover) at the next byte. The session and the
+// skeletons of Prepare, Recover and Sweep are agentenv's; the kube
+// executor's own is its agentenv.Driver (driver.go: how a pod is made,
+// found and listed; status.go: why it stopped).
 //
 // Restarts lose no run: job pods are owned (garbage collection) by the
 // object --owner names, in a cluster the runner's Deployment, not by the

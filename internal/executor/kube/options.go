@@ -21,7 +21,8 @@ import (
 )
 
 // Options are the kube executor's part of knotless-run's command line
-// (runnercli.ExecutorOptions).
+// (executor.Options); it also reads the shared job flags (--image,
+// --cpus, --memory, --run-as).
 type Options struct {
 	kubeconfig     string
 	namespace      string
