@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -84,4 +85,19 @@ func FormatCPUs(milli int64) string {
 		return strconv.FormatInt(milli/1000, 10)
 	}
 	return strconv.FormatInt(milli, 10) + "m"
+}
+
+// ImageAndResources is the image and the resources of spec's environment:
+// spec's image, else defaultImage (a workflow naming none on a runner with
+// no default is an error saying so), and Resolve's resources.
+func (c Caps) ImageAndResources(spec Spec, defaultImage string) (string, Resources, error) {
+	image := spec.Image
+	if image == "" {
+		image = defaultImage
+	}
+	if image == "" {
+		return "", Resources{}, errors.New("the workflow names no image: and the runner has no default image (--image)")
+	}
+	r, err := c.Resolve(spec)
+	return image, r, err
 }

@@ -184,11 +184,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if spec.Workspace == "" {
 		return nil, errors.New("no workspace: the checkout is bind-mounted from the runner's disk")
 	}
-	img := cmp.Or(spec.Image, e.cfg.Image)
-	if img == "" {
-		return nil, errors.New("the workflow names no image: and the runner has no default image (--image)")
-	}
-	res, err := e.caps.Resolve(spec)
+	img, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
 		return nil, err
 	}

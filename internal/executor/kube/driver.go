@@ -1,10 +1,8 @@
 package kube
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,11 +43,7 @@ type driver Executor
 // agent that cannot be delivered. On error the pod is deleted.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
-	image := cmp.Or(spec.Image, e.cfg.Image)
-	if image == "" {
-		return nil, errors.New("the workflow names no image: and the runner has no default image (--image)")
-	}
-	res, err := e.caps.Resolve(spec)
+	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
 		return nil, err
 	}
