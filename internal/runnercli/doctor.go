@@ -15,7 +15,6 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -165,7 +164,7 @@ func checkServer(ctx context.Context, path string, report func(executor.Check)) 
 		return st
 	}
 	report(executor.Check{Name: "server reachable", OK: true, Detail: fmt.Sprintf("%s (knotless-server %s)", st.Server, desc.Version)})
-	_, err = logship.NewClient(st.Client(nil)).Heartbeat(cctx, 0)
+	_, err = api.NewRunnerClient(st.Client(nil)).Heartbeat(cctx, 0)
 	var ae *api.Error
 	switch {
 	case err == nil, api.IsError(err, api.ErrSessionRequired):
