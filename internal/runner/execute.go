@@ -142,7 +142,7 @@ type Journal interface {
 	Checkpoints(step int) (*logship.CheckpointWriter, error)
 	// ResumeLog opens step's log cut back to size bytes, for appending, and
 	// returns its last byte.
-	ResumeLog(step int, size int64) (io.WriteCloser, byte, error)
+	ResumeLog(step int, size int64) (logship.LogFile, byte, error)
 }
 
 // errHandedOver ends an execution that let go of its run for the runner's
@@ -731,129 +731,6 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 // or the image says, as on hosted CI runners.
 var localeDefaults = map[string]string{"LANG": "C.UTF-8", "TZ": "UTC"}
 
-// lostMarkWait is how long a step's end waits for room to write the
-// marker of the log bytes it lost (the shipper gives back the space of
-// what it delivered).
-var lostMarkWait = 10 * time.Second
-
-// stepLog opens step idx's log through the masker and the cap, resuming it
-// at the checkpoint at when the step was running under an earlier runner
-// process. The returned writer records checkpoints as it goes.
-func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
-	o := &stepOut{e: e, idx: idx}
-	var w io.WriteCloser
-	var err error
-	if at != nil && e.journal != nil {
-		var last byte
-		if w, last, err = e.journal.ResumeLog(idx, at.Log); err != nil {
-			return nil, err
-		}
-		o.file = &countWriter{w: w, n: at.Log}
-		o.cw = resumeCapWriter(o.file, e.job.LogLimit, at.Log, last)
-		o.m = logmask.NewResumed(o.cw, e.secrets, at.Hidden)
-		o.raw = at.Raw
-	} else {
-		if w, err = e.rep.Log(idx); err != nil {
-			return nil, err
-		}
-		o.file = &countWriter{w: w}
-		o.cw = newCapWriter(o.file, e.job.LogLimit)
-		o.m = logmask.New(o.cw, e.secrets)
-	}
-	o.w = w
-	if e.journal != nil {
-		if o.cp, err = e.journal.Checkpoints(idx); err != nil {
-			e.log.Warn("could not record checkpoints: a restarted runner would resume this step's log from its start", "step", idx, "err", err)
-		}
-	}
-	return o, nil
-}
-
-// stepOut is a step's log: what Exec writes (the step's raw output) and the
-// runner's own notes go through the masker and the cap to the reporter.
-// After each write of output it records a checkpoint: how many raw output
-// bytes the log holds, masked, and its size.
-type stepOut struct {
-	e    *execution
-	idx  int
-	m    *logmask.Writer
-	cw   *capWriter
-	file *countWriter
-	w    io.WriteCloser
-	cp   *logship.CheckpointWriter
-
-	raw    int64 // raw output offset of the masker's first byte of output
-	notes  int64 // bytes of notes the masker took before the output began
-	output bool  // the step's output has begun
-}
-
-func (o *stepOut) Write(p []byte) (int, error) {
-	n, err := o.m.Write(p)
-	if o.output && o.cp != nil {
-		if dec, hidden, ok := o.m.Checkpoint(); ok && dec >= o.notes {
-			if cerr := o.cp.Save(logship.Checkpoint{Raw: o.raw + dec - o.notes, Log: o.file.n, Hidden: hidden}); cerr != nil {
-				o.e.log.Warn("record a checkpoint", "step", o.idx, "err", cerr)
-				_ = o.cp.Close()
-				o.cp = nil
-			}
-		}
-	}
-	return n, err
-}
-
-// started marks where the step's own output begins: what was written
-// before (notes such as a missing secret) is not part of it.
-func (o *stepOut) started() {
-	if o.output {
-		return
-	}
-	if err := o.m.Flush(); err != nil {
-		o.e.log.Warn("flush step log", "step", o.idx, "err", err)
-	}
-	o.notes, _, _ = o.m.Checkpoint()
-	o.output = true
-}
-
-// note writes a line of the runner's own after the step's output.
-func (o *stepOut) note(s string) {
-	o.output = false
-	_, _ = io.WriteString(o.m, s)
-}
-
-// close flushes the masker and closes the reporter's writer.
-func (o *stepOut) close() error {
-	err := o.m.Close()
-	if o.cw.lost > 0 {
-		marked := o.cw.finish(lostMarkWait, reserveOf(o.w))
-		o.e.log.Error("step log lost bytes", "step", o.idx, "lost_bytes", o.cw.lost, "err", o.cw.err, "marked_in_log", marked)
-	}
-	if o.cp != nil {
-		_ = o.cp.Close()
-	}
-	return errors.Join(err, o.w.Close())
-}
-
-// abandon closes the log as it is, leaving the masker's held bytes for the
-// next runner process (it resumes at the last checkpoint).
-func (o *stepOut) abandon() {
-	if o.cp != nil {
-		_ = o.cp.Close()
-	}
-	_ = o.w.Close()
-}
-
-// countWriter counts the bytes written through it.
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
 func (e *execution) report(u StepUpdate) {
 	switch u.State {
 	case api.StepPending, api.StepRunning:
@@ -864,64 +741,6 @@ func (e *execution) report(u StepUpdate) {
 		e.log.Error("record step update", "step", u.Step, "state", u.State, "err", err)
 	}
 }
-
-// setupLog is the run's setup log (step 0), masked and capped like a step's.
-// Every printf is flushed through the masker at once.
-type setupLog struct {
-	w      io.WriteCloser
-	cw     *capWriter
-	m      *logmask.Writer
-	log    *slog.Logger
-	closed bool
-}
-
-func openSetupLog(rep Reporter, secrets []string, limit int64, log *slog.Logger) *setupLog {
-	w, err := rep.Log(api.SetupStep)
-	if err != nil {
-		log.Error("open setup log", "err", err)
-		w = nopWriteCloser{io.Discard}
-	}
-	cw := newCapWriter(w, limit)
-	return &setupLog{w: w, cw: cw, m: logmask.New(cw, secrets), log: log}
-}
-
-func (s *setupLog) Write(p []byte) (int, error) {
-	if s.closed {
-		return len(p), nil
-	}
-	return s.m.Write(p)
-}
-
-func (s *setupLog) printf(format string, args ...any) {
-	fmt.Fprintf(s, format, args...)
-	s.flush()
-}
-
-func (s *setupLog) flush() {
-	if s.closed {
-		return
-	}
-	if err := s.m.Flush(); err != nil {
-		s.log.Warn("flush setup log", "err", err)
-	}
-}
-
-func (s *setupLog) close() error {
-	if s == nil || s.closed {
-		return nil
-	}
-	s.closed = true
-	err := s.m.Close()
-	if s.cw.lost > 0 {
-		marked := s.cw.finish(lostMarkWait, reserveOf(s.w))
-		s.log.Error("setup log lost bytes", "lost_bytes", s.cw.lost, "err", s.cw.err, "marked_in_log", marked)
-	}
-	return errors.Join(err, s.w.Close())
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 func stepName(st workflow.Step, i int) string {
 	switch {
