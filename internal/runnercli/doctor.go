@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/runner"
 )
@@ -111,9 +112,9 @@ over the stream, and removes the container.`,
 	}
 	f := cmd.Flags()
 	exf = addExecutorFlags(f, "the executor to check")
-	f.StringVar(&statePath, "state", "", "state file written by login: also check the server and the credential"+envNote("KNOTLESS_STATE"))
+	f.StringVar(&statePath, "state", "", "state file written by login: also check the server and the credential")
 	f.BoolVar(&skipMachine, "skip-machine", false, "do not start a test job environment (permissions and configuration only)")
-	envFlag(f, "state", "KNOTLESS_STATE")
+	envflag.BindAs(f, "state", "KNOTLESS_STATE")
 	return cmd
 }
 
