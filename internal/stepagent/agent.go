@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +23,15 @@ type Config struct {
 	Dir string
 	// Workdir is the steps' default working directory (the checkout).
 	Workdir string
-	// Home is HOME for steps that set none; PATH likewise.
+	// Home is HOME for steps that set none; PATH likewise, unless Base
+	// has one.
 	Home string
 	PATH string
+	// Base, when set, is the environment every step starts from, beneath
+	// its own variables (the image's, when the agent is a container's PID
+	// 1: ImageBase); HOME and TMPDIR in it are ignored (the agent's own
+	// Home and Tmp are the steps', writable).
+	Base map[string]string
 	// Tmp is TMPDIR for steps that set none: the run's temporary
 	// directory, removed with the environment; "" leaves TMPDIR unset.
 	Tmp string
@@ -353,4 +360,25 @@ func (a *Agent) WriteState(extra map[string]any) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(a.cfg.Dir, "agent.json"))
+}
+
+// ImageBase is environ (NAME=VALUE entries, as os.Environ gives them) as a
+// step's base environment: what a container runtime gave the agent as
+// PID 1 (the image's ENV, the runtime's own such as HOSTNAME), without
+// what a shell between the runtime and the agent added (PWD, OLDPWD,
+// SHLVL, _).
+func ImageBase(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		switch k {
+		case "PWD", "OLDPWD", "SHLVL", "_":
+			continue
+		}
+		m[k] = v
+	}
+	return m
 }
