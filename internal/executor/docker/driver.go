@@ -68,13 +68,8 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if e.cfg.Ephemeral {
 		// `knotless-run exec` runs in a person's own work tree: it is
 		// never given away; steps may write where its modes let them.
-		var st unix.Stat_t
-		if unix.Stat(spec.Workspace, &st) == nil && (int64(st.Uid) != runAs.UID) {
-			hint := fmt.Sprintf(" (--run-as %d:%d runs them as its owner)", st.Uid, st.Gid)
-			if st.Uid == 0 {
-				hint = " (job containers never run as root)"
-			}
-			e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, userOf(runAs), hint)
+		if err := e.checkOwnTree(spec, runAs); err != nil {
+			return nil, err
 		}
 	}
 	labels := map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner, LabelRun: spec.ID}
@@ -207,4 +202,35 @@ func (e *Executor) env(id, user string) *agentenv.Env {
 			}
 		},
 	}
+}
+
+// checkOwnTree checks that the job's user can enter and read a checkout
+// that stays its owner's (`knotless-run exec`): one it cannot enter would
+// fail every step with "start /bin/sh: permission denied". The error names
+// the directory, its owner and mode, and what to do. A checkout of
+// another owner that it can enter is noted in the setup log.
+func (e *Executor) checkOwnTree(spec executor.Spec, runAs RunAs) error {
+	var st unix.Stat_t
+	if unix.Stat(spec.Workspace, &st) != nil || int64(st.Uid) == runAs.UID {
+		return nil
+	}
+	mode := st.Mode & 0o777
+	bits := mode & 0o7 // others
+	if int64(st.Gid) == runAs.GID {
+		bits = (mode >> 3) & 0o7
+	}
+	if bits&0o5 != 0o5 {
+		do := fmt.Sprintf("give --run-as %d:%d (its owner), or let others enter and read it (chmod o+rx %s)", st.Uid, st.Gid, spec.Workspace)
+		if st.Uid == 0 {
+			do = fmt.Sprintf("job containers never run as root: let others enter and read it (chmod o+rx %s), or run from a copy you own", spec.Workspace)
+		}
+		return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the checkout %s belongs to UID %d (mode %04o), and steps run as %s, which cannot enter it: %s",
+			spec.Workspace, st.Uid, mode, userOf(runAs), do)}
+	}
+	hint := fmt.Sprintf(" (--run-as %d:%d runs them as its owner)", st.Uid, st.Gid)
+	if st.Uid == 0 {
+		hint = " (job containers never run as root)"
+	}
+	e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, userOf(runAs), hint)
+	return nil
 }
