@@ -50,11 +50,11 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
 	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
 	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
-	bin, err := e.loadAgent()
-	if err != nil {
+	if err := e.watch(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.watch(ctx); err != nil {
+	selector, err := e.nodeSelector(spec)
+	if err != nil {
 		return nil, err
 	}
 	timeout := spec.Timeout
@@ -70,7 +70,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	pod := podFor(podSpec{
 		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
 		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
-		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: e.cfg.NodeSelector, Tolerations: e.cfg.Tolerations,
+		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
 		Command: bootstrapCommand(serve),
 	})
@@ -102,15 +102,15 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
 
 	t0 := time.Now()
-	first, err := e.deliver(ctx, pod.Name, bin)
+	dl, err := e.deliver(ctx, pod.Name, running.Spec.NodeName)
 	if err != nil {
 		return nil, err
 	}
-	env := e.env(pod.Name, pod.UID, first)
+	env := e.env(pod.Name, pod.UID, dl.stream)
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
 	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
-		e.logf(spec, "step agent %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
-			hello.Agent, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		e.logf(spec, "step agent %s for linux/%s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
+			hello.Agent, dl.arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
 		return nil
 	}
 	if spec.Workspace != "" {
@@ -360,4 +360,32 @@ func PodOf(s executor.Session) string {
 		return ""
 	}
 	return h.Pod
+}
+
+// Node labels job pods select (well-known labels of every node).
+const (
+	LabelOS   = "kubernetes.io/os"
+	LabelArch = "kubernetes.io/arch"
+)
+
+// nodeSelector is the job pod's nodeSelector: Config.NodeSelector, plus
+// kubernetes.io/os linux (a step agent is a Linux program; a Windows node
+// must never get the pod) and, when the workflow asks for one
+// (`arch:`), kubernetes.io/arch. A workflow asking for another
+// architecture than the runner's --node-selector pins is refused, naming
+// both.
+func (e *Executor) nodeSelector(spec executor.Spec) (map[string]string, error) {
+	sel := map[string]string{LabelOS: "linux"}
+	for k, v := range e.cfg.NodeSelector {
+		sel[k] = v
+	}
+	if spec.Arch != "" {
+		if pinned, ok := e.cfg.NodeSelector[LabelArch]; ok && pinned != spec.Arch {
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+				"the workflow asks for arch: %s, and this runner puts job pods on %s=%s nodes only (--node-selector): give the workflow runners: labels of a runner for %s nodes",
+				spec.Arch, LabelArch, pinned, spec.Arch)}
+		}
+		sel[LabelArch] = spec.Arch
+	}
+	return sel, nil
 }

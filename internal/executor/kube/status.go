@@ -52,6 +52,9 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 	}
 	cs := jobStatus(pod)
 	if cs != nil {
+		if f := execFormatFault(cs); f != nil {
+			return f
+		}
 		if t := cs.State.Terminated; t != nil {
 			if t.Reason == "OOMKilled" {
 				return &executor.Fault{Reason: api.ReasonOOMKilled, Message: fmt.Sprintf("the job container was killed for exceeding its memory limit (exit code %d)", t.ExitCode)}
@@ -140,4 +143,32 @@ func pendingNote(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// execFormatFault is the fault of a job container whose program cannot
+// execute on its node (the kernel's ENOEXEC, "exec format error": an
+// image, or a step agent, built for another architecture than the
+// node's), from the runtime's message or the end of the container's log
+// (FallbackToLogsOnError); nil otherwise. Never pod-lost after a wait:
+// the run ends at once, naming it.
+func execFormatFault(cs *corev1.ContainerStatus) *executor.Fault {
+	var msg string
+	switch {
+	case cs.State.Terminated != nil:
+		msg = cs.State.Terminated.Message
+	case cs.State.Waiting != nil:
+		msg = cs.State.Waiting.Message
+	}
+	if !strings.Contains(strings.ToLower(msg), "exec format error") {
+		return nil
+	}
+	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+		"the job container cannot execute on its node: exec format error: the image %s (or the step agent) is built for another architecture than the node's; pick an image for the node's architecture, or the nodes with --node-selector kubernetes.io/arch=ARCH or the workflow's arch: (%s)",
+		cs.Image, strings.TrimSpace(lastLine(msg)))}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
