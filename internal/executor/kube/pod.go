@@ -161,9 +161,9 @@ func podFor(s podSpec) *corev1.Pod {
 				// without the pods/log permission. The log is the agent's
 				// own (steps write to files): never a secret.
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
-				SecurityContext: csc,
-				VolumeMounts:    mounts,
+				Resources:                corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+				SecurityContext:          csc,
+				VolumeMounts:             mounts,
 			}},
 			Volumes: volumes,
 		},
