@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -18,6 +19,9 @@ type delivery struct {
 	stream io.ReadWriteCloser // the first connection to the agent
 	arch   string             // the pod's architecture (GOARCH), "" when the agent was there already
 	size   int                // bytes of agent sent
+	// assumed says why arch was assumed, for an image without uname; ""
+	// when the pod reported it.
+	assumed string
 }
 
 // deliver writes the agent's program into the pod over one exec, wakes
@@ -88,10 +92,20 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string) (delivery,
 	d := delivery{}
 	if machine, ok := strings.CutPrefix(line, lineSendAgent+" "); ok {
 		d.arch = agentenv.UnameArch(machine)
-		if d.arch == "" {
+		switch {
+		case machine == "unknown":
+			// An image without uname: the node's architecture as its
+			// earlier job pods reported it, else the runner's own (an
+			// agent of the wrong one fails at once, naming it).
+			d.arch, d.assumed = runtime.GOARCH, "the runner's own"
+			if a, ok := e.nodeArch.Load(node); ok {
+				d.arch, d.assumed = a.(string), "as earlier job pods on node "+node+" reported"
+			}
+		case d.arch == "":
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
+		default:
+			e.nodeArch.Store(node, d.arch)
 		}
-		e.nodeArch.Store(node, d.arch)
 		bin, err := e.loadAgent(d.arch)
 		if err != nil {
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,10 +108,27 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		return nil, err
 	}
 	env := e.env(pod.Name, pod.UID, dl.stream)
+	if st, ok := dl.stream.(*stream); ok && dl.arch != "" {
+		// The agent sent may not run here (a pod that reported another
+		// architecture than its node's): its bridge says so on STDERR.
+		why := env.Why
+		env.Why = func(ctx context.Context) *executor.Fault {
+			if strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") {
+				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+					"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
+					dl.arch, running.Spec.NodeName)}
+			}
+			return why(ctx)
+		}
+	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
 	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
-		e.logf(spec, "step agent %s for linux/%s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
-			hello.Agent, dl.arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		arch := "linux/" + dl.arch
+		if dl.assumed != "" {
+			arch += " (the image has no uname: assumed, " + dl.assumed + ")"
+		}
+		e.logf(spec, "step agent %s for %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
+			hello.Agent, arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
 		return nil
 	}
 	if spec.Workspace != "" {
