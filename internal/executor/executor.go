@@ -232,7 +232,7 @@ type Result struct {
 // limit) or by a person (cancelled).
 func EnvironmentFault(reason string) bool {
 	switch reason {
-	case api.ReasonEvicted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
+	case api.ReasonEvicted, api.ReasonPreempted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
 		api.ReasonUnschedulable, api.ReasonPodLost:
 		return true
 	}

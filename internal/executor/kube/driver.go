@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -267,10 +268,47 @@ func (e *Executor) why(ctx context.Context, name string) *executor.Fault {
 	if p != nil && running(p) && p.DeletionTimestamp == nil {
 		return nil
 	}
-	if f := podFault(p, time.Now(), time.Now(), 0, 0); f != nil {
-		return f
+	if p != nil && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		if cs := jobStatus(p); cs != nil && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && execFormatFault(cs) == nil {
+			// The agent exited as asked by a SIGTERM, and the kubelet has
+			// not yet said why it sent one: its eviction's words come
+			// with the pod's final phase, a moment later.
+			return nil
+		}
 	}
-	return &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
+	f := podFault(p, time.Now(), time.Now(), 0, 0)
+	if f == nil {
+		f = &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
+	}
+	if f.Reason == ReasonPodLost {
+		// A pod deleted before its status said why: the kubelet's and the
+		// scheduler's events still may (Evicted, Preempted).
+		if ef := e.eventFault(ctx, name); ef != nil {
+			return ef
+		}
+	}
+	return f
+}
+
+// eventFault reads the pod's events for why it ended (the kubelet's
+// Evicted, with what it measured; the scheduler's Preempted): nil when
+// none says, or the events cannot be listed (the Role's events list).
+func (e *Executor) eventFault(ctx context.Context, pod string) *executor.Fault {
+	list, err := e.client.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String(),
+	})
+	if err != nil {
+		return nil
+	}
+	for _, ev := range list.Items {
+		switch ev.Reason {
+		case "Evicted":
+			return &executor.Fault{Reason: api.ReasonEvicted, Message: "the job pod was evicted by the kubelet: " + strings.TrimSpace(ev.Message)}
+		case "Preempted", "Preempting":
+			return disruptionFault(ev.Reason, ev.Message)
+		}
+	}
+	return nil
 }
 
 // workspaceMark is the file that says the checkout was copied in whole.
