@@ -29,7 +29,7 @@ func TestPodFault_PreemptionIsNotAnEviction(t *testing.T) {
 		{disrupted("EvictionByEvictionAPI", "Eviction API: evicting"), api.ReasonEvicted, "Eviction API (a drain"},
 		{disrupted("TerminationByKubelet", "The node was low on resource: memory."), api.ReasonEvicted, "low on resource"},
 		{&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted",
-			Message: `Usage of EmptyDir volume "knotless" exceeds the limit "1Gi". `,
+			Message:    `Usage of EmptyDir volume "knotless" exceeds the limit "1Gi". `,
 			Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}}}},
 			api.ReasonEvicted, `Usage of EmptyDir volume "knotless" exceeds the limit "1Gi".`},
 	} {
