@@ -3,9 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
