@@ -25,7 +25,7 @@ func editManifest(t testing.TB, text, ns, downloadURL string) string {
 	docs := strings.Split(text, "\n---\n")
 	for i, d := range docs {
 		if strings.Contains(d, "\nkind: Namespace\n") {
-			docs[i] = mustReplace(t, d, "\n  name: knotless-runner\n", "\n  name: "+ns+"\n")
+			docs[i] = strings.TrimSuffix(mustReplace(t, d+"\n", "\n  name: knotless-runner\n", "\n  name: "+ns+"\n"), "\n")
 		}
 	}
 	text = strings.Join(docs, "\n---\n")
