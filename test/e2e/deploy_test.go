@@ -60,6 +60,18 @@ func deployBuild(t testing.TB) map[string]string {
 	return deployRelease(t).Files
 }
 
+// releaseWorld is a world whose knotless-server serves the deployed
+// release (--release-dir) where the cluster's pods reach it, with the
+// runner base image imported; it returns the release's download URL there
+// (KNOTLESS_DOWNLOAD_URL): no other web server.
+func releaseWorld(t testing.TB, c *kubetest.Cluster) (*world, *deploy.Release, string) {
+	t.Helper()
+	rel := deployRelease(t)
+	ensureRunnerBaseImage(t, c)
+	w := newWorldAt(t, c.HostIP(t)+":0", 30*time.Second, "--release-dir", rel.Dir)
+	return w, rel, w.url + strings.TrimSuffix(server.DownloadPath, "/")
+}
+
 // ensureRunnerBaseImage imports RunnerBaseImage unless the cluster has it.
 func ensureRunnerBaseImage(t testing.TB, c *kubetest.Cluster) {
 	t.Helper()
@@ -248,19 +260,14 @@ func (d *deployment) runnerLogs() string {
 
 // The runner deployed from deploy/kubernetes (a pod of the local cluster,
 // its programs fetched from knotless-server --release-dir and checked by
-// the init container) claims a pushed
-// run, runs it in a job pod and reports success; `kubectl delete -k` then
-// removes the job pod of a run still going.
+// the init container) claims a pushed run, runs it in a job pod and
+// reports success; `kubectl delete -k` then removes the job pod of a run
+// still going.
 func TestDeploy_RunnerPodRunsAPushAndDeleteKRemovesItsJobPods(t *testing.T) {
 	c := kubetest.Connect(t)
-	host := c.HostIP(t)
-	rel := deployRelease(t)
-	ensureRunnerBaseImage(t, c)
-	// The server itself serves the release (--release-dir): no other web
-	// server.
-	w := newWorldAt(t, host+":0", 30*time.Second, "--release-dir", rel.Dir)
+	w, _, url := releaseWorld(t, c)
 	rid := w.registerRunner("k8s-ci")
-	d := applyRunner(t, c, "emptydir", w.url+strings.TrimSuffix(server.DownloadPath, "/"), rid.state, true)
+	d := applyRunner(t, c, "emptydir", url, rid.state, true)
 
 	run := w.pushOne(map[string]string{
 		"hello.txt": "hello from the checkout\n",

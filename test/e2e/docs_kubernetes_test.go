@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/deploy"
-	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -74,7 +73,7 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 	guide := filepath.Join(moduleRoot, "docs", "kubernetes.md")
 	blocks := guideBlocks(t, guide)
 
-	rel := deployRelease(t)
+	w, rel, url := releaseWorld(t, c)
 	manifest, err := os.ReadFile(filepath.Join(moduleRoot, deploy.Manifest))
 	if err != nil {
 		t.Fatal(err)
@@ -82,15 +81,12 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 	if s := deploy.Stale(manifest, rel.Digests); s != "" {
 		t.Fatalf("the guide deploys the manifest as it is, and its digests are stale: run `make deploy-digests`\n%s", s)
 	}
-	ensureRunnerBaseImage(t, c)
-	host := c.HostIP(t)
-	w := newWorldAt(t, host+":0", 30*time.Second, "--release-dir", rel.Dir)
 	ns := "kt-guide-" + randomHex(4)
 	vars := map[string]string{
 		"KNOTLESS_SERVER":       w.url,
 		"REPO":                  w.repo,
 		"KNOTLESS_SOURCE":       moduleRoot,
-		"KNOTLESS_DOWNLOAD_URL": w.url + strings.TrimSuffix(server.DownloadPath, "/"),
+		"KNOTLESS_DOWNLOAD_URL": url,
 		"BASE_IMAGE":            RunnerBaseImage,
 		"JOB_IMAGE":             kubetest.JobBaseImage,
 		"NAMESPACE":             ns,

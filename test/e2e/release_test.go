@@ -11,7 +11,6 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/deploy"
-	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -57,10 +56,7 @@ func mustReplace(t testing.TB, s, old, new string) string {
 // "dev") and runs a pushed workflow; `kubectl delete -f` removes it all.
 func TestRelease_RenderedManifestAppliesAsOneFile(t *testing.T) {
 	c := kubetest.Connect(t)
-	host := c.HostIP(t)
-	rel := deployRelease(t)
-	ensureRunnerBaseImage(t, c)
-	w := newWorldAt(t, host+":0", 30*time.Second, "--release-dir", rel.Dir)
+	w, rel, url := releaseWorld(t, c)
 	rid := w.registerRunner("k8s-onefile")
 	text, err := os.ReadFile(rel.Manifest)
 	if err != nil {
@@ -69,7 +65,7 @@ func TestRelease_RenderedManifestAppliesAsOneFile(t *testing.T) {
 	ns := "kt-onefile-" + randomHex(4)
 	dir := t.TempDir()
 	file := filepath.Join(dir, filepath.Base(rel.Manifest))
-	if err := os.WriteFile(file, []byte(editManifest(t, string(text), ns, w.url+strings.TrimSuffix(server.DownloadPath, "/"))), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(editManifest(t, string(text), ns, url)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kubectl := func(ctx context.Context, args ...string) string {
@@ -101,7 +97,7 @@ func TestRelease_RenderedManifestAppliesAsOneFile(t *testing.T) {
 	install := kubectl(ctx, "-n", ns, "logs", "deploy/knotless-runner", "-c", "install")
 	for _, want := range []string{
 		"this pod's architecture: linux/" + runtime.GOARCH,
-		"fetching " + deploy.FileName("knotless-run", runtime.GOARCH) + " from " + w.url + server.DownloadPath,
+		"fetching " + deploy.FileName("knotless-run", runtime.GOARCH) + " from " + url + "/",
 		deploy.FileName("knotless-run", runtime.GOARCH) + " ok (sha256 " + rel.Digests[deploy.FileName("knotless-run", runtime.GOARCH)] + ")",
 		"knotless-agent-linux-amd64 ok (sha256 " + rel.Digests["knotless-agent-linux-amd64"] + ")",
 		"knotless-agent-linux-arm64 ok (sha256 " + rel.Digests["knotless-agent-linux-arm64"] + ")",
