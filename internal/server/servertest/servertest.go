@@ -47,6 +47,9 @@ type Options struct {
 	MaxPushSize, MaxFetchRequest, RepoQuota int64
 	// MaxOutputsSize is server.Config's; default theirs.
 	MaxOutputsSize int64
+	// ReleaseDir is server.Config's: release files served at
+	// server.DownloadPath; default none.
+	ReleaseDir string
 }
 
 // Server is a running test server.
@@ -106,7 +109,7 @@ func (s *Server) start(ln net.Listener) {
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
-		MaxOutputsSize: s.opts.MaxOutputsSize,
+		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir,
 	})
 	if err != nil {
 		ln.Close()
