@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 // A pipeline keeps the commit before the push and who pushed (migration
 // 0006), and its runs carry them to the runner's claim.
-func TestCreatePipeline_KeepsTheCommitBeforeThePushAndTheActor(t *testing.T) {
-	db, _ := open(t)
+func testCreatePipeline_KeepsTheCommitBeforeThePushAndTheActor(t *testing.T, open Opener) {
+	db := open(t)
 	repo, _ := seed(t, db, 0)
 	ctx := context.Background()
 	p, runs, err := db.CreatePipeline(ctx, store.NewPipeline{RepoID: repo.ID, Ref: "refs/heads/main", SHA: "def", Event: "push",

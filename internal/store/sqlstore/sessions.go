@@ -1,8 +1,7 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -18,7 +17,7 @@ func heldRuns(ctx context.Context, q querier, id int64) ([]store.Run, error) {
 }
 
 // setHeldLeases sets the lease of every run runner id holds to until.
-func setHeldLeases(ctx context.Context, tx *sql.Tx, id int64, until time.Time) error {
+func setHeldLeases(ctx context.Context, tx querier, id int64, until time.Time) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE runs SET lease_expires = ? WHERE runner_id = ? AND state IN (?, ?)`,
 		ms(until), id, api.StateClaimed, api.StateRunning); err != nil {
 		return fmt.Errorf("renew leases of runner %d's runs: %w", id, err)
@@ -30,7 +29,7 @@ func setHeldLeases(ctx context.Context, tx *sql.Tx, id int64, until time.Time) e
 func (d *DB) StartSession(ctx context.Context, id int64, session string, now, leaseUntil time.Time) (store.Runner, []store.Run, error) {
 	var prev store.Runner
 	var held []store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		var err error
 		if prev, err = getRunner(ctx, tx, `x.id = ?`, id); err != nil {
 			return notFound(err, fmt.Sprintf("runner %d", id))
@@ -51,7 +50,7 @@ func (d *DB) StartSession(ctx context.Context, id int64, session string, now, le
 // HandOver implements store.Store.
 func (d *DB) HandOver(ctx context.Context, id int64, session string, now, until time.Time) ([]store.Run, error) {
 	var held []store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		x, err := getRunner(ctx, tx, `x.id = ?`, id)
 		if err != nil {
 			return notFound(err, fmt.Sprintf("runner %d", id))

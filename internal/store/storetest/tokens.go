@@ -1,59 +1,16 @@
-package sqlite
+package storetest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/store"
 )
 
-func TestOpen_MigratesEachAccountsTokenToOneNamedInitial(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "knotless.db")
-	raw, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qs := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`}
-	for i, f := range []string{"0001_init.sql", "0002_runner_sessions.sql", "0003_run_outputs.sql"} {
-		b, err := migrations.ReadFile("migrations/" + f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qs = append(qs, string(b), `INSERT INTO schema_migrations VALUES (`+string(rune('1'+i))+`, 0)`)
-	}
-	qs = append(qs,
-		`INSERT INTO accounts (id, handle, did, admin, created_at) VALUES (1, 'admin', 'did:key:admin', 1, 0), (2, 'alice', 'did:key:alice', 0, 0)`,
-		`INSERT INTO tokens (hash, account_id, created_at) VALUES ('h-admin', 1, 10), ('h-alice', 2, 20), ('h-alice2', 2, 30)`)
-	for _, q := range qs {
-		if _, err := raw.ExecContext(ctx, q); err != nil {
-			t.Fatalf("build a 0003 database: %v", err)
-		}
-	}
-	raw.Close()
-
-	db, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("open a 0003 database: %v", err)
-	}
-	defer db.Close()
-	for hash, handle := range map[string]string{"h-admin": "admin", "h-alice": "alice", "h-alice2": "alice"} {
-		if a, err := db.AccountByToken(ctx, hash, time.Now()); err != nil || a.Handle != handle || a.Disabled {
-			t.Errorf("token %s after migration: %+v, %v", hash, a, err)
-		}
-	}
-	ts, err := db.ListTokens(ctx, 2)
-	if err != nil || len(ts) != 2 || ts[0].Name != "initial" || ts[1].Name != "initial-2" || ts[0].CreatedAt.UnixMilli() != 20 {
-		t.Errorf("alice's tokens after migration: %+v, %v", ts, err)
-	}
-}
-
-func TestToken_ExpiryDisabledAndLastUsedAtMostEveryMinute(t *testing.T) {
-	db, _ := open(t)
+func testToken_ExpiryDisabledAndLastUsedAtMostEveryMinute(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	a, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:alice"}, "h1")
 	if err != nil {

@@ -1,8 +1,7 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ func (d *DB) CreateRegistrationToken(ctx context.Context, t store.RegistrationTo
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = time.Now()
 	}
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx querier) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM registration_tokens WHERE expires_at <= ?`, ms(t.CreatedAt)); err != nil {
 			return fmt.Errorf("delete expired registration tokens: %w", err)
 		}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -14,17 +14,16 @@ func (d *DB) CreateAccount(ctx context.Context, a store.Account, tokenHash strin
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = time.Now()
 	}
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO accounts (handle, did, admin, created_at) VALUES (?, ?, ?, ?)`,
-			a.Handle, a.DID, a.Admin, ms(a.CreatedAt))
+	err := d.tx(ctx, func(tx querier) error {
+		err := tx.QueryRowContext(ctx,
+			`INSERT INTO accounts (handle, did, admin, created_at) VALUES (?, ?, ?, ?) RETURNING id`,
+			a.Handle, a.DID, a.Admin, ms(a.CreatedAt)).Scan(&a.ID)
 		if err != nil {
-			if isUnique(err) {
+			if d.isUnique(err) {
 				return fmt.Errorf("account %q: handle or DID taken: %w", a.Handle, store.ErrConflict)
 			}
 			return fmt.Errorf("insert account %q: %w", a.Handle, err)
 		}
-		a.ID, _ = res.LastInsertId()
 		if _, err := tx.ExecContext(ctx, `INSERT INTO tokens (account_id, name, hash, created_at) VALUES (?, ?, ?, ?)`,
 			a.ID, store.InitialTokenName, tokenHash, ms(a.CreatedAt)); err != nil {
 			return fmt.Errorf("insert token of account %q: %w", a.Handle, err)
@@ -116,7 +115,7 @@ func (d *DB) CreateToken(ctx context.Context, t store.Token, max int) (store.Tok
 	if t.ExpiresAt != nil {
 		expires = ms(*t.ExpiresAt)
 	}
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		if max > 0 {
 			var n int
 			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens WHERE account_id = ?`, t.AccountID).Scan(&n); err != nil {
@@ -126,16 +125,15 @@ func (d *DB) CreateToken(ctx context.Context, t store.Token, max int) (store.Tok
 				return fmt.Errorf("the account has %d tokens: %w", n, store.ErrLimit)
 			}
 		}
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO tokens (account_id, name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
-			t.AccountID, t.Name, t.Hash, ms(t.CreatedAt), expires)
+		err := tx.QueryRowContext(ctx,
+			`INSERT INTO tokens (account_id, name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+			t.AccountID, t.Name, t.Hash, ms(t.CreatedAt), expires).Scan(&t.ID)
 		if err != nil {
-			if isUnique(err) {
+			if d.isUnique(err) {
 				return fmt.Errorf("token %s: %w", t.Name, store.ErrConflict)
 			}
 			return fmt.Errorf("insert token %s: %w", t.Name, err)
 		}
-		t.ID, _ = res.LastInsertId()
 		return nil
 	})
 	if err != nil {
@@ -164,7 +162,7 @@ func (d *DB) ListTokens(ctx context.Context, accountID int64) ([]store.Token, er
 
 // DeleteToken implements store.Store.
 func (d *DB) DeleteToken(ctx context.Context, accountID int64, name string, keepLast bool) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx querier) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens WHERE account_id = ?`, accountID).Scan(&n); err != nil {
 			return fmt.Errorf("count tokens: %w", err)
@@ -196,15 +194,15 @@ func scanRepo(row interface{ Scan(...any) error }) (store.Repo, error) {
 
 // CreateRepo implements store.Store.
 func (d *DB) CreateRepo(ctx context.Context, ownerID int64, name string, now time.Time) (store.Repo, error) {
-	res, err := d.db.ExecContext(ctx, `INSERT INTO repos (owner_id, name, created_at) VALUES (?, ?, ?)`,
-		ownerID, name, ms(now))
+	var id int64
+	err := d.db.QueryRowContext(ctx, `INSERT INTO repos (owner_id, name, created_at) VALUES (?, ?, ?) RETURNING id`,
+		ownerID, name, ms(now)).Scan(&id)
 	if err != nil {
-		if isUnique(err) {
+		if d.isUnique(err) {
 			return store.Repo{}, fmt.Errorf("repository %s: %w", name, store.ErrConflict)
 		}
 		return store.Repo{}, fmt.Errorf("insert repository %s: %w", name, err)
 	}
-	id, _ := res.LastInsertId()
 	return d.RepoByID(ctx, id)
 }
 

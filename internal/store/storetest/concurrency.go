@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // groupRun creates one queued run of group g in repo (a pipeline of its own).
-func groupRun(t *testing.T, db *DB, repo store.Repo, g string, cancel bool) store.Run {
+func groupRun(t *testing.T, db store.Store, repo store.Repo, g string, cancel bool) store.Run {
 	t.Helper()
 	_, runs, err := db.CreatePipeline(context.Background(), store.NewPipeline{RepoID: repo.ID, Ref: "refs/heads/main", SHA: "abc", Event: "push",
 		Runs: []store.NewRun{{Workflow: "ci", WorkflowPath: ".knotless/workflows/ci.yml", Source: "src", State: api.StateQueued,
@@ -24,8 +24,8 @@ func groupRun(t *testing.T, db *DB, repo store.Repo, g string, cancel bool) stor
 
 // A run of a group is neither listed as claimable nor claimed while an
 // older run of its group has not ended; another group, or none, is free.
-func TestClaimRun_WaitsForTheOlderRunOfItsConcurrencyGroup(t *testing.T) {
-	db, _ := open(t)
+func testClaimRun_WaitsForTheOlderRunOfItsConcurrencyGroup(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, _ := seed(t, db, 0)
 	first := groupRun(t, db, repo, "ci-main", false)
@@ -61,8 +61,8 @@ func TestClaimRun_WaitsForTheOlderRunOfItsConcurrencyGroup(t *testing.T) {
 
 // cancel-in-progress ends an older queued run of the group at once and asks
 // a running one to stop; the running one's cancelled end reads superseded.
-func TestCreatePipeline_CancelInProgressSupersedesOlderRunsOfTheGroup(t *testing.T) {
-	db, _ := open(t)
+func testCreatePipeline_CancelInProgressSupersedesOlderRunsOfTheGroup(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, _ := seed(t, db, 0)
 	running := groupRun(t, db, repo, "g", true)

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -40,7 +40,8 @@ func (d *DB) RegisterRunner(ctx context.Context, in store.Runner, maxPending int
 	}
 	var out store.Runner
 	var created bool
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
+		created = false
 		byDID, err := getRunner(ctx, tx, `x.did = ?`, in.DID)
 		switch {
 		case err == nil:
@@ -67,16 +68,16 @@ func (d *DB) RegisterRunner(ctx context.Context, in store.Runner, maxPending int
 				return fmt.Errorf("%d runners await approval: %w", pending, store.ErrLimit)
 			}
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO runners (repo_id, name, did, public_key, labels, status, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, in.RepoID, in.Name, in.DID, in.PublicKey, jsonList(in.Labels),
-			api.RunnerPending, ms(in.CreatedAt))
+		var id int64
+		err = tx.QueryRowContext(ctx, `INSERT INTO runners (repo_id, name, did, public_key, labels, status, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, in.RepoID, in.Name, in.DID, in.PublicKey, jsonList(in.Labels),
+			api.RunnerPending, ms(in.CreatedAt)).Scan(&id)
 		if err != nil {
-			if isUnique(err) {
+			if d.isUnique(err) {
 				return fmt.Errorf("runner name %q is taken by another key: %w", in.Name, store.ErrConflict)
 			}
 			return fmt.Errorf("insert runner %s: %w", in.Name, err)
 		}
-		id, _ := res.LastInsertId()
 		created = true
 		out, err = getRunner(ctx, tx, `x.id = ?`, id)
 		return err
@@ -105,7 +106,7 @@ func (d *DB) RunnerByName(ctx context.Context, repoID int64, name string) (store
 // ListRunners implements store.Store.
 func (d *DB) ListRunners(ctx context.Context, repoID int64, after string, limit int) ([]store.Runner, error) {
 	if limit <= 0 {
-		limit = -1 // SQLite: no limit
+		limit = noLimit
 	}
 	rows, err := d.db.QueryContext(ctx, `SELECT `+runnerCols+runnerFrom+` WHERE x.repo_id = ? AND x.name > ? ORDER BY x.name LIMIT ?`,
 		repoID, after, limit)
@@ -143,7 +144,8 @@ func (d *DB) ApproveRunner(ctx context.Context, id int64) (store.Runner, error) 
 // RemoveRunner implements store.Store.
 func (d *DB) RemoveRunner(ctx context.Context, id int64, by string, now time.Time) ([]store.Run, error) {
 	var out []store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
+		out = nil // empty again when the transaction is retried
 		var name string
 		var last sql.NullInt64
 		err := tx.QueryRowContext(ctx, `SELECT name, last_seen_at FROM runners WHERE id = ?`, id).Scan(&name, &last)

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -18,15 +18,15 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 	}
 	now := ms(np.CreatedAt)
 	var pid int64
-	ids := make([]int64, 0, len(np.Runs))
-	err := d.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx,
-			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now)
+	var ids []int64
+	err := d.tx(ctx, func(tx querier) error {
+		ids = make([]int64, 0, len(np.Runs)) // empty again when the transaction is retried
+		err := tx.QueryRowContext(ctx,
+			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now).Scan(&pid)
 		if err != nil {
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
-		pid, _ = res.LastInsertId()
 		for _, r := range np.Runs {
 			var finished any
 			if api.IsFinal(r.State) {
@@ -36,15 +36,15 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 			if api.IsFinal(r.State) {
 				group = "" // it never waits, and nobody waits for it
 			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
+			var id int64
+			err := tx.QueryRowContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
 				source, secrets, runners, state, reason, message, created_at, finished_at, concurrency_group)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 				pid, np.RepoID, r.Workflow, r.WorkflowPath, r.Source, jsonList(r.Secrets), jsonList(r.Runners),
-				r.State, r.Reason, r.Message, now, finished, group)
+				r.State, r.Reason, r.Message, now, finished, group).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("insert run of %s: %w", r.WorkflowPath, err)
 			}
-			id, _ := res.LastInsertId()
 			ids = append(ids, id)
 			if group != "" && r.CancelInProgress {
 				if err := supersede(ctx, tx, np.RepoID, group, id, np.CreatedAt); err != nil {
@@ -250,7 +250,7 @@ func (d *DB) GroupHolder(ctx context.Context, run store.Run) (int64, error) {
 // creates run id: queued ones end cancelled/superseded now; claimed and
 // running ones get a cancel request (their runner stops them, and their
 // end reads cancelled/superseded).
-func supersede(ctx context.Context, tx *sql.Tx, repoID int64, group string, id int64, now time.Time) error {
+func supersede(ctx context.Context, tx querier, repoID int64, group string, id int64, now time.Time) error {
 	rows, err := tx.QueryContext(ctx, `SELECT id, state FROM runs WHERE repo_id = ? AND concurrency_group = ?
 		AND id < ? AND state NOT IN `+runFinal, repoID, group, id)
 	if err != nil {
@@ -279,7 +279,7 @@ func supersede(ctx context.Context, tx *sql.Tx, repoID int64, group string, id i
 				err = finishSteps(ctx, tx, o.id, api.StateCancelled, api.ReasonSuperseded, now)
 			}
 		} else {
-			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = 1, superseded_by = ? WHERE id = ?`, id, o.id)
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = TRUE, superseded_by = ? WHERE id = ?`, id, o.id)
 		}
 		if err != nil {
 			return fmt.Errorf("cancel run %d, superseded by run %d: %w", o.id, id, err)
@@ -318,7 +318,7 @@ func (d *DB) ClaimRun(ctx context.Context, id int64, c store.Claim) (store.Run, 
 // RenewLease implements store.Store.
 func (d *DB) RenewLease(ctx context.Context, id, runnerID int64, until time.Time) (store.Run, error) {
 	var out store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -342,7 +342,7 @@ func (d *DB) RenewLease(ctx context.Context, id, runnerID int64, until time.Time
 // RotateRunToken implements store.Store.
 func (d *DB) RotateRunToken(ctx context.Context, id, runnerID int64, tokenHash string, leaseUntil time.Time) (store.Run, error) {
 	var out store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -395,7 +395,7 @@ func endedStep(runState string) string {
 // succeeded one, failed otherwise) and reason; a pending step is skipped.
 // Without it a run ended by the server (lapsed lease, cancel of a queued
 // run) would show its steps running or pending forever.
-func finishSteps(ctx context.Context, tx *sql.Tx, id int64, state, reason string, at time.Time) error {
+func finishSteps(ctx context.Context, tx querier, id int64, state, reason string, at time.Time) error {
 	running := endedStep(state)
 	if _, err := tx.ExecContext(ctx, `UPDATE steps SET
 			state = CASE WHEN state = ? THEN ? ELSE ? END,
@@ -426,7 +426,7 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 		finished = ms(at)
 	}
 	var out store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -467,7 +467,7 @@ func (d *DB) UpdateStep(ctx context.Context, runID int64, s store.Step) (store.R
 // A step first heard of (by its log) after its run ended is created already
 // ended: it ran, and the run's end is all that is known of how.
 func (d *DB) EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -501,7 +501,7 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 		f.At = time.Now()
 	}
 	var out store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -535,7 +535,7 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 // CancelRun implements store.Store.
 func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run, error) {
 	var out store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
 		r, err := getRun(ctx, tx, id)
 		if err != nil {
 			return err
@@ -551,7 +551,7 @@ func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run,
 				err = finishSteps(ctx, tx, id, api.StateCancelled, api.ReasonCancelled, now)
 			}
 		default:
-			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = 1 WHERE id = ?`, id)
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = TRUE WHERE id = ?`, id)
 		}
 		if err != nil {
 			return fmt.Errorf("cancel run %d: %w", id, err)
@@ -575,7 +575,8 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 		return nil, nil
 	}
 	var out []store.Run
-	err := d.tx(ctx, func(tx *sql.Tx) error {
+	err := d.tx(ctx, func(tx querier) error {
+		out = nil // empty again when the transaction is retried
 		lapsed, err := listRuns(ctx, tx, `WHERE r.state IN (?, ?) AND r.lease_expires < ?`,
 			api.StateClaimed, api.StateRunning, ms(now))
 		if err != nil {
@@ -623,7 +624,7 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 // endHeldRun ends run id, which a runner held, with state, reason and
 // msg at now (its token and lease dropped, its unfinished steps ended by
 // finishSteps) and returns it as it ended.
-func endHeldRun(ctx context.Context, tx *sql.Tx, id int64, state, reason, msg string, now time.Time) (store.Run, error) {
+func endHeldRun(ctx context.Context, tx querier, id int64, state, reason, msg string, now time.Time) (store.Run, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
 		token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), id); err != nil {
 		return store.Run{}, fmt.Errorf("end run %d: %w", id, err)
@@ -636,8 +637,8 @@ func endHeldRun(ctx context.Context, tx *sql.Tx, id int64, state, reason, msg st
 
 // ExtendLeases implements store.Store.
 func (d *DB) ExtendLeases(ctx context.Context, until time.Time) (int, error) {
-	res, err := d.db.ExecContext(ctx, `UPDATE runs SET lease_expires = MAX(COALESCE(lease_expires, 0), ?)
-		WHERE state IN (?, ?)`, ms(until), api.StateClaimed, api.StateRunning)
+	res, err := d.db.ExecContext(ctx, `UPDATE runs SET lease_expires = CASE WHEN lease_expires > ? THEN lease_expires ELSE ? END
+		WHERE state IN (?, ?)`, ms(until), ms(until), api.StateClaimed, api.StateRunning)
 	if err != nil {
 		return 0, fmt.Errorf("extend leases: %w", err)
 	}

@@ -1,11 +1,9 @@
-package sqlite
+package storetest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 
 // claimAll registers runner r1 for repo and has it claim runs with the
 // given lease.
-func claimAll(t *testing.T, db *DB, repo store.Repo, runs []store.Run, until time.Time) store.Runner {
+func claimAll(t *testing.T, db store.Store, repo store.Repo, runs []store.Run, until time.Time) store.Runner {
 	t.Helper()
 	ctx := context.Background()
 	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"}, 0)
@@ -32,8 +30,8 @@ func claimAll(t *testing.T, db *DB, repo store.Repo, runs []store.Run, until tim
 	return x
 }
 
-func TestStartSession_RenewsHeldLeasesAndListsThemOldestFirst(t *testing.T) {
-	db, _ := open(t)
+func testStartSession_RenewsHeldLeasesAndListsThemOldestFirst(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 3)
 	past := time.Now().Add(-time.Minute) // lapsed: the sweeper would end them
@@ -80,8 +78,8 @@ func TestStartSession_RenewsHeldLeasesAndListsThemOldestFirst(t *testing.T) {
 	}
 }
 
-func TestHandOver_ExtendsLeasesEndsSessionAndALapseSaysHandedOver(t *testing.T) {
-	db, _ := open(t)
+func testHandOver_ExtendsLeasesEndsSessionAndALapseSaysHandedOver(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 2)
 	x := claimAll(t, db, repo, runs, time.Now().Add(time.Minute))
@@ -127,8 +125,8 @@ func TestHandOver_ExtendsLeasesEndsSessionAndALapseSaysHandedOver(t *testing.T) 
 	}
 }
 
-func TestStartSession_AfterHandoverClearsItAndALapseIsPlainRunnerLost(t *testing.T) {
-	db, _ := open(t)
+func testStartSession_AfterHandoverClearsItAndALapseIsPlainRunnerLost(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 1)
 	x := claimAll(t, db, repo, runs, time.Now().Add(time.Minute))
@@ -153,8 +151,8 @@ func TestStartSession_AfterHandoverClearsItAndALapseIsPlainRunnerLost(t *testing
 	}
 }
 
-func TestClaimRun_EndedSessionClaimsNothing(t *testing.T) {
-	db, _ := open(t)
+func testClaimRun_EndedSessionClaimsNothing(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 1)
 	x := claimAll(t, db, repo, nil, time.Time{})
@@ -175,8 +173,8 @@ func TestClaimRun_EndedSessionClaimsNothing(t *testing.T) {
 	}
 }
 
-func TestRotateRunToken_OldTokenStopsAtOnce(t *testing.T) {
-	db, _ := open(t)
+func testRotateRunToken_OldTokenStopsAtOnce(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 2)
 	x := claimAll(t, db, repo, runs, time.Now().Add(time.Second))
@@ -205,8 +203,8 @@ func TestRotateRunToken_OldTokenStopsAtOnce(t *testing.T) {
 	}
 }
 
-func TestExtendLeases_NeverShortensAHandoverGrace(t *testing.T) {
-	db, _ := open(t)
+func testExtendLeases_NeverShortensAHandoverGrace(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	repo, runs := seed(t, db, 1)
 	grace := time.Now().Add(time.Hour)
@@ -216,66 +214,6 @@ func TestExtendLeases_NeverShortensAHandoverGrace(t *testing.T) {
 	}
 	if r, _ := db.Run(ctx, runs[0].ID); r.LeaseExpires.UnixMilli() != grace.UnixMilli() {
 		t.Fatalf("lease = %v, want it kept at %v", r.LeaseExpires, grace)
-	}
-}
-
-// TestOpen_MigratesA0001DatabaseKeepingItsData builds a database as a
-// server of migration 0001 left it and opens it: the runner sessions
-// columns are added and every row stays.
-func TestOpen_MigratesA0001DatabaseKeepingItsData(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "knotless.db")
-	raw, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := migrations.ReadFile("migrations/0001_init.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`,
-		string(first),
-		`INSERT INTO schema_migrations VALUES (1, 0)`,
-		`INSERT INTO accounts (id, handle, did, created_at) VALUES (1, 'alice', 'did:key:alice', 0)`,
-		`INSERT INTO repos (id, owner_id, name, created_at) VALUES (1, 1, 'app', 0)`,
-		`INSERT INTO runners (id, repo_id, name, did, public_key, labels, status, created_at, last_seen_at)
-			VALUES (7, 1, 'r1', 'did:key:r1', 'zKey', '["linux"]', 'approved', 1000, 2000)`,
-		`INSERT INTO pipelines (id, repo_id, ref, sha, event, created_at) VALUES (1, 1, 'refs/heads/main', 'abc', 'push', 0)`,
-		`INSERT INTO runs (id, pipeline_id, repo_id, workflow, workflow_path, source, state, runner_id, runner_name,
-			token_hash, created_at, lease_expires) VALUES (3, 1, 1, 'ci', '.knotless/workflows/ci.yml', 'src', 'running', 7, 'r1', 'tok', 0, 5000)`,
-	} {
-		if _, err := raw.ExecContext(ctx, q); err != nil {
-			t.Fatalf("build a 0001 database: %v", err)
-		}
-	}
-	raw.Close()
-
-	db, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("open a 0001 database: %v", err)
-	}
-	defer db.Close()
-	if v, _ := db.SchemaVersion(ctx); v < 2 {
-		t.Fatalf("schema version %d after open, want >= 2", v)
-	}
-	x, err := db.RunnerByDID(ctx, "did:key:r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x.ID != 7 || x.Name != "r1" || x.Repo != "alice/app" || x.Status != api.RunnerApproved || x.PublicKey != "zKey" ||
-		len(x.Labels) != 1 || x.LastSeenAt == nil || x.LastSeenAt.UnixMilli() != 2000 {
-		t.Errorf("runner after migration = %+v", x)
-	}
-	if x.Session != "" || x.SessionStartedAt != nil || x.HandedOverAt != nil || x.HandoverUntil != nil {
-		t.Errorf("runner has a session after migration: %+v", x)
-	}
-	if r, err := db.RunByToken(ctx, "tok"); err != nil || r.ID != 3 || r.State != api.StateRunning {
-		t.Errorf("run after migration = %+v, %v", r, err)
-	}
-	_, held, err := db.StartSession(ctx, 7, "s1", time.Now(), time.Now().Add(time.Minute))
-	if err != nil || len(held) != 1 || held[0].ID != 3 {
-		t.Errorf("StartSession on the migrated database: %v, %v", ids(held), err)
 	}
 }
 

@@ -1,8 +1,7 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 // CreateWebSession implements store.Store.
 func (d *DB) CreateWebSession(ctx context.Context, s store.WebSession) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx querier) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM web_sessions WHERE expires_at <= ?`, ms(s.CreatedAt)); err != nil {
 			return fmt.Errorf("delete expired web sessions: %w", err)
 		}

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // stepStates returns a run's steps as index → "state/reason".
-func stepStates(t *testing.T, db *DB, id int64) map[int]string {
+func stepStates(t *testing.T, db store.Store, id int64) map[int]string {
 	t.Helper()
 	steps, err := db.Steps(context.Background(), id)
 	if err != nil {
@@ -26,7 +26,7 @@ func stepStates(t *testing.T, db *DB, id int64) map[int]string {
 
 // startSteps claims run id for runner 1 and reports step 1 succeeded, step 2
 // running and step 3 pending.
-func startSteps(t *testing.T, db *DB, id int64, leaseUntil time.Time) {
+func startSteps(t *testing.T, db store.Store, id int64, leaseUntil time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
@@ -46,8 +46,8 @@ func startSteps(t *testing.T, db *DB, id int64, leaseUntil time.Time) {
 	}
 }
 
-func TestExpireLeases_StepsLeftRunningOrPendingAreEnded(t *testing.T) {
-	db, _ := open(t)
+func testExpireLeases_StepsLeftRunningOrPendingAreEnded(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	_, runs := seed(t, db, 2)
 	past := time.Now().Add(-time.Minute)
@@ -75,8 +75,8 @@ func TestExpireLeases_StepsLeftRunningOrPendingAreEnded(t *testing.T) {
 	}
 }
 
-func TestCompleteRun_StepsTheRunnerNeverEndedAreEnded(t *testing.T) {
-	db, _ := open(t)
+func testCompleteRun_StepsTheRunnerNeverEndedAreEnded(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	_, runs := seed(t, db, 1)
 	id := runs[0].ID
@@ -90,8 +90,8 @@ func TestCompleteRun_StepsTheRunnerNeverEndedAreEnded(t *testing.T) {
 	}
 }
 
-func TestCancelRun_QueuedRunsStepsEnd(t *testing.T) {
-	db, _ := open(t)
+func testCancelRun_QueuedRunsStepsEnd(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	_, runs := seed(t, db, 1)
 	id := runs[0].ID
@@ -106,8 +106,8 @@ func TestCancelRun_QueuedRunsStepsEnd(t *testing.T) {
 	}
 }
 
-func TestUpdateStep_AfterRunEndsFinalIsRecordedNonFinalIgnored(t *testing.T) {
-	db, _ := open(t)
+func testUpdateStep_AfterRunEndsFinalIsRecordedNonFinalIgnored(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	_, runs := seed(t, db, 1)
 	id := runs[0].ID

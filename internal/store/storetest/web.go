@@ -1,24 +1,18 @@
-package sqlite_test
+package storetest
 
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
-	"knotless.dev/knotless/internal/store/sqlite"
 )
 
-func TestWebSession_ExpiredOrDeletedIsNotFound(t *testing.T) {
+func testWebSession_ExpiredOrDeletedIsNotFound(t *testing.T, open Opener) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "k.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := open(t)
 	now := time.Now()
 	s := store.WebSession{IDHash: "id1", TokenHash: "tok", CSRF: "c", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
 	if err := db.CreateWebSession(ctx, s); err != nil {
@@ -39,13 +33,9 @@ func TestWebSession_ExpiredOrDeletedIsNotFound(t *testing.T) {
 	}
 }
 
-func TestListPipelines_NewestFirstInPages(t *testing.T) {
+func testListPipelines_NewestFirstInPages(t *testing.T, open Opener) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "k.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := open(t)
 	a, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:a", CreatedAt: time.Now()}, "h")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // PutOutputs implements store.Store.
 func (d *DB) PutOutputs(ctx context.Context, o store.Outputs, entries []store.OutputEntry) error {
-	return d.tx(ctx, func(tx *sql.Tx) error {
+	return d.tx(ctx, func(tx querier) error {
 		var sum string
 		err := tx.QueryRowContext(ctx, `SELECT sha256 FROM run_outputs WHERE run_id = ?`, o.RunID).Scan(&sum)
 		switch {
@@ -38,7 +38,7 @@ func (d *DB) PutOutputs(ctx context.Context, o store.Outputs, entries []store.Ou
 		defer stmt.Close()
 		for _, e := range entries {
 			if _, err := stmt.ExecContext(ctx, o.RunID, e.Path, e.Kind, e.Size, int64(e.Mode), e.Target); err != nil {
-				if isUnique(err) {
+				if d.isUnique(err) {
 					return fmt.Errorf("outputs of run %d list %s twice: %w", o.RunID, e.Path, store.ErrConflict)
 				}
 				return fmt.Errorf("record outputs of run %d: %w", o.RunID, err)

@@ -1,8 +1,9 @@
-package sqlite
+package storetest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 // PutOutputs records an archive once (the same one again is no change,
 // another is a conflict), lists its entries by path in pages, and its rows
 // go with their run.
-func TestOutputs_RecordedOnceListedByPathAndDeletedWithTheRun(t *testing.T) {
-	db, _ := open(t)
+func testOutputs_RecordedOnceListedByPathAndDeletedWithTheRun(t *testing.T, open Opener) {
+	db := open(t)
 	ctx := context.Background()
 	_, runs := seed(t, db, 1)
 	id := runs[0].ID
@@ -53,13 +54,15 @@ func TestOutputs_RecordedOnceListedByPathAndDeletedWithTheRun(t *testing.T) {
 		t.Fatalf("second page %+v, %v", page, err)
 	}
 	// No run is deleted by the server yet; when one is, its outputs go too.
-	for _, q := range []string{`DELETE FROM steps WHERE run_id = ?`, `DELETE FROM runs WHERE id = ?`} {
-		if _, err := db.db.ExecContext(ctx, q, id); err != nil {
+	raw := db.(rawSQL).SQL()
+	for _, q := range []string{`DELETE FROM steps WHERE run_id = %d`, `DELETE FROM runs WHERE id = %d`} {
+		q = fmt.Sprintf(q, id)
+		if _, err := raw.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
 	var n int
-	if err := db.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM run_outputs) + (SELECT COUNT(*) FROM run_output_entries)`).Scan(&n); err != nil || n != 0 {
+	if err := raw.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM run_outputs) + (SELECT COUNT(*) FROM run_output_entries)`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows left after the run was deleted: %d, %v", n, err)
 	}
 }
