@@ -45,6 +45,7 @@ type DB struct {
 	raw     *sql.DB
 	db      querier // raw, with placeholders rewritten
 	dialect Dialect
+	want    int // the highest migration version
 }
 
 var _ store.Store = (*DB)(nil)
@@ -67,8 +68,19 @@ func (d *DB) Close() error { return d.raw.Close() }
 // read tables directly. Its queries take the dialect's own placeholders.
 func (d *DB) SQL() *sql.DB { return d.raw }
 
-// Ping checks that the database answers (for a readiness probe).
-func (d *DB) Ping(ctx context.Context) error { return d.raw.PingContext(ctx) }
+// Ping implements store.Store: the database answers, and its schema is
+// the one this program's migrations make (another replica may have
+// migrated it further).
+func (d *DB) Ping(ctx context.Context) error {
+	v, err := d.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if v < d.want {
+		return fmt.Errorf("schema version %d, want %d: migrations not applied", v, d.want)
+	}
+	return nil
+}
 
 // SchemaVersion reports the highest applied migration.
 func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
@@ -124,6 +136,9 @@ func (d *DB) migrate(ctx context.Context, migrations fs.FS) error {
 		num, _, _ := strings.Cut(f, "_")
 		v, _ := strconv.Atoi(num)
 		byVersion[v] = f
+	}
+	if len(versions) > 0 {
+		d.want = versions[len(versions)-1]
 	}
 	for _, v := range versions {
 		if v <= current {

@@ -65,6 +65,7 @@ var tests = []struct {
 	{"Token_ExpiryDisabledAndLastUsedAtMostEveryMinute", testToken_ExpiryDisabledAndLastUsedAtMostEveryMinute},
 	{"WebSession_ExpiredOrDeletedIsNotFound", testWebSession_ExpiredOrDeletedIsNotFound},
 	{"ListPipelines_NewestFirstInPages", testListPipelines_NewestFirstInPages},
+	{"Counts_RunsByStateAndReasonAndRunnersOnline", testCounts_RunsByStateAndReasonAndRunnersOnline},
 }
 
 var replicaTests = []struct {
@@ -73,4 +74,5 @@ var replicaTests = []struct {
 }{
 	{"ClaimRun_TwoReplicasClaimEachRunOnce", testClaimRun_TwoReplicasClaimEachRunOnce},
 	{"EndRun_TwoReplicasEndEachRunOnce", testEndRun_TwoReplicasEndEachRunOnce},
+	{"RecordJTI_SeenByEveryReplicaUntilPruned", testRecordJTI_SeenByEveryReplicaUntilPruned},
 }
