@@ -217,6 +217,8 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account)
 		if size > offset || done || wait == 0 {
 			return s.writeLog(w, id, int(step), offset, size, done)
 		}
+		s.followers.Add(1)
+		var gone bool
 		select {
 		case <-changed:
 		case <-deadline.C:
@@ -224,6 +226,10 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account)
 		case <-s.closing:
 			wait = 0
 		case <-ctx.Done():
+			gone = true
+		}
+		s.followers.Add(-1)
+		if gone {
 			return ctx.Err()
 		}
 	}
@@ -271,7 +277,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 		s.log.Info("run cancel requested", "run", run.ID, "repo", run.Repo, "runner", run.RunnerName, "by", a.Handle)
 	}
 	s.runEnded(r.Context(), run)
-	s.hub.notify(runKey(run.ID))
+	s.notify(runKey(run.ID))
 	steps, err := s.runSteps(r.Context(), run.ID)
 	if err != nil {
 		return err

@@ -40,4 +40,5 @@ const (
 	LockSweeper    int32 = 1 // the lease sweeper: id 0
 	LockRepoPush   int32 = 2 // a repository's pushes: id = the repository's id
 	LockMigrations int32 = 3 // applying migrations: id 0
+	LockSetup      int32 = 4 // first start (the admin account): id 0
 )

@@ -4,7 +4,7 @@
 -- replica, or after a restart, is refused. key is SHA-256 hex of the
 -- token's issuer and jti; expires_at is milliseconds since the epoch.
 CREATE TABLE service_auth_jtis (
-	key        TEXT   PRIMARY KEY,
-	expires_at BIGINT NOT NULL
-);
+	key        TEXT    PRIMARY KEY,
+	expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE INDEX service_auth_jtis_expiry ON service_auth_jtis(expires_at);
