@@ -109,3 +109,12 @@ func (c countingLog) Write(p []byte) (int, error) {
 	c.n.Add(float64(n))
 	return n, err
 }
+
+// Describe sends the descriptions of every runner metric (their names
+// whether or not anything was counted yet), as a prometheus.Collector's
+// Describe does.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range []prometheus.Collector{m.runs, m.stepDuration, m.logBytes, m.envMade, m.envRemoved, m.reconnects, m.claims} {
+		c.Describe(ch)
+	}
+}

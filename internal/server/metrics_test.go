@@ -69,11 +69,11 @@ next:
 	return 0, false
 }
 
-// The metrics pass Prometheus's own lint (promlint: names, units,
-// _total on counters), and a reason a runner made up is counted as
-// "other", never as a new label value.
-func TestMetrics_PassPromlintAndLabelsStayBounded(t *testing.T) {
-	f := newFixture(t, servertest.Options{})
+// exerciseMetrics makes f count something in every server metric: a run
+// claimed, logged, its step failed, ended with a reason a runner made up,
+// and an error answer.
+func exerciseMetrics(t *testing.T, f *fixture) {
+	t.Helper()
 	run := queueOne(t, f, "")
 	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
 	if c := claim(t, r, 0); c == nil {
@@ -90,6 +90,14 @@ func TestMetrics_PassPromlintAndLabelsStayBounded(t *testing.T) {
 	// An error answer: a run that does not exist.
 	_ = f.alice().Procedure(context.Background(), api.MethodCancelRun, api.RunRef{Run: 999}, nil)
 
+}
+
+// The metrics pass Prometheus's own lint (promlint: names, units,
+// _total on counters), and a reason a runner made up is counted as
+// "other", never as a new label value.
+func TestMetrics_PassPromlintAndLabelsStayBounded(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	exerciseMetrics(t, f)
 	fams, body := scrape(t, f.URL)
 	problems, err := promlint.New(bytes.NewReader(body)).Lint()
 	if err != nil {
