@@ -135,6 +135,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	cmd.AddCommand(newMigrateCommand())
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")
