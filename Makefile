@@ -21,6 +21,16 @@ build:
 demo: build
 	@bash scripts/demo.sh
 
+# PostgreSQL (Debian's server binaries, started as nobody in a temporary
+# directory), three knotless-server replicas behind a reverse proxy, 20
+# runners with the shell executor, 100 pipelines pushed, one replica
+# killed with SIGKILL midway and started again: prints a summary and fails
+# unless every run ended exactly once with its whole log
+# (docs/scaling.md). Sizes: DEMO_SCALE_FLAGS='-runners 5 -pipelines 20'.
+.PHONY: demo-scale
+demo-scale: build
+	$(GO) run ./test/scale/cmd/demo-scale -bin $(BIN) $(DEMO_SCALE_FLAGS)
+
 vet:
 	$(GO) vet ./...
 	cd test/cluster && $(GO) vet ./...

@@ -81,13 +81,7 @@ func version(binDir string) int {
 // binaries it fails t when RequiredEnv is 1, else skips t.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Bin()
-	if err != nil {
-		if os.Getenv(RequiredEnv) == "1" {
-			t.Fatalf("%v; %s=1 requires it", err, RequiredEnv)
-		}
-		t.Skipf("skipping: %v (set %s=1 to make this a failure)", err, RequiredEnv)
-	}
+	bin := Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := StartServer(ctx, bin)
@@ -100,6 +94,20 @@ func Start(t testing.TB) *Server {
 		}
 	})
 	return s
+}
+
+// Require returns the directory of the server binaries (Bin); without
+// them it fails t when RequiredEnv is 1, else skips t, saying why.
+func Require(t testing.TB) string {
+	t.Helper()
+	bin, err := Bin()
+	if err != nil {
+		if os.Getenv(RequiredEnv) == "1" {
+			t.Fatalf("%v; %s=1 requires it", err, RequiredEnv)
+		}
+		t.Skipf("skipping: %v (set %s=1 to make this a failure)", err, RequiredEnv)
+	}
+	return bin
 }
 
 // StartServer makes a new cluster with the binaries in bin and starts it.
