@@ -241,7 +241,9 @@ func (w *world) startServer(ctx context.Context, i int) error {
 	})
 }
 
-func (w *world) serverLog(i int) string { return filepath.Join(w.root, fmt.Sprintf("replica-%d.log", i)) }
+func (w *world) serverLog(i int) string {
+	return filepath.Join(w.root, fmt.Sprintf("replica-%d.log", i))
+}
 
 // startRunner registers runner i (knotless-run login with a registration
 // token, approved with its DID) and starts it.
