@@ -35,12 +35,21 @@ func (l *logFiles) lock(run int64, step int) *sync.Mutex {
 	return &l.mu[h.Sum32()%uint32(len(l.mu))]
 }
 
-// size returns the log's size in bytes (0 when it does not exist).
+// size returns the log's size in bytes (0 when it does not exist). It
+// opens the file rather than stat its path: on a shared file system (NFS,
+// several replicas) an open revalidates the attributes another replica's
+// appends changed (close-to-open consistency), a stat may answer from a
+// cache for seconds.
 func (l *logFiles) size(run int64, step int) (int64, error) {
-	fi, err := os.Stat(l.path(run, step))
+	f, err := os.Open(l.path(run, step))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
+	if err != nil {
+		return 0, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return 0, fmt.Errorf("stat log of run %d step %d: %w", run, step, err)
 	}
