@@ -170,20 +170,10 @@ func (f *fixture) withServer(s *servertest.Server) *fixture {
 // sweeperLeader reads knotless_sweeper_leader from srv's /metrics.
 func sweeperLeader(t *testing.T, srv string) int {
 	t.Helper()
-	resp, err := http.Get(srv + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	fams, body := scrape(t, srv)
+	v, ok := value(fams, "knotless_sweeper_leader", nil)
+	if !ok {
+		t.Fatalf("no knotless_sweeper_leader in /metrics:\n%s", body)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "knotless_sweeper_leader "); ok {
-			if v == "1" {
-				return 1
-			}
-			return 0
-		}
-	}
-	t.Fatalf("no knotless_sweeper_leader in /metrics:\n%s", b)
-	return 0
+	return int(v)
 }

@@ -169,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 
 func (w *world) start(ctx context.Context) error {
 	for range w.cfg.Replicas {
-		p, err := freePort()
+		p, err := pgtest.FreePort()
 		if err != nil {
 			return err
 		}
@@ -523,13 +523,4 @@ func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool
 		}
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

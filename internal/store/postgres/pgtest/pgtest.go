@@ -150,7 +150,7 @@ func StartServer(ctx context.Context, bin string) (*Server, error) {
 }
 
 func start(ctx context.Context, bin, dir, data string, cred *syscall.Credential) (*Server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,9 @@ func unprivileged() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port free at the moment (another
+// process may take it before the caller binds it).
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
