@@ -40,8 +40,10 @@ vet:
 # scripts/dockerd.sh starts: make docker-up).
 CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1 KNOTLESS_TEST_DOCKER_REQUIRED=1
 export DOCKER_HOST ?= unix:///run/knotless-dockerd/docker.sock
-# The web pages' browser tests (test/e2e) fail without chromium, too.
-BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1
+# The web pages' browser tests (test/e2e) fail without chromium, too; the
+# PostgreSQL tests (store, replicas, migrate, demo-scale's) without
+# Debian's postgresql server binaries (/usr/lib/postgresql/*/bin).
+BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1 KNOTLESS_TEST_POSTGRES_REQUIRED=1
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).
