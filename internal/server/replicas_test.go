@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/store/postgres/pgtest"
 )
@@ -176,4 +179,35 @@ func sweeperLeader(t *testing.T, srv string) int {
 		t.Fatalf("no knotless_sweeper_leader in /metrics:\n%s", body)
 	}
 	return int(v)
+}
+
+// Replicas started at the same moment on a new data directory and an
+// empty database: both start, with the same keys (so the same server DID
+// and secret key) and one admin account, whoever made them. A key read
+// while another replica was still writing it stopped the second (the
+// docs' test found it).
+func TestReplicas_StartingTogetherOnAFreshDirectoryShareKeysAndAdmin(t *testing.T) {
+	pg := pgtest.Start(t)
+	for round := range 3 {
+		dir, db := t.TempDir(), pg.Database(t)
+		servers := make([]*server.Server, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range servers {
+			wg.Go(func() {
+				servers[i], errs[i] = server.New(context.Background(), server.Config{DataDir: dir, Database: db,
+					Listen: "127.0.0.1:0", URL: "http://127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: replica %d: %v", round, i, err)
+			}
+			defer servers[i].Close()
+		}
+		if servers[0].DID() != servers[1].DID() {
+			t.Fatalf("round %d: the replicas have different DIDs %s and %s", round, servers[0].DID(), servers[1].DID())
+		}
+	}
 }

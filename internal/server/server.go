@@ -438,11 +438,19 @@ func loadOrCreate(path string, gen func() ([]byte, error)) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make %s: %w", path, err)
 	}
-	if err := writeNew(path, b); err != nil {
+	// Written whole under another name, then linked into place (which
+	// fails if path exists): a replica starting at the same moment on the
+	// same directory reads either nothing or the whole key, never a part.
+	tmp := path + "." + newReplicaID() + ".tmp"
+	if err := writeNew(tmp, b); err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
 		if errors.Is(err, os.ErrExist) { // made by a concurrent start
 			return os.ReadFile(path)
 		}
-		return nil, err
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
 	return b, nil
 }

@@ -89,8 +89,9 @@ func TestDocs_ScalingGuideRunsAsWritten(t *testing.T) {
 		pgid := cmd.Process.Pid
 		t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGTERM) })
 		if err != nil {
-			logs, _ := os.ReadFile(filepath.Join(root, "replica-a.log"))
-			t.Fatalf("guide commands failed: %v\n%s\nreplica-a.log:\n%s", err, out, logs)
+			a, _ := os.ReadFile(filepath.Join(root, "replica-a.log"))
+			b, _ := os.ReadFile(filepath.Join(root, "replica-b.log"))
+			t.Fatalf("guide commands failed: %v\n%s\nreplica-a.log:\n%s\nreplica-b.log:\n%s", err, out, a, b)
 		}
 		return string(out)
 	}
