@@ -37,6 +37,16 @@ release:
 demo: build
 	@bash scripts/demo.sh
 
+# PostgreSQL (Debian's server binaries, started as nobody in a temporary
+# directory), three knotless-server replicas behind a reverse proxy, 20
+# runners with the shell executor, 100 pipelines pushed, one replica
+# killed with SIGKILL midway and started again: prints a summary and fails
+# unless every run ended exactly once with its whole log
+# (docs/scaling.md). Sizes: DEMO_SCALE_FLAGS='-runners 5 -pipelines 20'.
+.PHONY: demo-scale
+demo-scale: build
+	$(GO) run ./test/scale/cmd/demo-scale -bin $(BIN) $(DEMO_SCALE_FLAGS)
+
 vet:
 	$(GO) vet ./...
 	cd test/cluster && $(GO) vet ./...
@@ -46,8 +56,10 @@ vet:
 # scripts/dockerd.sh starts: make docker-up).
 CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1 KNOTLESS_TEST_DOCKER_REQUIRED=1
 export DOCKER_HOST ?= unix:///run/knotless-dockerd/docker.sock
-# The web pages' browser tests (test/e2e) fail without chromium, too.
-BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1
+# The web pages' browser tests (test/e2e) fail without chromium, too; the
+# PostgreSQL tests (store, replicas, migrate, demo-scale's) without
+# Debian's postgresql server binaries (/usr/lib/postgresql/*/bin).
+BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1 KNOTLESS_TEST_POSTGRES_REQUIRED=1
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).

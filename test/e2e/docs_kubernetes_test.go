@@ -60,6 +60,21 @@ func guideBlocks(t testing.TB, path string) []guideBlock {
 
 var exportName = regexp.MustCompile(`(?m)^export ([A-Z_]+)=`)
 
+// checkAsked fails t unless the variables a guide asks the reader to set
+// are exactly those the test sets.
+func checkAsked(t testing.TB, asked []string, vars map[string]string) {
+	t.Helper()
+	var set []string
+	for k := range vars {
+		set = append(set, k)
+	}
+	sort.Strings(asked)
+	sort.Strings(set)
+	if strings.Join(asked, " ") != strings.Join(set, " ") {
+		t.Fatalf("the guide asks the reader to set %v; this test sets %v", asked, set)
+	}
+}
+
 // Every command of docs/kubernetes.md marked for testing runs, in order and
 // as written, in one shell against the local cluster: register, deploy,
 // change the job machine, remove. The variables the guide asks the reader
@@ -105,15 +120,7 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 		}
 		fmt.Fprintf(&script, ": '### docs/kubernetes.md:%d'\n%s", b.line, b.text)
 	}
-	var set []string
-	for k := range vars {
-		set = append(set, k)
-	}
-	sort.Strings(asked)
-	sort.Strings(set)
-	if strings.Join(asked, " ") != strings.Join(set, " ") {
-		t.Fatalf("the guide asks the reader to set %v; this test sets %v", asked, set)
-	}
+	checkAsked(t, asked, vars)
 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
