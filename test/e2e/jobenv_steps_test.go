@@ -140,7 +140,7 @@ steps:
   - name: fetch
     run: |
       i=0
-      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html; do
+      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html 2>/dev/null; do
         i=$((i+1)); [ $i -lt 100 ] || exit 7; sleep 0.1
       done
   - name: again
@@ -498,7 +498,7 @@ steps:
   - name: first
     run: |
       i=0
-      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html; do
+      until busybox wget -q -O - http://127.0.0.1:%[1]d/index.html 2>/dev/null; do
         i=$((i+1)); [ $i -lt 100 ] || exit 7; sleep 0.1
       done
   - name: second
