@@ -394,6 +394,47 @@ func (c *Client) Steps(ctx context.Context) ([]StepInfo, error) {
 	}
 }
 
+// Adopt gives a warm agent its run (Adopt): run becomes the run it
+// serves, deadline (zero: none) the run's end. Errors: the agent refused
+// (a step started already: *Error), or the connection kept breaking.
+func (c *Client) Adopt(ctx context.Context, run string, deadline time.Time) error {
+	req := Adopt{Run: run}
+	if !deadline.IsZero() {
+		req.DeadlineMS = deadline.UnixMilli()
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeAdopt, req); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				if f.Type == TypeAdopted {
+					c.mu.Lock()
+					c.hello.Run = run
+					c.mu.Unlock()
+					return nil
+				}
+				if f.Type == TypeError {
+					var e Error
+					if err = Decode(f.Type, f.Payload, &e); err == nil {
+						return &e
+					}
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return fmt.Errorf("give the warm agent run %s: %w", run, err)
+		}
+		c.drop(cn, err)
+	}
+}
+
 // Shutdown asks the agent to kill every step at once and exit; it returns
 // once the agent confirmed that no step process is left.
 func (c *Client) Shutdown(ctx context.Context) error {
