@@ -150,7 +150,12 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	default:
 		user = fmt.Sprintf("run-%d", run.ID)
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("git: repository path", "repo", repo.FullName(), "err", err)
+		http.Error(w, "internal error: this repository's stored name fails the name rule; the server's log says more", http.StatusInternalServerError)
+		return
+	}
 	switch {
 	case push && rest == "/git-receive-pack" && r.Method == http.MethodPost:
 		s.receivePack(w, r, repo, user)

@@ -241,7 +241,11 @@ type trigger struct{ actor, before string }
 // afterPush makes one pipeline per branch or tag a push (by the account
 // actor) created or updated.
 func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) {
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("make pipelines after a push", "repo", repo.FullName(), "err", err)
+		return
+	}
 	var changed []string
 	for ref, oid := range after {
 		if before[ref] != oid && (strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/")) {
@@ -377,7 +381,10 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	if err != nil {
 		return err
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return err
+	}
 	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
 	if err != nil {
 		return err

@@ -190,7 +190,11 @@ func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, be
 	for _, r := range runs {
 		byPipeline[r.PipelineID] = append(byPipeline[r.PipelineID], apiRun(r, nil))
 	}
-	subjects := s.commitSubjects(ctx, s.repoDir(repo.Owner, repo.Name), shas)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return out, err
+	}
+	subjects := s.commitSubjects(ctx, dir, shas)
 	for _, p := range ps {
 		out.Pipelines = append(out.Pipelines, web.Pipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Subject: subjects[p.SHA],
 			Event: p.Event, CreatedAt: p.CreatedAt, Runs: byPipeline[p.ID]})
