@@ -9,6 +9,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // startCLI runs the CLI in a goroutine with shared buffers; the returned
@@ -48,7 +49,7 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 		{name: "test", log: "second step\n", state: api.StepSucceeded},
 	}
 	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, func() {
-		waitFor(t, "the first half of step 1", 20*time.Second, func() bool {
+		testwait.For(t, 20*time.Second, "the first half of step 1", func() bool {
 			return strings.Contains(out.String(), "before the rest")
 		})
 		srv.Restart()
@@ -74,7 +75,7 @@ func TestRunLogsFollow_InterruptExits130(t *testing.T) {
 	defer cancel()
 	_, errb, code := startCLI(ctx, e, "run", "logs", "--repo", "admin/app", "--latest", "-f")
 	// No runner: the run stays queued and the CLI says so.
-	waitFor(t, "the queued notice", 20*time.Second, func() bool { return strings.Contains(errb.String(), "is queued") })
+	testwait.For(t, 20*time.Second, "the queued notice", func() bool { return strings.Contains(errb.String(), "is queued") })
 	cancel()
 	if c := exitWithin(t, code, 30*time.Second); c != ExitInterrupted {
 		t.Errorf("exit %d after an interrupt, want %d; stderr %q", c, ExitInterrupted, errb.String())

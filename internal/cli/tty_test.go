@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // openPTY opens a pseudo-terminal pair: the test types on the controller,
@@ -51,7 +52,7 @@ func openPTY(t *testing.T) (controller, terminal *os.File) {
 // line.
 func typeHidden(t *testing.T, controller, terminal *os.File, stderr *syncbuf.Buffer, k int, line string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("prompt %d with echo off", k), 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, fmt.Sprintf("prompt %d with echo off", k), func() bool {
 		if strings.Count(stderr.String(), ": ") < k {
 			return false
 		}

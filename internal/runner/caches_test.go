@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -385,7 +386,7 @@ func TestIntegration_RunnerStartSweepsTornCacheSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.startRunner(nil)
-	waitFor(t, 10*time.Second, "the torn save swept", func() bool {
+	testwait.For(t, 10*time.Second, "the torn save swept", func() bool {
 		_, err := os.Stat(filepath.Dir(torn))
 		return os.IsNotExist(err)
 	})

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -95,7 +96,7 @@ func TestDeploy_JobPodReachesNoPodServiceAPIServerOrNodeButDNSWorks(t *testing.T
 	podAddr := net.JoinHostPort(target.Status.PodIP, "8080")
 	svcAddr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	for _, addr := range []string{podAddr, svcAddr} {
-		waitFor(t, 30*time.Second, "the control pod to reach "+addr, func() (bool, string) { return connect(control.Name, addr) })
+		testwait.Until(t, 30*time.Second, "the control pod to reach "+addr, func() (bool, string) { return connect(control.Name, addr) })
 	}
 	blocked := map[string]string{
 		"another pod":                 podAddr,
@@ -123,7 +124,7 @@ func TestDeploy_JobPodReachesNoPodServiceAPIServerOrNodeButDNSWorks(t *testing.T
 			}
 		})
 	}
-	waitFor(t, 30*time.Second, "cluster DNS from the job pod", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "cluster DNS from the job pod", func() (bool, string) {
 		out, errOut, code, err := kubetest.Exec(ctx, c.Config, ns, job.Name, kubetest.MainContainer,
 			[]string{"nslookup", "target." + ns + ".svc.cluster.local"}, nil)
 		if err != nil {

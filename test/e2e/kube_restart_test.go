@@ -16,6 +16,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -146,7 +147,7 @@ func TestE2E_KubeRunnerPodReplacedMidStepWithAnEmptyWorkDirIsAdoptedAndTheLogIsW
 	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "took the run over from an earlier runner process") {
 		t.Errorf("the setup log does not say the run was taken over:\n%s", setup)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr-replaced")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -208,7 +209,7 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 		metav1.ListOptions{LabelSelector: kube.LabelRunner + "=kr-lost"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr-lost")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -243,7 +244,7 @@ steps:
 	}
 	runs := w.push(files, 3)
 	hosts := map[string]bool{}
-	waitFor(t, 3*time.Minute, "the three runs' steps to run at once", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "the three runs' steps to run at once", func() (bool, string) {
 		clear(hosts)
 		for _, r := range runs {
 			if got := w.run(r.ID); api.IsFinal(got.State) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // countingWorkflow is one step that says its PID once, prints lines 1..n,
@@ -68,7 +69,7 @@ func TestE2E_RunnerKilledMidStepIsTakenOverAndTheRunSucceeds(t *testing.T) {
 		t.Fatalf("%s after the runner died, want still running", describe(r))
 	}
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(second.output(), "taking over a run"), ""
 	})
 	w.openGate("go-k")
@@ -112,7 +113,7 @@ func TestE2E_HandoverToANewRunnerBinaryKeepsTheRunGoing(t *testing.T) {
 		t.Fatalf("%s after the handover, want running", describe(r))
 	}
 	upgraded := w.startRunnerBin(upgradeBin(), rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(upgraded.output(), "taking over a run"), ""
 	})
 	w.openGate("go-h")
@@ -164,7 +165,7 @@ steps:
 	}
 
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the next runner to stop the agent and the step's processes", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the next runner to stop the agent and the step's processes", func() (bool, string) {
 		if second.exited() {
 			t.Fatalf("the new runner exited:\n%s", second.output())
 		}
@@ -185,7 +186,7 @@ steps:
 func (w *world) waitNoWorkspace(rid *runnerID, run int64) {
 	w.t.Helper()
 	ws := filepath.Join(rid.work, "runs", itoa(run))
-	waitFor(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
+	testwait.Until(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
 		_, err := os.Stat(ws)
 		// The checkout, at its stable path WORK/workspaces/OWNER/NAME/WORKFLOW/SLOT.
 		slots, _ := filepath.Glob(filepath.Join(rid.work, "workspaces", "*", "*", "*", "*"))
