@@ -61,7 +61,7 @@ func (s *Server) sweep() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		lost, err := s.store.ExpireLeases(ctx, time.Now())
+		lost, err := s.store.ExpireLeases(ctx, s.now())
 		cancel()
 		if err != nil {
 			s.log.Error("expire leases", "err", err)
@@ -79,7 +79,7 @@ func (s *Server) sweep() {
 // touchRunner records that a runner was heard from, writing at most every
 // two seconds per runner.
 func (s *Server) touchRunner(ctx context.Context, id int64) {
-	now := time.Now()
+	now := s.now()
 	s.seenMu.Lock()
 	last, ok := s.seen[id]
 	if ok && now.Sub(last) < 2*time.Second {

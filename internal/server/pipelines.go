@@ -9,7 +9,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -193,7 +192,7 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 // createPipeline stores a pipeline with its runs, writes the setup logs of
 // errored runs and wakes runners waiting for work.
 func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, trig trigger, planned []plannedRun) (store.Pipeline, []store.Run, error) {
-	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor, CreatedAt: time.Now()}
+	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor, CreatedAt: s.now()}
 	for _, p := range planned {
 		np.Runs = append(np.Runs, p.NewRun)
 	}

@@ -257,7 +257,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	if _, err := s.visibleRun(r.Context(), a, in.Run); err != nil {
 		return err
 	}
-	run, err := s.store.CancelRun(r.Context(), in.Run, time.Now())
+	run, err := s.store.CancelRun(r.Context(), in.Run, s.now())
 	if errors.Is(err, store.ErrRunFinished) {
 		return runFinished(run)
 	}

@@ -115,7 +115,7 @@ func (b webBackend) SignIn(ctx context.Context, token string) (web.Session, erro
 	if err != nil {
 		return web.Session{}, err
 	}
-	now := time.Now()
+	now := s.now()
 	ws := store.WebSession{IDHash: hashToken(id), TokenHash: hashToken(token), CSRF: csrf, CreatedAt: now,
 		ExpiresAt: now.Add(webSessionLifetime)}
 	if err := s.store.CreateWebSession(ctx, ws); err != nil {
@@ -131,7 +131,7 @@ func (b webBackend) Session(ctx context.Context, id string) (web.Session, error)
 	if !strings.HasPrefix(id, webSessionPrefix) || len(id) > 100 {
 		return web.Session{}, noSession
 	}
-	ws, err := s.store.WebSession(ctx, hashToken(id), time.Now())
+	ws, err := s.store.WebSession(ctx, hashToken(id), s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return web.Session{}, noSession
 	}
