@@ -409,7 +409,15 @@ func (c *cutConn) Write(p []byte) (int, error) {
 func TestShell_StreamCutAtRandomBytesLosesAndRepeatsNothing(t *testing.T) {
 	var cuts atomic.Int64
 	var cutting atomic.Bool
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("KNOTLESS_TEST_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("KNOTLESS_TEST_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("cut positions from seed %d (KNOTLESS_TEST_SEED=%d repeats them)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
 	var rngMu sync.Mutex
 	cfg := shell.Config{
 		Dial: func(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
