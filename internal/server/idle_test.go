@@ -57,7 +57,8 @@ func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
 		}
 		return len(list.Runners) == n
 	})
-	time.Sleep(500 * time.Millisecond) // the last polls finish looking and wait; what follows is measured
+	// The last polls finish looking and wait; what follows is measured.
+	testwait.For(t, 30*time.Second, "every runner's poll to wait", func() bool { return f.ClaimStats().Waiting == n })
 	const window = 3 * time.Second
 	before := cpuTime(t)
 	time.Sleep(window)

@@ -30,6 +30,18 @@ func (h *hub) wait(key string) <-chan struct{} {
 	return c
 }
 
+// waited reports whether someone subscribed to key since its last notify.
+func (h *hub) waited(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ch[key] != nil
+}
+
+// RunWatched reports whether someone waits for run id to change (a long
+// poll of one of its logs, a page following it) since it last changed: for
+// tests, which wait for it instead of sleeping.
+func (s *Server) RunWatched(id int64) bool { return s.hub.waited(runKey(id)) }
+
 // notify wakes every current waiter of key.
 func (h *hub) notify(key string) {
 	h.mu.Lock()
