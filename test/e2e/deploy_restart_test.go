@@ -92,8 +92,9 @@ func TestDeploy_RolloutRestartMidStepAdoptsTheJobPodAndTheLogIsWhole(t *testing.
 		t.Fatalf("%s, want succeeded; runner pod:\n%s", describe(final), d.runnerLogs())
 	}
 	assertSecondsLog(t, w, run.ID, n)
-	if logs := d.runnerLogs(); !strings.Contains(logs, "rebuilt the record of a run from the server's") {
-		t.Errorf("the new runner pod does not say it adopted the run:\n%s", logs)
+	if logs := d.runnerLogs(); !strings.Contains(logs, "rebuilt the record of a run from the server's") ||
+		!strings.Contains(logs, "attached to a step that was running already") {
+		t.Errorf("the new runner pod does not say it adopted the run and attached to its step:\n%s", logs)
 	}
 }
 

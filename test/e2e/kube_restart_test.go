@@ -58,25 +58,30 @@ func newOwnedKubeRunner(t testing.TB) *kubeRunner {
 	}}
 }
 
-// secondsWorkflow is one step that prints "line 1" .. "line n", one a
-// second, then a step that says which pod it ran in.
+// secondsWorkflow is one step that records its start (recordStart) and
+// prints "line 1" .. "line n", one a second, then a step that says which
+// pod it ran in and how often the first started (printStarts).
 func secondsWorkflow(n int) map[string]string {
 	return map[string]string{".knotless/workflows/ci.yml": fmt.Sprintf(`on:
   push: {}
 steps:
   - name: count
     run: |
+      %s
       echo "step pid $$ on $(hostname)"
       i=1
       while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); sleep 1; done
       echo done
   - name: after
-    run: echo "second step on $(hostname)"
-`, n)}
+    run: |
+      echo "second step on $(hostname)"
+      %s
+`, recordStart, n, printStarts)}
 }
 
 // assertSecondsLog checks secondsWorkflow's logs: one pid line, every
-// numbered line once and in order, done; the second step in the same pod.
+// numbered line once and in order, done; the second step in the same pod;
+// the first step started once (assertStartedOnce).
 func assertSecondsLog(t *testing.T, w *world, run int64, n int) {
 	t.Helper()
 	log := w.stepLog(run, 1)
@@ -90,9 +95,11 @@ func assertSecondsLog(t *testing.T, w *world, run int64, n int) {
 		}
 	}
 	host := lines[0][strings.Index(lines[0], " on ")+4:]
-	if got := w.stepLog(run, 2); got != "second step on "+host+"\n" {
-		t.Errorf("step 2 log %q, want it in the same pod %s", got, host)
+	second := w.stepLog(run, 2)
+	if !strings.HasPrefix(second, "second step on "+host+"\n") {
+		t.Errorf("step 2 log %q, want it in the same pod %s", second, host)
 	}
+	assertStartedOnce(t, log, second)
 }
 
 // The runner pod replaced (rollout restart, upgrade, eviction) with an
@@ -142,6 +149,9 @@ func TestE2E_KubeRunnerPodReplacedMidStepWithAnEmptyWorkDirIsAdoptedAndTheLogIsW
 	}
 	if !strings.Contains(successor.output(), "rebuilt the record of a run from the server's") {
 		t.Errorf("the successor does not say it rebuilt the run's record:\n%s", successor.output())
+	}
+	if !strings.Contains(successor.output(), "attached to a step that was running already") {
+		t.Errorf("the successor does not say it attached to the running step:\n%s", successor.output())
 	}
 	assertSecondsLog(t, w, run.ID, n)
 	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "took the run over from an earlier runner process") {
