@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -23,7 +24,7 @@ func openPTY(t *testing.T) (controller, terminal *os.File) {
 	t.Helper()
 	c, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
+		testenv.Skipf(t, "no pseudo-terminals here: %v", err)
 	}
 	// Fd() would make the controller blocking and its read deadlines void.
 	rc, err := c.SyscallConn()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
@@ -479,11 +480,11 @@ steps:
 // changes restored files and adds files beside them.
 func TestCaches_Shell_StepUserOwnsWhatTheRestoreMade(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs a root runner")
+		testenv.Skipf(t, "needs a root runner")
 	}
 	u, err := shell.LookupStepUser("nobody", 0)
 	if err != nil {
-		t.Skip(err)
+		testenv.Skipf(t, "no step user nobody: %v", err)
 	}
 	// Directories the step user can search, as a real --work is.
 	base, err := os.MkdirTemp("", "knotless-cache-user-")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -297,7 +298,7 @@ steps:
 func TestE2E_GoTestCacheHitsOnTheSecondRunOfTheSameCommit(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
-		t.Skip("no Go at /usr/local/go")
+		testenv.Skipf(t, "no Go at /usr/local/go")
 	}
 	w := newWorld(t, 5*time.Second)
 	w.startRunner(w.registerRunner("r1"), "--env", "XDG_CACHE_HOME="+filepath.Join(w.root, "cache"))

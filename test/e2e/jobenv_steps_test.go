@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -331,7 +332,7 @@ func TestE2E_ConcurrencyGroupQueuesTheNewRunBehindTheBusyOne(t *testing.T) {
 // after the run; the runner's mirror stays root's.
 func TestE2E_RootRunnerWithUserRunsStepsUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the runner must run as root to run steps as another user")
+		testenv.Skipf(t, "needs root: the runner must run as root to run steps as another user")
 	}
 	t.Parallel()
 	w := newWorld(t, 5*time.Second)
@@ -507,7 +508,7 @@ steps:
 `, port)})
 	fin := w.waitFinal(run.ID, 60*time.Second)
 	if setup := w.stepLog(run.ID, 0); strings.Contains(setup, "no step cgroup") {
-		t.Skip("steps get no cgroup on this host: a service that leaves its process group is not told apart")
+		testenv.Skipf(t, "steps get no cgroup on this host: a service that leaves its process group is not told apart")
 	}
 	if fin.State != api.StateSucceeded {
 		t.Fatalf("run %s; second step:\n%s", describe(fin), w.stepLog(run.ID, 3))

@@ -19,6 +19,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -291,7 +292,7 @@ func TestDocker_DiskFloorHoldsARunBackThenLetsItStart(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
 	if err := mountTmpfs(dir, 8<<20); err != nil {
-		t.Skipf("cannot mount a small tmpfs (not root?): %v", err)
+		testenv.Skipf(t, "cannot mount a small tmpfs (not root?): %v", err)
 	}
 	t.Cleanup(func() { _ = unmount(dir) })
 	fill := filepath.Join(dir, "fill")

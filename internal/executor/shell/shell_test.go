@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testenv"
 
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/agent/agenttest"
@@ -469,7 +470,7 @@ func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
 	var log bytes.Buffer
 	_, s := newSession(t, shell.Config{Dir: dir}, executor.Spec{ID: "run-9", Log: &log})
 	if !strings.Contains(log.String(), "cgroup v2") {
-		t.Skipf("steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
+		testenv.Skipf(t, "steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
 	}
 	var out syncbuf.Buffer
 	type ended struct {
