@@ -1,6 +1,6 @@
 # Knotless. `make demo` runs this repository's own pipeline through a real
 # server and runner; `make test` runs every test, bringing the local
-# Kubernetes cluster up first (root; see README.md "Try it on a local cluster").
+# Kubernetes cluster up first (root; see docs/development.md "Try it on a local cluster").
 
 GO      ?= go
 BIN     ?= bin
@@ -95,7 +95,7 @@ bench-cluster: cluster-up
 # The kube executor against the bare client-go loop on the same cluster:
 # a one-step run claim → finished (server, runner, job pod) against a bare
 # run of the same pod, per extra step against a bare exec, a pod's
-# lifecycle, copy-in and log throughput (README "Kubernetes executor figures").
+# lifecycle, copy-in and log throughput (docs/benchmarks.md "Kubernetes executor figures").
 bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench KubeClaimToFinished -benchtime 10x ./test/e2e
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_Step' -benchtime 50x ./internal/executor/kube
@@ -113,7 +113,7 @@ docker-down:
 # The docker executor against the bare SDK loop on the same engine, in one
 # run: per extra step (50 steps of true) against one bare exec, a one-step
 # run against create, start, one exec, remove, and the same run through
-# server and runner, claim to finished (README "Docker executor figures").
+# server and runner, claim to finished (docs/benchmarks.md "Docker executor figures").
 bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Docker_' -benchtime 10x ./internal/executor/docker
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
@@ -139,13 +139,13 @@ runner-image:
 	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
 
 # From the first command of the runner's deployment to its session with
-# the server, 5 samples, median in ms (README "Run jobs in Kubernetes").
+# the server, 5 samples, median in ms (docs/kubernetes.md "The kube executor").
 bench-deploy: cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench Deploy_ApplyToRunnerSession -benchtime 5x ./test/e2e
 
 # A restart of the runner deployed in the local cluster under a run: from
 # the runner pod's deletion to its successor streaming the in-flight step
-# again, 5 times, median in ms (README "Kubernetes restarts").
+# again, 5 times, median in ms (docs/benchmarks.md "Kubernetes restart figure").
 .PHONY: bench-restart
 bench-restart: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench RunnerPodDeletedToStreamingAgain -benchtime 5x -timeout 30m -v ./test/e2e

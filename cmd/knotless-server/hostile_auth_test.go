@@ -183,8 +183,8 @@ func parallel(n, workers int, f func(i int)) {
 }
 
 // Issue 14, items 4, 5 and 9, against the program as a process: the
-// server's RSS and file descriptors under each attack. The figures are the
-// README's (Limits). KNOTLESS_ATTACK_SERVER_BIN=path measures another
+// server's RSS and file descriptors under each attack. The figures are
+// docs/limits.md's. KNOTLESS_ATTACK_SERVER_BIN=path measures another
 // build (the budgets are then not checked).
 func TestServer_ProcessStaysBoundedUnderTokenRegistrationAndClaimAttacks(t *testing.T) {
 	if testing.Short() {

@@ -210,7 +210,7 @@ func (w *world) registerRunner(name string) *runnerID {
 	w.t.Helper()
 	r := &runnerID{name: name, state: filepath.Join(w.root, name+".json"), work: filepath.Join(w.root, name+"-work")}
 	// The owner makes a one-use registration token; login reads it from
-	// the environment, as the README says.
+	// the environment, as docs/runner.md says.
 	token := strings.TrimSpace(w.cliOK("", "runner", "token", "--repo", w.repo))
 	if !strings.HasPrefix(token, "knreg_") {
 		w.t.Fatalf("knotless runner token printed %q, want a knreg_ token", token)
