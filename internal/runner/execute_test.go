@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
@@ -45,9 +46,10 @@ func (l memLog) Write(p []byte) (int, error) {
 	defer l.r.mu.Unlock()
 	return l.r.logs[l.step].Write(p)
 }
-func (memLog) Close() error { return nil }
+func (memLog) Close() error      { return nil }
+func (memLog) FreeReserve() bool { return false }
 
-func (r *memReporter) Log(step int) (io.WriteCloser, error) {
+func (r *memReporter) Log(step int) (logship.LogFile, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.logs[step] == nil {

@@ -62,6 +62,16 @@ const JobRootImage = "localhost/knotless/job-root:1"
 // image. User 1000, /tmp 1777.
 const JobNoTarImage = "localhost/knotless/job-notar:1"
 
+// JobOwnPathImage is JobBaseImage laid out as images such as golang's
+// are: tools in directories only its own PATH names (ENV PATH=
+// /usr/local/go/bin:/opt/t/bin:/usr/bin:/bin): `go` (a stand-in that
+// prints what it was asked) in /usr/local/go/bin and `hello` in
+// /opt/t/bin, so that a step finds them only through the image's PATH.
+const JobOwnPathImage = "localhost/knotless/job-ownpath:1"
+
+// OwnPathEnv is JobOwnPathImage's PATH.
+const OwnPathEnv = "PATH=/usr/local/go/bin:/opt/t/bin:/usr/bin:/bin"
+
 // CoreDNSImage holds our CoreDNS build (no forward plugin).
 const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
 
@@ -102,7 +112,19 @@ func jobImages() ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Image{jobBase, root, noTar}, nil
+	ownPath, err := busyboxImage(JobOwnPathImage)
+	if err != nil {
+		return nil, err
+	}
+	ownPath.Files = append(ownPath.Files, OwnPathFiles...)
+	ownPath.Env = []string{OwnPathEnv, "HOME=/home/job"}
+	return []Image{jobBase, root, noTar, ownPath}, nil
+}
+
+// OwnPathFiles are the tools JobOwnPathImage has only on its own PATH.
+var OwnPathFiles = []File{
+	{Path: "/usr/local/go/bin/go", Mode: 0o755, Data: []byte("#!/bin/sh\necho \"go (the image's own, on its PATH): $*\"\n")},
+	{Path: "/opt/t/bin/hello", Mode: 0o755, Data: []byte("#!/bin/sh\necho \"hello from the image's own PATH\"\n")},
 }
 
 // ensureJobImages imports, into the running cluster's containerd, every
