@@ -235,8 +235,8 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 }
 
 // --capacity 3: one runner, one credential, three runs at once, each in a
-// job pod of its own (seed 004's runner needs a registration and a
-// Deployment per parallel job).
+// job pod of its own (the first design of the kube runner needed a
+// registration and a Deployment per parallel job).
 func TestE2E_KubeCapacityThreeRunsThreeRunsAtOnceEachInItsOwnPod(t *testing.T) {
 	t.Parallel()
 	k := newOwnedKubeRunner(t)
