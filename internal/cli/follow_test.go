@@ -24,17 +24,6 @@ func startCLI(ctx context.Context, e env, args ...string) (stdout, stderr *syncb
 	return stdout, stderr, c
 }
 
-func exitWithin(t *testing.T, code <-chan int, d time.Duration) int {
-	t.Helper()
-	select {
-	case c := <-code:
-		return c
-	case <-time.After(d):
-		t.Fatalf("the CLI did not exit within %s", d)
-		return -1
-	}
-}
-
 func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 	srv, e := serverEnv(t)
 	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
@@ -54,7 +43,7 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 		})
 		srv.Restart()
 	})
-	if c := exitWithin(t, code, time.Minute); c != ExitOK {
+	if c := testwait.Receive(t, code, time.Minute, "the CLI to exit"); c != ExitOK {
 		t.Fatalf("exit %d, stderr %q", c, errb.String())
 	}
 	t.Logf("stderr: %s", errb.String())
@@ -77,7 +66,7 @@ func TestRunLogsFollow_InterruptExits130(t *testing.T) {
 	// No runner: the run stays queued and the CLI says so.
 	testwait.For(t, 20*time.Second, "the queued notice", func() bool { return strings.Contains(errb.String(), "is queued") })
 	cancel()
-	if c := exitWithin(t, code, 30*time.Second); c != ExitInterrupted {
+	if c := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); c != ExitInterrupted {
 		t.Errorf("exit %d after an interrupt, want %d; stderr %q", c, ExitInterrupted, errb.String())
 	}
 }

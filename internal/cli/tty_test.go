@@ -101,7 +101,7 @@ func TestSecretSet_TerminalPromptsTwiceWithoutEcho(t *testing.T) {
 			}()
 			typeHidden(t, controller, terminal, &errb, 1, c.first)
 			typeHidden(t, controller, terminal, &errb, 2, c.second)
-			if got := exitWithin(t, code, 30*time.Second); got != c.want {
+			if got := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); got != c.want {
 				t.Fatalf("exit %d, want %d; stderr %q", got, c.want, errb.String())
 			}
 			if echoed := drain(controller); strings.Contains(echoed, value) {
@@ -129,7 +129,7 @@ func TestLogin_TerminalPromptsForTokenWithoutEcho(t *testing.T) {
 		code <- a.Run(context.Background(), []string{"login", "--server", srv.URL})
 	}()
 	typeHidden(t, controller, terminal, &errb, 1, srv.AdminToken)
-	if got := exitWithin(t, code, 30*time.Second); got != ExitOK {
+	if got := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); got != ExitOK {
 		t.Fatalf("exit %d; stderr %q", got, errb.String())
 	}
 	if echoed := drain(controller); strings.Contains(echoed, srv.AdminToken) {

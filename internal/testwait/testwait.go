@@ -4,7 +4,8 @@
 //
 // One helper for every package: For when the condition is a yes or no,
 // Until when it can also say what it last saw (the failure then shows it),
-// UntilEvery when checking costs (an exec into a pod, a kubectl call).
+// UntilEvery when checking costs (an exec into a pod, a kubectl call),
+// Receive for a value a goroutine sends when it is done.
 package testwait
 
 import (
@@ -41,6 +42,23 @@ func UntilEvery(t testing.TB, d, every time.Duration, what string, cond func() (
 	start := time.Now()
 	wait(t, d, every, what, cond)
 	t.Logf("%s: after %s", what, time.Since(start).Round(100*time.Millisecond))
+}
+
+// Receive waits up to d for a value on ch and returns it; when none came,
+// the test fails ("nothing within D: WHAT"). For a goroutine's result (an
+// Exec, a process's exit code) instead of a select on time.After.
+func Receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("nothing within %s: %s", d, what)
+		var zero T
+		return zero
+	}
 }
 
 // wait checks cond until it holds; every 0 means a doubling pause from

@@ -50,6 +50,19 @@ func TestUntil_TimeoutFailsNamingWhatAndTheLastSeen(t *testing.T) {
 	}
 }
 
+func TestReceive_ReturnsTheValueOrFailsNamingWhatAfterTheDeadline(t *testing.T) {
+	ch := make(chan int, 1)
+	ch <- 7
+	if v := Receive(t, ch, time.Second, "seven"); v != 7 {
+		t.Fatalf("Receive = %d, want 7", v)
+	}
+	f := &fakeT{TB: t}
+	run(f, func() { Receive(f, make(chan int), 20*time.Millisecond, "the exit code") })
+	if !strings.Contains(f.failed, "the exit code") {
+		t.Fatalf("failure = %q, want it to name what was awaited", f.failed)
+	}
+}
+
 func TestUntilEvery_ChecksNoMoreOftenThanAsked(t *testing.T) {
 	f := &fakeT{TB: t}
 	var n atomic.Int32

@@ -131,18 +131,6 @@ func startStep(t *testing.T, ctx context.Context, s executor.Session, step execu
 	return out, done
 }
 
-// endOf waits up to d for the Exec startStep began to return.
-func endOf(t *testing.T, done <-chan stepEnd, d time.Duration) stepEnd {
-	t.Helper()
-	select {
-	case e := <-done:
-		return e
-	case <-time.After(d):
-		t.Fatalf("the step did not end within %s", d)
-		return stepEnd{}
-	}
-}
-
 // TestDocker_OOMKilledStepIsOOM: a step that allocates past --memory is
 // killed by the kernel and ends oom-killed (not exit-code, not success),
 // and the next step still runs.
@@ -203,7 +191,7 @@ func TestDocker_CancelAndExitCodes(t *testing.T) {
 	defer cancel()
 	_, done := startStep(t, ctx, s, executor.Step{ID: "9", Script: "echo started; sleep 300\n", Grace: time.Second})
 	cancel()
-	if e := endOf(t, done, time.Minute); e.err != nil || e.res.Reason != api.ReasonCancelled {
+	if e := testwait.Receive(t, done, time.Minute, "the step to end"); e.err != nil || e.res.Reason != api.ReasonCancelled {
 		t.Fatalf("cancel: %+v, %v", e.res, e.err)
 	}
 }
@@ -279,7 +267,7 @@ func TestDocker_ContainerRemovedUnderAStepIsErrored(t *testing.T) {
 	if err := f.eng.Client.ContainerRemove(context.Background(), id, containerRemoveForce); err != nil {
 		t.Fatal(err)
 	}
-	if e := endOf(t, done, 2*time.Minute); e.err == nil && (e.res.Reason == "" || !executor.EnvironmentFault(e.res.Reason)) {
+	if e := testwait.Receive(t, done, 2*time.Minute, "the step to end"); e.err == nil && (e.res.Reason == "" || !executor.EnvironmentFault(e.res.Reason)) {
 		t.Fatalf("result %+v: a removed container must end the step errored", e.res)
 	}
 }
@@ -403,7 +391,7 @@ func TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled(t *testing.T) {
 	if err := f.eng.Client.ContainerStop(context.Background(), id, container.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	end := endOf(t, done, 2*time.Minute)
+	end := testwait.Receive(t, done, 2*time.Minute, "the step to end")
 	if end.err != nil {
 		t.Fatalf("exec: %v (output %q)", end.err, out.Bytes())
 	}
@@ -433,7 +421,7 @@ func TestDocker_ExecContainerGoesWhenNoRunnerIsConnected(t *testing.T) {
 	if err := s.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	endOf(t, done, time.Minute)
+	testwait.Receive(t, done, time.Minute, "the step to end")
 	testwait.Until(t, time.Minute, "the exec's container to go after its runner went", func() (bool, string) {
 		left := f.leftovers(t, spec.ID)
 		return len(left) == 0, fmt.Sprint(left)
