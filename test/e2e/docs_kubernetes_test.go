@@ -59,7 +59,8 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 		"KUBECONFIG="+filepath.Join(c.StateDir, "admin.kubeconfig"),
 		"XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"), "KNOTLESS_TOKEN="+w.token)
 	out := runGuide(t, t.TempDir(), logs, script, env, vars, 15*time.Minute)
-	for _, want := range []string{"knotless-install: knotless-run ok", "knotless-install: knotless-agent ok", "Removed runner k8s-ci"} {
+	for _, want := range []string{"knotless-install: knotless-run ok", "knotless-install: knotless-agent ok",
+		"ok    step with a secret over the stream", "ok    test job pod removed", "Removed runner k8s-ci"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the guide's commands did not print %q:\n%s", want, out)
 		}
