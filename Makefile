@@ -4,19 +4,35 @@
 
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DIST    ?= dist
+# The one version of every program and of the release (file VERSION).
+VERSION := $(strip $(shell cat VERSION))
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
-PROGRAMS := knotless knotless-server knotless-run
+PROGRAMS := knotless knotless-server knotless-run knotless-agent
+# How every program is built, as internal/deploy.Build builds the files
+# the manifests' digests name (BuildEnv there): static (no cgo: nothing
+# needs it, SQLite is modernc.org's Go), no build paths, no VCS stamp, the
+# baseline instruction set; the same source, VERSION and Go release give
+# the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
+STATIC  := CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
 
-.PHONY: testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
+.PHONY: release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
 all: build
 
-# The step agent is static (no cgo) so that it runs in any job image.
+# The four programs for this machine; knotless-run and knotless-agent are
+# byte for byte the files of the release for its architecture.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/knotless-agent
+	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
+
+# The release, from this checkout, into $(DIST)/: every program for
+# linux/amd64 and linux/arm64 (knotless-run-linux-amd64, ...), SHA256SUMS,
+# and knotless-runner-$(VERSION)-kubernetes.yaml, the runner's manifests
+# in one file with these files' digests (docs/kubernetes.md). ~1 min per
+# program and architecture the first time on 2 cores.
+release:
+	$(GO) run ./scripts/deploy release -o $(DIST)
 
 demo: build
 	@bash scripts/demo.sh
@@ -119,15 +135,16 @@ bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
 
 clean:
-	rm -rf $(BIN) .demo
+	rm -rf $(BIN) $(DIST) .demo
 
 # The runner in a cluster (deploy/kubernetes, docs/kubernetes.md): the
-# manifests' init container checks knotless-run and knotless-agent against
-# SHA-256 digests written in deploy/kubernetes/base/deployment.yaml. After a
-# change to the code, rebuild them reproducibly and write the new digests
-# (a test fails while they are stale). runner-image is the optional image
-# with both programs in it, a docker archive for `docker load` or
-# `ctr -n k8s.io images import`.
+# manifests' init container checks knotless-run and knotless-agent (for
+# linux/amd64 and linux/arm64) against SHA-256 digests written in
+# deploy/kubernetes/base/deployment.yaml. After a change to the code or
+# VERSION, rebuild them reproducibly and write the new digests (a test
+# fails while they are stale). runner-image is the optional image with
+# this machine's knotless-run and both agents in it, a docker archive for
+# `docker load` or `ctr -n k8s.io images import`.
 deploy-digests:
 	$(GO) run ./scripts/deploy digests
 

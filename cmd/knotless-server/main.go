@@ -82,6 +82,11 @@ the admin's API token to DATA/admin.token (mode 0600). While it runs,
 DATA/server.url holds the URL it answers at (handy with --listen 127.0.0.1:0),
 and DATA/.lock keeps a second knotless-server off the same data directory.
 
+With --release-dir DIR (the dist directory of make release) it also serves
+that release's files to anyone at /-/download/FILE, so runner pods in a
+cluster fetch knotless-run and knotless-agent from it
+(KNOTLESS_DOWNLOAD_URL=URL/-/download; they check every file's SHA-256).
+
 Every flag can also be set with the environment variable named after it,
 e.g. KNOTLESS_DATA for --data; a flag on the command line wins.
 
@@ -159,9 +164,11 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"largest outputs archive of one run; a larger one is refused before it is stored, and the run's setup log says so")
 	f.Var(envflag.Size{P: &cfg.RepoQuota, AllowZero: true}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
+	f.StringVar(&cfg.ReleaseDir, "release-dir", "",
+		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
 	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
-		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota"}, limits...) {
+		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {
 		envflag.Bind(f, name)
 	}
 	return cmd

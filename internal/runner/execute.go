@@ -213,6 +213,8 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 			u.State, u.Reason = api.StepSucceeded, ""
 		case api.StateCancelled:
 			u.State = api.StepCancelled
+		case api.StateErrored:
+			u.State = api.StepErrored
 		}
 		e.report(u)
 	}

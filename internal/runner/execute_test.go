@@ -175,7 +175,7 @@ func TestExecute_InvalidWorkflowIsErroredWithPosition(t *testing.T) {
 	if res.State != api.StateErrored || res.Reason != api.ReasonWorkflowInvalid {
 		t.Fatalf("result %+v", res)
 	}
-	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonWorkflowInvalid || f[0].Name != SetupName {
+	if f := rep.final(); f[0].State != api.StepErrored || f[0].Reason != api.ReasonWorkflowInvalid || f[0].Name != SetupName {
 		t.Fatalf("setup step %+v", f[0])
 	}
 	if !strings.Contains(rep.log(0), ".knotless/workflows/ci.yml:4:5") {
@@ -384,7 +384,7 @@ steps:
 	if !strings.Contains(rep.log(1), "no step.yml") {
 		t.Fatalf("step log %q", rep.log(1))
 	}
-	if f := rep.final(); f[1].State != api.StepFailed || f[2].State != api.StepSkipped {
+	if f := rep.final(); f[1].State != api.StepErrored || f[2].State != api.StepSkipped {
 		t.Fatalf("steps %+v", f)
 	}
 }
@@ -426,7 +426,7 @@ func TestExecute_CheckoutFailureIsErroredCheckout(t *testing.T) {
 	if !strings.Contains(rep.log(0), "not our ref") {
 		t.Fatalf("git's error not in the setup log:\n%s", rep.log(0))
 	}
-	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonCheckout || f[1].State != api.StepSkipped {
+	if f := rep.final(); f[0].State != api.StepErrored || f[0].Reason != api.ReasonCheckout || f[1].State != api.StepSkipped {
 		t.Fatalf("steps %+v", f)
 	}
 }

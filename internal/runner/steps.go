@@ -104,7 +104,7 @@ func resultOf(u api.UpdateStepInput, st workflow.Step, name string) (Result, boo
 	case u.Reason == api.ReasonExitCode && u.ExitCode != nil:
 		return Result{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: u.ExitCode,
 			Message: fmt.Sprintf("step %d (%s) exited with %d", u.Step, name, *u.ExitCode)}, !st.ContinueOnError
-	case executor.EnvironmentFault(u.Reason) || u.Reason == api.ReasonWorkflowInvalid:
+	case u.State == api.StepErrored || executor.EnvironmentFault(u.Reason) || u.Reason == api.ReasonWorkflowInvalid:
 		return Result{State: api.StateErrored, Reason: u.Reason, Message: fmt.Sprintf("step %d (%s): %s", u.Step, name, u.Reason)}, true
 	}
 	return Result{State: api.StateFailed, Reason: u.Reason, Message: fmt.Sprintf("step %d (%s): %s", u.Step, name, u.Reason)}, !st.ContinueOnError
@@ -130,7 +130,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 	out, err := e.stepLog(idx, resumeAt)
 	if err != nil {
 		log.Error("open step log", "err", err)
-		return StepUpdate{Step: idx, Name: name, State: api.StepFailed, Reason: api.ReasonExecutor, Duration: time.Since(start)},
+		return StepUpdate{Step: idx, Name: name, State: api.StepErrored, Reason: api.ReasonExecutor, Duration: time.Since(start)},
 			Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: err.Error()}, true
 	}
 	xs, problem := e.buildStep(sess, st, name, out)
@@ -167,7 +167,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 		fmt.Fprintf(e.setup, "%s\n", msg)
 		e.setup.flush()
 		if res.State == "" || res.State == api.StateFailed {
-			upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+			upd.State, upd.Reason, upd.ExitCode = api.StepErrored, api.ReasonExecutor, nil
 			res, stop = Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg}, true
 		}
 	}
@@ -196,12 +196,12 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 	}
 	switch {
 	case problem != nil:
-		upd.State, upd.Reason = api.StepFailed, api.ReasonWorkflowInvalid
+		upd.State, upd.Reason = api.StepErrored, api.ReasonWorkflowInvalid
 		return upd, Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(problem.Error())}, true
 	case err != nil:
 		fmt.Fprintf(e.setup, "step %d (%s) could not be executed: %v\n", idx, name, err)
 		e.setup.flush()
-		upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+		upd.State, upd.Reason = api.StepErrored, api.ReasonExecutor
 		return upd, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: firstLine(err.Error())}, true
 	case r.Reason == api.ReasonCancelled:
 		// Nobody cancelled the run (its context is live): the step was
@@ -211,11 +211,17 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 		if r.Note != "" {
 			msg += ": " + r.Note
 		}
-		upd.State, upd.Reason = api.StepFailed, api.ReasonExecutor
+		upd.State, upd.Reason, upd.ExitCode = api.StepErrored, api.ReasonExecutor, nil
 		return upd, Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg}, true
 	case executor.EnvironmentFault(r.Reason):
-		upd.State, upd.Reason = api.StepFailed, r.Reason
-		return upd, Result{State: api.StateErrored, Reason: r.Reason, Message: fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)}, true
+		// The environment's doing, not the step's: no exit code of its
+		// own, and the environment's words in the run's message.
+		upd.State, upd.Reason, upd.ExitCode = api.StepErrored, r.Reason, nil
+		msg := fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)
+		if r.Note != "" {
+			msg += ": " + firstLine(r.Note)
+		}
+		return upd, Result{State: api.StateErrored, Reason: r.Reason, Message: msg}, true
 	case r.Reason != "":
 		upd.State, upd.Reason = api.StepFailed, r.Reason
 		msg := fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)

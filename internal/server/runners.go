@@ -440,11 +440,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, x store.Runne
 }
 
 func validStepState(st string) bool {
-	switch st {
-	case api.StepPending, api.StepRunning, api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
-		return true
-	}
-	return false
+	return st == api.StepPending || st == api.StepRunning || api.StepIsFinal(st)
 }
 
 func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runner) error {

@@ -111,6 +111,11 @@ type Config struct {
 	// they move forward (servertest.Clock) instead of sleeping until
 	// something expires. Network deadlines always use the real clock.
 	Now func() time.Time
+	// ReleaseDir, when set, is a directory of release files (what `make
+	// release` wrote) served to anyone at DownloadPath + FILE; New refuses
+	// one that is not a directory. Empty: DownloadPath answers 404 saying
+	// how to serve them.
+	ReleaseDir string
 }
 
 func (c *Config) fill() error {
@@ -168,6 +173,11 @@ func (c *Config) fill() error {
 		return fmt.Errorf("data directory %s: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	if c.ReleaseDir != "" {
+		if c.ReleaseDir, err = checkReleaseDir(c.ReleaseDir); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -229,6 +239,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.withDeadlines(s.routes())
 	go s.sweep()
 	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
+	if cfg.ReleaseDir != "" {
+		s.log.Info("serving release files", "dir", cfg.ReleaseDir, "url", cfg.URL+DownloadPath)
+		if _, err := os.Stat(filepath.Join(cfg.ReleaseDir, ReleaseSums)); err != nil {
+			s.log.Warn("the release directory has no "+ReleaseSums+": is it what `make release` wrote?", "dir", cfg.ReleaseDir)
+		}
+	}
 	return s, nil
 }
 

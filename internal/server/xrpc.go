@@ -107,6 +107,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/xrpc/{nsid}", func(w http.ResponseWriter, r *http.Request) {
 		s.serveXRPC(w, r, table)
 	})
+	mux.HandleFunc(DownloadPath, s.serveDownload)
 	mux.HandleFunc("/", s.serveRoot)
 	return mux
 }

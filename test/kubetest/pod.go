@@ -34,6 +34,12 @@ const (
 	// (/usr/local/go/bin, /opt/t/bin), as golang's image has go
 	// (test/cluster's JobOwnPathImage).
 	JobOwnPathImage = "localhost/knotless/job-ownpath:1"
+	// JobFakeArmImage's `uname -m` says aarch64 on this amd64 node
+	// (test/cluster's JobFakeArmImage).
+	JobFakeArmImage = "localhost/knotless/job-fakearm:2"
+	// JobArm64OnlyImage's /bin/sh is an arm64 program: its PID 1 cannot
+	// execute here (test/cluster's JobArm64OnlyImage).
+	JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"
 	// MainContainer is the name of RestrictedPod's only container.
 	MainContainer = "main"
 	// UID is the user and group id RestrictedPod runs as.

@@ -47,6 +47,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if err != nil {
 		return nil, err
 	}
+	if err := agentenv.CheckHostArch(spec); err != nil {
+		return nil, err
+	}
 	nano, mem := res.MilliCPUs*1e6, res.Memory
 	if err := e.waitDisk(ctx, spec); err != nil {
 		return nil, err

@@ -116,6 +116,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if e.cfg.Dir == "" {
 		return nil, errors.New("the shell executor has no directory for its files (Config.Dir is empty)")
 	}
+	if err := agentenv.CheckHostArch(spec); err != nil {
+		return nil, err
+	}
 	workdir, err := checkDir(spec.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
