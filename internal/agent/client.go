@@ -236,6 +236,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			switch f.Type {
 			case TypeStarted:
 				started = true
+				c.logStarted(f, st.ID, offset)
 			case TypeOutput:
 				err = writeOutput(f.Payload, st.ID, &offset, out, &werr)
 				f.Release()
@@ -306,6 +307,25 @@ func writeOutput(payload []byte, id string, offset *int64, out io.Writer, werr *
 
 // minChunk is the smallest output frame a client asks for, in bytes.
 const minChunk = 512
+
+// logStarted says what the agent's Started (frame f, for step id, asked
+// from byte offset) tells of the step: attached to a step that was running
+// already (a takeover or a re-dial: Info), or started anew although output
+// from offset > 0 on was expected (the step runs a second time: Warn). A
+// person reading the runner's log, and the takeover tests, see which.
+func (c *Client) logStarted(f Frame, id string, offset int64) {
+	var s Started
+	if Decode(f.Type, f.Payload, &s) != nil || s.ID != id {
+		return
+	}
+	switch {
+	case s.Attached:
+		c.log.Info("step agent: attached to a step that was running already", "step", id, "offset", offset)
+	case offset > 0:
+		c.log.Warn("step agent: started a step anew although its output from this offset on was expected: it runs a second time",
+			"step", id, "offset", offset)
+	}
+}
 
 // StartDetached starts st as a detached step (st.Detach is set for the
 // caller) and returns once the agent says it runs (or ran: starting an ID

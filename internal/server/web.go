@@ -115,7 +115,7 @@ func (b webBackend) SignIn(ctx context.Context, token string) (web.Session, erro
 	if err != nil {
 		return web.Session{}, err
 	}
-	now := time.Now()
+	now := s.now()
 	ws := store.WebSession{IDHash: hashToken(id), TokenHash: hashToken(token), CSRF: csrf, CreatedAt: now,
 		ExpiresAt: now.Add(webSessionLifetime)}
 	if err := s.store.CreateWebSession(ctx, ws); err != nil {
@@ -131,7 +131,7 @@ func (b webBackend) Session(ctx context.Context, id string) (web.Session, error)
 	if !strings.HasPrefix(id, webSessionPrefix) || len(id) > 100 {
 		return web.Session{}, noSession
 	}
-	ws, err := s.store.WebSession(ctx, hashToken(id), time.Now())
+	ws, err := s.store.WebSession(ctx, hashToken(id), s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return web.Session{}, noSession
 	}
@@ -190,7 +190,11 @@ func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, be
 	for _, r := range runs {
 		byPipeline[r.PipelineID] = append(byPipeline[r.PipelineID], apiRun(r, nil))
 	}
-	subjects := s.commitSubjects(ctx, s.repoDir(repo.Owner, repo.Name), shas)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return out, err
+	}
+	subjects := s.commitSubjects(ctx, dir, shas)
 	for _, p := range ps {
 		out.Pipelines = append(out.Pipelines, web.Pipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Subject: subjects[p.SHA],
 			Event: p.Event, CreatedAt: p.CreatedAt, Runs: byPipeline[p.ID]})
