@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
-	"knotless.dev/knotless/internal/workflow"
 	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
+	"knotless.dev/knotless/internal/workflow"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"

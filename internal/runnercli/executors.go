@@ -34,7 +34,7 @@ type executorFlags struct {
 	opts  []executor.Options
 	// capacity is the runner's --capacity, for Setup.Capacity (run only).
 	capacity int
-	owner map[string][]string // flag name → the executors that read it
+	owner    map[string][]string // flag name → the executors that read it
 	// observer, when set, is told what the executor does (metrics).
 	observer executor.Observer
 }

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,5 +306,62 @@ func TestDocs_ArchitectureImportGraphIsTheCode(t *testing.T) {
 	}
 	if code := importGraph(t); code != doc {
 		t.Errorf("docs/architecture.md's import graph is not the code's; the code's is:\n%s", code)
+	}
+}
+
+// hopCell is "FILE: FUNC" in a row of architecture.md's table of a step's
+// bytes; FUNC is NAME or TYPE.METHOD.
+var hopCell = regexp.MustCompile("`([a-z0-9_./-]+\\.go): ([A-Za-z0-9_]+(?:\\.[A-Za-z0-9_]+)?)`")
+
+// TestDocs_ArchitectureHopsAreTheCode: every hop of architecture.md's
+// table of a step's bytes names a file and a function (or method) that
+// exist, so that the map stays true as the code moves.
+func TestDocs_ArchitectureHopsAreTheCode(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(data), "<!-- hops -->")
+	if i < 0 {
+		t.Fatal("docs/architecture.md has no table marked <!-- hops -->")
+	}
+	hops := hopCell.FindAllStringSubmatch(string(data[i:]), -1)
+	if len(hops) < 15 {
+		t.Fatalf("%d hops in the table, want every one of a step's bytes", len(hops))
+	}
+	for _, h := range hops {
+		file, name := h[1], h[2]
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, filepath.Join(moduleRoot, file), nil, 0)
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		recv, fn, isMethod := strings.Cut(name, ".")
+		if !isMethod {
+			fn, recv = recv, ""
+		}
+		found := false
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Name.Name != fn {
+				continue
+			}
+			if recv == "" && fd.Recv == nil {
+				found = true
+			}
+			if recv != "" && fd.Recv != nil && len(fd.Recv.List) == 1 {
+				typ := fd.Recv.List[0].Type
+				if st, ok := typ.(*ast.StarExpr); ok {
+					typ = st.X
+				}
+				if id, ok := typ.(*ast.Ident); ok && id.Name == recv {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("docs/architecture.md names %s: %s, which %s does not declare", file, name, file)
+		}
 	}
 }
