@@ -371,3 +371,12 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 	}
 	return err
 }
+
+// WarmPool reports the warm pool: pods ready for a claim, being made,
+// and taken by runs since the executor started; all 0 without one.
+func (e *Executor) WarmPool() (ready, making, taken int) {
+	if e.pool == nil {
+		return 0, 0, 0
+	}
+	return e.pool.status()
+}
