@@ -62,6 +62,14 @@ const (
 	MethodCancelRun = "dev.knotless.run.cancel"
 	// P, user. In: TriggerInput. Out: Pipeline.
 	MethodTriggerRun = "dev.knotless.run.trigger"
+	// P, user (the repository's owner or an admin: who may trigger). In:
+	// RerunInput. Out: Pipeline: a new pipeline of the same ref, commit
+	// and event (RerunOf set, Actor the caller) with one run per run
+	// again, each from its workflow file at that commit, whatever its
+	// `on:` says. ErrNotFound for a run or pipeline the caller may not
+	// see; 409 Conflict while the run (or a run of the pipeline) has not
+	// ended, and for a pipeline whose runs all succeeded.
+	MethodRerun = "dev.knotless.run.rerun"
 
 	// P, user (owner or admin). In: SetSecretInput. Out: empty.
 	MethodSetSecret = "dev.knotless.secret.set"

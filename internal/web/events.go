@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // keepAlive is how often a quiet event stream gets a comment line, so
@@ -32,6 +34,7 @@ type stateEvent struct {
 	Message   string      `json:"message,omitempty"`
 	Duration  string      `json:"duration,omitempty"`
 	CanCancel bool        `json:"canCancel"`
+	CanRerun  bool        `json:"canRerun"`
 	Steps     []stepState `json:"steps"`
 }
 
@@ -197,10 +200,12 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 }
 
 func runState(run Run) stateEvent {
-	out := stateEvent{State: run.State, Reason: run.Reason, Message: run.Message, Duration: runDuration(run.Run),
-		CanCancel: run.CanCancel, Steps: []stepState{}}
+	// Text reaches the page's script shown escaped (api.VisibleText), as
+	// the server-rendered page shows it.
+	out := stateEvent{State: run.State, Reason: api.VisibleText(run.Reason), Message: api.VisibleText(run.Message),
+		Duration: runDuration(run.Run), CanCancel: run.CanCancel, CanRerun: run.CanRerun, Steps: []stepState{}}
 	for _, st := range run.Steps {
-		out.Steps = append(out.Steps, stepState{Index: st.Index, Name: st.Name, State: st.State, Reason: st.Reason,
+		out.Steps = append(out.Steps, stepState{Index: st.Index, Name: api.VisibleText(st.Name), State: st.State, Reason: api.VisibleText(st.Reason),
 			ExitCode: st.ExitCode, Duration: stepDuration(st), Size: st.LogSize})
 	}
 	return out
