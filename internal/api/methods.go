@@ -103,10 +103,12 @@ const (
 	MethodHeartbeat = "dev.knotless.runner.heartbeat"
 	// P, runner. In: UpdateStepInput. Out: empty. Idempotent.
 	MethodUpdateStep = "dev.knotless.runner.updateStep"
-	// P, runner. Params: run, step, offset. Body: raw bytes
-	// (application/octet-stream). Out: AppendLogOutput. Idempotent: bytes the
-	// server already holds at [offset, size) are skipped, never duplicated.
-	// An offset past the stored size fails with ErrOffsetGap and Size set.
+	// P, runner. Params: run, step, offset, and optionally times
+	// (LogTimesParam: when the runner saw the lines of these bytes begin).
+	// Body: raw bytes (application/octet-stream). Out: AppendLogOutput.
+	// Idempotent: bytes the server already holds at [offset, size) are
+	// skipped, never duplicated, and so are their times. An offset past
+	// the stored size fails with ErrOffsetGap and Size set.
 	MethodAppendLog = "dev.knotless.runner.appendLog"
 	// P, runner. Params: run, offset, size (the archive's whole length in
 	// bytes), sha256 (its hex SHA-256). Body: the archive's bytes from

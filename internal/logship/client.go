@@ -89,15 +89,16 @@ func (c *Client) UpdateStep(ctx context.Context, in api.UpdateStepInput) error {
 // server holds already are skipped. An offset past the stored size fails
 // with api.ErrOffsetGap, whose Size is the stored size.
 func (c *Client) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
-	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body))
+	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body), nil)
 }
 
 // AppendLogFile is AppendLog with the n bytes of the file at path from
-// byte offset on as the body. They go from the file to the connection with
+// byte offset on as the body, and times, the line times of those bytes
+// (at most api.MaxLineTimes). They go from the file to the connection with
 // sendfile(2), not through this process's memory. Each call reads through
 // a descriptor of its own: the HTTP transport may still be reading a
 // failed request's body after the call returned.
-func (c *Client) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64) (int64, error) {
+func (c *Client) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64, times []api.LineTime) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -107,7 +108,7 @@ func (c *Client) AppendLogFile(ctx context.Context, run int64, step int, offset 
 		return 0, err
 	}
 	// The transport closes the body (and so f) once it is done with it.
-	return c.appendLog(ctx, run, step, offset, &fileBody{f: f, end: offset + n, n: n})
+	return c.appendLog(ctx, run, step, offset, &fileBody{f: f, end: offset + n, n: n}, times)
 }
 
 // fileBody is a request body of the bytes of f up to offset end, from f's
@@ -138,11 +139,14 @@ func (b *fileBody) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallCo
 func (b *fileBody) Close() error                          { return b.f.Close() }
 func (b *fileBody) Size() int64                           { return b.n }
 
-func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader) (int64, error) {
+func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader, times []api.LineTime) (int64, error) {
 	params := url.Values{
 		"run":    {strconv.FormatInt(run, 10)},
 		"step":   {strconv.Itoa(step)},
 		"offset": {strconv.FormatInt(offset, 10)},
+	}
+	if len(times) > 0 {
+		params.Set(api.LogTimesParam, api.FormatLineTimes(times))
 	}
 	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", body)
 	if err != nil {

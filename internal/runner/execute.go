@@ -748,10 +748,15 @@ func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
 		if w, last, err = e.journal.ResumeLog(idx, at.Log); err != nil {
 			return nil, err
 		}
-		o.file = &countWriter{w: w, n: at.Log}
+		o.file = &countWriter{w: w, n: at.Log, last: last}
 		o.cw = resumeCapWriter(o.file, e.job.LogLimit, at.Log, last)
 		o.m = logmask.NewResumed(o.cw, e.secrets, at.Hidden)
 		o.raw = at.Raw
+		by := "a new knotless-run process"
+		if e.job.Resume != nil && e.job.Resume.By != "" {
+			by = e.job.Resume.By
+		}
+		o.mark(RestartMarker(by, time.Now()))
 	} else {
 		if w, err = e.rep.Log(idx); err != nil {
 			return nil, err
@@ -820,6 +825,43 @@ func (o *stepOut) note(s string) {
 	_, _ = io.WriteString(o.m, s)
 }
 
+// RestartMarker is the line a step's log holds where its output resumes
+// after the runner process that followed it stopped and another, by, took
+// the run over at t: the gap in the lines' times is the restart.
+func RestartMarker(by string, t time.Time) string {
+	return fmt.Sprintf("── knotless: the runner restarted; %s took this step over at %s, and its output goes on below ──\n",
+		by, t.UTC().Format(time.RFC3339))
+}
+
+// ReconnectMarker is the line a step's log holds where its output resumed
+// at t on a new connection to the step's environment after the last one
+// dropped (err): the step ran on meanwhile.
+func ReconnectMarker(err error, t time.Time) string {
+	why := "the connection to the step agent dropped"
+	if err != nil {
+		why += " (" + firstLine(err.Error()) + ")"
+	}
+	return fmt.Sprintf("── knotless: %s; resumed at %s, nothing lost, and the step's output goes on below ──\n",
+		why, t.UTC().Format(time.RFC3339))
+}
+
+// Resumed implements agent.Resumer: a marker line where the output goes on
+// after a dropped connection.
+func (o *stepOut) Resumed(_ int64, err error) {
+	o.e.log.Info("step output resumed on a new connection", "step", o.idx, "after", err)
+	o.mark(ReconnectMarker(err, time.Now()))
+}
+
+// mark writes a marker line of the runner's own into the log below the
+// masker (so that it never splits a secret the masker is matching), on a
+// line of its own.
+func (o *stepOut) mark(line string) {
+	if o.file.n > 0 && o.file.last != '\n' {
+		line = "\n" + line
+	}
+	_, _ = io.WriteString(o.cw, logmask.String(line, o.e.secrets))
+}
+
 // close flushes the masker and closes the reporter's writer.
 func (o *stepOut) close() error {
 	err := o.m.Close()
@@ -842,15 +884,19 @@ func (o *stepOut) abandon() {
 	_ = o.w.Close()
 }
 
-// countWriter counts the bytes written through it.
+// countWriter counts the bytes written through it and keeps the last.
 type countWriter struct {
-	w io.Writer
-	n int64
+	w    io.Writer
+	n    int64
+	last byte
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if n > 0 {
+		c.last = p[n-1]
+	}
 	return n, err
 }
 

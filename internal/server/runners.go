@@ -516,12 +516,18 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	if _, err := s.heldRun(ctx, x, id); err != nil {
 		return err
 	}
+	// Line times are a help to read the log: malformed ones are dropped,
+	// never a reason to refuse the log's bytes.
+	times, terr := api.ParseLineTimes(r.URL.Query().Get(api.LogTimesParam))
+	if terr != nil {
+		s.log.Warn("append log: line times dropped", "run", id, "step", step, "runner", x.Name, "err", terr)
+	}
 	data, release, err := readLogChunk(r, maxLogChunk)
 	if err != nil {
 		return err
 	}
 	defer release()
-	before, after, err := s.logs.append(id, int(step), offset, data)
+	before, after, err := s.logs.append(id, int(step), offset, data, times...)
 	var gap *errGap
 	if errors.As(err, &gap) {
 		size := gap.size

@@ -351,6 +351,17 @@ func (b webBackend) ReadLog(ctx context.Context, v web.Viewer, run int64, step i
 	return buf.Bytes(), nil
 }
 
+func (b webBackend) LineTimes(ctx context.Context, v web.Viewer, run int64, step int, from, to int64) ([]api.LineTime, error) {
+	s := b.s
+	if err := s.checkStep(int64(step)); err != nil {
+		return nil, err
+	}
+	if _, err := s.visibleRun(ctx, viewerAccount(v), run); err != nil {
+		return nil, err
+	}
+	return s.logs.lineTimes(run, step, from, to, 0, true)
+}
+
 // xrpcRequest is r turned into a GET of an XRPC method with query q, for
 // handlers that write their answer to the real ResponseWriter.
 func xrpcRequest(r *http.Request, nsid string, q url.Values) *http.Request {

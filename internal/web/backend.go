@@ -146,6 +146,10 @@ type Backend interface {
 	// ReadLog returns bytes [from, to) of a step's log (fewer when the log
 	// is shorter).
 	ReadLog(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]byte, error)
+	// LineTimes returns the line times of a step's log with offsets in
+	// [from, to) and the last one below from, first (api.LineTime: when
+	// the runner saw each line begin); none for a log without.
+	LineTimes(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]api.LineTime, error)
 	// ServeLog answers r with a step's whole log (application/octet-stream),
 	// as dev.knotless.run.getLog does; false (nothing written) with the
 	// error when the viewer may not read it.

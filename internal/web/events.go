@@ -24,6 +24,24 @@ type logEvent struct {
 	Off  int64  `json:"off"`
 	End  int64  `json:"end"`
 	Text string `json:"text"`
+	// Times are the line times of [Off, End) and the last one before
+	// Off, as [offset, Unix milliseconds] pairs (api.LineTime): a line's
+	// time is the last pair's at or before its first byte.
+	Times [][2]int64 `json:"times,omitempty"`
+}
+
+// newLogEvent makes the event of bytes b of step's log from off, with
+// their line times (none when they cannot be read: times are a help).
+func (h *Handler) newLogEvent(r *http.Request, s *Session, run int64, step int, off int64, b []byte) logEvent {
+	ev := logEvent{Step: step, Off: off, End: off + int64(len(b)), Text: strings.ToValidUTF8(string(b), "\uFFFD")}
+	ts, err := h.b.LineTimes(r.Context(), s.Viewer, run, step, ev.Off, ev.End)
+	if err != nil {
+		h.log.Debug("read line times", "run", run, "step", step, "err", err)
+	}
+	for _, t := range ts {
+		ev.Times = append(ev.Times, [2]int64{t.Offset, t.UnixMS})
+	}
+	return ev
 }
 
 // stateEvent is the data of a "run" event: what the run page shows of the
@@ -161,7 +179,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 				more = true
 			}
 			offs[step.Index] = off + int64(n)
-			ev, _ := json.Marshal(logEvent{Step: step.Index, Off: off, End: off + int64(n), Text: strings.ToValidUTF8(string(chunk[:n]), "\uFFFD")})
+			ev, _ := json.Marshal(h.newLogEvent(r, s, id, step.Index, off, chunk[:n]))
 			fmt.Fprintf(w, "id: %s\nevent: log\ndata: %s\n\n", formatOffsets(run.Steps, offs), ev)
 		}
 		drained := true
@@ -235,5 +253,5 @@ func (h *Handler) logPart(w http.ResponseWriter, r *http.Request, s *Session) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(logEvent{Step: step, Off: from, End: from + int64(len(b)), Text: strings.ToValidUTF8(string(b), "\uFFFD")})
+	json.NewEncoder(w).Encode(h.newLogEvent(r, s, id, step, from, b))
 }
