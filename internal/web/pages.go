@@ -37,6 +37,7 @@ var funcs = template.FuncMap{
 		return ref
 	},
 	"vistext":     api.VisibleText,
+	"plain":       func(s string) bool { return api.VisibleText(s) == s }, // s shows as itself
 	"shortDigest": func(d string) string { return d[:min(len(d), 12)] },
 }
 
