@@ -1,0 +1,71 @@
+package runner
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/executor/shell"
+)
+
+// TestExecute_DroppedAgentStreamIsMarkedInTheStepLog pins issue 25 item
+// 3: where a step's output resumed on a new connection to its agent, the
+// step's log holds a marker line saying so (the step ran on meanwhile, so
+// a gap in the lines' times is explained), and nothing of the output is
+// lost or repeated around it. A real shell executor and agent; the test
+// closes the runner's end of the stream mid-step.
+func TestExecute_DroppedAgentStreamIsMarkedInTheStepLog(t *testing.T) {
+	var mu sync.Mutex
+	var conns []io.Closer
+	ex := shell.New(shell.Config{
+		Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: testLogger(t)},
+		Dir:    filepath.Join(t.TempDir(), "shell"),
+		Dial: func(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
+			c, err := agent.DialUnix(ctx, socket)
+			if err == nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+			return c, err
+		},
+	})
+	gate := filepath.Join(t.TempDir(), "gate")
+	job := testJob(t, "on: {push: {}}\nsteps:\n  - run: |\n      echo before\n      while [ ! -e "+gate+" ]; do sleep 0.02; done\n      echo after\n")
+	rep := newMemReporter()
+	done := make(chan Result, 1)
+	go func() { done <- Execute(context.Background(), job, ex, rep) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(rep.log(1), "before\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the step did not print; setup log:\n%s", rep.log(0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	for _, c := range conns {
+		c.Close() // the runner's end of every stream: the step goes on
+	}
+	mu.Unlock()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.State != api.StateSucceeded {
+		t.Fatalf("run %+v, want succeeded: a dropped stream is no failure", res)
+	}
+	marker := regexp.MustCompile(`^before\n── knotless: the connection to the step agent dropped \(.+\); resumed at [0-9TZ:-]+, nothing lost, and the step's output goes on below ──\nafter\n$`)
+	if got := rep.log(1); !marker.MatchString(got) {
+		t.Fatalf("step log %q, want before, the reconnect marker, after", got)
+	}
+}
