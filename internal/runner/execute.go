@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -825,26 +826,6 @@ func (o *stepOut) note(s string) {
 	_, _ = io.WriteString(o.m, s)
 }
 
-// RestartMarker is the line a step's log holds where its output resumes
-// after the runner process that followed it stopped and another, by, took
-// the run over at t: the gap in the lines' times is the restart.
-func RestartMarker(by string, t time.Time) string {
-	return fmt.Sprintf("── knotless: the runner restarted; %s took this step over at %s, and its output goes on below ──\n",
-		by, t.UTC().Format(time.RFC3339))
-}
-
-// ReconnectMarker is the line a step's log holds where its output resumed
-// at t on a new connection to the step's environment after the last one
-// dropped (err): the step ran on meanwhile.
-func ReconnectMarker(err error, t time.Time) string {
-	why := "the connection to the step agent dropped"
-	if err != nil {
-		why += " (" + firstLine(err.Error()) + ")"
-	}
-	return fmt.Sprintf("── knotless: %s; resumed at %s, nothing lost, and the step's output goes on below ──\n",
-		why, t.UTC().Format(time.RFC3339))
-}
-
 // Resumed implements agent.Resumer: a marker line where the output goes on
 // after a dropped connection.
 func (o *stepOut) Resumed(_ int64, err error) {
@@ -852,19 +833,17 @@ func (o *stepOut) Resumed(_ int64, err error) {
 	o.mark(ReconnectMarker(err, time.Now()))
 }
 
-// mark writes a marker line of the runner's own into the log below the
-// masker (so that it never splits a secret the masker is matching), on a
-// line of its own.
+// mark puts a marker line of the runner's own into the log below the
+// masker (so that it never splits a secret the masker is matching), at
+// the next line's start (so that it never splits a line of the step's).
 func (o *stepOut) mark(line string) {
-	if o.file.n > 0 && o.file.last != '\n' {
-		line = "\n" + line
-	}
-	_, _ = io.WriteString(o.cw, logmask.String(line, o.e.secrets))
+	o.file.mark(logmask.String(line, o.e.secrets))
 }
 
 // close flushes the masker and closes the reporter's writer.
 func (o *stepOut) close() error {
 	err := o.m.Close()
+	o.file.flushMark()
 	if o.cw.lost > 0 {
 		marked := o.cw.finish(lostMarkWait, reserveOf(o.w))
 		o.e.log.Error("step log lost bytes", "step", o.idx, "lost_bytes", o.cw.lost, "err", o.cw.err, "marked_in_log", marked)
@@ -884,20 +863,67 @@ func (o *stepOut) abandon() {
 	_ = o.w.Close()
 }
 
-// countWriter counts the bytes written through it and keeps the last.
+// countWriter counts the bytes written through it (n: its file's size),
+// keeps the last, and puts a marker line (mark) at the next line's start.
 type countWriter struct {
-	w    io.Writer
-	n    int64
-	last byte
+	w       io.Writer
+	n       int64
+	last    byte
+	pending string // a marker line waiting for the next line's start
 }
 
+// Write writes p, with a pending marker line where p's first line begins
+// (before p when the log is at a line's start). It returns how many bytes
+// of p were written.
 func (c *countWriter) Write(p []byte) (int, error) {
+	if c.pending == "" || len(p) == 0 {
+		return c.write(p)
+	}
+	cut := 0
+	if c.n > 0 && c.last != '\n' {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return c.write(p)
+		}
+		cut = i + 1
+	}
+	n, err := c.write(p[:cut])
+	if err != nil {
+		return n, err
+	}
+	marker := c.pending
+	c.pending = ""
+	if _, err := c.write([]byte(marker)); err != nil {
+		return n, err
+	}
+	m, err := c.write(p[cut:])
+	return n + m, err
+}
+
+func (c *countWriter) write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	if n > 0 {
 		c.last = p[n-1]
 	}
 	return n, err
+}
+
+// mark makes line (ending in a newline) the log's next line of its own.
+func (c *countWriter) mark(line string) { c.pending += line }
+
+// flushMark writes a marker still waiting when the log ends: after the
+// log's last line, ended by a newline where the step gave it none.
+func (c *countWriter) flushMark() {
+	if c.pending == "" {
+		return
+	}
+	line := c.pending
+	c.pending = ""
+	if c.n > 0 && c.last != '\n' {
+		line = "\n" + line
+	}
+	_, _ = c.write([]byte(line))
 }
 
 func (e *execution) report(u StepUpdate) {

@@ -22,6 +22,27 @@ func LostMarker(n int64, err error) string {
 	return fmt.Sprintf("[knotless: %d bytes of this log were lost here: the runner could not write them: %v]\n", n, err)
 }
 
+// RestartMarker is the line a step's log holds where its output goes on
+// after the runner process that followed it stopped and another, by, took
+// the run over at t: a gap in the lines' times is the restart. The
+// output after it is what the new process read from the step's last
+// checkpoint on.
+func RestartMarker(by string, t time.Time) string {
+	return fmt.Sprintf("[knotless: the runner restarted: %s took this step over at %s; its output goes on below]\n",
+		by, t.UTC().Format(time.RFC3339))
+}
+
+// ReconnectMarker is the line a step's log holds where its output resumed
+// at t on a new connection to the step's environment after the last one
+// dropped (err): the step ran on meanwhile, and nothing was lost.
+func ReconnectMarker(err error, t time.Time) string {
+	why := "the connection to the step agent dropped"
+	if err != nil {
+		why += " (" + firstLine(err.Error()) + ")"
+	}
+	return fmt.Sprintf("[knotless: %s; its output resumed at %s, nothing lost]\n", why, t.UTC().Format(time.RFC3339))
+}
+
 // capWriter passes at most limit bytes to out, then the truncation marker
 // (on a line of its own), then nothing. It never fails a write, so a full
 // log or a broken spool cannot stop a step. A downstream error is not

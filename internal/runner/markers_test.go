@@ -64,8 +64,33 @@ func TestExecute_DroppedAgentStreamIsMarkedInTheStepLog(t *testing.T) {
 	if res.State != api.StateSucceeded {
 		t.Fatalf("run %+v, want succeeded: a dropped stream is no failure", res)
 	}
-	marker := regexp.MustCompile(`^before\n── knotless: the connection to the step agent dropped \(.+\); resumed at [0-9TZ:-]+, nothing lost, and the step's output goes on below ──\nafter\n$`)
+	marker := regexp.MustCompile(`^before\n\[knotless: the connection to the step agent dropped \(.+\); its output resumed at [0-9TZ:-]+, nothing lost\]\nafter\n$`)
 	if got := rep.log(1); !marker.MatchString(got) {
 		t.Fatalf("step log %q, want before, the reconnect marker, after", got)
+	}
+}
+
+// TestStepLog_MarkerWaitsForTheNextLineAndNeverSplitsOne: a marker put
+// while the log is in the middle of a line goes in at the next line's
+// start; at the log's end it ends the last line; the bytes of the step's
+// output are written exactly as they came.
+func TestStepLog_MarkerWaitsForTheNextLineAndNeverSplitsOne(t *testing.T) {
+	var b strings.Builder
+	c := &countWriter{w: &b}
+	c.Write([]byte("one\ntw"))
+	c.mark("[m1]\n")
+	c.Write([]byte("o still"))
+	c.Write([]byte(" two\nthree\nfo"))
+	c.mark("[m2]\n")
+	c.flushMark()
+	if want := "one\ntwo still two\n[m1]\nthree\nfo\n[m2]\n"; b.String() != want || c.n != int64(len(want)) {
+		t.Fatalf("log %q (n %d), want %q", b.String(), c.n, want)
+	}
+	b.Reset()
+	c = &countWriter{w: &b}
+	c.mark("[m]\n") // at the log's start: right away with the first bytes
+	c.Write([]byte("x\n"))
+	if b.String() != "[m]\nx\n" {
+		t.Fatalf("log %q", b.String())
 	}
 }

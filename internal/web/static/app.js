@@ -256,6 +256,10 @@
   function RunPage(root) {
     this.root = root;
     this.id = root.dataset.run;
+    // A run still going is followed to the end of its log; one that had
+    // ended when the page opened opens at its top (state, message,
+    // steps), where a reader starts.
+    this.live = root.dataset.final !== "true";
     this.steps = {};
     var self = this;
     root.querySelectorAll("section.step").forEach(function (s) { self.steps[s.dataset.step] = new StepLog(s, self); });
@@ -282,7 +286,7 @@
   };
 
   RunPage.prototype.following = function () {
-    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 40 && !location.hash;
+    return this.live && window.innerHeight + window.scrollY >= document.body.scrollHeight - 40 && !location.hash;
   };
 
   RunPage.prototype.stepSection = function (st) {
