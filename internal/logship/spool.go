@@ -252,9 +252,12 @@ type spoolLog struct {
 }
 
 func (l *spoolLog) Write(p []byte) (int, error) {
+	// The line time goes first, so that the shipper never reads bytes
+	// whose time is not recorded yet (it sends the two together).
+	l.times.writing(p, time.Now())
 	n, err := l.f.Write(p)
+	l.times.wrote(p[:n])
 	if n > 0 {
-		l.times.wrote(p[:n], time.Now())
 		l.s.poke()
 	}
 	return n, err

@@ -60,9 +60,10 @@ func (s *Spool) openTimes(step int, log *os.File) *lineTimes {
 	return t
 }
 
-// wrote records the line time of p, just written at the log's end at now.
-func (t *lineTimes) wrote(p []byte, now time.Time) {
-	if t == nil {
+// writing records the line time of p, about to be written at the log's
+// end at now: the first line p begins, if any.
+func (t *lineTimes) writing(p []byte, now time.Time) {
+	if t == nil || len(p) == 0 {
 		return
 	}
 	start := -1
@@ -76,6 +77,13 @@ func (t *lineTimes) wrote(p []byte, now time.Time) {
 		if _, err := t.f.Write(t.buf); err == nil {
 			t.lastMS = ms
 		}
+	}
+}
+
+// wrote moves past p, the bytes written.
+func (t *lineTimes) wrote(p []byte) {
+	if t == nil || len(p) == 0 {
+		return
 	}
 	t.off += int64(len(p))
 	t.lineStart = p[len(p)-1] == '\n'

@@ -29,10 +29,11 @@ func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
 	t0 := time.UnixMilli(1_700_000_000_000)
 	write := func(s string, at time.Time) {
 		t.Helper()
+		lt.writing([]byte(s), at)
 		if _, err := w.(*spoolLog).f.Write([]byte(s)); err != nil {
 			t.Fatal(err)
 		}
-		lt.wrote([]byte(s), at)
+		lt.wrote([]byte(s))
 	}
 	write("one\ntw", t0)                            // lines at 0 and 4: one record, 0
 	write("o\nthree\n", t0.Add(5*time.Millisecond)) // a line at 8
@@ -86,8 +87,9 @@ func TestShipper_SendsEachLineTimeOnceWithItsBytes(t *testing.T) {
 		line := fmt.Sprintf("line %d\n", i)
 		want = append(want, api.LineTime{Offset: int64(log.Len()), UnixMS: t0.UnixMilli() + int64(i)})
 		log.WriteString(line)
+		lt.writing([]byte(line), t0.Add(time.Duration(i)*time.Millisecond))
 		w.(*spoolLog).f.Write([]byte(line))
-		lt.wrote([]byte(line), t0.Add(time.Duration(i)*time.Millisecond))
+		lt.wrote([]byte(line))
 	}
 	w.Close()
 	appendDone(t, sp, api.CompleteInput{State: api.StateSucceeded})
