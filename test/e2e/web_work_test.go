@@ -273,7 +273,7 @@ func TestBrowser_RunnersTabShowsTheRunnersRealBuildAndCapacity(t *testing.T) {
 	if !strings.Contains(held, "1 of 2") || !strings.Contains(held, fmt.Sprintf("#%d web running", run.ID)) {
 		t.Errorf("runs held %q, want 1 of 2 and run %d", held, run.ID)
 	}
-	screenshots(t, ctx, "runners")
+	screenshots(t, ctx, "runners-held")
 	w.openRunGate("go", run.ID)
 	w.waitFinal(run.ID, 60*time.Second)
 }
