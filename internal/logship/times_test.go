@@ -42,7 +42,7 @@ func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
 	write("ve\n", t0.Add(30*time.Millisecond))      // mid-line: none
 	w.Close()
 	got, err := sp.LineTimes(1, 0, 1<<40, 0, false)
-	want := []api.LineTime{{0, t0.UnixMilli()}, {8, t0.UnixMilli() + 5}, {19, t0.UnixMilli() + 9}}
+	want := []api.LineTime{{Offset: 0, UnixMS: t0.UnixMilli()}, {Offset: 8, UnixMS: t0.UnixMilli() + 5}, {Offset: 19, UnixMS: t0.UnixMilli() + 9}}
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("line times %v, %v; want %v", got, err, want)
 	}

@@ -106,7 +106,7 @@ func scanPipeline(row interface{ Scan(...any) error }) (store.Pipeline, error) {
 	return p, err
 }
 
-// notesArg stores notes: '' for none, else a JSON list.
+// notesArg stores notes: ” for none, else a JSON list.
 func notesArg(notes []string) string {
 	if len(notes) == 0 {
 		return ""
