@@ -81,6 +81,9 @@ func serve(args []string) int {
 		Deadline: sv.Deadline, Linger: sv.Linger, Heartbeat: sv.Heartbeat, DeadAfter: sv.DeadAfter,
 		ExitWithParent: sv.ExitWithParent, ExitWithoutClient: sv.ExitWithoutClient, NoCgroups: sv.NoCgroups,
 	}
+	if sv.ImageEnv {
+		cfg.Base = stepagent.ImageBase(os.Environ())
+	}
 	socket, readyFD := sv.Socket, sv.ReadyFD
 	if sv.User != "" {
 		u, err := stepagent.ParseStepUser(sv.User)

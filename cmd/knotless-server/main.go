@@ -14,12 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/version"
 )
@@ -108,7 +107,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 			return nil
 		},
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := envFallbacks(cmd.Flags()); err != nil {
+			if err := envflag.Apply(cmd.Flags()); err != nil {
 				return &usageError{err}
 			}
 			return nil
@@ -151,44 +150,21 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cfg.MaxPushSize, cfg.MaxFetchRequest = server.DefaultMaxPushSize, server.DefaultMaxFetchRequest
-	f.Var(byteSize{&cfg.MaxPushSize}, "max-push-size",
+	f.Var(envflag.Size{P: &cfg.MaxPushSize, AllowZero: true}, "max-push-size",
 		"largest push (request body, uncompressed) the server takes; a larger one is refused before it is stored")
-	f.Var(byteSize{&cfg.MaxFetchRequest}, "max-fetch-request",
+	f.Var(envflag.Size{P: &cfg.MaxFetchRequest, AllowZero: true}, "max-fetch-request",
 		"largest fetch request (wants and haves, uncompressed); a larger one is cut there and refused")
 	cfg.MaxOutputsSize = server.DefaultMaxOutputsSize
-	f.Var(byteSize{&cfg.MaxOutputsSize}, "max-outputs-size",
+	f.Var(envflag.Size{P: &cfg.MaxOutputsSize, AllowZero: true}, "max-outputs-size",
 		"largest outputs archive of one run; a larger one is refused before it is stored, and the run's setup log says so")
-	f.Var(byteSize{&cfg.RepoQuota}, "repo-quota",
+	f.Var(envflag.Size{P: &cfg.RepoQuota, AllowZero: true}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
 	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
 		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota"}, limits...) {
-		fl := f.Lookup(name)
-		fl.Usage += " [env " + envName(name) + "]"
+		envflag.Bind(f, name)
 	}
 	return cmd
-}
-
-// envName is the environment variable of a flag: KNOTLESS_ + NAME.
-func envName(flag string) string {
-	return "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
-// envFallbacks sets every flag not given on the command line from its
-// environment variable, when set.
-func envFallbacks(fs *pflag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(fl *pflag.Flag) {
-		if fl.Changed || err != nil {
-			return
-		}
-		if v, ok := os.LookupEnv(envName(fl.Name)); ok && v != "" {
-			if e := fl.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, e)
-			}
-		}
-	})
-	return err
 }
 
 func run(ctx context.Context, cfg server.Config) error {

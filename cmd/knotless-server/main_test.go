@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/svcauth"
 )
 
@@ -27,7 +28,7 @@ func TestEnvFallbacks_FlagWinsOverEnvironment(t *testing.T) {
 	if err := cmd.ParseFlags([]string{"--lease", "7s"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := envFallbacks(cmd.Flags()); err != nil {
+	if err := envflag.Apply(cmd.Flags()); err != nil {
 		t.Fatal(err)
 	}
 	if v := cmd.Flags().Lookup("listen").Value.String(); v != "127.0.0.1:9999" {
@@ -38,7 +39,7 @@ func TestEnvFallbacks_FlagWinsOverEnvironment(t *testing.T) {
 	}
 	t.Setenv("KNOTLESS_LEASE", "soon")
 	cmd = newCommand()
-	if err := envFallbacks(cmd.Flags()); err == nil || !strings.Contains(err.Error(), "KNOTLESS_LEASE") {
+	if err := envflag.Apply(cmd.Flags()); err == nil || !strings.Contains(err.Error(), "KNOTLESS_LEASE") {
 		t.Errorf("bad KNOTLESS_LEASE: err = %v, want one naming the variable", err)
 	}
 }
@@ -46,7 +47,7 @@ func TestEnvFallbacks_FlagWinsOverEnvironment(t *testing.T) {
 func TestHandoverGrace_FlagEnvironmentAndDefaultInHelp(t *testing.T) {
 	t.Setenv("KNOTLESS_HANDOVER_GRACE", "2m")
 	cmd := newCommand()
-	if err := envFallbacks(cmd.Flags()); err != nil {
+	if err := envflag.Apply(cmd.Flags()); err != nil {
 		t.Fatal(err)
 	}
 	if v := cmd.Flags().Lookup("handover-grace").Value.String(); v != "2m0s" {

@@ -35,9 +35,14 @@ type Serve struct {
 	// Workdir, Home and Tmp are the steps' working directory, HOME and
 	// TMPDIR (Tmp empty: TMPDIR unset).
 	Workdir, Home, Tmp string
-	// PATH is the PATH of steps that set none (empty:
-	// /usr/local/bin:/usr/bin:/bin).
+	// PATH is the PATH of steps that set none and whose image has none
+	// (empty: /usr/local/bin:/usr/bin:/bin).
 	PATH string
+	// ImageEnv makes every step start from the agent's own environment:
+	// in a container or pod, the image's ENV as the runtime gave it to
+	// PID 1 (PATH among it). The step's own variables (the runner's and
+	// the workflow's) win over it; HOME and TMPDIR stay the agent's.
+	ImageEnv bool
 	// Run is the environment's ID (executor.Spec.ID), which the agent
 	// reports in its hello.
 	Run string
@@ -76,7 +81,8 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Workdir, "workdir", "", "the steps' working directory (the checkout)")
 	fs.StringVar(&s.Home, "home", "", "HOME for steps that set none")
 	fs.StringVar(&s.Tmp, "tmp", "", "TMPDIR for steps that set none: the run's temporary directory (unset when empty)")
-	fs.StringVar(&s.PATH, "path", "", "PATH for steps that set none (default /usr/local/bin:/usr/bin:/bin)")
+	fs.StringVar(&s.PATH, "path", "", "PATH for steps that set none and whose image has none (default /usr/local/bin:/usr/bin:/bin)")
+	fs.BoolVar(&s.ImageEnv, "image-env", false, "steps start from this process's environment (the image's, in a container), beneath their own variables; HOME and TMPDIR stay the agent's")
 	fs.StringVar(&s.Run, "run", "", "the run environment's ID, reported to clients")
 	fs.Var((*timeFlag)(&s.Deadline), "deadline", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")
 	fs.DurationVar(&s.Linger, "linger", 0, "how long to stay after the deadline with no client before exiting (default 10m)")

@@ -50,6 +50,11 @@ const (
 	// step (a value holding a NUL byte, stored by an older server); the
 	// message names the secret.
 	ReasonSecretInvalid = "secret-invalid"
+	// ReasonPreempted: the scheduler took the job pod's node for a pod of
+	// higher priority (DisruptionTarget PreemptionByScheduler): the
+	// environment's doing, unlike evicted for the node's pressure or a
+	// drain, a retry rule can tell them apart.
+	ReasonPreempted = "preempted"
 )
 
 // Step states.
@@ -60,7 +65,23 @@ const (
 	StepFailed    = "failed"
 	StepSkipped   = "skipped"
 	StepCancelled = "cancelled"
+	// StepErrored is a step its environment let down (evicted,
+	// preempted, the pod or container lost): not its own failure, so it
+	// has no exit code of its own.
+	StepErrored = "errored"
 )
+
+// StepFinalStates are the final step states, the ones a step never leaves.
+var StepFinalStates = []string{StepSucceeded, StepFailed, StepErrored, StepSkipped, StepCancelled}
+
+// StepIsFinal reports whether a step's state is one it never leaves.
+func StepIsFinal(state string) bool {
+	switch state {
+	case StepSucceeded, StepFailed, StepErrored, StepSkipped, StepCancelled:
+		return true
+	}
+	return false
+}
 
 // SetupStep is the step index of a run's setup log: checkout, workflow
 // errors and messages of the runner. Workflow steps are numbered from 1.

@@ -276,13 +276,7 @@ func workflowSteps(r api.Run) int {
 }
 
 // stepDone reports whether a step's state is one it never leaves.
-func stepDone(state string) bool {
-	switch state {
-	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
-		return true
-	}
-	return false
-}
+func stepDone(state string) bool { return api.StepIsFinal(state) }
 
 // printLogs prints the logs of run id as they are now: the setup log (when
 // not empty), every step framed by runlog headers and footers, and the

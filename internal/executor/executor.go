@@ -136,6 +136,11 @@ type Spec struct {
 	// Image is the workflow's image (docker, kube); the shell executor
 	// ignores it and says so in the setup log.
 	Image string
+	// Arch is the architecture the workflow asks for (`arch:`, GOARCH
+	// names such as arm64), "" for any: kube runs the pod on such a node
+	// (nodeSelector kubernetes.io/arch); shell and docker run only on a
+	// host of it, else Prepare fails naming both.
+	Arch string
 	// Workspace is the checkout's directory on the runner's host. It is
 	// self-contained (its .git needs nothing outside it).
 	Workspace string
@@ -227,7 +232,7 @@ type Result struct {
 // limit) or by a person (cancelled).
 func EnvironmentFault(reason string) bool {
 	switch reason {
-	case api.ReasonEvicted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
+	case api.ReasonEvicted, api.ReasonPreempted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
 		api.ReasonUnschedulable, api.ReasonPodLost:
 		return true
 	}

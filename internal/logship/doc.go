@@ -1,9 +1,8 @@
 // Package logship gets what a run produces from the runner to the server:
 // the on-disk Spool a run is recorded into (step logs, the outputs archive,
-// a journal of step updates ending with the result), the Shipper that delivers a spool and
-// removes it once the server acknowledged the result, and Client, the
-// runner's typed calls to its server (claim, heartbeat, updateStep,
-// appendLog, uploadOutputs, complete, startSession, handover, resumeRun).
+// a journal of step updates ending with the result) and the Shipper that
+// delivers a spool through the runner's server client (api.RunnerClient)
+// and removes it once the server acknowledged the result.
 //
 // It knows nothing of workflows, executors or the claim loop; the runner
 // drives it. It must never drop a spooled byte or entry without a log line

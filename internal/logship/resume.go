@@ -142,7 +142,7 @@ func (s *Spool) LastCheckpoint(step int) (c Checkpoint, ok bool, err error) {
 // bytes after it were written by a process that died before it could
 // record them, and will be written again) and opens it for appending. It
 // also returns the log's last byte (0 when empty).
-func (s *Spool) ResumeLog(step int, size int64) (io.WriteCloser, byte, error) {
+func (s *Spool) ResumeLog(step int, size int64) (LogFile, byte, error) {
 	f, err := os.OpenFile(s.logPath(step), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)

@@ -27,7 +27,7 @@ const minChunk = 64 << 10
 // else is delivered; then it removes the spool. While the server is
 // unreachable it keeps everything on disk and retries with backoff.
 type Shipper struct {
-	Client *Client
+	Client *api.RunnerClient
 	Spool  *Spool
 	Log    *slog.Logger
 	// MaxBackoff caps the wait between retries; 0 means 15 s.

@@ -204,7 +204,7 @@ func startShipper(t *testing.T, srv *logServer, sp *Spool) (context.CancelFunc, 
 	t.Cleanup(hs.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	sh := &Shipper{Client: NewClient(&api.Client{BaseURL: hs.URL}), Spool: sp, Log: testLogger(t), MaxBackoff: 100 * time.Millisecond}
+	sh := &Shipper{Client: api.NewRunnerClient(&api.Client{BaseURL: hs.URL}), Spool: sp, Log: testLogger(t), MaxBackoff: 100 * time.Millisecond}
 	go func() { done <- sh.Run(ctx) }()
 	t.Cleanup(cancel)
 	return cancel, done

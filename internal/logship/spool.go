@@ -234,10 +234,18 @@ func (s *Spool) logPath(step int) string {
 	return filepath.Join(s.dir, fmt.Sprintf("step-%d.log", step))
 }
 
+// LogFile is one step's log as a run's recorder keeps it: bytes are
+// appended, and FreeReserve gives up the space kept back for the marker of
+// lost bytes (a spool's reserve), reporting whether there was any.
+type LogFile interface {
+	io.WriteCloser
+	FreeReserve() bool
+}
+
 // Log opens step's log file for appending. Every write is on disk (in the
 // page cache) before it returns and wakes the shipper; a write that
 // begins a line records when (times.go).
-func (s *Spool) Log(step int) (io.WriteCloser, error) {
+func (s *Spool) Log(step int) (LogFile, error) {
 	f, err := os.OpenFile(s.logPath(step), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)

@@ -68,7 +68,7 @@ func RunSummary(r api.Run) string {
 // reporting the step as api.StepFailed: only the display differs.
 func SetupState(stepState, runState string) string {
 	switch stepState {
-	case api.StepFailed, api.StepCancelled:
+	case api.StepFailed, api.StepErrored, api.StepCancelled:
 		if api.IsFinal(runState) && runState != api.StateSucceeded {
 			return runState
 		}

@@ -70,8 +70,8 @@ steps:
 		t.Errorf("the setup log does not say step 1 lost log bytes:\n%s", setup)
 	}
 	st := steps(w.getRun(run.ID))
-	if st[1].State != api.StepFailed || st[1].Reason != api.ReasonExecutor {
-		t.Errorf("step 1 %s/%s, want failed/executor", st[1].State, st[1].Reason)
+	if st[1].State != api.StepErrored || st[1].Reason != api.ReasonExecutor {
+		t.Errorf("step 1 %s/%s, want errored/executor", st[1].State, st[1].Reason)
 	}
 	if _, err := os.Stat(filepath.Join(w.work, "runs")); err != nil {
 		t.Logf("runs dir: %v", err)

@@ -4,7 +4,7 @@
 // through an executor.Executor (shared by `run` and the server-less `exec`).
 // Each run is recorded into a logship.Spool, from which a logship.Shipper
 // delivers logs, step updates and the result; the claim loop's calls (claim,
-// heartbeat) go through logship.Client too.
+// heartbeat) go through api.RunnerClient too.
 //
 // It knows executors only through the executor package's interfaces, so
 // docker and kube fit without touching it. It must never let a byte of step

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/logship"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -44,9 +45,10 @@ func (l memLog) Write(p []byte) (int, error) {
 	defer l.r.mu.Unlock()
 	return l.r.logs[l.step].Write(p)
 }
-func (memLog) Close() error { return nil }
+func (memLog) Close() error      { return nil }
+func (memLog) FreeReserve() bool { return false }
 
-func (r *memReporter) Log(step int) (io.WriteCloser, error) {
+func (r *memReporter) Log(step int) (logship.LogFile, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.logs[step] == nil {
@@ -172,7 +174,7 @@ func TestExecute_InvalidWorkflowIsErroredWithPosition(t *testing.T) {
 	if res.State != api.StateErrored || res.Reason != api.ReasonWorkflowInvalid {
 		t.Fatalf("result %+v", res)
 	}
-	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonWorkflowInvalid || f[0].Name != SetupName {
+	if f := rep.final(); f[0].State != api.StepErrored || f[0].Reason != api.ReasonWorkflowInvalid || f[0].Name != SetupName {
 		t.Fatalf("setup step %+v", f[0])
 	}
 	if !strings.Contains(rep.log(0), ".knotless/workflows/ci.yml:4:5") {
@@ -381,7 +383,7 @@ steps:
 	if !strings.Contains(rep.log(1), "no step.yml") {
 		t.Fatalf("step log %q", rep.log(1))
 	}
-	if f := rep.final(); f[1].State != api.StepFailed || f[2].State != api.StepSkipped {
+	if f := rep.final(); f[1].State != api.StepErrored || f[2].State != api.StepSkipped {
 		t.Fatalf("steps %+v", f)
 	}
 }
@@ -423,7 +425,7 @@ func TestExecute_CheckoutFailureIsErroredCheckout(t *testing.T) {
 	if !strings.Contains(rep.log(0), "not our ref") {
 		t.Fatalf("git's error not in the setup log:\n%s", rep.log(0))
 	}
-	if f := rep.final(); f[0].State != api.StepFailed || f[0].Reason != api.ReasonCheckout || f[1].State != api.StepSkipped {
+	if f := rep.final(); f[0].State != api.StepErrored || f[0].Reason != api.ReasonCheckout || f[1].State != api.StepSkipped {
 		t.Fatalf("steps %+v", f)
 	}
 }

@@ -34,8 +34,8 @@ func TestExecute_PrepareFailureIsErroredExecutorAndLeavesNothing(t *testing.T) {
 	if res.State != api.StateErrored || res.Reason != api.ReasonExecutor {
 		t.Fatalf("result %+v, want errored/executor", res)
 	}
-	if f := rep.final(); f[0].State != api.StepFailed || f[1].State != api.StepSkipped {
-		t.Errorf("steps %+v: want setup failed, step 1 skipped", f)
+	if f := rep.final(); f[0].State != api.StepErrored || f[1].State != api.StepSkipped {
+		t.Errorf("steps %+v: want setup errored, step 1 skipped", f)
 	}
 	if !strings.Contains(rep.log(0), "could not prepare the run") {
 		t.Errorf("setup log does not say preparing failed:\n%s", rep.log(0))

@@ -15,6 +15,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/runlog"
 	"knotless.dev/knotless/internal/workflow"
 )
@@ -170,7 +171,7 @@ func (c *ConsoleReporter) endLine() {
 }
 
 // Log implements Reporter.
-func (c *ConsoleReporter) Log(step int) (io.WriteCloser, error) {
+func (c *ConsoleReporter) Log(step int) (logship.LogFile, error) {
 	return consoleLog{c: c, step: step}, nil
 }
 
@@ -191,6 +192,9 @@ func (l consoleLog) Write(p []byte) (int, error) {
 }
 
 func (consoleLog) Close() error { return nil }
+
+// FreeReserve reports false: the console keeps no reserve.
+func (consoleLog) FreeReserve() bool { return false }
 
 // Step implements Reporter.
 func (c *ConsoleReporter) Step(u StepUpdate) error {

@@ -39,7 +39,7 @@ type Result struct {
 type Reporter interface {
 	// Log opens step's log (0 = the setup log). Execute calls it once per
 	// step and closes the writer before the step's final update.
-	Log(step int) (io.WriteCloser, error)
+	Log(step int) (logship.LogFile, error)
 	// Step records a step's state change.
 	Step(u StepUpdate) error
 	// Done records the run's result; it is the last call.
@@ -53,7 +53,7 @@ type SpoolReporter struct {
 }
 
 // Log implements Reporter.
-func (r SpoolReporter) Log(step int) (io.WriteCloser, error) { return r.Spool.Log(step) }
+func (r SpoolReporter) Log(step int) (logship.LogFile, error) { return r.Spool.Log(step) }
 
 // Step implements Reporter.
 func (r SpoolReporter) Step(u StepUpdate) error {
@@ -95,7 +95,7 @@ func (r SpoolReporter) Checkpoints(step int) (*logship.CheckpointWriter, error) 
 }
 
 // ResumeLog implements Journal.
-func (r SpoolReporter) ResumeLog(step int, size int64) (io.WriteCloser, byte, error) {
+func (r SpoolReporter) ResumeLog(step int, size int64) (logship.LogFile, byte, error) {
 	return r.Spool.ResumeLog(step, size)
 }
 

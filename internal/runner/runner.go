@@ -82,7 +82,7 @@ type Config struct {
 type Runner struct {
 	cfg     Config
 	log     *slog.Logger
-	client  *logship.Client
+	client  *api.RunnerClient
 	mirrors *Mirrors
 	caches  *cache.Store // opened by Run, under the work directory's lock
 	// workspaces hands out the runs' stable checkout paths.
@@ -168,7 +168,7 @@ func New(cfg Config) (*Runner, error) {
 		log:        log.With("runner", cfg.State.Name),
 		sess:       newSession(),
 		handover:   make(chan struct{}),
-		client:     logship.NewClient(cfg.State.Client(cfg.HTTP)),
+		client:     api.NewRunnerClient(cfg.State.Client(cfg.HTTP)),
 		mirrors:    &Mirrors{Root: filepath.Join(abs, "mirrors")},
 		workspaces: &workspaces{root: filepath.Join(abs, "workspaces")},
 		hurry:      make(chan struct{}),

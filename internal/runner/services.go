@@ -34,7 +34,7 @@ func (e *execution) startService(ctx context.Context, sess executor.Session, idx
 	fail := func(reason string, err error) (StepUpdate, Result, bool) {
 		fmt.Fprintf(e.setup, "step %d (%s) could not be started: %v\n", idx, name, err)
 		e.setup.flush()
-		return StepUpdate{Step: idx, Name: name, State: api.StepFailed, Reason: reason},
+		return StepUpdate{Step: idx, Name: name, State: api.StepErrored, Reason: reason},
 			Result{State: api.StateErrored, Reason: reason, Message: firstLine(err.Error())}, true
 	}
 	ds, ok := sess.(executor.DetachedSteps)
@@ -130,7 +130,7 @@ func (e *execution) collectService(ctx context.Context, sess executor.Session, s
 	out, err := e.stepLog(svc.idx, nil)
 	if err != nil {
 		log.Error("open step log", "err", err)
-		return StepUpdate{Step: svc.idx, Name: svc.name, State: api.StepFailed, Reason: api.ReasonExecutor},
+		return StepUpdate{Step: svc.idx, Name: svc.name, State: api.StepErrored, Reason: api.ReasonExecutor},
 			Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: err.Error()}, true
 	}
 	out.started()

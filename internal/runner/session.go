@@ -32,7 +32,7 @@ const lostRunMessage = "the runner process that ran it is gone and left no recor
 
 // session is this process's runner session (api.MethodStartSession):
 // whether the server said a newer session superseded it. The session's id
-// travels with every call through logship.Client. Safe for concurrent use.
+// travels with every call through api.RunnerClient. Safe for concurrent use.
 type session struct {
 	superseded chan struct{} // closed once the server answered SessionSuperseded
 	once       sync.Once

@@ -15,14 +15,13 @@ import (
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/shell"
-	"knotless.dev/knotless/internal/logship"
 )
 
 // sessionClient starts a runner session of st's identity, as another
 // knotless-run process would, and returns a client that sends it.
-func sessionClient(t *testing.T, st *State) *logship.Client {
+func sessionClient(t *testing.T, st *State) *api.RunnerClient {
 	t.Helper()
-	c := logship.NewClient(st.Client(nil))
+	c := api.NewRunnerClient(st.Client(nil))
 	if _, err := c.StartSession(context.Background(), api.StartSessionInput{Executor: "test"}); err != nil {
 		t.Fatalf("start session: %v", err)
 	}

@@ -30,6 +30,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 	spec := executor.Spec{
 		ID:          id,
 		Image:       wf.Image,
+		Arch:        wf.Arch,
 		Workspace:   e.job.Workspace,
 		CPUs:        wf.Resources.CPUs,
 		MemoryBytes: wf.Resources.MemoryBytes,

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -112,9 +112,9 @@ over the stream, and removes the container.`,
 	}
 	f := cmd.Flags()
 	exf = addExecutorFlags(f, "the executor to check")
-	f.StringVar(&statePath, "state", "", "state file written by login: also check the server and the credential"+envNote("KNOTLESS_STATE"))
+	f.StringVar(&statePath, "state", "", "state file written by login: also check the server and the credential")
 	f.BoolVar(&skipMachine, "skip-machine", false, "do not start a test job environment (permissions and configuration only)")
-	envFlag(f, "state", "KNOTLESS_STATE")
+	envflag.BindAs(f, "state", "KNOTLESS_STATE")
 	return cmd
 }
 
@@ -165,7 +165,7 @@ func checkServer(ctx context.Context, path string, report func(executor.Check)) 
 		return st
 	}
 	report(executor.Check{Name: "server reachable", OK: true, Detail: fmt.Sprintf("%s (knotless-server %s)", st.Server, desc.Version)})
-	_, err = logship.NewClient(st.Client(nil)).Heartbeat(cctx, 0)
+	_, err = api.NewRunnerClient(st.Client(nil)).Heartbeat(cctx, 0)
 	var ae *api.Error
 	switch {
 	case err == nil, api.IsError(err, api.ErrSessionRequired):

@@ -12,6 +12,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cleanup"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -20,7 +21,7 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 		work     string
 		exf      *executorFlags
 		secrets  []string
-		logLimit = sizeValue(runner.DefaultLogLimit)
+		logLimit = int64(runner.DefaultLogLimit)
 		envs     = &envValue{}
 		envPass  = &envPassValue{}
 	)
@@ -91,7 +92,7 @@ cancelled, 2 when the command line was wrong.`,
 			}
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
-				LogLimit: int64(logLimit), Env: env, Logger: log,
+				LogLimit: logLimit, Env: env, Logger: log,
 			})
 			if err != nil {
 				return err
@@ -105,13 +106,12 @@ cancelled, 2 when the command line was wrong.`,
 	f := cmd.Flags()
 	exf = addExecutorFlags(f, "where the run executes")
 	f.StringArrayVar(&secrets, "secret", nil, "secret NAME to pass, value from the environment variable NAME (repeatable)")
-	f.StringVar(&work, "work", "", "directory for the executor's files, among them the steps' HOME (default: a temporary one, removed)"+envNote("KNOTLESS_WORK"))
-	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi)"+envNote("KNOTLESS_LOG_LIMIT"))
-	f.Lookup("log-limit").DefValue = "64Mi"
+	f.StringVar(&work, "work", "", "directory for the executor's files, among them the steps' HOME (default: a temporary one, removed)")
+	f.Var(envflag.Size{P: &logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi)")
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
-	envFlag(f, "work", "KNOTLESS_WORK")
-	envFlag(f, "log-limit", "KNOTLESS_LOG_LIMIT")
-	envFlag(f, "env-pass", "KNOTLESS_ENV_PASS")
+	f.Var(envPass, "env-pass", envPassUsage)
+	envflag.BindAs(f, "work", "KNOTLESS_WORK")
+	envflag.BindAs(f, "log-limit", "KNOTLESS_LOG_LIMIT")
+	envflag.BindAs(f, "env-pass", "KNOTLESS_ENV_PASS")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/internal/executor/kube"
@@ -49,15 +50,15 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 			jobUsers = append(jobUsers, o.Name())
 		}
 	}
-	fs.StringVar(&e.name, "executor", names[0], what+": "+strings.Join(names, ", ")+envNote("KNOTLESS_EXECUTOR"))
-	envFlag(fs, "executor", "KNOTLESS_EXECUTOR")
-	fs.StringVar(&e.agent, "agent", "", "the step agent program, knotless-agent (default: the one beside knotless-run, else the one in PATH)"+envNote("KNOTLESS_AGENT"))
-	envFlag(fs, "agent", "KNOTLESS_AGENT")
+	fs.StringVar(&e.name, "executor", names[0], what+": "+strings.Join(names, ", "))
+	envflag.BindAs(fs, "executor", "KNOTLESS_EXECUTOR")
+	fs.StringVar(&e.agent, "agent", "", "the step agent program, knotless-agent (default: the one beside knotless-run, else the one in PATH)")
+	envflag.BindAs(fs, "agent", "KNOTLESS_AGENT")
 	if len(jobUsers) > 0 {
 		e.job.AddFlags(fs, strings.Join(jobUsers, ", "))
 		for _, name := range executor.JobFlagNames {
 			e.owner[name] = jobUsers
-			e.withEnv(fs.Lookup(name))
+			envflag.Bind(fs, name)
 		}
 	}
 	for _, o := range e.opts {
@@ -70,18 +71,10 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 			f.Usage += " (only with --executor " + o.Name() + ")"
 			fs.AddFlag(f)
 			e.owner[f.Name] = []string{o.Name()}
-			e.withEnv(f)
+			envflag.Bind(fs, f.Name)
 		})
 	}
 	return e
-}
-
-// withEnv gives f its environment variable: KNOTLESS_ and its name in
-// upper case, '-' as '_'.
-func (e *executorFlags) withEnv(f *pflag.Flag) {
-	env := "KNOTLESS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-	f.Usage += envNote(env)
-	envFlag(e.fs, f.Name, env)
 }
 
 // newExecutor makes the executor --executor names from its flags' values.

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -74,15 +75,15 @@ identity, approved anew).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Server, "server", "", "server URL, e.g. https://ci.example.com"+envNote("KNOTLESS_SERVER"))
+	f.StringVar(&o.Server, "server", "", "server URL, e.g. https://ci.example.com")
 	f.StringVar(&o.Repo, "repo", "", "repository the runner serves, OWNER/NAME")
 	f.StringVar(&o.Name, "name", "", "runner name, unique in the repository")
 	f.StringVar(&labels, "labels", "", "comma-separated labels the runner advertises (workflows' runners: must all match)")
-	f.StringVar(&o.State, "state", "", "state file to write"+envNote("KNOTLESS_STATE"))
+	f.StringVar(&o.State, "state", "", "state file to write")
 	f.BoolVar(&o.Force, "force", false, "replace an existing state file (its identity is lost)")
-	f.StringVar(&o.Token, "token", "", "registration token from knotless runner token (or an owner's API token)"+envNote("KNOTLESS_REGISTRATION_TOKEN"))
-	envFlag(f, "server", "KNOTLESS_SERVER")
-	envFlag(f, "token", "KNOTLESS_REGISTRATION_TOKEN")
-	envFlag(f, "state", "KNOTLESS_STATE")
+	f.StringVar(&o.Token, "token", "", "registration token from knotless runner token (or an owner's API token)")
+	envflag.BindAs(f, "server", "KNOTLESS_SERVER")
+	envflag.BindAs(f, "token", "KNOTLESS_REGISTRATION_TOKEN")
+	envflag.BindAs(f, "state", "KNOTLESS_STATE")
 	return cmd
 }

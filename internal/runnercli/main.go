@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/runner"
 	"knotless.dev/knotless/internal/version"
 )
@@ -140,15 +141,15 @@ command line.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd)
+			return envflag.Apply(cmd.Flags(), cmd.InheritedFlags())
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error"+envNote("KNOTLESS_LOG_LEVEL"))
-	envFlag(root.PersistentFlags(), "log-level", "KNOTLESS_LOG_LEVEL")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	envflag.BindAs(root.PersistentFlags(), "log-level", "KNOTLESS_LOG_LEVEL")
 	root.AddCommand(newLogin(g, stdout), newRun(g), newExec(g, stdout), newDoctor(g, stdout))
 	return root
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/cache"
+	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -17,8 +18,8 @@ func newRun(g *globals) *cobra.Command {
 		statePath, work string
 		exf             *executorFlags
 		cfg             runner.Config
-		logLimit        = sizeValue(runner.DefaultLogLimit)
-		cacheSize       = sizeValue(cache.DefaultSize)
+		logLimit        = int64(runner.DefaultLogLimit)
+		cacheSize       = int64(cache.DefaultSize)
 		envs            = &envValue{}
 		envPass         = &envPassValue{}
 		handover        bool
@@ -115,8 +116,8 @@ to do, cancels its running runs and exits 1.`,
 				return err
 			}
 			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
-			cfg.LogLimit = int64(logLimit)
-			cfg.CacheSize = int64(cacheSize)
+			cfg.LogLimit = logLimit
+			cfg.CacheSize = cacheSize
 			var missing []string
 			cfg.Env, missing = stepEnv(envPass, envs)
 			if len(missing) > 0 {
@@ -152,21 +153,19 @@ to do, cancels its running runs and exits 1.`,
 	}
 	f := cmd.Flags()
 	exf = addExecutorFlags(f, "where runs execute")
-	f.StringVar(&statePath, "state", "", "state file written by login"+envNote("KNOTLESS_STATE"))
-	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools"+envNote("KNOTLESS_WORK"))
-	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once"+envNote("KNOTLESS_CAPACITY"))
-	f.BoolVar(&handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT"+envNote("KNOTLESS_HANDOVER"))
-	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)"+envNote("KNOTLESS_STOP_WAIT"))
-	f.Var(&logLimit, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running"+envNote("KNOTLESS_LOG_LIMIT"))
-	f.Lookup("log-limit").DefValue = "64Mi"
-	f.Var(&cacheSize, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted"+envNote("KNOTLESS_CACHE_SIZE"))
-	f.Lookup("cache-size").DefValue = "10Gi"
+	f.StringVar(&statePath, "state", "", "state file written by login")
+	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools")
+	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once")
+	f.BoolVar(&handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT")
+	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)")
+	f.Var(envflag.Size{P: &logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running")
+	f.Var(envflag.Size{P: &cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	f.Var(envPass, "env-pass", envPassUsage+envNote("KNOTLESS_ENV_PASS"))
+	f.Var(envPass, "env-pass", envPassUsage)
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
 		"cache-size": "KNOTLESS_CACHE_SIZE"} {
-		envFlag(f, flag, env)
+		envflag.BindAs(f, flag, env)
 	}
 	return cmd
 }

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/store"
 )
 
 // logFiles keeps step logs as files: DIR/logs/<run>/<step>.log, and their
@@ -214,4 +217,107 @@ func (p *bufferPool) put(b *pooledBuffer) {
 	if b.class >= 0 {
 		p.classes[b.class].Put(b)
 	}
+}
+
+// The XRPC handlers of step logs: appendLog (the runner writes, by
+// offset, exactly once) and getLog (people read and follow).
+
+func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runner) error {
+	ctx := r.Context()
+	id, err := requiredInt(r, "run")
+	if err != nil {
+		return err
+	}
+	step, err := intParam(r, "step", -1)
+	if err != nil {
+		return err
+	}
+	offset, err := intParam(r, "offset", -1)
+	if err != nil {
+		return err
+	}
+	if step < 0 || offset < 0 {
+		return badRequest("parameters step and offset are required and must be >= 0")
+	}
+	if err := s.checkStep(step); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(ctx, x, id); err != nil {
+		return err
+	}
+	// Line times are a help to read the log: malformed ones are dropped,
+	// never a reason to refuse the log's bytes.
+	times, terr := api.ParseLineTimes(r.URL.Query().Get(api.LogTimesParam))
+	if terr != nil {
+		s.log.Warn("append log: line times dropped", "run", id, "step", step, "runner", x.Name, "err", terr)
+	}
+	data, release, err := readLogChunk(r, maxLogChunk)
+	if err != nil {
+		return err
+	}
+	defer release()
+	before, after, err := s.logs.append(id, int(step), offset, data, times...)
+	var gap *errGap
+	if errors.As(err, &gap) {
+		size := gap.size
+		return &api.Error{Status: http.StatusConflict, Name: api.ErrOffsetGap, Size: &size,
+			Message: fmt.Sprintf("offset %d is past the %d bytes stored for run %d step %d; resend from %d",
+				offset, size, id, step, size)}
+	}
+	if err != nil {
+		return err
+	}
+	if before == 0 && after > 0 {
+		name := ""
+		if step == api.SetupStep {
+			name = "setup"
+		}
+		if err := s.store.EnsureStep(ctx, id, int(step), name, time.Now()); err != nil {
+			return err
+		}
+	}
+	if after > before {
+		s.hub.notify(runKey(id))
+	}
+	return writeJSON(w, api.AppendLogOutput{Size: after})
+}
+
+// readLogChunk reads an appendLog body of at most limit bytes into a
+// buffer of chunkBuffers; release gives it back once the bytes are stored.
+// A body of known length is read in one go, without growing a buffer.
+func readLogChunk(r *http.Request, limit int64) (data []byte, release func(), err error) {
+	if r.ContentLength < 0 {
+		data, err = readLimited(r, limit)
+		return data, func() {}, err
+	}
+	if r.ContentLength > limit {
+		return nil, nil, bodyTooLarge(limit)
+	}
+	buf := chunkBuffers.get(int(r.ContentLength))
+	if _, err := io.ReadFull(r.Body, buf.b); err != nil {
+		chunkBuffers.put(buf)
+		return nil, nil, bodyError(err)
+	}
+	return buf.b, func() { chunkBuffers.put(buf) }, nil
+}
+
+func bodyTooLarge(limit int64) error {
+	return xerr(http.StatusRequestEntityTooLarge, api.ErrInvalidRequest,
+		"body exceeds the limit of %d bytes per request; send smaller chunks", limit)
+}
+
+// readLimited reads a request body of at most limit bytes.
+func readLimited(r *http.Request, limit int64) ([]byte, error) {
+	tooLarge := bodyTooLarge(limit)
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
 }

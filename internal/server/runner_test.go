@@ -446,7 +446,7 @@ func TestRemoveRunner_RunsItHeldEndAtOnceSayingSo(t *testing.T) {
 	if !strings.Contains(run.Message, "removed by alice") || strings.Contains(run.Message, "last heard from: never") {
 		t.Errorf("message %q: want who removed it and when it was last heard from", run.Message)
 	}
-	if got := stepsOf(run)[1]; got != "failed/runner-lost" {
-		t.Errorf("the running step is %s, want failed/runner-lost", got)
+	if got := stepsOf(run)[1]; got != "errored/runner-lost" {
+		t.Errorf("the running step is %s, want errored/runner-lost", got)
 	}
 }

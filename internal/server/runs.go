@@ -161,8 +161,7 @@ func stepDone(run store.Run, steps []store.Step, index int) bool {
 	}
 	for _, st := range steps {
 		if st.Index == index {
-			switch st.State {
-			case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
+			if api.StepIsFinal(st.State) {
 				return true
 			}
 		}

@@ -47,7 +47,7 @@ func TestLease_RunnerLostLeavesNoStepRunningOrPending(t *testing.T) {
 	f.WaitRun(t, id, 10*time.Second, func(r api.Run) bool { return api.IsFinal(r.State) })
 	run := getRun(t, f, id)
 	got := stepsOf(run)
-	want := map[int]string{0: "succeeded/", 1: "failed/runner-lost", 2: "skipped/"}
+	want := map[int]string{0: "succeeded/", 1: "errored/runner-lost", 2: "skipped/"}
 	for i, w := range want {
 		if got[i] != w {
 			t.Errorf("after runner-lost, step %d = %s, want %s (run %s/%s)", i, got[i], w, run.State, run.Reason)

@@ -302,7 +302,7 @@ func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, e
 			ws.Started, ws.Ended = row.StartedAt, row.FinishedAt
 		case row != nil && st.State == api.StepRunning:
 			ws.Started = &row.UpdatedAt
-		case row != nil && (st.State == api.StepSucceeded || st.State == api.StepFailed || st.State == api.StepCancelled):
+		case row != nil && api.StepIsFinal(st.State) && st.State != api.StepSkipped:
 			ws.Started, ws.Ended = prevEnd, &row.UpdatedAt
 			if st.Index == api.SetupStep && run.StartedAt == nil {
 				ws.Started = nil

@@ -1,18 +1,14 @@
 package stepagent
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +23,15 @@ type Config struct {
 	Dir string
 	// Workdir is the steps' default working directory (the checkout).
 	Workdir string
-	// Home is HOME for steps that set none; PATH likewise.
+	// Home is HOME for steps that set none; PATH likewise, unless Base
+	// has one.
 	Home string
 	PATH string
+	// Base, when set, is the environment every step starts from, beneath
+	// its own variables (the image's, when the agent is a container's PID
+	// 1: ImageBase); HOME and TMPDIR in it are ignored (the agent's own
+	// Home and Tmp are the steps', writable).
+	Base map[string]string
 	// Tmp is TMPDIR for steps that set none: the run's temporary
 	// directory, removed with the environment; "" leaves TMPDIR unset.
 	Tmp string
@@ -120,8 +122,10 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Kill says how the agent ends a step's processes (for logs).
-func (a *Agent) Kill() string { return a.cg.describe() }
+// KillMethod describes how the agent finds and ends every process of a
+// step (a cgroup per step, or the child subreaper), for logs and the
+// hello's Kill field.
+func (a *Agent) KillMethod() string { return a.cg.describe() }
 
 // Serve accepts clients on l until Shutdown (nil) or the agent lingered
 // past its deadline with no client (nil); other errors are the listener's.
@@ -234,152 +238,6 @@ func (a *Agent) hello(ch agent.ClientHello) agent.AgentHello {
 	return h
 }
 
-// ServeConn speaks the protocol with one client until it leaves.
-func (a *Agent) ServeConn(rwc io.ReadWriteCloser) {
-	hctx, cancel := context.WithTimeout(context.Background(), max(a.cfg.DeadAfter, agent.DefaultDeadAfter))
-	cn, ch, err := agent.AgentHandshake(hctx, rwc, a.hello, a.cfg.Heartbeat, a.cfg.DeadAfter)
-	cancel()
-	if err != nil {
-		if !errors.Is(err, io.EOF) {
-			a.log.Warn("client handshake failed", "err", err)
-		}
-		return
-	}
-	a.mu.Lock()
-	a.clients++
-	a.mu.Unlock()
-	a.log.Debug("client connected", "client", ch.Client)
-	defer func() {
-		a.mu.Lock()
-		a.clients--
-		a.lastSeen = time.Now()
-		a.mu.Unlock()
-	}()
-	h := &connHandler{a: a, cn: cn}
-	h.run()
-	_ = cn.Close()
-}
-
-// connHandler serves one connection's requests in order.
-type connHandler struct {
-	a  *Agent
-	cn *agent.Conn
-
-	stopFollow context.CancelFunc
-	followDone chan struct{}
-
-	copyIn *copyIn // an unpacking in progress
-}
-
-type copyIn struct {
-	pw   *io.PipeWriter
-	done chan agent.CopyDone
-	h    interface {
-		io.Writer
-		Sum([]byte) []byte
-	}
-	n int64
-}
-
-// decode reads f's JSON payload; one that does not decode means the
-// stream is not what the protocol says: the caller ends the connection.
-func decode[T any](h *connHandler, f agent.Frame) (T, bool) {
-	var v T
-	if err := agent.Decode(f.Type, f.Payload, &v); err != nil {
-		h.fail(f.Type, "", err)
-		return v, false
-	}
-	return v, true
-}
-
-func (h *connHandler) fail(t agent.Type, stepID string, err error) {
-	_ = h.cn.WriteJSON(agent.TypeError, agent.Error{For: t.String(), Step: stepID, Message: err.Error()})
-}
-
-func (h *connHandler) run() {
-	defer h.endFollow()
-	defer func() {
-		if h.copyIn != nil {
-			h.copyIn.pw.CloseWithError(errors.New("connection lost"))
-			<-h.copyIn.done
-		}
-	}()
-	for f := range h.cn.Frames() {
-		t, p := f.Type, f.Payload
-		switch t {
-		case agent.TypeStart:
-			req, ok := decode[agent.Start](h, f)
-			if !ok {
-				return
-			}
-			s, attached, err := h.a.start(&req)
-			if err != nil {
-				h.fail(t, req.ID, err)
-				continue
-			}
-			if err := h.cn.WriteJSON(agent.TypeStarted, agent.Started{ID: s.id, Attached: attached}); err != nil {
-				return
-			}
-			if req.Detach {
-				continue // a service: followed later, by Attach or another Start
-			}
-			h.follow(s, req.Offset, req.Chunk)
-		case agent.TypeAttach:
-			req, ok := decode[agent.Attach](h, f)
-			if !ok {
-				return
-			}
-			s := h.a.step(req.ID)
-			if s == nil {
-				h.fail(t, req.ID, errors.New("no such step"))
-				continue
-			}
-			h.follow(s, req.Offset, req.Chunk)
-		case agent.TypeStop:
-			req, ok := decode[agent.Stop](h, f)
-			if !ok {
-				return
-			}
-			h.a.stop(req)
-		case agent.TypeSteps:
-			if err := h.cn.WriteJSON(agent.TypeStepList, agent.StepList{Steps: h.a.hello(agent.ClientHello{}).Steps}); err != nil {
-				return
-			}
-		case agent.TypeCopyIn:
-			req, ok := decode[agent.CopyIn](h, f)
-			if !ok {
-				return
-			}
-			h.startCopyIn(req)
-		case agent.TypeData:
-			if h.copyIn != nil {
-				h.copyIn.h.Write(p)
-				h.copyIn.n += int64(len(p))
-				_, _ = h.copyIn.pw.Write(p) // an unpacking error is reported at DataEnd
-			}
-			f.Release()
-		case agent.TypeDataEnd:
-			end, ok := decode[agent.DataEnd](h, f)
-			if !ok {
-				return
-			}
-			h.endCopyIn(end)
-		case agent.TypeCopyOut:
-			req, ok := decode[agent.CopyOut](h, f)
-			if !ok {
-				return
-			}
-			h.copyOut(req)
-		case agent.TypeShutdown:
-			h.a.log.Info("shutdown requested")
-			h.a.stopAll()
-			_ = h.cn.Write(agent.TypeShutdownDone)
-			h.a.Shutdown()
-			return
-		}
-	}
-}
-
 // step returns the step with id, or nil.
 func (a *Agent) step(id string) *step {
 	a.mu.Lock()
@@ -479,186 +337,6 @@ func (a *Agent) spared() *spared {
 	return sp
 }
 
-// follow streams s's output from off, then its exit, on this connection;
-// a follow already running on it is ended first.
-func (h *connHandler) follow(s *step, off int64, chunk int) {
-	h.endFollow()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	h.stopFollow, h.followDone = cancel, done
-	go func() {
-		defer close(done)
-		if err := streamOutput(ctx, h.cn, s, off, chunk); err != nil && ctx.Err() == nil {
-			h.a.log.Debug("following a step's output ended", "step", s.id, "err", err)
-		}
-	}()
-}
-
-func (h *connHandler) endFollow() {
-	if h.stopFollow != nil {
-		h.stopFollow()
-		<-h.followDone
-		h.stopFollow, h.followDone = nil, nil
-	}
-}
-
-// streamOutput sends s's output from byte off in frames of at most chunk
-// bytes, then its Exit, as the output grows, until ctx ends or a write
-// fails.
-func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64, chunk int) error {
-	if chunk <= 0 || chunk > agent.OutputChunk {
-		chunk = agent.OutputChunk
-	}
-	buf := make([]byte, chunk)
-	for {
-		grown := s.growth()
-		done := s.isDone() // before size: once done, size is final
-		size := s.size.Load()
-		switch {
-		case off < size:
-			n := min(int64(len(buf)), size-off)
-			k, err := s.out.ReadAt(buf[:n], off)
-			if k > 0 {
-				if err := cn.Write(agent.TypeOutput, agent.EncodeOutput(s.id, off), buf[:k]); err != nil {
-					return err
-				}
-				off += int64(k)
-			}
-			if err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-			continue
-		case done && off > size:
-			return cn.WriteJSON(agent.TypeError, agent.Error{For: "attach", Step: s.id,
-				Message: fmt.Sprintf("offset %d is past the step's output of %d bytes", off, size)})
-		case done:
-			return cn.WriteJSON(agent.TypeExit, s.exit)
-		}
-		select {
-		case <-grown:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func (h *connHandler) startCopyIn(req agent.CopyIn) {
-	if h.copyIn != nil {
-		h.copyIn.pw.CloseWithError(errors.New("a new copy began"))
-		<-h.copyIn.done
-	}
-	pr, pw := io.Pipe()
-	ci := &copyIn{pw: pw, done: make(chan agent.CopyDone, 1), h: sha256.New()}
-	h.copyIn = ci
-	go func() {
-		var d agent.CopyDone
-		t, name, closeTree, err := agent.ResolveIn(h.a.cfg.Workdir, req.Dst)
-		if err == nil {
-			var r io.Reader
-			var closeR func()
-			if r, closeR, err = agent.Decompress(pr, req.Compression); err == nil {
-				d.Files, err = agent.ExtractTar(context.Background(), r, t, name)
-				if err == nil && req.Compression != "" {
-					// To the compressed stream's end: its checksum.
-					_, err = io.Copy(io.Discard, r)
-				}
-				closeR()
-			}
-			closeTree()
-		}
-		if err != nil {
-			d.Error = err.Error()
-		}
-		pr.CloseWithError(errors.New("unpacking stopped")) // unblock the writer
-		ci.done <- d
-	}()
-}
-
-func (h *connHandler) endCopyIn(end agent.DataEnd) {
-	ci := h.copyIn
-	if ci == nil {
-		h.fail(agent.TypeDataEnd, "", errors.New("no copy in progress"))
-		return
-	}
-	h.copyIn = nil
-	if end.Error != "" {
-		ci.pw.CloseWithError(errors.New(end.Error))
-	} else {
-		ci.pw.Close()
-	}
-	d := <-ci.done
-	d.Bytes, d.SHA256 = ci.n, hex.EncodeToString(ci.h.Sum(nil))
-	if d.Error == "" && end.Error != "" {
-		d.Error = "the sender failed: " + end.Error
-	}
-	_ = h.cn.WriteJSON(agent.TypeCopyDone, d)
-}
-
-// copyOut streams req.Src as a copy-format tar stream.
-func (h *connHandler) copyOut(req agent.CopyOut) {
-	w := &dataWriter{cn: h.cn, h: sha256.New()}
-	t, name, closeTree, err := agent.ResolveIn(h.a.cfg.Workdir, req.Src)
-	if err == nil {
-		var cw io.WriteCloser
-		if cw, err = agent.Compress(w, req.Compression); err == nil {
-			err = agent.WriteTar(context.Background(), cw, t, name)
-			if cerr := cw.Close(); err == nil {
-				err = cerr
-			}
-		}
-		closeTree()
-	}
-	if err == nil {
-		err = w.flush()
-	}
-	end := agent.DataEnd{Bytes: w.n, SHA256: hex.EncodeToString(w.h.Sum(nil))}
-	if err != nil {
-		end.Error = err.Error()
-		end.NotExist = w.n == 0 && errors.Is(err, fs.ErrNotExist)
-	}
-	_ = h.cn.WriteJSON(agent.TypeDataEnd, end)
-}
-
-// dataWriter cuts a stream into Data frames of agent.DataChunk bytes.
-type dataWriter struct {
-	cn *agent.Conn
-	h  interface {
-		io.Writer
-		Sum([]byte) []byte
-	}
-	buf []byte
-	n   int64
-}
-
-func (w *dataWriter) Write(p []byte) (int, error) {
-	total := len(p)
-	for len(p) > 0 {
-		if w.buf == nil {
-			w.buf = make([]byte, 0, agent.DataChunk)
-		}
-		k := min(len(p), agent.DataChunk-len(w.buf))
-		w.buf = append(w.buf, p[:k]...)
-		p = p[k:]
-		if len(w.buf) == agent.DataChunk {
-			if err := w.flush(); err != nil {
-				return total - len(p), err
-			}
-		}
-	}
-	return total, nil
-}
-
-func (w *dataWriter) flush() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	w.h.Write(w.buf)
-	w.n += int64(len(w.buf))
-	err := w.cn.Write(agent.TypeData, w.buf)
-	w.buf = w.buf[:0]
-	return err
-}
-
 // WriteState records the agent's identity in DIR/agent.json: pid, the
 // process's start time (clock ticks since boot, /proc/PID/stat field 22, so
 // that a later process reusing the PID is told apart), version and run.
@@ -682,4 +360,25 @@ func (a *Agent) WriteState(extra map[string]any) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(a.cfg.Dir, "agent.json"))
+}
+
+// ImageBase is environ (NAME=VALUE entries, as os.Environ gives them) as a
+// step's base environment: what a container runtime gave the agent as
+// PID 1 (the image's ENV, the runtime's own such as HOSTNAME), without
+// what a shell between the runtime and the agent added (PWD, OLDPWD,
+// SHLVL, _).
+func ImageBase(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		switch k {
+		case "PWD", "OLDPWD", "SHLVL", "_":
+			continue
+		}
+		m[k] = v
+	}
+	return m
 }

@@ -396,12 +396,24 @@ func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 		}
 		names = append(names, k)
 	}
+	for k := range a.cfg.Base {
+		if _, own := in[k]; !own && k != "HOME" && k != "TMPDIR" && k != "PATH" {
+			names = append(names, k)
+		}
+	}
 	slices.Sort(names)
 	env := make([]string, 0, len(names)+2)
 	for _, k := range names {
-		env = append(env, k+"="+string(in[k]))
+		if v, ok := in[k]; ok {
+			env = append(env, k+"="+string(v))
+		} else {
+			env = append(env, k+"="+a.cfg.Base[k])
+		}
 	}
 	path := a.cfg.PATH
+	if p, ok := a.cfg.Base["PATH"]; ok {
+		path = p
+	}
 	if v, ok := in["PATH"]; ok {
 		path = string(v)
 	} else {

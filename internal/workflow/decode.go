@@ -3,6 +3,7 @@ package workflow
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -15,7 +16,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "steps"}
+	workflowKeys = []string{"name", "on", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -67,6 +68,14 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 		case "image":
 			if s, ok := d.word(e, "image"); ok {
 				w.Image = s
+			}
+		case "arch":
+			if s, ok := d.word(e, "arch"); ok {
+				if !slices.Contains(Arches, s) {
+					d.errorf(e.vpos(), "arch %q: want one of %s (the names Go and Kubernetes use: kubernetes.io/arch)", s, strings.Join(Arches, ", "))
+				} else {
+					w.Arch = s
+				}
 			}
 		case "env":
 			w.Env, envPos = d.env(e, "env")

@@ -5,6 +5,10 @@ import "time"
 // Dir is where workflows live in a repository.
 const Dir = ".knotless/workflows"
 
+// Arches are the values of `arch:`: Linux architectures as Go and
+// Kubernetes (the node label kubernetes.io/arch) name them.
+var Arches = []string{"amd64", "arm64", "386", "arm", "ppc64le", "s390x", "riscv64"}
+
 // DefaultTimeout is a run's timeout when the workflow sets none.
 const DefaultTimeout = time.Hour
 
@@ -15,6 +19,7 @@ type Workflow struct {
 	On        Triggers          // `on:`
 	Runners   []string          // `runners:`; empty = unlabelled work
 	Image     string            // `image:`
+	Arch      string            // `arch:`; "" = any
 	Env       map[string]string // `env:`
 	Secrets   []string          // `secrets:`
 	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted

@@ -62,6 +62,27 @@ const JobRootImage = "localhost/knotless/job-root:1"
 // image. User 1000, /tmp 1777.
 const JobNoTarImage = "localhost/knotless/job-notar:1"
 
+// JobOwnPathImage is JobBaseImage laid out as images such as golang's
+// are: tools in directories only its own PATH names (ENV PATH=
+// /usr/local/go/bin:/opt/t/bin:/usr/bin:/bin): `go` (a stand-in that
+// prints what it was asked) in /usr/local/go/bin and `hello` in
+// /opt/t/bin, so that a step finds them only through the image's PATH.
+const JobOwnPathImage = "localhost/knotless/job-ownpath:1"
+
+// OwnPathEnv is JobOwnPathImage's PATH.
+const OwnPathEnv = "PATH=/usr/local/go/bin:/opt/t/bin:/usr/bin:/bin"
+
+// JobFakeArmImage is JobNoTarImage whose `uname -m` says aarch64 (a
+// script): a job pod on this amd64 node
+// that reports arm64, for the runner's choice of the step agent by the
+// pod's architecture, and for what an agent of the wrong one does.
+const JobFakeArmImage = "localhost/knotless/job-fakearm:2"
+
+// JobArm64OnlyImage is JobBaseImage whose /bin/sh is a program for arm64
+// (a minimal aarch64 ELF): on an amd64 node its PID 1 cannot execute
+// (exec format error), as an arm64-only image's cannot.
+const JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"
+
 // CoreDNSImage holds our CoreDNS build (no forward plugin).
 const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
 
@@ -102,7 +123,76 @@ func jobImages() ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Image{jobBase, root, noTar}, nil
+	ownPath, err := busyboxImage(JobOwnPathImage)
+	if err != nil {
+		return nil, err
+	}
+	ownPath.Files = append(ownPath.Files, OwnPathFiles...)
+	ownPath.Env = []string{OwnPathEnv, "HOME=/home/job"}
+	// dash, not busybox: busybox's sh runs its own uname applet, never a
+	// file in its place.
+	fakeArm, err := noTarImage(JobFakeArmImage)
+	if err != nil {
+		return nil, err
+	}
+	fakeArm.Files = replaceFile(fakeArm.Files, File{Path: "/bin/uname", Mode: 0o755, Data: []byte("#!/bin/sh\necho aarch64\n")})
+	arm64Only, err := busyboxImage(JobArm64OnlyImage)
+	if err != nil {
+		return nil, err
+	}
+	arm64Only.Files = replaceFile(arm64Only.Files, File{Path: "/bin/sh", Mode: 0o755, Data: aarch64ELF()})
+	return []Image{jobBase, root, noTar, ownPath, fakeArm, arm64Only}, nil
+}
+
+// replaceFile returns files with f in place of the entry of its path.
+func replaceFile(files []File, f File) []File {
+	out := make([]File, 0, len(files)+1)
+	for _, g := range files {
+		if g.Path != f.Path {
+			out = append(out, g)
+		}
+	}
+	return append(out, f)
+}
+
+// aarch64ELF is the smallest executable ELF file for arm64 (a 64-byte
+// header and one PT_LOAD program header, its code an endless loop): the
+// kernel of an amd64 node refuses it by its machine (exec format error)
+// before anything runs.
+func aarch64ELF() []byte {
+	b := make([]byte, 64+56+4)
+	copy(b, "\x7fELF")
+	b[4], b[5], b[6] = 2, 1, 1 // 64-bit, little-endian, version 1
+	le := func(off int, v uint64, n int) {
+		for i := 0; i < n; i++ {
+			b[off+i] = byte(v >> (8 * i))
+		}
+	}
+	const base = 0x400000
+	le(16, 2, 2)              // e_type ET_EXEC
+	le(18, 183, 2)            // e_machine EM_AARCH64
+	le(20, 1, 4)              // e_version
+	le(24, base+64+56, 8)     // e_entry
+	le(32, 64, 8)             // e_phoff
+	le(52, 64, 2)             // e_ehsize
+	le(54, 56, 2)             // e_phentsize
+	le(56, 1, 2)              // e_phnum
+	le(64, 1, 4)              // p_type PT_LOAD
+	le(68, 5, 4)              // p_flags R+X
+	le(72, 0, 8)              // p_offset
+	le(80, base, 8)           // p_vaddr
+	le(88, base, 8)           // p_paddr
+	le(96, uint64(len(b)), 8) // p_filesz
+	le(104, uint64(len(b)), 8)
+	le(112, 0x1000, 8)     // p_align
+	le(120, 0x14000000, 4) // b . (branch to itself)
+	return b
+}
+
+// OwnPathFiles are the tools JobOwnPathImage has only on its own PATH.
+var OwnPathFiles = []File{
+	{Path: "/usr/local/go/bin/go", Mode: 0o755, Data: []byte("#!/bin/sh\necho \"go (the image's own, on its PATH): $*\"\n")},
+	{Path: "/opt/t/bin/hello", Mode: 0o755, Data: []byte("#!/bin/sh\necho \"hello from the image's own PATH\"\n")},
 }
 
 // ensureJobImages imports, into the running cluster's containerd, every

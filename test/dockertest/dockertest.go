@@ -28,6 +28,10 @@ const (
 	// Socket is the engine scripts/dockerd.sh starts; used when
 	// DOCKER_HOST is not set.
 	Socket = "/run/knotless-dockerd/docker.sock"
+	// OwnPathImage is JobImage laid out as images such as golang's are:
+	// `go` and `hello` only in directories its own ENV PATH names, as the
+	// cluster's job-ownpath image (EnsureJobImage).
+	OwnPathImage = "localhost/knotless/job-ownpath:1"
 	// JobImage is the busybox job image (user 1000:1000), made by
 	// EnsureJobImage.
 	JobImage = "localhost/knotless/job-base:1"
@@ -106,11 +110,15 @@ func (e *Engine) EnsureJobImage(t testing.TB) string {
 	t.Helper()
 	imageMu.Lock()
 	defer imageMu.Unlock()
-	for ref, user := range map[string]string{JobImage: "1000:1000", RootImage: "0:0"} {
+	for ref, user := range map[string]string{JobImage: "1000:1000", RootImage: "0:0", OwnPathImage: "1000:1000"} {
 		if imageDone[ref] {
 			continue
 		}
-		if err := e.importBusybox(context.Background(), ref, user); err != nil {
+		path, extra := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", map[string][]byte(nil)
+		if ref == OwnPathImage {
+			path, extra = ownPath, ownPathFiles
+		}
+		if err := e.importBusybox(context.Background(), ref, user, path, extra); err != nil {
 			t.Fatalf("job image %s: %v", ref, err)
 		}
 		imageDone[ref] = true
@@ -118,18 +126,18 @@ func (e *Engine) EnsureJobImage(t testing.TB) string {
 	return JobImage
 }
 
-func (e *Engine) importBusybox(ctx context.Context, ref, user string) error {
+func (e *Engine) importBusybox(ctx context.Context, ref, user, path string, extra map[string][]byte) error {
 	if _, err := e.Client.ImageInspect(ctx, ref); err == nil {
 		return nil
 	}
-	layer, err := busyboxLayer()
+	layer, err := busyboxLayer(extra)
 	if err != nil {
 		return err
 	}
 	rc, err := e.Client.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(layer), SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{
 			"USER " + user,
-			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"ENV PATH=" + path,
 			"ENV HOME=/home/job",
 			"WORKDIR /home/job",
 			`CMD ["/bin/sh"]`,
@@ -146,8 +154,9 @@ func (e *Engine) importBusybox(ctx context.Context, ref, user string) error {
 	return nil
 }
 
-// busyboxLayer is the rootfs tar (uncompressed, fixed times).
-func busyboxLayer() ([]byte, error) {
+// busyboxLayer is the rootfs tar (uncompressed, fixed times), with the
+// executable files extra (path → content) added.
+func busyboxLayer(extra map[string][]byte) ([]byte, error) {
 	const bb = "/bin/busybox"
 	out, err := exec.Command(bb, "--list-full").Output()
 	if err != nil {
@@ -178,6 +187,9 @@ func busyboxLayer() ([]byte, error) {
 		if p != bb {
 			files[p] = file{mode: fs.ModeSymlink | 0o777, link: bb}
 		}
+	}
+	for p, data := range extra {
+		files[p] = file{mode: 0o755, data: data}
 	}
 	for p := range files {
 		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
@@ -238,4 +250,13 @@ func (e *Engine) RemoveLabelled(ctx context.Context, labels ...string) {
 	for _, c := range list {
 		_ = e.Client.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	}
+}
+
+// ownPath and ownPathFiles are OwnPathImage's PATH and the tools only it
+// names (the same as test/cluster's OwnPathEnv and OwnPathFiles).
+const ownPath = "/usr/local/go/bin:/opt/t/bin:/usr/bin:/bin"
+
+var ownPathFiles = map[string][]byte{
+	"/usr/local/go/bin/go": []byte("#!/bin/sh\necho \"go (the image's own, on its PATH): $*\"\n"),
+	"/opt/t/bin/hello":     []byte("#!/bin/sh\necho \"hello from the image's own PATH\"\n"),
 }

@@ -30,6 +30,16 @@ const (
 	// chmod, sleep, true and env, and no tar nor busybox; image USER 1000
 	// (test/cluster's JobNoTarImage).
 	JobNoTarImage = "localhost/knotless/job-notar:1"
+	// JobOwnPathImage has `go` and `hello` only on its own PATH
+	// (/usr/local/go/bin, /opt/t/bin), as golang's image has go
+	// (test/cluster's JobOwnPathImage).
+	JobOwnPathImage = "localhost/knotless/job-ownpath:1"
+	// JobFakeArmImage's `uname -m` says aarch64 on this amd64 node
+	// (test/cluster's JobFakeArmImage).
+	JobFakeArmImage = "localhost/knotless/job-fakearm:2"
+	// JobArm64OnlyImage's /bin/sh is an arm64 program: its PID 1 cannot
+	// execute here (test/cluster's JobArm64OnlyImage).
+	JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"
 	// MainContainer is the name of RestrictedPod's only container.
 	MainContainer = "main"
 	// UID is the user and group id RestrictedPod runs as.

@@ -16,7 +16,57 @@ var (
 	once     sync.Once
 	binPath  string
 	errBuild error
+
+	crossMu sync.Mutex
+	cross   = map[string]string{} // GOARCH → built path
 )
+
+// WithArch returns the path of a knotless-agent beside which a
+// knotless-agent-linux-ARCH is built for each of arches (cross-compiled,
+// CGO off), as a release lays them out: a runner given the returned path
+// finds them all. Each is built once per test binary.
+func WithArch(t testing.TB, arches ...string) string {
+	t.Helper()
+	host := Binary(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "knotless-agent")
+	if err := os.Symlink(host, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range arches {
+		crossMu.Lock()
+		p, ok := cross[arch]
+		if !ok {
+			root, err := moduleRoot()
+			if err == nil {
+				p = filepath.Join(filepath.Dir(host), "knotless-agent-linux-"+arch)
+				cmd := exec.Command(goTool(), "build", "-trimpath", "-o", p, "./cmd/knotless-agent")
+				cmd.Dir = root
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+				if b, berr := cmd.CombinedOutput(); berr != nil {
+					err = fmt.Errorf("GOARCH=%s go build ./cmd/knotless-agent: %v\n%s", arch, berr, strings.TrimSpace(string(b)))
+				}
+			}
+			if err != nil {
+				crossMu.Unlock()
+				t.Fatal(err)
+			}
+			cross[arch] = p
+		}
+		crossMu.Unlock()
+		if err := os.Symlink(p, filepath.Join(dir, "knotless-agent-linux-"+arch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "/usr/local/go/bin/go"
+}
 
 // Binary returns the path of a knotless-agent built from this module's
 // source (CGO off). It is built once per test binary, into a directory
@@ -42,16 +92,12 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = "/usr/local/go/bin/go"
-	}
 	dir, err := os.MkdirTemp("", "knotless-agent-test-")
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "knotless-agent")
-	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/knotless-agent")
+	cmd := exec.Command(goTool(), "build", "-o", out, "./cmd/knotless-agent")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

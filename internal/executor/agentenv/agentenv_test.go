@@ -48,9 +48,15 @@ func TestLocal_PassesTheSharedSuite(t *testing.T) {
 	})
 }
 
+// ended is how an Exec ended.
+type ended struct {
+	res executor.Result
+	err error
+}
+
 // startSleeper prepares a local session and starts a step that sleeps,
 // returning the executor, the step's result channel and the agent's PID.
-func startSleeper(t *testing.T) (*local, <-chan executor.Result, int) {
+func startSleeper(t *testing.T) (*local, <-chan ended, int) {
 	t.Helper()
 	l := newLocal(t.TempDir(), agenttest.Binary(t))
 	s, err := l.Prepare(context.Background(), executor.Spec{ID: "run-1", Workspace: t.TempDir()})
@@ -59,13 +65,10 @@ func startSleeper(t *testing.T) (*local, <-chan executor.Result, int) {
 	}
 	t.Cleanup(func() { _ = s.Cleanup(context.Background()) })
 	var out syncbuf.Buffer
-	done := make(chan executor.Result, 1)
+	done := make(chan ended, 1)
 	go func() {
 		res, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, &out)
-		if err != nil {
-			t.Errorf("Exec: %v", err)
-		}
-		done <- res
+		done <- ended{res, err}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "started") {
@@ -89,9 +92,9 @@ func TestLocal_StepStoppedByTheEnvironmentTakesItsReasonNotCancelled(t *testing.
 		t.Fatal(err)
 	}
 	select {
-	case res := <-done:
-		if res.Reason != api.ReasonEvicted || res.Note != "the node ran out of disk" || res.ExitCode != -1 {
-			t.Errorf("result %+v, want evicted with the environment's message and no exit code", res)
+	case e := <-done:
+		if res := e.res; e.err != nil || res.Reason != api.ReasonEvicted || res.Note != "the node ran out of disk" || res.ExitCode != -1 {
+			t.Errorf("result %+v, %v; want evicted with the environment's message and no exit code", res, e.err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Exec did not return after its agent was signalled")
@@ -101,16 +104,23 @@ func TestLocal_StepStoppedByTheEnvironmentTakesItsReasonNotCancelled(t *testing.
 // TestLocal_StepStoppedByASilentEnvironmentIsErroredNotCancelled: when
 // the environment never says why it signalled the agent, the step still
 // does not read as cancelled: it ends with the executor's reason and a
-// note saying nobody cancelled it.
+// note saying nobody cancelled it, or (when the agent was gone before it
+// could say how the step ended) with an error saying the agent is gone,
+// which the runner reports as errored/executor.
 func TestLocal_StepStoppedByASilentEnvironmentIsErroredNotCancelled(t *testing.T) {
 	_, done, pid := startSleeper(t)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case res := <-done:
-		if res.Reason != api.ReasonExecutor || !executor.EnvironmentFault(res.Reason) || !strings.Contains(res.Note, "nobody cancelled it") {
-			t.Errorf("result %+v, want executor with a note that nobody cancelled it", res)
+	case e := <-done:
+		switch {
+		case e.err != nil:
+			if !strings.Contains(e.err.Error(), "agent is gone") {
+				t.Errorf("error %v, want one saying the agent is gone", e.err)
+			}
+		case e.res.Reason != api.ReasonExecutor || !strings.Contains(e.res.Note, "nobody cancelled it"):
+			t.Errorf("result %+v, want executor with a note that nobody cancelled it", e.res)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Exec did not return after its agent was signalled")

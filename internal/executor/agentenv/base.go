@@ -184,7 +184,10 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 	}
 	s, err := b.attach(ctx, spec.ID, env, agentStartWait)
 	if err != nil {
-		f := env.Why(context.WithoutCancel(ctx))
+		// The environment may say why its agent cannot be reached (the
+		// pod's program cannot execute there); it may take the runtime a
+		// moment to report it.
+		f := whyWithin(env, 5*time.Second)
 		_ = env.Remove(context.WithoutCancel(ctx), false)
 		if f != nil {
 			return nil, f
@@ -192,6 +195,21 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 		return nil, err
 	}
 	return s, nil
+}
+
+// whyWithin asks env.Why until it says why, for up to bound; nil when it
+// never does.
+func whyWithin(env *Env, bound time.Duration) *executor.Fault {
+	deadline := time.Now().Add(bound)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		f := env.Why(ctx)
+		cancel()
+		if f != nil || time.Now().After(deadline) {
+			return f
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // agentStartWait bounds how long a new environment's agent may take to

@@ -36,10 +36,12 @@ const (
 const DefaultPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // ContainerServe is the agent's command line inside a container or pod:
-// state, socket, workspace, HOME and TMPDIR at the paths above; Base fills
-// the rest.
+// state, socket, workspace, HOME and TMPDIR at the paths above, and steps
+// that start from the image's environment (its PATH first, DefaultPATH
+// only for an image without one); Base fills the rest.
 func ContainerServe(base agent.Serve) agent.Serve {
 	base.Dir, base.Socket = AgentState, AgentSocket
 	base.Workdir, base.Home, base.Tmp, base.PATH = Workspace, Home, Tmp, DefaultPATH
+	base.ImageEnv = true
 	return base
 }

@@ -258,18 +258,7 @@ func (s *Session) runStep(ctx, follow context.Context, step executor.Step, req a
 
 // why asks the environment why it stopped, for up to bound while it
 // does not say; nil when it never does.
-func (s *Session) why(bound time.Duration) *executor.Fault {
-	deadline := time.Now().Add(bound)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		f := s.cfg.Env.Why(ctx)
-		cancel()
-		if f != nil || time.Now().After(deadline) {
-			return f
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
+func (s *Session) why(bound time.Duration) *executor.Fault { return whyWithin(s.cfg.Env, bound) }
 
 // faultResult is the Result of a step its environment let down: no exit
 // code of its own, except 137 for a step killed for its memory (a

@@ -51,7 +51,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if o.pids == 0 {
 		return nil, fmt.Errorf("--pids 0: give a positive limit, or -1 for none")
 	}
-	if cfg.Agent, err = agentenv.ResolveAgent(setup.Agent); err != nil {
+	if cfg.Agent, err = agentenv.HostAgent(setup.Agent); err != nil {
 		return nil, err
 	}
 	ex, err := New(cfg)

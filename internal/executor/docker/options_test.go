@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
 )
 
@@ -23,7 +24,7 @@ func newOptions(t *testing.T, args ...string) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	ex, err := o.New(executor.Setup{Runner: "r", Agent: "/bin/true", Job: job})
+	ex, err := o.New(executor.Setup{Runner: "r", Agent: agenttest.Binary(t), Job: job})
 	if err != nil {
 		return nil, err
 	}

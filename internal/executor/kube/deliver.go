@@ -2,57 +2,84 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"strings"
 	"time"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
+
+// delivery is what delivering the agent into a pod found.
+type delivery struct {
+	stream io.ReadWriteCloser // the first connection to the agent
+	arch   string             // the pod's architecture (GOARCH), "" when the agent was there already
+	size   int                // bytes of agent sent
+	// assumed says why arch was assumed, for an image without uname; ""
+	// when the pod reported it.
+	assumed string
+}
 
 // deliver writes the agent's program into the pod over one exec, wakes
 // PID 1 to exec it, and returns that same exec as the first connection to
-// the agent (its STDIN/STDOUT become `knotless-agent connect`). The first
-// exec on a fresh node may fail while the pod already runs (the kubelet's
-// serving certificate): it is retried for up to a minute.
-func (e *Executor) deliver(ctx context.Context, pod string, bin []byte) (io.ReadWriteCloser, error) {
+// the agent (its STDIN/STDOUT become `knotless-agent connect`). The exec
+// first reports the pod's architecture (`uname -m`), and the agent built
+// for it is sent (loadAgent): one runner serves a cluster of amd64 and
+// arm64 nodes. The first exec on a fresh node may fail while the pod
+// already runs (the kubelet's serving certificate): it is retried for up
+// to a minute. An agent that cannot execute there (exec format error),
+// or no agent for the pod's architecture, ends it at once with a
+// *executor.Fault naming the architecture.
+func (e *Executor) deliver(ctx context.Context, pod, node string) (delivery, error) {
 	deadline := time.Now().Add(time.Minute)
 	for attempt := 1; ; attempt++ {
-		st, err := e.deliverOnce(ctx, pod, bin)
+		d, err := e.deliverOnce(ctx, pod, node)
 		if err == nil {
-			return st, nil
+			return d, nil
+		}
+		var f *executor.Fault
+		if errors.As(err, &f) {
+			return delivery{}, err
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return nil, fmt.Errorf("deliver the step agent into pod %s (%d attempts): %w", pod, attempt, err)
+			return delivery{}, fmt.Errorf("deliver the step agent into pod %s (%d attempts): %w", pod, attempt, err)
 		}
 		if p, _ := e.pod(pod); p == nil || !running(p) {
 			if f := podFault(p, time.Now(), time.Now(), e.cfg.ImagePullGrace, 0); f != nil {
-				return nil, &executor.Fault{Reason: f.Reason, Message: f.Message}
+				return delivery{}, f
 			}
 		}
 		e.log.Debug("delivering the step agent failed; retrying", "pod", pod, "attempt", attempt, "err", err)
 		select {
 		case <-time.After(250 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return delivery{}, ctx.Err()
 		}
 	}
 }
 
 // Lines of the delivery exec's own short protocol on STDOUT, before the
-// agent protocol starts on the same stream.
+// agent protocol starts on the same stream: "knotless-send-agent MACHINE"
+// (uname -m) asks for the program, the runner answers with its size in
+// decimal and a newline, then its bytes; "knotless-agent-delivered" ends
+// it.
 const (
 	lineSendAgent = "knotless-send-agent"
 	lineDelivered = "knotless-agent-delivered"
 )
 
-func (e *Executor) deliverOnce(ctx context.Context, pod string, bin []byte) (io.ReadWriteCloser, error) {
-	st, err := e.openStream(pod, []string{"/bin/sh", "-c", deliverScript(int64(len(bin)))})
+func (e *Executor) deliverOnce(ctx context.Context, pod, node string) (delivery, error) {
+	st, err := e.openStream(pod, []string{"/bin/sh", "-c", deliverScript()})
 	if err != nil {
-		return nil, err
+		return delivery{}, err
 	}
-	fail := func(err error) (io.ReadWriteCloser, error) {
+	fail := func(err error) (delivery, error) {
 		_ = st.Close()
-		return nil, err
+		return delivery{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = st.Close() })
 	defer stop()
@@ -62,20 +89,45 @@ func (e *Executor) deliverOnce(ctx context.Context, pod string, bin []byte) (io.
 		return fail(fmt.Errorf("the delivery exec: %w", err))
 	}
 	tExec := time.Since(t0)
-	if line == lineSendAgent {
+	d := delivery{}
+	if machine, ok := strings.CutPrefix(line, lineSendAgent+" "); ok {
+		d.arch = agentenv.UnameArch(machine)
+		switch {
+		case machine == "unknown":
+			// An image without uname: the node's architecture as its
+			// earlier job pods reported it, else the runner's own (an
+			// agent of the wrong one fails at once, naming it).
+			d.arch, d.assumed = runtime.GOARCH, "the runner's own"
+			if a, ok := e.nodeArch.Load(node); ok {
+				d.arch, d.assumed = a.(string), "as earlier job pods on node "+node+" reported"
+			}
+		case d.arch == "":
+			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
+		default:
+			e.nodeArch.Store(node, d.arch)
+		}
+		bin, err := e.loadAgent(d.arch)
+		if err != nil {
+			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})
+		}
+		if _, err := fmt.Fprintf(st, "%d\n", len(bin)); err != nil {
+			return fail(fmt.Errorf("send the agent's size: %w", err))
+		}
 		if _, err := st.Write(bin); err != nil {
 			return fail(fmt.Errorf("send the agent: %w", err))
 		}
+		d.size = len(bin)
 		tSent := time.Since(t0)
 		if line, err = readLine(st); err != nil {
 			return fail(fmt.Errorf("the delivery exec after the agent was sent: %w", err))
 		}
-		e.log.Debug("step agent delivered", "pod", pod, "exec_ms", tExec.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
+		e.log.Debug("step agent delivered", "pod", pod, "arch", d.arch, "exec_ms", tExec.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
 	}
 	if line != lineDelivered {
 		return fail(fmt.Errorf("the delivery exec said %q", line))
 	}
-	return st, nil
+	d.stream = st
+	return d, nil
 }
 
 // readLine reads one line byte by byte, so that nothing after it is taken

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -50,11 +52,11 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
 	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
 	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
-	bin, err := e.loadAgent()
-	if err != nil {
+	if err := e.watch(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.watch(ctx); err != nil {
+	selector, err := e.nodeSelector(spec)
+	if err != nil {
 		return nil, err
 	}
 	timeout := spec.Timeout
@@ -70,7 +72,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	pod := podFor(podSpec{
 		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
 		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
-		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: e.cfg.NodeSelector, Tolerations: e.cfg.Tolerations,
+		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
 		Command: bootstrapCommand(serve),
 	})
@@ -102,15 +104,32 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
 
 	t0 := time.Now()
-	first, err := e.deliver(ctx, pod.Name, bin)
+	dl, err := e.deliver(ctx, pod.Name, running.Spec.NodeName)
 	if err != nil {
 		return nil, err
 	}
-	env := e.env(pod.Name, pod.UID, first)
+	env := e.env(pod.Name, pod.UID, dl.stream)
+	if st, ok := dl.stream.(*stream); ok && dl.arch != "" {
+		// The agent sent may not run here (a pod that reported another
+		// architecture than its node's): its bridge says so on STDERR.
+		why := env.Why
+		env.Why = func(ctx context.Context) *executor.Fault {
+			if strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") {
+				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+					"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
+					dl.arch, running.Spec.NodeName)}
+			}
+			return why(ctx)
+		}
+	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
 	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
-		e.logf(spec, "step agent %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
-			hello.Agent, float64(len(bin))/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		arch := "linux/" + dl.arch
+		if dl.assumed != "" {
+			arch += " (the image has no uname: assumed, " + dl.assumed + ")"
+		}
+		e.logf(spec, "step agent %s for %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
+			hello.Agent, arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
 		return nil
 	}
 	if spec.Workspace != "" {
@@ -249,10 +268,47 @@ func (e *Executor) why(ctx context.Context, name string) *executor.Fault {
 	if p != nil && running(p) && p.DeletionTimestamp == nil {
 		return nil
 	}
-	if f := podFault(p, time.Now(), time.Now(), 0, 0); f != nil {
-		return f
+	if p != nil && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		if cs := jobStatus(p); cs != nil && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && execFormatFault(cs) == nil {
+			// The agent exited as asked by a SIGTERM, and the kubelet has
+			// not yet said why it sent one: its eviction's words come
+			// with the pod's final phase, a moment later.
+			return nil
+		}
 	}
-	return &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
+	f := podFault(p, time.Now(), time.Now(), 0, 0)
+	if f == nil {
+		f = &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
+	}
+	if f.Reason == ReasonPodLost {
+		// A pod deleted before its status said why: the kubelet's and the
+		// scheduler's events still may (Evicted, Preempted).
+		if ef := e.eventFault(ctx, name); ef != nil {
+			return ef
+		}
+	}
+	return f
+}
+
+// eventFault reads the pod's events for why it ended (the kubelet's
+// Evicted, with what it measured; the scheduler's Preempted): nil when
+// none says, or the events cannot be listed (the Role's events list).
+func (e *Executor) eventFault(ctx context.Context, pod string) *executor.Fault {
+	list, err := e.client.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String(),
+	})
+	if err != nil {
+		return nil
+	}
+	for _, ev := range list.Items {
+		switch ev.Reason {
+		case "Evicted":
+			return &executor.Fault{Reason: api.ReasonEvicted, Message: "the job pod was evicted by the kubelet: " + strings.TrimSpace(ev.Message)}
+		case "Preempted", "Preempting":
+			return disruptionFault(ev.Reason, ev.Message)
+		}
+	}
+	return nil
 }
 
 // workspaceMark is the file that says the checkout was copied in whole.
@@ -360,4 +416,32 @@ func PodOf(s executor.Session) string {
 		return ""
 	}
 	return h.Pod
+}
+
+// Node labels job pods select (well-known labels of every node).
+const (
+	LabelOS   = "kubernetes.io/os"
+	LabelArch = "kubernetes.io/arch"
+)
+
+// nodeSelector is the job pod's nodeSelector: Config.NodeSelector, plus
+// kubernetes.io/os linux (a step agent is a Linux program; a Windows node
+// must never get the pod) and, when the workflow asks for one
+// (`arch:`), kubernetes.io/arch. A workflow asking for another
+// architecture than the runner's --node-selector pins is refused, naming
+// both.
+func (e *Executor) nodeSelector(spec executor.Spec) (map[string]string, error) {
+	sel := map[string]string{LabelOS: "linux"}
+	for k, v := range e.cfg.NodeSelector {
+		sel[k] = v
+	}
+	if spec.Arch != "" {
+		if pinned, ok := e.cfg.NodeSelector[LabelArch]; ok && pinned != spec.Arch {
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+				"the workflow asks for arch: %s, and this runner puts job pods on %s=%s nodes only (--node-selector): give the workflow runners: labels of a runner for %s nodes",
+				spec.Arch, LabelArch, pinned, spec.Arch)}
+		}
+		sel[LabelArch] = spec.Arch
+	}
+	return sel, nil
 }

@@ -90,8 +90,11 @@ type Executor struct {
 	caps   executor.Caps
 
 	agentOnce sync.Once
-	agentBin  []byte
+	agents    agentenv.Agents // by architecture
 	agentErr  error
+	agentMu   sync.Mutex
+	agentBins map[string][]byte // read once per architecture
+	nodeArch  sync.Map          // node name → architecture its job pods reported
 
 	watchOnce sync.Once
 	synced    cache.InformerSynced
@@ -233,15 +236,33 @@ func (e *Executor) pod(name string) (*corev1.Pod, <-chan struct{}) {
 	return p, ch
 }
 
-// loadAgent reads the agent program once.
-func (e *Executor) loadAgent() ([]byte, error) {
-	e.agentOnce.Do(func() {
-		e.agentBin, e.agentErr = os.ReadFile(e.cfg.Agent)
-		if e.agentErr != nil {
-			e.agentErr = fmt.Errorf("the step agent: %w", e.agentErr)
-		}
-	})
-	return e.agentBin, e.agentErr
+// loadAgent returns the step agent program for arch (GOARCH), read once:
+// Config.Agent and the knotless-agent-linux-ARCH files beside it
+// (agentenv.FindAgents). Errors name the architecture and the file to
+// install.
+func (e *Executor) loadAgent(arch string) ([]byte, error) {
+	e.agentOnce.Do(func() { e.agents, e.agentErr = agentenv.FindAgents(e.cfg.Agent) })
+	if e.agentErr != nil {
+		return nil, fmt.Errorf("the step agent: %w", e.agentErr)
+	}
+	path, err := e.agents.For(arch)
+	if err != nil {
+		return nil, err
+	}
+	e.agentMu.Lock()
+	defer e.agentMu.Unlock()
+	if b, ok := e.agentBins[arch]; ok {
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the step agent for linux/%s: %w", arch, err)
+	}
+	if e.agentBins == nil {
+		e.agentBins = map[string][]byte{}
+	}
+	e.agentBins[arch] = b
+	return b, nil
 }
 
 // handleData is the kube executor's Handle.Data.

@@ -81,8 +81,15 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if cfg.Tolerations, err = ParseTolerations(o.tolerations); err != nil {
 		return nil, err
 	}
-	if cfg.Agent, err = agentenv.ResolveAgent(setup.Agent); err != nil {
+	// Every agent is checked now (a static Linux program, named for its
+	// architecture), not when a run needs it.
+	agents, err := agentenv.FindAgents(setup.Agent)
+	if err != nil {
 		return nil, err
+	}
+	cfg.Agent = agents[agents.Arches()[0]]
+	if setup.Agent != "" {
+		cfg.Agent = setup.Agent
 	}
 	log := setup.Logger
 	kind, name, err := ParseOwner(o.owner)
@@ -116,7 +123,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		return nil, err
 	}
 	ex.log.Info("kube executor ready: Kubernetes has no per-pod process limit (only the kubelet's podPidsLimit) and no disk floor (each pod's ephemeral-storage limit bounds it)",
-		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner))
+		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner), "agents", strings.Join(agents.Arches(), ","))
 	return ex, nil
 }
 

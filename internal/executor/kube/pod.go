@@ -2,7 +2,6 @@ package kube
 
 import (
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -156,9 +155,15 @@ func podFor(s podSpec) *corev1.Pod {
 				ImagePullPolicy: s.PullPolicy,
 				Command:         s.Command,
 				WorkingDir:      Workspace,
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
-				SecurityContext: csc,
-				VolumeMounts:    mounts,
+				// A container that fails (its PID 1 cannot execute: an
+				// image or an agent of another architecture) has the end
+				// of its log as its status's message, which podFault reads
+				// without the pods/log permission. The log is the agent's
+				// own (steps write to files): never a secret.
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				Resources:                corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+				SecurityContext:          csc,
+				VolumeMounts:             mounts,
 			}},
 			Volumes: volumes,
 		},
@@ -200,21 +205,21 @@ func bootstrapCommand(serve agent.Serve) []string {
 }
 
 // deliverScript is the first exec's shell script. Unless the agent
-// listens already (a retried delivery), it asks for the program (line
-// lineSendAgent on STDOUT), reads exactly size bytes of it from STDIN
-// (head -c; the runner sends nothing more before the next line, so
-// nothing is read ahead, and the reader never depends on STDIN's end),
-// checks the count and makes it executable. Then it says lineDelivered
-// and becomes `knotless-agent connect`, which wakes PID 1
+// listens already (a retried delivery), it asks for the program with the
+// pod's machine (line lineSendAgent and `uname -m`, "unknown" without
+// uname), reads its size (one line) and exactly that many bytes of it
+// from STDIN (head -c; the runner sends nothing more before the next
+// line, so nothing is read ahead, and the reader never depends on STDIN's
+// end), checks the count and makes it executable. Then it says
+// lineDelivered and becomes `knotless-agent connect`, which wakes PID 1
 // (bootstrapCommand) and waits for the agent's socket: the same exec
 // carries the agent protocol. Tools it needs in the image: sh, head, wc,
-// chmod.
-func deliverScript(size int64) string {
-	n := strconv.FormatInt(size, 10)
+// chmod (uname optional).
+func deliverScript() string {
 	return `set -e; umask 077; a=` + AgentPath + `; ` +
-		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + `; ` +
-		`head -c ` + n + ` > "$a"; got=$(wc -c < "$a"); ` +
-		`[ "$got" -eq ` + n + ` ] || { echo "knotless: the agent arrived truncated: $got of ` + n + ` bytes" >&2; exit 98; }; ` +
+		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + ` "$(uname -m 2>/dev/null || echo unknown)"; ` +
+		`read -r n; head -c "$n" > "$a"; got=$(wc -c < "$a"); ` +
+		`[ "$got" -eq "$n" ] || { echo "knotless: the agent arrived truncated: $got of $n bytes" >&2; exit 98; }; ` +
 		`chmod 0500 "$a"; fi; ` +
 		`echo ` + lineDelivered + `; exec "$a" ` + strings.Join(agent.Connect{Socket: AgentSocket, Wait: 30 * time.Second, Wake: startFIFO}.Args(), " ")
 }

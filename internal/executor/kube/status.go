@@ -34,24 +34,31 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 	if pod == nil {
 		return &executor.Fault{Reason: ReasonPodLost, Message: "the job pod is gone (deleted from outside the runner?)"}
 	}
-	// An eviction (the Eviction API, preemption, a taint) marks the pod
-	// DisruptionTarget and then deletes it: evicted, not pod-lost.
+	// The kubelet's eviction (the node's pressure, an emptyDir or the
+	// pod's ephemeral storage over its limit) says what it measured in
+	// the pod's status: its words, before the condition's.
+	if pod.Status.Reason == "Evicted" {
+		return &executor.Fault{Reason: api.ReasonEvicted, Message: "the job pod was evicted by the kubelet: " + strings.TrimSpace(pod.Status.Message)}
+	}
+	// A disruption (the Eviction API: a drain; the kubelet; a NoExecute
+	// taint; the scheduler's preemption) marks the pod DisruptionTarget
+	// and then deletes it: evicted or preempted, never pod-lost.
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-			return &executor.Fault{Reason: api.ReasonEvicted, Message: strings.TrimSpace(fmt.Sprintf("the job pod was disrupted (%s): %s", c.Reason, c.Message))}
+			return disruptionFault(c.Reason, c.Message)
 		}
 	}
 	if pod.DeletionTimestamp != nil {
 		return &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s is being deleted (not by the runner)", pod.Name)}
-	}
-	if pod.Status.Reason == "Evicted" {
-		return &executor.Fault{Reason: api.ReasonEvicted, Message: "the job pod was evicted: " + pod.Status.Message}
 	}
 	if pod.Status.Reason == "DeadlineExceeded" {
 		return &executor.Fault{Reason: api.ReasonTimeout, Message: "the job pod passed its activeDeadlineSeconds: " + pod.Status.Message}
 	}
 	cs := jobStatus(pod)
 	if cs != nil {
+		if f := execFormatFault(cs); f != nil {
+			return f
+		}
 		if t := cs.State.Terminated; t != nil {
 			if t.Reason == "OOMKilled" {
 				return &executor.Fault{Reason: api.ReasonOOMKilled, Message: fmt.Sprintf("the job container was killed for exceeding its memory limit (exit code %d)", t.ExitCode)}
@@ -140,4 +147,61 @@ func pendingNote(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// execFormatFault is the fault of a job container whose program cannot
+// execute on its node (the kernel's ENOEXEC, "exec format error": an
+// image, or a step agent, built for another architecture than the
+// node's), from the runtime's message or the end of the container's log
+// (FallbackToLogsOnError); nil otherwise. Never pod-lost after a wait:
+// the run ends at once, naming it.
+func execFormatFault(cs *corev1.ContainerStatus) *executor.Fault {
+	var msg string
+	switch {
+	case cs.State.Terminated != nil:
+		msg = cs.State.Terminated.Message
+	case cs.State.Waiting != nil:
+		msg = cs.State.Waiting.Message
+	}
+	if !strings.Contains(strings.ToLower(msg), "exec format error") {
+		return nil
+	}
+	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+		"the job container cannot execute on its node: exec format error: the image %s (or the step agent) is built for another architecture than the node's; pick an image for the node's architecture, or the nodes with --node-selector kubernetes.io/arch=ARCH or the workflow's arch: (%s)",
+		cs.Image, strings.TrimSpace(lastLine(msg)))}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// disruptionFault is the fault of a job pod disrupted for reason (a
+// DisruptionTarget condition's reason, or an event's): preempted for the
+// scheduler's preemption (PreemptionByScheduler, an event Preempted), so
+// that a person and a retry rule can tell it from an eviction; evicted
+// for every other (EvictionByEvictionAPI: a drain; TerminationByKubelet:
+// the node's pressure or shutdown; DeletionByTaintManager: a NoExecute
+// taint).
+func disruptionFault(reason, message string) *executor.Fault {
+	what, r := "evicted", api.ReasonEvicted
+	switch reason {
+	case corev1.PodReasonPreemptionByScheduler, "Preempted", "Preempting":
+		what, r = "preempted by the scheduler for a pod of higher priority", api.ReasonPreempted
+	case "EvictionByEvictionAPI":
+		what = "evicted through the Eviction API (a drain, or kubectl evict)"
+	case corev1.PodReasonTerminationByKubelet:
+		what = "evicted by the kubelet"
+	case "DeletionByTaintManager":
+		what = "evicted by a NoExecute taint of its node"
+	}
+	msg := "the job pod was " + what
+	if reason != "" {
+		msg += " (" + reason + ")"
+	}
+	if m := strings.TrimSpace(message); m != "" {
+		msg += ": " + m
+	}
+	return &executor.Fault{Reason: r, Message: msg}
 }

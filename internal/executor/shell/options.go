@@ -35,7 +35,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	cfg := Config{Config: agentenv.ConfigOf(setup), Dir: filepath.Join(setup.Work, Name)}
 	var err error
-	if cfg.Agent, err = agentenv.ResolveAgent(setup.Agent); err != nil {
+	if cfg.Agent, err = agentenv.HostAgent(setup.Agent); err != nil {
 		return nil, err
 	}
 	if o.user != "" {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -382,17 +383,12 @@ func (d *DB) RotateRunToken(ctx context.Context, id, runnerID int64, tokenHash s
 }
 
 // stepFinal lists the step states an update to pending or running must not
-// overwrite (a retried early update arriving late).
-const stepFinal = `('succeeded', 'failed', 'skipped', 'cancelled')`
+// overwrite (a retried early update arriving late): api.StepFinalStates
+// as an SQL list.
+var stepFinal = "('" + strings.Join(api.StepFinalStates, "', '") + "')"
 
-// stepIsFinal reports whether a step state is one of stepFinal.
-func stepIsFinal(state string) bool {
-	switch state {
-	case api.StepSucceeded, api.StepFailed, api.StepSkipped, api.StepCancelled:
-		return true
-	}
-	return false
-}
+// stepIsFinal reports whether a step state is final (api.StepIsFinal).
+func stepIsFinal(state string) bool { return api.StepIsFinal(state) }
 
 // endedStep is the state a step that was running takes when its run ends
 // in runState without the runner having reported the step's end.
@@ -402,6 +398,8 @@ func endedStep(runState string) string {
 		return api.StepCancelled
 	case api.StateSucceeded:
 		return api.StepSucceeded
+	case api.StateErrored:
+		return api.StepErrored
 	}
 	return api.StepFailed
 }

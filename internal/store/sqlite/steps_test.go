@@ -60,7 +60,7 @@ func TestExpireLeases_StepsLeftRunningOrPendingAreEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := stepStates(t, db, runs[0].ID)
-	want := map[int]string{1: "succeeded/", 2: "failed/runner-lost", 3: "skipped/"}
+	want := map[int]string{1: "succeeded/", 2: "errored/runner-lost", 3: "skipped/"}
 	for i, w := range want {
 		if got[i] != w {
 			t.Errorf("runner-lost run, step %d = %s, want %s", i, got[i], w)
@@ -85,8 +85,8 @@ func TestCompleteRun_StepsTheRunnerNeverEndedAreEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := stepStates(t, db, id)
-	if got[2] != "failed/executor" || got[3] != "skipped/" {
-		t.Fatalf("steps after the run errored = %v; want 2 failed/executor, 3 skipped", got)
+	if got[2] != "errored/executor" || got[3] != "skipped/" {
+		t.Fatalf("steps after the run errored = %v; want 2 errored/executor, 3 skipped", got)
 	}
 }
 
@@ -140,7 +140,7 @@ func TestUpdateStep_AfterRunEndsFinalIsRecordedNonFinalIgnored(t *testing.T) {
 	if err := db.EnsureStep(ctx, id, 5, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := stepStates(t, db, id); got[5] != "failed/runner-lost" {
-		t.Errorf("step first heard of after the run ended = %s, want failed/runner-lost", got[5])
+	if got := stepStates(t, db, id); got[5] != "errored/runner-lost" {
+		t.Errorf("step first heard of after the run ended = %s, want errored/runner-lost", got[5])
 	}
 }

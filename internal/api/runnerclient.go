@@ -1,4 +1,4 @@
-package logship
+package api
 
 import (
 	"bytes"
@@ -13,24 +13,22 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"knotless.dev/knotless/internal/api"
 )
 
-// Client makes the runner's calls to its server, one typed method per XRPC
+// RunnerClient makes the runner's calls to its server, one typed method per XRPC
 // method, so that no NSID or request shape is spelled out elsewhere. Errors
-// are api.Client's: *api.Error for an answer other than 2xx (test them with
-// api.IsError and api.Retryable), else the transport's. Each call is bound
+// are Client's: *Error for an answer other than 2xx (test them with
+// IsError and Retryable), else the transport's. Each call is bound
 // by its ctx only. A Client is safe for concurrent use.
-type Client struct {
-	api     *api.Client
+type RunnerClient struct {
+	xrpc    *Client
 	session atomic.Pointer[string]
 }
 
-// NewClient returns a Client over c, typically State.Client's (which signs
+// NewRunnerClient returns a RunnerClient over c, typically State.Client's (which signs
 // every call with the runner's key). c is not modified.
-func NewClient(c *api.Client) *Client {
-	cl := &Client{}
+func NewRunnerClient(c *Client) *RunnerClient {
+	cl := &RunnerClient{}
 	cp := *c
 	auth := c.Auth
 	cp.Auth = func(req *http.Request, nsid string) error {
@@ -39,19 +37,19 @@ func NewClient(c *api.Client) *Client {
 				return err
 			}
 		}
-		if s := cl.session.Load(); s != nil && nsid != api.MethodStartSession {
-			req.Header.Set(api.SessionHeader, *s)
+		if s := cl.session.Load(); s != nil && nsid != MethodStartSession {
+			req.Header.Set(SessionHeader, *s)
 		}
 		return nil
 	}
-	cl.api = &cp
+	cl.xrpc = &cp
 	return cl
 }
 
 // SetSession makes every later call but StartSession carry session (as
-// StartSession answered it) in api.SessionHeader; "" sends none. Safe to
+// StartSession answered it) in SessionHeader; "" sends none. Safe to
 // call concurrently with calls in flight (they carry the old or the new).
-func (c *Client) SetSession(session string) {
+func (c *RunnerClient) SetSession(session string) {
 	if session == "" {
 		c.session.Store(nil)
 		return
@@ -62,43 +60,43 @@ func (c *Client) SetSession(session string) {
 // Claim long-polls for a queued run the runner qualifies for, for up to
 // wait (whole seconds; the server caps it at 60 s). It returns nil, nil when
 // none came. ctx must allow wait plus a round trip.
-func (c *Client) Claim(ctx context.Context, wait time.Duration) (*api.ClaimedRun, error) {
-	var out api.ClaimOutput
-	if err := c.api.Procedure(ctx, api.MethodClaim, api.ClaimInput{Wait: int(wait / time.Second)}, &out); err != nil {
+func (c *RunnerClient) Claim(ctx context.Context, wait time.Duration) (*ClaimedRun, error) {
+	var out ClaimOutput
+	if err := c.xrpc.Procedure(ctx, MethodClaim, ClaimInput{Wait: int(wait / time.Second)}, &out); err != nil {
 		return nil, err
 	}
 	return out.Run, nil
 }
 
 // Heartbeat renews the lease of run; the answer says whether a person
-// asked to cancel it. api.ErrRunFinished and api.ErrNotFound mean the
+// asked to cancel it. ErrRunFinished and ErrNotFound mean the
 // server ended the run or forgot it.
-func (c *Client) Heartbeat(ctx context.Context, run int64) (api.HeartbeatOutput, error) {
-	var out api.HeartbeatOutput
-	err := c.api.Procedure(ctx, api.MethodHeartbeat, api.HeartbeatInput{Run: run}, &out)
+func (c *RunnerClient) Heartbeat(ctx context.Context, run int64) (HeartbeatOutput, error) {
+	var out HeartbeatOutput
+	err := c.xrpc.Procedure(ctx, MethodHeartbeat, HeartbeatInput{Run: run}, &out)
 	return out, err
 }
 
 // UpdateStep records a step's change of state. Idempotent.
-func (c *Client) UpdateStep(ctx context.Context, in api.UpdateStepInput) error {
-	return c.api.Procedure(ctx, api.MethodUpdateStep, in, nil)
+func (c *RunnerClient) UpdateStep(ctx context.Context, in UpdateStepInput) error {
+	return c.xrpc.Procedure(ctx, MethodUpdateStep, in, nil)
 }
 
 // AppendLog sends body as the bytes of run's step log from byte offset on
 // and returns the log's stored size after the call. Idempotent: bytes the
 // server holds already are skipped. An offset past the stored size fails
-// with api.ErrOffsetGap, whose Size is the stored size.
-func (c *Client) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
+// with ErrOffsetGap, whose Size is the stored size.
+func (c *RunnerClient) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
 	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body), nil)
 }
 
 // AppendLogFile is AppendLog with the n bytes of the file at path from
 // byte offset on as the body, and times, the line times of those bytes
-// (at most api.MaxLineTimes). They go from the file to the connection with
+// (at most MaxLineTimes). They go from the file to the connection with
 // sendfile(2), not through this process's memory. Each call reads through
 // a descriptor of its own: the HTTP transport may still be reading a
 // failed request's body after the call returned.
-func (c *Client) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64, times []api.LineTime) (int64, error) {
+func (c *RunnerClient) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64, times []LineTime) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -139,23 +137,23 @@ func (b *fileBody) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallCo
 func (b *fileBody) Close() error                          { return b.f.Close() }
 func (b *fileBody) Size() int64                           { return b.n }
 
-func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader, times []api.LineTime) (int64, error) {
+func (c *RunnerClient) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader, times []LineTime) (int64, error) {
 	params := url.Values{
 		"run":    {strconv.FormatInt(run, 10)},
 		"step":   {strconv.Itoa(step)},
 		"offset": {strconv.FormatInt(offset, 10)},
 	}
 	if len(times) > 0 {
-		params.Set(api.LogTimesParam, api.FormatLineTimes(times))
+		params.Set(LogTimesParam, FormatLineTimes(times))
 	}
-	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodAppendLog, params, "application/octet-stream", body)
+	resp, err := c.xrpc.Do(ctx, http.MethodPost, MethodAppendLog, params, "application/octet-stream", body)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var out api.AppendLogOutput
+	var out AppendLogOutput
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return 0, fmt.Errorf("decode answer of %s: %w", api.MethodAppendLog, err)
+		return 0, fmt.Errorf("decode answer of %s: %w", MethodAppendLog, err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return out.Size, nil
@@ -165,12 +163,12 @@ func (c *Client) appendLog(ctx context.Context, run int64, step int, offset int6
 // on as the bytes of run's outputs archive from offset, the archive being
 // size bytes long with the hex SHA-256 sum. It returns how much of it the
 // server holds and whether the server stored it (complete and verified).
-// Errors as api.MethodUploadOutputs describes them: api.ErrOffsetGap (with
-// the size held), api.ErrOutputsCorrupt (send again from 0),
-// api.ErrOutputsTooLarge, api.ErrConflict. Like AppendLogFile, the bytes
+// Errors as MethodUploadOutputs describes them: ErrOffsetGap (with
+// the size held), ErrOutputsCorrupt (send again from 0),
+// ErrOutputsTooLarge, ErrConflict. Like AppendLogFile, the bytes
 // go from the file with sendfile(2) through a descriptor of the call's own.
-func (c *Client) UploadOutputsFile(ctx context.Context, run, offset, size int64, sum, path string, n int64) (api.UploadOutputsOutput, error) {
-	var out api.UploadOutputsOutput
+func (c *RunnerClient) UploadOutputsFile(ctx context.Context, run, offset, size int64, sum, path string, n int64) (UploadOutputsOutput, error) {
+	var out UploadOutputsOutput
 	f, err := os.Open(path)
 	if err != nil {
 		return out, err
@@ -185,30 +183,30 @@ func (c *Client) UploadOutputsFile(ctx context.Context, run, offset, size int64,
 		"size":   {strconv.FormatInt(size, 10)},
 		"sha256": {sum},
 	}
-	resp, err := c.api.Do(ctx, http.MethodPost, api.MethodUploadOutputs, params, "application/octet-stream", &fileBody{f: f, end: offset + n, n: n})
+	resp, err := c.xrpc.Do(ctx, http.MethodPost, MethodUploadOutputs, params, "application/octet-stream", &fileBody{f: f, end: offset + n, n: n})
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return out, fmt.Errorf("decode answer of %s: %w", api.MethodUploadOutputs, err)
+		return out, fmt.Errorf("decode answer of %s: %w", MethodUploadOutputs, err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return out, nil
 }
 
 // Complete records the run's final state. Repeating the same call
-// succeeds; another final state fails with api.ErrRunFinished.
-func (c *Client) Complete(ctx context.Context, in api.CompleteInput) error {
-	return c.api.Procedure(ctx, api.MethodComplete, in, nil)
+// succeeds; another final state fails with ErrRunFinished.
+func (c *RunnerClient) Complete(ctx context.Context, in CompleteInput) error {
+	return c.xrpc.Procedure(ctx, MethodComplete, in, nil)
 }
 
 // StartSession opens a new session of the runner's identity, superseding
 // every earlier one, lists the runs the runner holds, and makes every later
 // call of c carry the new session (SetSession).
-func (c *Client) StartSession(ctx context.Context, in api.StartSessionInput) (api.StartSessionOutput, error) {
-	var out api.StartSessionOutput
-	err := c.api.Procedure(ctx, api.MethodStartSession, in, &out)
+func (c *RunnerClient) StartSession(ctx context.Context, in StartSessionInput) (StartSessionOutput, error) {
+	var out StartSessionOutput
+	err := c.xrpc.Procedure(ctx, MethodStartSession, in, &out)
 	if err == nil {
 		c.SetSession(out.Session)
 	}
@@ -217,19 +215,19 @@ func (c *Client) StartSession(ctx context.Context, in api.StartSessionInput) (ap
 
 // Handover ends the current session and leaves its runs to the runner's
 // next session for the server's handover grace.
-func (c *Client) Handover(ctx context.Context, in api.HandoverInput) (api.HandoverOutput, error) {
-	var out api.HandoverOutput
-	err := c.api.Procedure(ctx, api.MethodHandover, in, &out)
+func (c *RunnerClient) Handover(ctx context.Context, in HandoverInput) (HandoverOutput, error) {
+	var out HandoverOutput
+	err := c.xrpc.Procedure(ctx, MethodHandover, in, &out)
 	return out, err
 }
 
 // ResumeRun returns what a claim gave for a run the runner holds (with a
 // new run token and the secrets anew) and renews its lease.
-// api.ErrRunFinished: the run is final; api.ErrForbidden: another runner
+// ErrRunFinished: the run is final; ErrForbidden: another runner
 // holds it.
-func (c *Client) ResumeRun(ctx context.Context, run int64) (*api.ClaimedRun, error) {
-	var out api.ClaimedRun
-	if err := c.api.Procedure(ctx, api.MethodResumeRun, api.RunRef{Run: run}, &out); err != nil {
+func (c *RunnerClient) ResumeRun(ctx context.Context, run int64) (*ClaimedRun, error) {
+	var out ClaimedRun
+	if err := c.xrpc.Procedure(ctx, MethodResumeRun, RunRef{Run: run}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

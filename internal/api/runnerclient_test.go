@@ -1,4 +1,4 @@
-package logship
+package api
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"knotless.dev/knotless/internal/api"
 )
 
 // TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession pins
@@ -25,7 +23,7 @@ func TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession(t *tes
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		nsid := strings.TrimPrefix(r.URL.Path, "/xrpc/")
 		mu.Lock()
-		seen[nsid] = r.Header.Get(api.SessionHeader)
+		seen[nsid] = r.Header.Get(SessionHeader)
 		mu.Unlock()
 		if r.Header.Get("X-Auth") != "signed" {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -33,25 +31,25 @@ func TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession(t *tes
 		}
 		var out any = struct{}{}
 		switch nsid {
-		case api.MethodStartSession:
-			out = api.StartSessionOutput{Session: "s2"}
-		case api.MethodAppendLog:
-			out = api.AppendLogOutput{Size: 5}
-		case api.MethodResumeRun:
-			out = api.ClaimedRun{Run: api.Run{ID: 3}, CancelRequested: true}
-		case api.MethodHeartbeat:
-			out = api.HeartbeatOutput{Cancel: true}
+		case MethodStartSession:
+			out = StartSessionOutput{Session: "s2"}
+		case MethodAppendLog:
+			out = AppendLogOutput{Size: 5}
+		case MethodResumeRun:
+			out = ClaimedRun{Run: Run{ID: 3}, CancelRequested: true}
+		case MethodHeartbeat:
+			out = HeartbeatOutput{Cancel: true}
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	}))
 	defer hs.Close()
-	c := NewClient(&api.Client{BaseURL: hs.URL, Auth: func(req *http.Request, _ string) error {
+	c := NewRunnerClient(&Client{BaseURL: hs.URL, Auth: func(req *http.Request, _ string) error {
 		req.Header.Set("X-Auth", "signed") // the runner's own signing still runs
 		return nil
 	}})
 	ctx := context.Background()
 	c.SetSession("s1")
-	s, err := c.StartSession(ctx, api.StartSessionInput{Executor: "shell"})
+	s, err := c.StartSession(ctx, StartSessionInput{Executor: "shell"})
 	if err != nil || s.Session != "s2" {
 		t.Fatalf("StartSession: %+v, %v", s, err)
 	}
@@ -62,24 +60,24 @@ func TestClient_EveryCallHitsItsMethodAndCarriesTheSessionButStartSession(t *tes
 	if hb, err := c.Heartbeat(ctx, 3); err != nil || !hb.Cancel {
 		t.Fatalf("Heartbeat: %+v, %v", hb, err)
 	}
-	if err := c.UpdateStep(ctx, api.UpdateStepInput{Run: 3, Step: 1, State: api.StepRunning}); err != nil {
+	if err := c.UpdateStep(ctx, UpdateStepInput{Run: 3, Step: 1, State: StepRunning}); err != nil {
 		t.Fatalf("UpdateStep: %v", err)
 	}
 	if size, err := c.AppendLog(ctx, 3, 1, 0, []byte("hello")); err != nil || size != 5 {
 		t.Fatalf("AppendLog: %d, %v", size, err)
 	}
-	if err := c.Complete(ctx, api.CompleteInput{Run: 3, State: api.StateSucceeded}); err != nil {
+	if err := c.Complete(ctx, CompleteInput{Run: 3, State: StateSucceeded}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	if cr, err := c.ResumeRun(ctx, 3); err != nil || cr.Run.ID != 3 || !cr.CancelRequested {
 		t.Fatalf("ResumeRun: %+v, %v", cr, err)
 	}
-	if _, err := c.Handover(ctx, api.HandoverInput{Reason: "SIGTERM"}); err != nil {
+	if _, err := c.Handover(ctx, HandoverInput{Reason: "SIGTERM"}); err != nil {
 		t.Fatalf("Handover: %v", err)
 	}
 	want := map[string]string{
-		api.MethodStartSession: "", api.MethodClaim: "s2", api.MethodHeartbeat: "s2", api.MethodUpdateStep: "s2",
-		api.MethodAppendLog: "s2", api.MethodComplete: "s2", api.MethodResumeRun: "s2", api.MethodHandover: "s2",
+		MethodStartSession: "", MethodClaim: "s2", MethodHeartbeat: "s2", MethodUpdateStep: "s2",
+		MethodAppendLog: "s2", MethodComplete: "s2", MethodResumeRun: "s2", MethodHandover: "s2",
 	}
 	for nsid, session := range want {
 		if got, ok := seen[nsid]; !ok || got != session {
@@ -101,7 +99,7 @@ func TestClient_AppendLogFileSendsExactlyItsRangeWithALength(t *testing.T) {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		length = r.ContentLength
 		got, _ = io.ReadAll(r.Body)
-		_ = json.NewEncoder(w).Encode(api.AppendLogOutput{Size: 10 + int64(len(got))})
+		_ = json.NewEncoder(w).Encode(AppendLogOutput{Size: 10 + int64(len(got))})
 	}))
 	defer hs.Close()
 	path := filepath.Join(t.TempDir(), "log")
@@ -109,7 +107,7 @@ func TestClient_AppendLogFileSendsExactlyItsRangeWithALength(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(&api.Client{BaseURL: hs.URL})
+	c := NewRunnerClient(&Client{BaseURL: hs.URL})
 	for _, n := range []int64{1, 5, 1 << 20, int64(len(data)) - 10} {
 		size, err := c.AppendLogFile(context.Background(), 3, 1, 10, path, n, nil)
 		if err != nil || size != 10+n {

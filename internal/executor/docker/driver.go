@@ -1,0 +1,239 @@
+package docker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+	"golang.org/x/sys/unix"
+	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/workflow"
+)
+
+// driver is the docker executor's agentenv.Driver: an environment is a
+// job container with the agent as its PID 1.
+type driver Executor
+
+// Make makes the run's container (containerFor: hardened, one per run,
+// never reused) after the disk floor allows it, and starts it with the
+// agent as PID 1. The checkout at spec.Workspace is bind-mounted as
+// agentenv.Workspace (nothing is copied), and given to the container's
+// user at the session's first Exec, CopyIn or CopyOut (PrepareEarly;
+// never under `knotless-run exec`). It writes to spec.Log the container,
+// image, limits, user and network. Caches move by the host's file system
+// for the checkout (hostCaches).
+//
+// Errors: a workflow asking for more than the runner allows; an image
+// that is neither present nor pullable (a *executor.Fault with reason
+// image-pull and the engine's message); an engine that refuses the
+// container (reason executor, its message). On error the container is
+// removed.
+func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	if spec.Workspace == "" {
+		return nil, errors.New("no workspace: the checkout is bind-mounted from the runner's disk")
+	}
+	img, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
+	if err != nil {
+		return nil, err
+	}
+	if err := agentenv.CheckHostArch(spec); err != nil {
+		return nil, err
+	}
+	nano, mem := res.MilliCPUs*1e6, res.Memory
+	if err := e.waitDisk(ctx, spec); err != nil {
+		return nil, err
+	}
+	netName, err := e.network(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inspect, err := e.ensureImage(ctx, spec, img)
+	if err != nil {
+		return nil, err
+	}
+	runAs := e.cfg.RunAs
+	if runAs.Image {
+		if runAs, err = imageUser(img, inspect.Config.User); err != nil {
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: err.Error()}
+		}
+	}
+	if e.cfg.Ephemeral {
+		// `knotless-run exec` runs in a person's own work tree: it is
+		// never given away; steps may write where its modes let them.
+		if err := e.checkOwnTree(spec, runAs); err != nil {
+			return nil, err
+		}
+	}
+	labels := map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner, LabelRun: spec.ID}
+	for k, v := range spec.Labels {
+		if _, ok := labels[k]; !ok {
+			labels[k] = v
+		}
+	}
+	cfg, hc := containerFor(containerSpec{
+		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: nano, Memory: mem,
+		Pids: e.cfg.Pids, Runtime: e.cfg.Runtime, Network: netName,
+		Agent: e.cfg.Agent, Workspace: spec.Workspace,
+		Cmd: append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...),
+	})
+	hc.AutoRemove = e.cfg.Ephemeral
+	name := containerName(e.cfg.Runner, spec.ID)
+	created, err := e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			// A container of an earlier process under this name, which no
+			// session holds: it is this runner's to remove.
+			_ = e.api.ContainerRemove(context.WithoutCancel(ctx), name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			created, err = e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine refused the job container: " + err.Error()}
+		}
+	}
+	id := created.ID
+	if err := e.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		e.removeContainer(context.WithoutCancel(ctx), id)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine could not start the job container: " + err.Error()}
+	}
+	pids := "none"
+	if e.cfg.Pids > 0 {
+		pids = fmt.Sprint(e.cfg.Pids)
+	}
+	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
+		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), workflow.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
+	env := e.env(id, userOf(runAs))
+	if !e.cfg.Ephemeral {
+		// The checkout is complete by the first Exec, CopyIn or CopyOut
+		// (PrepareEarly), and no step has run yet: nothing in the
+		// container can swap a directory for a link while the tree is
+		// walked.
+		ws := spec.Workspace
+		env.Ready = func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }
+	}
+	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+		hostCaches(env, hello.Workdir, spec.Workspace, runAs)
+		return nil
+	}
+	return env, nil
+}
+
+// Open finds the container a handle names for Recover: it must still
+// exist and run.
+func (d *driver) Open(ctx context.Context, _ string, data json.RawMessage) (*agentenv.Env, error) {
+	e := (*Executor)(d)
+	var h handleData
+	if err := json.Unmarshal(data, &h); err != nil || h.Container == "" {
+		return nil, fmt.Errorf("unreadable handle: %w", executor.ErrNotRecoverable)
+	}
+	st, err := e.api.ContainerInspect(ctx, h.Container)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("the container %s is gone: %w", short(h.Container), executor.ErrNotRecoverable)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.State == nil || !st.State.Running {
+		return nil, fmt.Errorf("%s: %w", stateMessage(st), executor.ErrNotRecoverable)
+	}
+	return e.env(h.Container, h.User), nil
+}
+
+// List returns this runner's job containers (by their labels).
+func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
+	e := (*Executor)(d)
+	list, err := e.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]agentenv.Listed, 0, len(list))
+	for _, c := range list {
+		id := c.ID
+		out = append(out, agentenv.Listed{ID: c.Labels[LabelRun], Name: "container " + short(id),
+			Remove: func(ctx context.Context) error { return e.removeContainer(ctx, id) }})
+	}
+	return out, nil
+}
+
+// env is container id as an environment: each dial is a new exec of
+// `knotless-agent connect` as user; a container that is gone or no longer
+// running makes a dial fail with agent.ErrGone, and says why
+// (containerFault). A step's Note says when it reached the process limit.
+func (e *Executor) env(id, user string) *agentenv.Env {
+	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
+	return &agentenv.Env{
+		Name: "container " + short(id),
+		Data: handleData{Container: id, User: user},
+		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
+			st, err := e.api.ContainerInspect(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: the job container %s is gone", agent.ErrGone, short(id))
+			}
+			if err == nil && (st.State == nil || !st.State.Running) {
+				return nil, fmt.Errorf("%w: %s", agent.ErrGone, stateMessage(st))
+			}
+			return e.openStream(ctx, id, user, connect)
+		},
+		Why:    func(ctx context.Context) *executor.Fault { return e.containerFault(ctx, id) },
+		Remove: func(ctx context.Context, _ bool) error { return e.removeContainer(ctx, id) },
+		AroundStep: func() func(*executor.Result) {
+			if e.cfg.Pids <= 0 {
+				return nil
+			}
+			before := e.pidsRefused(id)
+			return func(res *executor.Result) {
+				if n := e.pidsRefused(id) - before; n > 0 {
+					note := fmt.Sprintf("the step reached the container's process limit (--pids %d): %d process creations were refused", e.cfg.Pids, n)
+					res.Note = strings.TrimPrefix(strings.TrimSpace(res.Note+"; "+note), "; ")
+				}
+			}
+		},
+	}
+}
+
+// checkOwnTree checks that the job's user can enter and read a checkout
+// that stays its owner's (`knotless-run exec`): one it cannot enter would
+// fail every step with "start /bin/sh: permission denied". The error names
+// the directory, its owner and mode, and what to do. A checkout of
+// another owner that it can enter is noted in the setup log.
+func (e *Executor) checkOwnTree(spec executor.Spec, runAs RunAs) error {
+	var st unix.Stat_t
+	if unix.Stat(spec.Workspace, &st) != nil || int64(st.Uid) == runAs.UID {
+		return nil
+	}
+	mode := st.Mode & 0o777
+	bits := mode & 0o7 // others
+	if int64(st.Gid) == runAs.GID {
+		bits = (mode >> 3) & 0o7
+	}
+	if bits&0o5 != 0o5 {
+		do := fmt.Sprintf("give --run-as %d:%d (its owner), or let others enter and read it (chmod o+rx %s)", st.Uid, st.Gid, spec.Workspace)
+		if st.Uid == 0 {
+			do = fmt.Sprintf("job containers never run as root: let others enter and read it (chmod o+rx %s), or run from a copy you own", spec.Workspace)
+		}
+		return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the checkout %s belongs to UID %d (mode %04o), and steps run as %s, which cannot enter it: %s",
+			spec.Workspace, st.Uid, mode, userOf(runAs), do)}
+	}
+	hint := fmt.Sprintf(" (--run-as %d:%d runs them as its owner)", st.Uid, st.Gid)
+	if st.Uid == 0 {
+		hint = " (job containers never run as root)"
+	}
+	e.logf(spec, "the checkout %s belongs to UID %d and stays so; steps run as %s and write to it only where its modes allow%s", spec.Workspace, st.Uid, userOf(runAs), hint)
+	return nil
+}

@@ -1,0 +1,55 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+// TestPodFault_PreemptionIsNotAnEviction: the scheduler's preemption and
+// a drain once read the same in `run show` (errored (evicted)); a person
+// and a retry rule must tell them apart, so preemption has its own
+// reason. The kubelet's eviction keeps the kubelet's words (what it
+// measured), never pod-lost.
+func TestPodFault_PreemptionIsNotAnEviction(t *testing.T) {
+	disrupted := func(reason, msg string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: reason, Message: msg}}}}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		pod          *corev1.Pod
+		reason, word string
+	}{
+		{disrupted("PreemptionByScheduler", "Preempted by pod 1234 on node vm"), api.ReasonPreempted, "preempted by the scheduler"},
+		{disrupted("EvictionByEvictionAPI", "Eviction API: evicting"), api.ReasonEvicted, "Eviction API (a drain"},
+		{disrupted("TerminationByKubelet", "The node was low on resource: memory."), api.ReasonEvicted, "low on resource"},
+		{&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted",
+			Message:    `Usage of EmptyDir volume "knotless" exceeds the limit "1Gi". `,
+			Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}}}},
+			api.ReasonEvicted, `Usage of EmptyDir volume "knotless" exceeds the limit "1Gi".`},
+	} {
+		f := podFault(tc.pod, now, now, 0, 0)
+		if f == nil || f.Reason != tc.reason || !strings.Contains(f.Message, tc.word) {
+			t.Errorf("%+v: fault %+v, want %s saying %q", tc.pod.Status, f, tc.reason, tc.word)
+		}
+	}
+}
+
+// TestPodFault_ExecFormatErrorNamesTheArchitecture: a container whose
+// program cannot execute on its node ends the run naming it, not as
+// pod-lost "exit code 1".
+func TestPodFault_ExecFormatErrorNamesTheArchitecture(t *testing.T) {
+	pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: Container, Image: "example/arm64-only:1", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			Reason: "StartError", ExitCode: 128,
+			Message: `failed to create containerd task: OCI runtime create failed: exec: "/bin/sh": exec format error: unknown`}}}}}}
+	f := podFault(pod, time.Now(), time.Now(), 0, 0)
+	if f == nil || f.Reason != api.ReasonExecutor || !strings.Contains(f.Message, "another architecture") || !strings.Contains(f.Message, "example/arm64-only:1") {
+		t.Errorf("fault %+v", f)
+	}
+}
