@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,6 +86,28 @@ func ParseLineTimes(s string) ([]LineTime, error) {
 func AppendLineTime(b []byte, t LineTime) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(t.Offset))
 	return binary.LittleEndian.AppendUint64(b, uint64(t.UnixMS))
+}
+
+// ReadLineTimesFile is ReadLineTimes of the line times file at path; none
+// when there is no such file.
+func ReadLineTimesFile(path string, from, to int64, max int, before bool) ([]LineTime, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	ts, err := ReadLineTimes(f, fi.Size(), from, to, max, before)
+	if errors.Is(err, io.EOF) {
+		err = nil // a record torn as it was read: what came before it stands
+	}
+	return ts, err
 }
 
 // ReadLineTimes reads, from a line times file r of size bytes, the records

@@ -19,15 +19,16 @@ import (
 // (CheckText), and shown escaped wherever text arrives another way
 // (VisibleText: log lines, commit messages, branch names).
 
-// IsHiddenRune reports whether r is not shown for what it is: a character
-// of the Unicode general categories Cc (controls: C0, DEL, C1), Cf
+// HiddenCategories are the Unicode general categories of the characters
+// that are not shown for what they are: Cc (controls: C0, DEL, C1), Cf
 // (format: the bidirectional overrides, embeddings, isolates and marks,
 // zero-width spaces and joiners, the soft hyphen, tags, ...), Zl (line
-// separator) or Zp (paragraph separator), by the tables of package
+// separator) and Zp (paragraph separator), by the tables of package
 // unicode (unicode.Version).
-func IsHiddenRune(r rune) bool {
-	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
-}
+var HiddenCategories = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp}
+
+// IsHiddenRune reports whether r is of one of HiddenCategories.
+func IsHiddenRune(r rune) bool { return unicode.In(r, HiddenCategories...) }
 
 // HiddenRuneAt returns the byte offset of the first character of s that
 // IsHiddenRune, or of the first byte that is not valid UTF-8 (r is then

@@ -62,14 +62,7 @@ wait. Prints the new runs; with -f follows their logs to the end and exits
 			}
 			fmt.Fprintf(s.stdout(), "Pipeline %d re-runs %s of pipeline %d at %s (%s): %d %s.\n", p.ID, plural(len(p.Runs), "a run", "runs"),
 				p.RerunOf, api.VisibleText(shortRef(p.Ref)), shortSHA(p.SHA), len(p.Runs), plural(len(p.Runs), "run", "runs"))
-			if err := s.printRuns(s.stdout(), p.Runs); err != nil {
-				return err
-			}
-			if !follow {
-				return nil
-			}
-			fmt.Fprintln(s.stdout())
-			return s.followRuns(ctx, p.Runs)
+			return s.printNewRuns(ctx, p.Runs, follow)
 		},
 	}
 	cmd.Flags().StringVar(&pipeline, "pipeline", "", "re-run every run of this pipeline that did not succeed")

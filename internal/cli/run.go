@@ -371,14 +371,7 @@ must be on REF (reachable from its commit), and REF is still the run's ref.`,
 			if len(p.Runs) == 0 {
 				return failf("no workflow of %s at %s has a manual trigger (on: manual)%s", r, orDefault(ref), forWorkflow(wf))
 			}
-			if err := s.printRuns(s.stdout(), p.Runs); err != nil {
-				return err
-			}
-			if !follow {
-				return nil
-			}
-			fmt.Fprintln(s.stdout())
-			return s.followRuns(ctx, p.Runs)
+			return s.printNewRuns(ctx, p.Runs, follow)
 		},
 	}
 	s.addRepoFlag(cmd, &repo)
@@ -387,6 +380,19 @@ must be on REF (reachable from its commit), and REF is still the run's ref.`,
 	cmd.Flags().StringVarP(&wf, "workflow", "w", "", "only the workflow with this name or file path")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
 	return cmd
+}
+
+// printNewRuns prints the runs a trigger or re-run made and, with follow,
+// follows their logs to the end (exit 1 unless all succeeded).
+func (s *session) printNewRuns(ctx context.Context, runs []api.Run, follow bool) error {
+	if err := s.printRuns(s.stdout(), runs); err != nil {
+		return err
+	}
+	if !follow {
+		return nil
+	}
+	fmt.Fprintln(s.stdout())
+	return s.followRuns(ctx, runs)
 }
 
 func orDefault(ref string) string {

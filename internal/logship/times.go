@@ -3,7 +3,6 @@ package logship
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -108,20 +107,8 @@ func (t *lineTimes) close() {
 // max of them (0: all), and, with before, the last one below from first.
 // None when the step has no times file.
 func (s *Spool) LineTimes(step int, from, to int64, max int, before bool) ([]api.LineTime, error) {
-	f, err := os.Open(s.timesPath(step))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ts, err := api.ReadLineTimesFile(s.timesPath(step), from, to, max, before)
 	if err != nil {
-		return nil, fmt.Errorf("read line times of run %d step %d: %w", s.run, step, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read line times of run %d step %d: %w", s.run, step, err)
-	}
-	ts, err := api.ReadLineTimes(f, fi.Size(), from, to, max, before)
-	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read line times of run %d step %d: %w", s.run, step, err)
 	}
 	return ts, nil

@@ -16,8 +16,11 @@ import (
 // millisecond (the line then shares it); a write in the middle of a line
 // records nothing until the next line begins; ResumeLog cuts the times
 // back with the log.
-func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
-	sp, err := CreateSpool(t.TempDir(), 3)
+// timedLog opens step 1's log of a new spool of run, and returns a
+// function writing to it as at a given time.
+func timedLog(t *testing.T, run int64) (*Spool, LogFile, func(s string, at time.Time)) {
+	t.Helper()
+	sp, err := CreateSpool(t.TempDir(), run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,16 +28,20 @@ func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lt := w.(*spoolLog).times
-	t0 := time.UnixMilli(1_700_000_000_000)
-	write := func(s string, at time.Time) {
+	l := w.(*spoolLog)
+	return sp, w, func(s string, at time.Time) {
 		t.Helper()
-		lt.writing([]byte(s), at)
-		if _, err := w.(*spoolLog).f.Write([]byte(s)); err != nil {
+		l.times.writing([]byte(s), at)
+		if _, err := l.f.Write([]byte(s)); err != nil {
 			t.Fatal(err)
 		}
-		lt.wrote([]byte(s))
+		l.times.wrote([]byte(s))
 	}
+}
+
+func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
+	sp, w, write := timedLog(t, 3)
+	t0 := time.UnixMilli(1_700_000_000_000)
 	write("one\ntw", t0)                            // lines at 0 and 4: one record, 0
 	write("o\nthree\n", t0.Add(5*time.Millisecond)) // a line at 8
 	write("four\n", t0.Add(5*time.Millisecond))     // same millisecond: none
@@ -70,15 +77,7 @@ func TestSpool_LineTimesMarkWhereLinesBeganOnceAMillisecond(t *testing.T) {
 // next), and the server gets them all, once.
 func TestShipper_SendsEachLineTimeOnceWithItsBytes(t *testing.T) {
 	srv := newLogServer()
-	sp, err := CreateSpool(t.TempDir(), 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := sp.Log(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lt := w.(*spoolLog).times
+	sp, w, write := timedLog(t, 9)
 	t0 := time.UnixMilli(1_700_000_000_000)
 	const lines = 3*api.MaxLineTimes + 10
 	var want []api.LineTime
@@ -87,9 +86,7 @@ func TestShipper_SendsEachLineTimeOnceWithItsBytes(t *testing.T) {
 		line := fmt.Sprintf("line %d\n", i)
 		want = append(want, api.LineTime{Offset: int64(log.Len()), UnixMS: t0.UnixMilli() + int64(i)})
 		log.WriteString(line)
-		lt.writing([]byte(line), t0.Add(time.Duration(i)*time.Millisecond))
-		w.(*spoolLog).f.Write([]byte(line))
-		lt.wrote([]byte(line))
+		write(line, t0.Add(time.Duration(i)*time.Millisecond))
 	}
 	w.Close()
 	appendDone(t, sp, api.CompleteInput{State: api.StateSucceeded})

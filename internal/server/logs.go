@@ -125,20 +125,8 @@ func (l *logFiles) appendTimes(run int64, step int, from, to int64, ts []api.Lin
 // at most max (0: all), and with before, the last one below from first.
 // None when the log has none.
 func (l *logFiles) lineTimes(run int64, step int, from, to int64, max int, before bool) ([]api.LineTime, error) {
-	f, err := os.Open(l.timesPath(run, step))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ts, err := api.ReadLineTimesFile(l.timesPath(run, step), from, to, max, before)
 	if err != nil {
-		return nil, fmt.Errorf("read line times of run %d step %d: %w", run, step, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read line times of run %d step %d: %w", run, step, err)
-	}
-	ts, err := api.ReadLineTimes(f, fi.Size(), from, to, max, before)
-	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read line times of run %d step %d: %w", run, step, err)
 	}
 	return ts, nil

@@ -4,25 +4,15 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode"
+
+	"golang.org/x/text/unicode/rangetable"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // eachHidden calls f with every character of the categories a name may
-// not hold (api.IsHiddenRune): Cc, Cf, Zl, Zp.
-func eachHidden(f func(r rune)) {
-	for _, t := range []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp} {
-		for _, r16 := range t.R16 {
-			for r := rune(r16.Lo); r <= rune(r16.Hi); r += rune(r16.Stride) {
-				f(r)
-			}
-		}
-		for _, r32 := range t.R32 {
-			for r := rune(r32.Lo); r <= rune(r32.Hi); r += rune(r32.Stride) {
-				f(r)
-			}
-		}
-	}
-}
+// not hold (api.HiddenCategories: Cc, Cf, Zl, Zp).
+func eachHidden(f func(r rune)) { rangetable.Visit(rangetable.Merge(api.HiddenCategories...), f) }
 
 // TestLint_BidiOverrideInWorkflowNameIsRefused pins issue 25 item 1 for
 // workflows, over whole categories: a workflow name, a step name, a

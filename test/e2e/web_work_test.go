@@ -19,6 +19,7 @@ import (
 	"unicode"
 
 	"github.com/chromedp/chromedp"
+	"golang.org/x/text/unicode/rangetable"
 
 	"knotless.dev/knotless/internal/api"
 )
@@ -34,6 +35,14 @@ func workflowFile(name, script string) string {
 	return "name: " + name + "\non:\n  push: {}\nsteps:\n  - name: " + name + "-step\n    run: |\n" + indent(script, "      ")
 }
 
+// passAndFail is two workflows: pass succeeds, fail exits 3.
+func passAndFail() map[string]string {
+	return map[string]string{
+		".knotless/workflows/pass.yml": workflowFile("pass", "echo fine"),
+		".knotless/workflows/fail.yml": workflowFile("fail", "echo broken; exit 3"),
+	}
+}
+
 // openRun opens run id's page and waits for its event stream to end (a
 // run that is over).
 func openRun(t *testing.T, ctx context.Context, w *world, id int64) {
@@ -43,6 +52,31 @@ func openRun(t *testing.T, ctx context.Context, w *world, id int64) {
 		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 		return s == "ended", fmt.Sprint(s, err)
 	})
+}
+
+// openSucceededRun starts a world with a runner, pushes a workflow whose
+// step runs script, waits for its run to succeed and opens its page in a
+// signed-in browser.
+func openSucceededRun(t *testing.T, script string) (context.Context, *world, api.Run) {
+	t.Helper()
+	ctx := newBrowser(t)
+	w := newWorld(t, 10*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(gatedWorkflow(script))
+	if got := w.waitFinal(run.ID, 60*time.Second); got.State != api.StateSucceeded {
+		t.Fatal(describe(got))
+	}
+	signIn(t, ctx, w.url, w.token)
+	openRun(t, ctx, w, run.ID)
+	return ctx, w, run
+}
+
+// assertEveryLineTimed checks that every log line of the page has a time.
+func assertEveryLineTimed(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if untimed := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('.l')).filter(l => !l.querySelector('.ts').dataset.ms).map(l => l.id)`); len(untimed) > 0 {
+		t.Errorf("lines without a time: %q", untimed)
+	}
 }
 
 // currentPath is the page's path and query.
@@ -55,10 +89,7 @@ func TestBrowser_RerunButtonsRunAFinishedRunAndAPipelinesFailedRunsAgain(t *test
 	ctx := newBrowser(t)
 	w := newWorld(t, 10*time.Second)
 	w.startRunner(w.registerRunner("r1"))
-	runs := w.push(map[string]string{
-		".knotless/workflows/pass.yml": workflowFile("pass", "echo fine"),
-		".knotless/workflows/fail.yml": workflowFile("fail", "echo broken; exit 3"),
-	}, 2)
+	runs := w.push(passAndFail(), 2)
 	var fail api.Run
 	for _, r := range runs {
 		if got := w.waitFinal(r.ID, 60*time.Second); r.Workflow == "fail" {
@@ -103,10 +134,7 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 	ctx := newBrowser(t)
 	w := newWorld(t, 10*time.Second)
 	w.startRunner(w.registerRunner("r1"))
-	first := w.push(map[string]string{
-		".knotless/workflows/pass.yml": workflowFile("pass", "echo fine"),
-		".knotless/workflows/fail.yml": workflowFile("fail", "exit 3"),
-	}, 2)
+	first := w.push(passAndFail(), 2)
 	w.commit(map[string]string{".knotless/workflows/fail.yml": ""})
 	w.git("push", "-q", w.url+"/"+w.repo+".git", "HEAD:refs/heads/dev")
 	var dev []api.Run
@@ -167,15 +195,7 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 }
 
 func TestBrowser_LineTimesShowWhenTheRunnerSawEachLine(t *testing.T) {
-	ctx := newBrowser(t)
-	w := newWorld(t, 10*time.Second)
-	w.startRunner(w.registerRunner("r1"))
-	run := w.pushOne(gatedWorkflow("echo first\nsleep 1.5\necho second"))
-	if got := w.waitFinal(run.ID, 60*time.Second); got.State != api.StateSucceeded {
-		t.Fatal(describe(got))
-	}
-	signIn(t, ctx, w.url, w.token)
-	openRun(t, ctx, w, run.ID)
+	ctx, w, run := openSucceededRun(t, "echo first\nsleep 1.5\necho second")
 	if shown := eval[bool](t, ctx, `document.querySelector('#step-1 .l .ts').offsetParent !== null`); shown {
 		t.Fatal("line times show before the Times box is ticked")
 	}
@@ -211,9 +231,7 @@ func TestBrowser_LineTimesShowWhenTheRunnerSawEachLine(t *testing.T) {
 			document.querySelector('#step-1 .l .ts').offsetParent !== null`)
 		return on, fmt.Sprint(err)
 	})
-	if untimed := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('.l')).filter(l => !l.querySelector('.ts').dataset.ms).map(l => l.id)`); len(untimed) > 0 {
-		t.Errorf("lines without a time: %q", untimed)
-	}
+	assertEveryLineTimed(t, ctx)
 	screenshots(t, ctx, "run-times")
 }
 
@@ -242,10 +260,7 @@ func TestBrowser_RunnerRestartIsAMarkerLineInTheStepLog(t *testing.T) {
 	if len(lines) != 3 || lines[0] != "before the restart" || !marker.MatchString(lines[1]) || lines[2] != "after the restart" {
 		t.Fatalf("step 1's lines: %q, want before, the restart marker, after", lines)
 	}
-	// Every line has its time, also those the earlier process shipped.
-	if untimed := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('.l')).filter(l => !l.querySelector('.ts').dataset.ms).map(l => l.id)`); len(untimed) > 0 {
-		t.Errorf("lines without a time: %q", untimed)
-	}
+	assertEveryLineTimed(t, ctx) // also those the earlier process shipped
 	screenshots(t, ctx, "run-restart")
 }
 
@@ -283,18 +298,7 @@ func TestBrowser_RunnersTabShowsTheRunnersRealBuildAndCapacity(t *testing.T) {
 // already), by Go's tables.
 func hiddenRunes() []rune {
 	var out []rune
-	for _, tab := range []*unicode.RangeTable{unicode.Cf, unicode.Zl, unicode.Zp} {
-		for _, r := range tab.R16 {
-			for c := rune(r.Lo); c <= rune(r.Hi); c += rune(r.Stride) {
-				out = append(out, c)
-			}
-		}
-		for _, r := range tab.R32 {
-			for c := rune(r.Lo); c <= rune(r.Hi); c += rune(r.Stride) {
-				out = append(out, c)
-			}
-		}
-	}
+	rangetable.Visit(rangetable.Merge(unicode.Cf, unicode.Zl, unicode.Zp), func(r rune) { out = append(out, r) })
 	return out
 }
 
@@ -353,15 +357,7 @@ func TestBrowser_HiddenCharactersInALogAndACommitMessageAreShownEscaped(t *testi
 // ("Page is too large": about 800,000 px), which the screenshots helper
 // handles by capturing the window.
 func TestBrowser_FinishedLongLogIsPaintedFromTheTopAtANormalWindowSize(t *testing.T) {
-	ctx := newBrowser(t)
-	w := newWorld(t, 10*time.Second)
-	w.startRunner(w.registerRunner("r1"))
-	run := w.pushOne(gatedWorkflow("seq 1 60000"))
-	if got := w.waitFinal(run.ID, 60*time.Second); got.State != api.StateSucceeded {
-		t.Fatal(describe(got))
-	}
-	signIn(t, ctx, w.url, w.token)
-	openRun(t, ctx, w, run.ID)
+	ctx, _, _ := openSucceededRun(t, "seq 1 60000")
 	if y := eval[float64](t, ctx, `window.scrollY`); y != 0 {
 		t.Errorf("a finished run's page opened scrolled to %.0f px, want its top", y)
 	}

@@ -40,13 +40,15 @@ func TestWebSession_ExpiredOrDeletedIsNotFound(t *testing.T) {
 	}
 }
 
-func TestListPipelines_NewestFirstInPages(t *testing.T) {
+// aliceApp opens a fresh database holding alice/app.
+func aliceApp(t *testing.T) (*sqlite.DB, store.Repo) {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "k.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	a, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:a", CreatedAt: time.Now()}, "h")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +57,12 @@ func TestListPipelines_NewestFirstInPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, repo
+}
+
+func TestListPipelines_NewestFirstInPages(t *testing.T) {
+	ctx := context.Background()
+	db, repo := aliceApp(t)
 	for i := 0; i < 5; i++ {
 		run := store.NewRun{Workflow: "w", WorkflowPath: "w.yml", State: api.StateQueued}
 		if _, _, err := db.CreatePipeline(ctx, store.NewPipeline{RepoID: repo.ID, Ref: "refs/heads/main", SHA: "abc",
@@ -82,19 +90,7 @@ func TestListPipelines_NewestFirstInPages(t *testing.T) {
 // select a run that has both.
 func TestListPipelines_FiltersByBranchCommitStateAndWorkflow(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "k.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	a, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:a", CreatedAt: time.Now()}, "h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := db.CreateRepo(ctx, a.ID, "app", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, repo := aliceApp(t)
 	mk := func(ref, sha string, runs ...store.NewRun) int64 {
 		p, _, err := db.CreatePipeline(ctx, store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: "push",
 			CreatedAt: time.Now(), Runs: runs, Notes: []string{"note of " + sha}})
