@@ -6,7 +6,26 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 )
+
+// digestWait bounds how long a session start waits for selfDigest (Run
+// starts it first; a stripped knotless-run of 64 MB takes 65-140 ms here):
+// the Runners page then lacks the digest rather than the runner its
+// session.
+const digestWait = 2 * time.Second
+
+// digestWithin is selfDigest, or "" when it takes longer than d.
+func digestWithin(d time.Duration) string {
+	done := make(chan string, 1)
+	go func() { done <- selfDigest() }()
+	select {
+	case s := <-done:
+		return s
+	case <-time.After(d):
+		return ""
+	}
+}
 
 // selfDigest is the SHA-256 (lower-case hex) of this process's executable,
 // as sha256sum prints it: the build itself, whatever its version says (a
