@@ -4,22 +4,48 @@
 
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DIST    ?= dist
+# The one version of every program and of the release (file VERSION).
+VERSION := $(strip $(shell cat VERSION))
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
-PROGRAMS := knotless knotless-server knotless-run
+PROGRAMS := knotless knotless-server knotless-run knotless-agent
+# How every program is built, as internal/deploy.Build builds the files
+# the manifests' digests name (BuildEnv there): static (no cgo: nothing
+# needs it, SQLite is modernc.org's Go), no build paths, no VCS stamp, the
+# baseline instruction set; the same source, VERSION and Go release give
+# the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
+STATIC  := CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
 
-.PHONY: deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
+.PHONY: release deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
 all: build
 
-# The step agent is static (no cgo) so that it runs in any job image.
+# The four programs for this machine; knotless-run and knotless-agent are
+# byte for byte the files of the release for its architecture.
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/knotless-agent
+	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
+
+# The release, from this checkout, into $(DIST)/: every program for
+# linux/amd64 and linux/arm64 (knotless-run-linux-amd64, ...), SHA256SUMS,
+# and knotless-runner-$(VERSION)-kubernetes.yaml, the runner's manifests
+# in one file with these files' digests (docs/kubernetes.md). ~1 min per
+# program and architecture the first time on 2 cores.
+release:
+	$(GO) run ./scripts/deploy release -o $(DIST)
 
 demo: build
 	@bash scripts/demo.sh
+
+# PostgreSQL (Debian's server binaries, started as nobody in a temporary
+# directory), three knotless-server replicas behind a reverse proxy, 20
+# runners with the shell executor, 100 pipelines pushed, one replica
+# killed with SIGKILL midway and started again: prints a summary and fails
+# unless every run ended exactly once with its whole log
+# (docs/scaling.md). Sizes: DEMO_SCALE_FLAGS='-runners 5 -pipelines 20'.
+.PHONY: demo-scale
+demo-scale: build
+	$(GO) run ./test/scale/cmd/demo-scale -bin $(BIN) $(DEMO_SCALE_FLAGS)
 
 vet:
 	$(GO) vet ./...
@@ -30,8 +56,10 @@ vet:
 # scripts/dockerd.sh starts: make docker-up).
 CLUSTER_REQUIRED := KNOTLESS_TEST_CLUSTER_REQUIRED=1 KNOTLESS_TEST_DOCKER_REQUIRED=1
 export DOCKER_HOST ?= unix:///run/knotless-dockerd/docker.sock
-# The web pages' browser tests (test/e2e) fail without chromium, too.
-BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1
+# The web pages' browser tests (test/e2e) fail without chromium, too; the
+# PostgreSQL tests (store, replicas, migrate, demo-scale's) without
+# Debian's postgresql server binaries (/usr/lib/postgresql/*/bin).
+BROWSER_REQUIRED := KNOTLESS_TEST_BROWSER_REQUIRED=1 KNOTLESS_TEST_POSTGRES_REQUIRED=1
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster).
@@ -107,15 +135,16 @@ bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
 
 clean:
-	rm -rf $(BIN) .demo
+	rm -rf $(BIN) $(DIST) .demo
 
 # The runner in a cluster (deploy/kubernetes, docs/kubernetes.md): the
-# manifests' init container checks knotless-run and knotless-agent against
-# SHA-256 digests written in deploy/kubernetes/base/deployment.yaml. After a
-# change to the code, rebuild them reproducibly and write the new digests
-# (a test fails while they are stale). runner-image is the optional image
-# with both programs in it, a docker archive for `docker load` or
-# `ctr -n k8s.io images import`.
+# manifests' init container checks knotless-run and knotless-agent (for
+# linux/amd64 and linux/arm64) against SHA-256 digests written in
+# deploy/kubernetes/base/deployment.yaml. After a change to the code or
+# VERSION, rebuild them reproducibly and write the new digests (a test
+# fails while they are stale). runner-image is the optional image with
+# this machine's knotless-run and both agents in it, a docker archive for
+# `docker load` or `ctr -n k8s.io images import`.
 deploy-digests:
 	$(GO) run ./scripts/deploy digests
 

@@ -121,6 +121,12 @@ func serve(args []string) int {
 		log.Info("signal received: stopping the running step and exiting", "signal", sig.String())
 		a.Shutdown()
 	}()
+	// In a container (the image's environment) steps run as the agent's
+	// own user: keep the socket and the program the bridge needs where
+	// the runner looks for them.
+	if sv.ImageEnv || sv.Program != "" {
+		go a.Guard(socket, sv.Program)
+	}
 	if err := a.Serve(l); err != nil {
 		log.Error("serving failed", "err", err)
 		return 1

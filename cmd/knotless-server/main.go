@@ -82,6 +82,11 @@ the admin's API token to DATA/admin.token (mode 0600). While it runs,
 DATA/server.url holds the URL it answers at (handy with --listen 127.0.0.1:0),
 and DATA/.lock keeps a second knotless-server off the same data directory.
 
+With --release-dir DIR (the dist directory of make release) it also serves
+that release's files to anyone at /-/download/FILE, so runner pods in a
+cluster fetch knotless-run and knotless-agent from it
+(KNOTLESS_DOWNLOAD_URL=URL/-/download; they check every file's SHA-256).
+
 Every flag can also be set with the environment variable named after it,
 e.g. KNOTLESS_DATA for --data; a flag on the command line wins.
 
@@ -134,9 +139,12 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	cmd.AddCommand(newMigrateCommand())
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")
+	f.StringVar(&cfg.Database, "database", "",
+		"PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB) for several replicas sharing --data; default SQLite in DATA/knotless.db")
 	f.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address to listen on, host:port")
 	f.StringVar(&cfg.URL, "url", "",
 		"public base URL clients and runners reach the server at (default http://LISTEN)")
@@ -159,9 +167,11 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		"largest outputs archive of one run; a larger one is refused before it is stored, and the run's setup log says so")
 	f.Var(envflag.Size{P: &cfg.RepoQuota, AllowZero: true}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
+	f.StringVar(&cfg.ReleaseDir, "release-dir", "",
+		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
-	for _, name := range append([]string{"data", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
-		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota"}, limits...) {
+	for _, name := range append([]string{"data", "database", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
+		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {
 		envflag.Bind(f, name)
 	}
 	return cmd
@@ -173,8 +183,10 @@ func run(ctx context.Context, cfg server.Config) error {
 	// A second server on the same data directory most likely also has the
 	// same --listen: name the directory rather than the busy port. New
 	// takes the lock for real.
-	if err := server.CheckDataDir(cfg.DataDir); err != nil {
-		return err
+	if cfg.Database == "" { // replicas on PostgreSQL share the directory
+		if err := server.CheckDataDir(cfg.DataDir); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -196,13 +208,17 @@ func run(ctx context.Context, cfg server.Config) error {
 	// real address from here; it is removed on a clean stop. Only the
 	// process holding the data directory's lock (New took it) gets here,
 	// so a refused second start never touches the first one's file.
-	urlFile := filepath.Join(cfg.DataDir, URLFile)
-	if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
-		srv.Close()
-		ln.Close()
-		return fmt.Errorf("write %s: %w", urlFile, err)
+	// Replicas sharing the directory would overwrite each other's: they
+	// write none.
+	if cfg.Database == "" {
+		urlFile := filepath.Join(cfg.DataDir, URLFile)
+		if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
+			srv.Close()
+			ln.Close()
+			return fmt.Errorf("write %s: %w", urlFile, err)
+		}
+		defer os.Remove(urlFile)
 	}
-	defer os.Remove(urlFile)
 	serveErr := srv.Serve(ctx, ln)
 	if err := srv.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("close: %w", err)

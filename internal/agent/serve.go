@@ -66,6 +66,11 @@ type Serve struct {
 	// User is NAME:UID:GID[:GROUP,...], the unprivileged user every step
 	// runs as (the agent runs as root); empty: the agent's own user.
 	User string
+	// Program, when set, is the path of the agent's own program that exec
+	// bridges run (`knotless-agent connect`): the agent restores it there
+	// when a step removes or changes it, as it listens on Socket again
+	// when a step removes the socket.
+	Program string
 	// ReadyFD (> 0) is a file descriptor the agent writes "ready\n" to
 	// once it listens.
 	ReadyFD int
@@ -92,6 +97,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.ExitWithoutClient, "exit-without-client", 0, "end the steps and exit once no client has been connected this long (0: never): nobody takes the run over")
 	fs.BoolVar(&s.NoCgroups, "no-cgroups", false, "do not give steps cgroups even where cgroup v2 is delegated (rely on the child subreaper alone)")
 	fs.StringVar(&s.User, "user", "", "NAME:UID:GID[:GROUP,...]: run every step as this unprivileged user (the agent runs as root)")
+	fs.StringVar(&s.Program, "program", "", "the agent's program as exec bridges run it: restored there when a step removes or changes it")
 	fs.IntVar(&s.ReadyFD, "ready-fd", 0, "file descriptor to write \"ready\\n\" to (then close) once listening")
 	fs.StringVar(&s.LogLevel, "log-level", "", "debug, info, warn or error (default info)")
 }

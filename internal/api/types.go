@@ -96,6 +96,18 @@ func IsFinal(state string) bool {
 	return false
 }
 
+// IsReason reports whether reason is one of the Reason constants above:
+// the bounded set a metric label may take (a runner may send others).
+func IsReason(reason string) bool {
+	switch reason {
+	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
+		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
+		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted:
+		return true
+	}
+	return false
+}
+
 // DescribeServerOutput is the answer of MethodDescribeServer.
 type DescribeServerOutput struct {
 	// DID is the server's service DID: the audience of runner JWTs.

@@ -9,18 +9,33 @@ import (
 )
 
 // Manifest is the file, relative to the module root, whose init container
-// holds the digests: one env entry per program, named by DigestEnv.
+// holds the digests: one env entry per file of ManifestFiles, named by
+// DigestEnv.
 const Manifest = "deploy/kubernetes/base/deployment.yaml"
 
-// DigestEnv names the init container's variable holding program's
-// SHA-256: knotless-run → KNOTLESS_RUN_SHA256.
-func DigestEnv(program string) string {
-	return strings.ToUpper(strings.ReplaceAll(program, "-", "_")) + "_SHA256"
+// DigestEnv names the init container's variable holding the SHA-256 of
+// program built for arch: ("knotless-run", "arm64") →
+// KNOTLESS_RUN_SHA256_ARM64.
+func DigestEnv(program, arch string) string {
+	return strings.ToUpper(strings.ReplaceAll(program, "-", "_")) + "_SHA256_" + strings.ToUpper(arch)
+}
+
+// ManifestFiles are the files whose digests the manifest holds, by file
+// name (FileName), each with its variable (DigestEnv): Programs for every
+// one of Arches.
+func ManifestFiles() map[string]string {
+	files := map[string]string{}
+	for _, p := range Programs {
+		for _, a := range Arches {
+			files[FileName(p, a)] = DigestEnv(p, a)
+		}
+	}
+	return files
 }
 
 // digestLine matches "- name: ENV" followed on the next line by
 // `value: "HEX"` (the quotes optional), capturing the name and the value.
-var digestLine = regexp.MustCompile(`(?m)^(\s*- name: )([A-Z_]+_SHA256)(\s*\n\s*value: )"?([0-9a-f]*)"?[ \t]*$`)
+var digestLine = regexp.MustCompile(`(?m)^(\s*- name: )([A-Z0-9_]+_SHA256_[A-Z0-9]+)(\s*\n\s*value: )"?([0-9a-f]*)"?[ \t]*$`)
 
 // ReadDigests returns the digests written in the manifest text, by
 // variable name (DigestEnv).
@@ -32,24 +47,28 @@ func ReadDigests(manifest []byte) map[string]string {
 	return out
 }
 
-// SetDigests returns the manifest text with each program's digest
-// (by program name, e.g. "knotless-run") written into its variable.
-// Errors: a program with no such variable in the manifest.
+// SetDigests returns the manifest text with each file's digest (by file
+// name, e.g. "knotless-run-linux-amd64"; a file of ManifestFiles) written
+// into its variable, the rest of the text as it was. Errors: a file the
+// manifest holds no digest of, or a variable missing from the manifest.
 func SetDigests(manifest []byte, digests map[string]string) ([]byte, error) {
+	files := ManifestFiles()
 	have := ReadDigests(manifest)
+	byEnv := map[string]string{}
 	var missing []string
-	for p := range digests {
-		if _, ok := have[DigestEnv(p)]; !ok {
-			missing = append(missing, DigestEnv(p))
+	for name, d := range digests {
+		env, ok := files[name]
+		if !ok {
+			return nil, fmt.Errorf("%s: the manifest holds no digest of this file (it holds those of %s)", name, strings.Join(sortedKeys(files), ", "))
 		}
+		if _, ok := have[env]; !ok {
+			missing = append(missing, env)
+		}
+		byEnv[env] = d
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
 		return nil, fmt.Errorf("the manifest has no env entry %s (want `- name: %s` with `value: \"...\"` on the next line)", strings.Join(missing, ", "), missing[0])
-	}
-	byEnv := map[string]string{}
-	for p, d := range digests {
-		byEnv[DigestEnv(p)] = d
 	}
 	return digestLine.ReplaceAllFunc(manifest, func(b []byte) []byte {
 		m := digestLine.FindSubmatch(b)
@@ -61,25 +80,27 @@ func SetDigests(manifest []byte, digests map[string]string) ([]byte, error) {
 	}), nil
 }
 
-// Stale compares the manifest's digests with digests (by program name)
-// and describes every difference, one per line; empty when they match.
+// Stale compares the manifest's digests with digests (by file name) and
+// describes every difference, one per line; empty when they match. Files
+// digests does not name are not compared.
 func Stale(manifest []byte, digests map[string]string) string {
 	have := ReadDigests(manifest)
+	files := ManifestFiles()
 	var lines []string
-	for _, p := range Programs {
-		want, ok := digests[p]
+	for _, name := range sortedKeys(files) {
+		want, ok := digests[name]
 		if !ok {
 			continue
 		}
-		if got := have[DigestEnv(p)]; got != want {
-			lines = append(lines, fmt.Sprintf("%s: the manifest says %s=%q, the build gives %s", p, DigestEnv(p), got, want))
+		if got := have[files[name]]; got != want {
+			lines = append(lines, fmt.Sprintf("%s: the manifest says %s=%q, the build gives %s", name, files[name], got, want))
 		}
 	}
 	return strings.Join(lines, "\n")
 }
 
-// WriteDigests writes digests into the manifest file at path, keeping its
-// mode; changed tells whether its content changed.
+// WriteDigests writes digests (by file name) into the manifest file at
+// path, keeping its mode; changed tells whether its content changed.
 func WriteDigests(path string, digests map[string]string) (changed bool, err error) {
 	old, err := os.ReadFile(path)
 	if err != nil {
@@ -97,4 +118,13 @@ func WriteDigests(path string, digests map[string]string) (changed bool, err err
 		return false, err
 	}
 	return true, os.WriteFile(path, updated, fi.Mode().Perm())
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

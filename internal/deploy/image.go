@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ type File struct {
 // Image is a one-layer image made of Files; no registry is involved.
 type Image struct {
 	Ref        string // e.g. "localhost/knotless/runner:dev"; never :latest
+	Arch       string // GOARCH of its programs; default runtime.GOARCH (BaseFiles are this machine's)
 	Files      []File
 	User       string // "UID:GID"
 	Entrypoint []string
@@ -98,23 +100,38 @@ func BaseFiles() ([]File, error) {
 	return files, nil
 }
 
-// RunnerImage is BaseFiles plus knotless-run and knotless-agent (by
-// program name, as Build returns them) in /usr/local/bin, running
-// knotless-run as RunnerUID.
-func RunnerImage(ref string, programs map[string]string) (Image, error) {
-	files, err := BaseFiles()
+// RunnerImage is BaseFiles plus, in /usr/local/bin under their release
+// names (FileName), knotless-run for linux/arch and the step agent for
+// every one of Arches, as the manifests' init container takes them with
+// KNOTLESS_DOWNLOAD_URL empty; knotless-run and knotless-agent there link
+// to arch's own. It runs knotless-run as RunnerUID. files are by file
+// name, as Build returns them. One image per architecture: its busybox,
+// git and curl are this machine's, so arch must be this machine's
+// (runtime.GOARCH). Errors: another arch, a file missing.
+func RunnerImage(ref, arch string, files map[string]string) (Image, error) {
+	if arch != runtime.GOARCH {
+		return Image{}, fmt.Errorf("runner image for linux/%s: its busybox, git and curl are this machine's (linux/%s): build it on a linux/%s machine", arch, runtime.GOARCH, arch)
+	}
+	base, err := BaseFiles()
 	if err != nil {
 		return Image{}, err
 	}
-	for _, p := range Programs {
-		src, ok := programs[p]
+	names := []string{FileName("knotless-run", arch)}
+	for _, a := range Arches {
+		names = append(names, FileName("knotless-agent", a))
+	}
+	for _, n := range names {
+		src, ok := files[n]
 		if !ok {
-			return Image{}, fmt.Errorf("runner image: no %s", p)
+			return Image{}, fmt.Errorf("runner image: no %s", n)
 		}
-		files = append(files, File{Path: "/usr/local/bin/" + p, Mode: 0o755, Source: src})
+		base = append(base, File{Path: "/usr/local/bin/" + n, Mode: 0o755, Source: src})
+	}
+	for _, p := range Programs {
+		base = append(base, File{Path: "/usr/local/bin/" + p, Mode: fs.ModeSymlink | 0o777, Link: FileName(p, arch)})
 	}
 	uid := fmt.Sprint(RunnerUID)
-	return Image{Ref: ref, Files: files, User: uid + ":" + uid, Entrypoint: []string{"/usr/local/bin/knotless-run"},
+	return Image{Ref: ref, Arch: arch, Files: base, User: uid + ":" + uid, Entrypoint: []string{"/usr/local/bin/knotless-run"},
 		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"}}, nil
 }
 
@@ -146,7 +163,10 @@ func WriteArchive(path string, img Image) error {
 		return err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture = "linux", img.Arch
+	if cf.Architecture == "" {
+		cf.Architecture = runtime.GOARCH
+	}
 	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	cf.Config = v1.Config{User: img.User, Entrypoint: img.Entrypoint, Env: img.Env, WorkingDir: "/tmp"}
 	if v1img, err = mutate.ConfigFile(v1img, cf); err != nil {

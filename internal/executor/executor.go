@@ -52,6 +52,9 @@ type Setup struct {
 	// Job is what the shared job flags say (JobFlags), for executors
 	// whose Options.UsesJob.
 	Job Job
+	// Observer, when set, is told of environments made and removed and of
+	// agent reconnects (knotless-run's metrics).
+	Observer Observer
 }
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell

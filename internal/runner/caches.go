@@ -2,10 +2,13 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -270,5 +273,91 @@ func quoteAll(ss []string) []string {
 	for i, s := range ss {
 		out[i] = fmt.Sprintf("%q", s)
 	}
+	return out
+}
+
+// cacheRecordPath is where a run's environment keeps what its caches'
+// restore found (relative to the checkout, inside .git where no step's
+// file is), so that a process that takes the run over, also one whose
+// work directory did not survive, saves the caches as the first would
+// have.
+const cacheRecordPath = ".git/knotless-caches.json"
+
+// cacheRecord is one cache's restore as cacheRecordPath keeps it.
+type cacheRecord struct {
+	Index  int    `json:"index"`
+	Key    string `json:"key"`
+	Match  int    `json:"match"` // cache.Match
+	Broken bool   `json:"broken,omitempty"`
+}
+
+// recordCaches writes what the restore found into the environment. A
+// failure is a line of the setup log: only a successor's save needs it.
+func (e *execution) recordCaches(ctx context.Context, sess executor.Session, restored cacheRestoreResult) {
+	if len(restored) == 0 {
+		return
+	}
+	recs := make([]cacheRecord, 0, len(restored))
+	for _, st := range restored {
+		recs = append(recs, cacheRecord{Index: st.index, Key: st.key, Match: int(st.match), Broken: st.broken})
+	}
+	err := func() error {
+		b, err := json.Marshal(recs)
+		if err != nil {
+			return err
+		}
+		f, err := os.CreateTemp("", "knotless-caches-*.json")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(f.Name())
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		return sess.CopyIn(ctx, f.Name(), cacheRecordPath)
+	}()
+	if err != nil {
+		e.setup.printf("caches: what the restore found could not be kept in the environment (%v): a runner that takes this run over will not save them\n", err)
+	}
+}
+
+// recoveredCaches reads what the first process's restore found, for a
+// run taken over in its environment; nil (and a line of the setup log)
+// when the environment does not say.
+func (e *execution) recoveredCaches(ctx context.Context, sess executor.Session) cacheRestoreResult {
+	if len(e.wf.Caches) == 0 {
+		return nil
+	}
+	if e.job.Caches == nil {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "knotless-caches-")
+	if err == nil {
+		defer os.RemoveAll(dir)
+		err = sess.CopyOut(ctx, cacheRecordPath, filepath.Join(dir, "r.json"))
+	}
+	var recs []cacheRecord
+	if err == nil {
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(dir, "r.json")); err == nil {
+			err = json.Unmarshal(b, &recs)
+		}
+	}
+	if err != nil {
+		e.setup.printf("caches: not saved by this process: the run was taken over, and its environment does not say what the restore found (%v)\n", err)
+		return nil
+	}
+	out := make(cacheRestoreResult, 0, len(recs))
+	for _, r := range recs {
+		if r.Index < 1 || r.Index > len(e.wf.Caches) {
+			continue
+		}
+		out = append(out, cacheState{c: e.wf.Caches[r.Index-1], index: r.Index, key: r.Key, match: cache.Match(r.Match), broken: r.Broken})
+	}
+	e.setup.printf("caches: the run was taken over; its caches are saved after it as the first process's restore found them (%d)\n", len(out))
 	return out
 }

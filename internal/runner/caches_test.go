@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/workflow"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/dummy"
 	"knotless.dev/knotless/internal/executor/shell"
 )
 
@@ -394,40 +394,46 @@ func TestIntegration_RunnerStartSweepsTornCacheSave(t *testing.T) {
 	}
 }
 
-// A process that takes a run over in its environment neither restores nor
-// saves its caches (the first process restored them, and only it knows
-// whether the keys were hits); one whose setup starts over restores them.
-func TestCaches_TakeoverInTheEnvironmentNeitherRestoresNorSaves(t *testing.T) {
+// TestCaches_TakenOverRunSavesItsCaches: a run taken over after a runner
+// restart once never saved its caches ("caches: not saved by this
+// process: the run was taken over"). The first process leaves in the
+// environment what its restore found; the successor, which does not
+// restore, saves as the first would have. An environment that does not
+// say is a line of the setup log and nothing saved; a run whose setup
+// starts over restores anew.
+func TestCaches_TakenOverRunSavesItsCaches(t *testing.T) {
 	store := openTestStore(t, 0)
-	world := dummy.NewWorld()
-	ex := dummy.New(world)
-	sess, err := ex.Prepare(context.Background(), executor.Spec{ID: "run-42", Workspace: t.TempDir(), Log: io.Discard})
-	if err != nil {
-		t.Fatal(err)
+	ex := testShell(t)
+	wf := "on: {push: {}}\ncaches:\n  - key: k\n    paths: [x]\nsteps:\n  - run: mkdir -p x && echo built > x/out\n"
+	takeover := func(id string, record bool) (Result, string) {
+		t.Helper()
+		sess, err := ex.Prepare(context.Background(), executor.Spec{ID: id, Workspace: t.TempDir(), Log: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(sess.Workdir(), ".git"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if record {
+			// What the first process's restore left: a miss of key k.
+			e := &execution{setup: openSetupLog(newMemReporter(), nil, 0, testLogger(t))}
+			e.recordCaches(context.Background(), sess, cacheRestoreResult{{c: workflow.Cache{Key: "k", Paths: []string{"x"}}, index: 1, key: "k", match: cache.Miss}})
+		}
+		h := sess.Handle()
+		job := cacheJob(t, store, "alice/app", "v1", wf)
+		job.Workspace = sess.Workdir()
+		job.Resume = &Resume{Session: &h, Recovered: sess, Started: time.Now(), By: "test",
+			Steps: map[int]api.UpdateStepInput{0: {Run: 42, Step: 0, State: api.StepSucceeded}}}
+		rep := newMemReporter()
+		return Execute(context.Background(), job, ex, rep), rep.log(0)
 	}
-	h := sess.Handle()
-	wf := "on: {push: {}}\ncaches:\n  - key: k\n    paths: [x]\nsteps:\n  - run: echo done\n"
-	job := cacheJob(t, store, "alice/app", "v1", wf)
-	job.Resume = &Resume{Session: &h, Recovered: sess, Started: time.Now(), By: "test",
-		Steps: map[int]api.UpdateStepInput{0: {Run: 42, Step: 0, State: api.StepSucceeded}}}
-	rep := newMemReporter()
-	if res := Execute(context.Background(), job, ex, rep); res.State != api.StateSucceeded {
-		t.Fatalf("result %+v\n%s", res, rep.log(0))
+	res, setup := takeover("run-1", false)
+	if res.State != api.StateSucceeded || !strings.Contains(setup, "caches: not saved by this process: the run was taken over, and its environment does not say") || len(store.Entries()) != 0 {
+		t.Fatalf("without a record: %+v, %d entries\n%s", res, len(store.Entries()), setup)
 	}
-	setup := rep.log(0)
-	if !strings.Contains(setup, "caches: not saved by this process: the run was taken over") || strings.Contains(setup, ": miss;") {
-		t.Fatalf("setup log:\n%s", setup)
-	}
-
-	// Setup starting over (no environment recorded): restored anew.
-	job = cacheJob(t, store, "alice/app", "v1", wf)
-	job.Resume = &Resume{Started: time.Now(), By: "test"}
-	rep = newMemReporter()
-	if res := Execute(context.Background(), job, dummy.New(world), rep); res.State != api.StateSucceeded {
-		t.Fatalf("result %+v\n%s", res, rep.log(0))
-	}
-	if setup := rep.log(0); !strings.Contains(setup, "k: miss;") {
-		t.Fatalf("setup starting over did not restore:\n%s", setup)
+	res, setup = takeover("run-2", true)
+	if res.State != api.StateSucceeded || !strings.Contains(setup, "caches: k: saved") || len(store.Entries()) != 1 {
+		t.Fatalf("with the first process's record: %+v, %d entries\n%s", res, len(store.Entries()), setup)
 	}
 }
 

@@ -402,12 +402,14 @@ func (e *execution) run(ctx context.Context) Result {
 	}()
 	// Caches: restored before the first step, saved after a success
 	// (caches.go); a run taken over in its environment was restored by
-	// its first process (one whose setup starts over is restored anew).
+	// its first process, which left in the environment what the restore
+	// found, for the save (one whose setup starts over is restored anew).
 	var caches cacheRestoreResult
 	if resume == nil || resume.Session == nil {
 		caches = e.restoreCaches(runCtx, sess)
-	} else if len(wf.Caches) > 0 {
-		sl.printf("caches: not saved by this process: the run was taken over, and only the process that restored them knows whether their keys were hits\n")
+		e.recordCaches(runCtx, sess, caches)
+	} else {
+		caches = e.recoveredCaches(runCtx, sess)
 	}
 	res := e.steps(runCtx, sess, timeout)
 	if !e.handedOver && !e.handingOver() {

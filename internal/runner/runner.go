@@ -76,6 +76,8 @@ type Config struct {
 	MaxBackoff time.Duration
 	HTTP       *http.Client
 	Logger     *slog.Logger
+	// Metrics, when set, counts what the runner does (NewMetrics).
+	Metrics *Metrics
 }
 
 // Runner claims runs from its server and executes them.
@@ -456,7 +458,9 @@ func isUnknownRunner(err error) bool {
 func (r *Runner) claim(ctx context.Context) (*api.ClaimedRun, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.ClaimWait+30*time.Second)
 	defer cancel()
-	return r.client.Claim(cctx, r.cfg.ClaimWait)
+	run, err := r.client.Claim(cctx, r.cfg.ClaimWait)
+	r.cfg.Metrics.claimed(run != nil, err)
+	return run, err
 }
 
 // handle executes one claimed run and starts shipping its spool.
@@ -574,7 +578,11 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		},
 	}
 	job.Resume, job.Handover = resume, r.handover
-	if res := Execute(ctx, job, r.cfg.Executor, SpoolReporter{Spool: sp}); res.State == "" {
+	var rep Reporter = SpoolReporter{Spool: sp}
+	if r.cfg.Metrics != nil {
+		rep = observedReporter{SpoolReporter{Spool: sp}, r.cfg.Metrics}
+	}
+	if res := Execute(ctx, job, r.cfg.Executor, rep); res.State == "" {
 		removed = true // handed over: the successor's steps use the workspace
 		handedOver = true
 	}

@@ -33,6 +33,8 @@ type executorFlags struct {
 	job   executor.JobFlags
 	opts  []executor.Options
 	owner map[string][]string // flag name → the executors that read it
+	// observer, when set, is told what the executor does (metrics).
+	observer executor.Observer
 }
 
 // addExecutorFlags adds --executor (help: "<what>: shell, ..."), --agent,
@@ -82,7 +84,7 @@ func addExecutorFlags(fs *pflag.FlagSet, what string) *executorFlags {
 // warning (from the environment they are ignored silently: one environment
 // may serve runners of several executors).
 func (e *executorFlags) newExecutor(work, runner string, log *slog.Logger, ephemeral bool) (executor.Executor, error) {
-	setup := executor.Setup{Work: work, Runner: runner, Agent: e.agent, Logger: log, Ephemeral: ephemeral}
+	setup := executor.Setup{Work: work, Runner: runner, Agent: e.agent, Logger: log, Ephemeral: ephemeral, Observer: e.observer}
 	var chosen executor.Options
 	var names []string
 	for _, o := range e.opts {

@@ -23,6 +23,7 @@ func newRun(g *globals) *cobra.Command {
 		envs            = &envValue{}
 		envPass         = &envPassValue{}
 		handover        bool
+		metricsListen   string
 	)
 	cmd := &cobra.Command{
 		Use:   "run --state FILE --work DIR [--executor shell]",
@@ -107,6 +108,15 @@ to do, cancels its running runs and exits 1.`,
 			if st, err := runner.LoadState(statePath); err == nil {
 				name = st.Name
 			}
+			if metricsListen != "" {
+				cfg.Metrics = runner.NewMetrics()
+				exf.observer = cfg.Metrics
+				stopMetrics, err := serveMetrics(metricsListen, cfg.Metrics, log)
+				if err != nil {
+					return err
+				}
+				defer stopMetrics()
+			}
 			ex, err := exf.newExecutor(work, name, log, false)
 			if err != nil {
 				return err
@@ -162,9 +172,10 @@ to do, cancels its running runs and exits 1.`,
 	f.Var(envflag.Size{P: &cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	f.Var(envPass, "env-pass", envPassUsage)
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (and /healthz), e.g. 0.0.0.0:9090; empty: none")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
-		"cache-size": "KNOTLESS_CACHE_SIZE"} {
+		"cache-size": "KNOTLESS_CACHE_SIZE", "metrics-listen": "KNOTLESS_METRICS_LISTEN"} {
 		envflag.BindAs(f, flag, env)
 	}
 	return cmd

@@ -133,6 +133,24 @@ func (c *claimWaiters) afterLook(w *claimWaiter, fresh *store.Runner, queued []s
 	c.offerLocked(*pending)
 }
 
+// waiting reports whether a claim of repository repo waits here.
+func (c *claimWaiters) waiting(repo int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.repos[repo]) > 0
+}
+
+// waitingRepos lists the repositories with a claim waiting here.
+func (c *claimWaiters) waitingRepos() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]int64, 0, len(c.repos))
+	for id := range c.repos {
+		out = append(out, id)
+	}
+	return out
+}
+
 // offer wakes, for each queued run, one waiter of its repository that
 // qualifies for it and is not woken already.
 func (c *claimWaiters) offer(runs []store.Run) {

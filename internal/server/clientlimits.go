@@ -1,6 +1,9 @@
 package server
 
-import "knotless.dev/knotless/internal/svcauth"
+import (
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/svcauth"
+)
 
 // Defaults of ClientLimits, printed by knotless-server --help.
 const (
@@ -86,9 +89,12 @@ type replayCaches struct {
 	registrations svcauth.ReplayCache
 }
 
-func newReplayCaches(l ClientLimits) replayCaches {
+// newReplayCaches bounds each replica's memory by l (these limits are per
+// replica) and records every jti in db too, which all replicas see and
+// which survives a restart (replayCache).
+func newReplayCaches(l ClientLimits, db store.Store) replayCaches {
 	return replayCaches{
-		runners:       svcauth.NewMemoryReplayCache(l.ReplayCacheSize, l.ReplayPerRunner),
-		registrations: svcauth.NewMemoryReplayCache(l.ReplayRegistration, l.ReplayPerRunner),
+		runners:       replayCache{mem: svcauth.NewMemoryReplayCache(l.ReplayCacheSize, l.ReplayPerRunner), store: db},
+		registrations: replayCache{mem: svcauth.NewMemoryReplayCache(l.ReplayRegistration, l.ReplayPerRunner), store: db},
 	}
 }

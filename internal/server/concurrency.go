@@ -34,7 +34,7 @@ func (s *Server) groupFreed(ctx context.Context, run store.Run) {
 			next = append(next, q)
 		}
 	}
-	s.claims.offer(next)
+	s.offer(next)
 }
 
 // superseded logs the older runs that the new runs (planned, as created)
@@ -56,7 +56,7 @@ func (s *Server) superseded(ctx context.Context, repo store.Repo, planned []plan
 				continue
 			}
 			s.log.Info("run superseded", "run", o.ID, "by", run.ID, "repo", repo.FullName(), "group", run.ConcurrencyGroup, "state", o.State)
-			s.hub.notify(runKey(o.ID))
+			s.notify(runKey(o.ID))
 			s.runEnded(ctx, o)
 		}
 	}

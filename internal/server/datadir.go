@@ -31,23 +31,32 @@ func (e *InUseError) Error() string {
 	return fmt.Sprintf("data directory %s is in use by another knotless-server (pid %s)", e.Dir, pid)
 }
 
-// lockDataDir takes the exclusive lock of dir (which must exist) and writes
-// this process's PID into the lock file. It fails at once with an
-// *InUseError when another process (or another Server of this one) holds
-// it. Closing the returned file releases the lock; the kernel releases it
+// lockDataDir takes the lock of dir (which must exist) and writes this
+// process's PID into the lock file: exclusive for a server on SQLite,
+// shared for the replicas of a PostgreSQL database (shared), which use one
+// data directory together, so that neither kind starts beside the other.
+// It fails at once with an *InUseError when another process (or another
+// Server of this one) holds it in a way that excludes this one. Closing the returned file releases the lock; the kernel releases it
 // too when the process dies, so a crash leaves no stale lock.
-func lockDataDir(dir string) (*os.File, error) {
+func lockDataDir(dir string, shared bool) (*os.File, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file of the data directory: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
+	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, &InUseError{Dir: dir, PID: holderPID(path)}
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if shared {
+		return f, nil // the replicas' PIDs would overwrite each other
 	}
 	if err := f.Truncate(0); err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

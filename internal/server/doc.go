@@ -8,17 +8,21 @@
 // Config.Limits: conns.go and limits.go. Everything persistent goes
 // through store.Store or the data directory:
 //
-//	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600
+//	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600; unused with
+//	                         Config.Database (PostgreSQL), where replicas share DIR
 //	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size
 //	DIR/outputs/<run>/outputs.tar a run's outputs archive (<sha256>-<size>.part while it arrives);
 //	                         it goes with its run (no run is deleted yet)
 //	DIR/repos/<owner>/<name>.git bare repositories (refs/knotless/* hidden: heldcommits.go)
-//	DIR/tmp/                 pushes spooled whole before their repository's lock (emptied at start)
+//	DIR/tmp/                 pushes spooled whole before their repository's lock (emptied at start);
+//	                         with replicas DIR/tmp/<replica>/, each its own (replicas.go)
 //	DIR/secret.key           32 random bytes: AES-256-GCM key of secrets, 0600
 //	DIR/server.key           P-256 private key (multibase); the server DID is its did:key, 0600
 //	DIR/admin.token          the admin account's API token (first start), 0600
-//	DIR/server.url           the URL a running knotless-server answers at (written by its main)
-//	DIR/.lock                flocked by the one server using DIR, from New to Close; holds its PID
+//	DIR/server.url           the URL a running knotless-server answers at (written by its main;
+//	                         not with replicas)
+//	DIR/.lock                flocked by the one server using DIR (shared by replicas), from New
+//	                         to Close; holds its PID (not with replicas)
 //
 // It must never log, return or store in plaintext an API token, a run token
 // or a secret value; and it never dials a runner: runners come to it.

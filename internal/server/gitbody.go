@@ -127,7 +127,7 @@ func readPktLine(r *bufio.Reader) ([]byte, error) {
 // requests cut by a crash): only the server holding the data directory's
 // lock uses it.
 func (s *Server) cleanTmp() {
-	dir := filepath.Join(s.cfg.DataDir, TmpDir)
+	dir := s.tmpDir
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return

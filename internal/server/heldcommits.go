@@ -83,6 +83,7 @@ func (s *Server) releasePipeline(ctx context.Context, id int64, full string) {
 // runEnded releases what run's pipeline held once run is final.
 func (s *Server) runEnded(ctx context.Context, run store.Run) {
 	if api.IsFinal(run.State) {
+		s.metrics.runFinished(run)
 		s.releasePipeline(ctx, run.PipelineID, run.Repo)
 		s.groupFreed(ctx, run)
 	}

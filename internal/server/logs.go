@@ -41,12 +41,21 @@ func (l *logFiles) lock(run int64, step int) *sync.Mutex {
 	return &l.mu[h.Sum32()%uint32(len(l.mu))]
 }
 
-// size returns the log's size in bytes (0 when it does not exist).
+// size returns the log's size in bytes (0 when it does not exist). It
+// opens the file rather than stat its path: on a shared file system (NFS,
+// several replicas) an open revalidates the attributes another replica's
+// appends changed (close-to-open consistency), a stat may answer from a
+// cache for seconds.
 func (l *logFiles) size(run int64, step int) (int64, error) {
-	fi, err := os.Stat(l.path(run, step))
+	f, err := os.Open(l.path(run, step))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
+	if err != nil {
+		return 0, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return 0, fmt.Errorf("stat log of run %d step %d: %w", run, step, err)
 	}
@@ -265,7 +274,8 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 		}
 	}
 	if after > before {
-		s.hub.notify(runKey(id))
+		s.metrics.logBytes.Add(float64(after - before))
+		s.notify(runKey(id))
 	}
 	return writeJSON(w, api.AppendLogOutput{Size: after})
 }
@@ -308,4 +318,69 @@ func readLimited(r *http.Request, limit int64) ([]byte, error) {
 		return nil, tooLarge
 	}
 	return data, nil
+}
+
+func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account) error {
+	ctx := r.Context()
+	id, err := requiredInt(r, "run")
+	if err != nil {
+		return err
+	}
+	step, err := intParam(r, "step", api.SetupStep)
+	if err != nil {
+		return err
+	}
+	offset, err := intParam(r, "offset", 0)
+	if err != nil {
+		return err
+	}
+	wait, err := intParam(r, "wait", 0)
+	if err != nil {
+		return err
+	}
+	if step < 0 || offset < 0 || wait < 0 || wait > 60 {
+		return badRequest("step and offset must be >= 0, wait 0..60 seconds")
+	}
+	if err := s.checkStep(step); err != nil {
+		return err
+	}
+	if _, err := s.visibleRun(ctx, a, id); err != nil {
+		return err
+	}
+	deadline := time.NewTimer(time.Duration(wait) * time.Second)
+	defer deadline.Stop()
+	for {
+		changed := s.hub.wait(runKey(id)) // subscribe before looking
+		run, err := s.store.Run(ctx, id)
+		if err != nil {
+			return err
+		}
+		steps, err := s.store.Steps(ctx, id)
+		if err != nil {
+			return err
+		}
+		done := stepDone(run, steps, int(step))
+		size, err := s.logs.size(id, int(step))
+		if err != nil {
+			return err
+		}
+		if size > offset || done || wait == 0 {
+			return s.writeLog(w, id, int(step), offset, size, done)
+		}
+		s.followers.Add(1)
+		var gone bool
+		select {
+		case <-changed:
+		case <-deadline.C:
+			wait = 0
+		case <-s.closing:
+			wait = 0
+		case <-ctx.Done():
+			gone = true
+		}
+		s.followers.Add(-1)
+		if gone {
+			return ctx.Err()
+		}
+	}
 }

@@ -30,6 +30,16 @@ func (h *hub) wait(key string) <-chan struct{} {
 	return c
 }
 
+// notifyAll wakes every waiter of every key.
+func (h *hub) notifyAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for key, c := range h.ch {
+		close(c)
+		delete(h.ch, key)
+	}
+}
+
 // notify wakes every current waiter of key.
 func (h *hub) notify(key string) {
 	h.mu.Lock()
@@ -46,14 +56,22 @@ func runKey(id int64) string { return "run:" + strconv.FormatInt(id, 10) }
 // started, or it handed over).
 func runnerKey(id int64) string { return "runner:" + strconv.FormatInt(id, 10) }
 
+// pruneEvery is how often the sweeper forgets the expired jti values of
+// runner tokens.
+const pruneEvery = time.Minute
+
 // sweep ends runs whose lease lapsed, a few times per lease (at most every
-// second), until Close.
+// second), until Close; with replicas, only on the one holding the
+// sweeper's lock (sweeperLease). It also forgets expired token ids.
 func (s *Server) sweep() {
 	defer close(s.sweepDone)
 	every := s.cfg.Lease / 4
 	every = min(max(every, 50*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lease := &sweeperLease{s: s}
+	defer lease.release()
+	var pruned time.Time
 	for {
 		select {
 		case <-s.sweepStop:
@@ -61,17 +79,29 @@ func (s *Server) sweep() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if !lease.leading(ctx) {
+			cancel()
+			continue
+		}
+		if time.Since(pruned) >= pruneEvery {
+			pruned = time.Now()
+			if _, err := s.store.PruneJTIs(ctx, pruned); err != nil {
+				s.log.Warn("forget expired runner token ids", "err", err)
+			}
+			s.pruneTmp()
+		}
 		lost, err := s.store.ExpireLeases(ctx, time.Now())
 		cancel()
 		if err != nil {
 			s.log.Error("expire leases", "err", err)
 			continue
 		}
+		s.metrics.leasesExpired.Add(float64(len(lost)))
 		for _, r := range lost {
 			s.log.Warn("run finished", "run", r.ID, "repo", r.Repo, "workflow", r.Workflow,
 				"state", r.State, "reason", r.Reason, "runner", r.RunnerName, "message", r.Message)
 			s.runEnded(context.Background(), r)
-			s.hub.notify(runKey(r.ID))
+			s.notify(runKey(r.ID))
 		}
 	}
 }

@@ -150,7 +150,7 @@ func (s *Server) uploadOutputs(w http.ResponseWriter, r *http.Request, x store.R
 		return err
 	}
 	s.log.Info("run outputs stored", "run", id, "runner", x.Name, "bytes", total, "entries", o.Entries, "sha256", sum)
-	s.hub.notify(runKey(id))
+	s.notify(runKey(id))
 	return writeJSON(w, api.UploadOutputsOutput{Size: total, Stored: true})
 }
 

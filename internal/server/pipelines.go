@@ -238,7 +238,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 	}
 	s.holdPipelineCommit(ctx, repo, p, runs)
 	s.superseded(ctx, repo, planned, runs)
-	s.claims.offer(runs) // wakes one waiting runner per queued run
+	s.offer(runs) // wakes one waiting runner per queued run
 	return p, runs, nil
 }
 

@@ -153,7 +153,8 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	f, err := os.CreateTemp(filepath.Join(s.cfg.DataDir, TmpDir), "push-*")
+	_ = os.MkdirAll(s.tmpDir, 0o700) // with replicas, another's sweeper may have taken it for a dead one's
+	f, err := os.CreateTemp(s.tmpDir, "push-*")
 	if err != nil {
 		s.log.Error("git: spool push", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -199,7 +200,12 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		return
 	}
 
-	unlock := s.repoMu.lock(repo.ID)
+	unlock, err := s.lockRepo(r.Context(), repo.ID)
+	if err != nil {
+		s.log.Error("git: lock repository for push", "repo", repo.FullName(), "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
 	defer unlock()
 	// Another push may have landed meanwhile: the quota's last word.
 	if q := s.cfg.RepoQuota; q > 0 {

@@ -226,10 +226,10 @@ func (s *Server) removeRunner(w http.ResponseWriter, r *http.Request, a store.Ac
 		s.log.Warn("run finished", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
 			"state", run.State, "reason", run.Reason, "runner", x.Name, "message", run.Message)
 		s.runEnded(context.WithoutCancel(r.Context()), run)
-		s.hub.notify(runKey(run.ID))
+		s.notify(runKey(run.ID))
 	}
 	// A claim or session of the removed runner waiting now answers at once.
-	s.hub.notify(runnerKey(x.ID))
+	s.notify(runnerKey(x.ID))
 	return writeJSON(w, empty)
 }
 
@@ -301,13 +301,18 @@ type claimLook struct {
 
 // tryClaim claims the oldest queued run of x's repository that x qualifies
 // for, or returns nil. Only the runner's open session claims.
-func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (*api.ClaimedRun, claimLook, error) {
-	var look claimLook
+func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (claimed *api.ClaimedRun, look claimLook, err error) {
+	start := time.Now()
+	defer func() {
+		if claimed != nil {
+			s.metrics.claimLatency.Observe(time.Since(start).Seconds())
+		}
+	}()
 	if ctx.Err() != nil {
 		return nil, look, ctx.Err()
 	}
 	// The runner may have been removed while it waited.
-	x, err := s.store.RunnerByDID(ctx, x.DID)
+	x, err = s.store.RunnerByDID(ctx, x.DID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, look, xerr(http.StatusUnauthorized, api.ErrInvalidToken,
 			"runner %s of %s was removed: register again (knotless-run login) and have an owner approve it", x.Name, x.Repo)
@@ -352,7 +357,10 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 			return nil, err
 		}
 		s.touchRunner(ctx, x.ID)
-		s.hub.notify(runKey(run.ID))
+		s.notify(runKey(run.ID))
+		if run.ClaimedAt != nil {
+			s.metrics.queueWait.Observe(run.ClaimedAt.Sub(run.CreatedAt).Seconds())
+		}
 		out, err := s.claimed(ctx, run, x, token)
 		if err != nil {
 			// The runner will never see this run: end it so nobody waits.
@@ -363,7 +371,7 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 			} else {
 				s.releasePipeline(ctx, run.PipelineID, run.Repo)
 			}
-			s.hub.notify(runKey(run.ID))
+			s.notify(runKey(run.ID))
 			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
 		}
 		s.log.Info("run claimed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
@@ -471,7 +479,10 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 	if before.State == api.StateClaimed && run.State == api.StateRunning {
 		s.log.Info("run started", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow, "runner", x.Name)
 	}
-	s.hub.notify(runKey(run.ID))
+	if validStepState(in.State) && in.State != api.StepPending && in.State != api.StepRunning && in.State != api.StepSkipped {
+		s.observeStep(r.Context(), in.Run, in.Step)
+	}
+	s.notify(runKey(run.ID))
 	return writeJSON(w, empty)
 }
 
@@ -516,6 +527,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	// A runner sends its result after the outputs: an upload it gave up
 	// on is not coming back.
 	s.outputs.dropParts(in.Run)
-	s.hub.notify(runKey(run.ID))
+	s.notify(runKey(run.ID))
 	return writeJSON(w, empty)
 }

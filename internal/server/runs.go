@@ -169,65 +169,6 @@ func stepDone(run store.Run, steps []store.Step, index int) bool {
 	return false
 }
 
-func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account) error {
-	ctx := r.Context()
-	id, err := requiredInt(r, "run")
-	if err != nil {
-		return err
-	}
-	step, err := intParam(r, "step", api.SetupStep)
-	if err != nil {
-		return err
-	}
-	offset, err := intParam(r, "offset", 0)
-	if err != nil {
-		return err
-	}
-	wait, err := intParam(r, "wait", 0)
-	if err != nil {
-		return err
-	}
-	if step < 0 || offset < 0 || wait < 0 || wait > 60 {
-		return badRequest("step and offset must be >= 0, wait 0..60 seconds")
-	}
-	if err := s.checkStep(step); err != nil {
-		return err
-	}
-	if _, err := s.visibleRun(ctx, a, id); err != nil {
-		return err
-	}
-	deadline := time.NewTimer(time.Duration(wait) * time.Second)
-	defer deadline.Stop()
-	for {
-		changed := s.hub.wait(runKey(id)) // subscribe before looking
-		run, err := s.store.Run(ctx, id)
-		if err != nil {
-			return err
-		}
-		steps, err := s.store.Steps(ctx, id)
-		if err != nil {
-			return err
-		}
-		done := stepDone(run, steps, int(step))
-		size, err := s.logs.size(id, int(step))
-		if err != nil {
-			return err
-		}
-		if size > offset || done || wait == 0 {
-			return s.writeLog(w, id, int(step), offset, size, done)
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			wait = 0
-		case <-s.closing:
-			wait = 0
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 func (s *Server) writeLog(w http.ResponseWriter, run int64, step int, offset, size int64, done bool) error {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
@@ -270,7 +211,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 		s.log.Info("run cancel requested", "run", run.ID, "repo", run.Repo, "runner", run.RunnerName, "by", a.Handle)
 	}
 	s.runEnded(r.Context(), run)
-	s.hub.notify(runKey(run.ID))
+	s.notify(runKey(run.ID))
 	steps, err := s.runSteps(r.Context(), run.ID)
 	if err != nil {
 		return err

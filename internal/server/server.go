@@ -15,12 +15,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
 	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/postgres"
 	"knotless.dev/knotless/internal/store/sqlite"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
@@ -66,7 +68,13 @@ const AdminHandle = "admin"
 type Config struct {
 	// DataDir holds the database, logs, repositories and keys (see the
 	// *File and *Dir constants); created with mode 0700 if missing.
+	// Replicas on one PostgreSQL database share one DataDir (a shared file
+	// system: docs/scaling.md).
 	DataDir string
+	// Database is "" for SQLite in DataDir/knotless.db (one server
+	// process), or a PostgreSQL URL, postgres://USER:PASSWORD@HOST:PORT/DB,
+	// which several replicas may share.
+	Database string
 	// Listen is the address knotless-server listens on (host:port); the
 	// server itself uses it only to default URL.
 	Listen string
@@ -105,6 +113,11 @@ type Config struct {
 	// is refused before any of it is stored, with an error naming
 	// --max-outputs-size that the runner writes to the run's setup log.
 	MaxOutputsSize int64
+	// ReleaseDir, when set, is a directory of release files (what `make
+	// release` wrote) served to anyone at DownloadPath + FILE; New refuses
+	// one that is not a directory. Empty: DownloadPath answers 404 saying
+	// how to serve them.
+	ReleaseDir string
 }
 
 func (c *Config) fill() error {
@@ -159,6 +172,11 @@ func (c *Config) fill() error {
 		return fmt.Errorf("data directory %s: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	if c.ReleaseDir != "" {
+		if c.ReleaseDir, err = checkReleaseDir(c.ReleaseDir); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -171,6 +189,10 @@ type Server struct {
 	did     string // the server's DID: the audience of runner JWTs
 	aead    cipher.AEAD
 	replay  replayCaches
+	coord   store.Coordinator // nil on SQLite: one process
+	replica string            // this process's id among the replicas
+	tmpDir  string            // where pushes are spooled: DATA/tmp, or DATA/tmp/REPLICA with replicas
+	metrics *serverMetrics
 	regRate *rateLimiter // runner registrations per client address
 	hub     *hub
 	claims  *claimWaiters
@@ -180,6 +202,8 @@ type Server struct {
 	handler http.Handler
 	web     http.Handler // the pages (internal/web), behind the API and git
 
+	followers atomic.Int64 // log followers waiting (getLog's long polls)
+
 	seenMu sync.Mutex
 	seen   map[int64]time.Time // runner id → last time lastSeenAt was written
 
@@ -187,6 +211,9 @@ type Server struct {
 	closeOnce sync.Once
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	stopListen context.CancelFunc // ends listen (replicas)
+	listenDone chan struct{}
 
 	lock *os.File // DIR/.lock, flocked until Close
 }
@@ -204,7 +231,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	lock, err := lockDataDir(cfg.DataDir)
+	if cfg.Database != "" && !postgres.IsURL(cfg.Database) {
+		return nil, fmt.Errorf("--database %q: want a PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB), or nothing for SQLite in DATA/%s",
+			postgres.Redact(cfg.Database), DBFile)
+	}
+	lock, err := lockDataDir(cfg.DataDir, cfg.Database != "")
 	if err != nil {
 		return nil, err
 	}
@@ -216,29 +247,49 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.web = web.New(web.Config{Backend: webBackend{s}, Secure: strings.HasPrefix(cfg.URL, "https://"), Logger: s.log})
 	s.handler = s.withDeadlines(s.routes())
 	go s.sweep()
-	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "did", s.did, "version", version.Version)
+	if s.coord != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopListen = cancel
+		go s.listen(ctx)
+	}
+	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "database", databaseName(cfg.Database),
+		"replica", s.replica, "did", s.did, "version", version.Version)
+	if cfg.ReleaseDir != "" {
+		s.log.Info("serving release files", "dir", cfg.ReleaseDir, "url", cfg.URL+DownloadPath)
+		if _, err := os.Stat(filepath.Join(cfg.ReleaseDir, ReleaseSums)); err != nil {
+			s.log.Warn("the release directory has no "+ReleaseSums+": is it what `make release` wrote?", "dir", cfg.ReleaseDir)
+		}
+	}
 	return s, nil
 }
 
 // open does New's work while the data directory is locked.
 func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	s := &Server{
-		lock:      lock,
-		cfg:       cfg,
-		log:       slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
-		replay:    newReplayCaches(cfg.ClientLimits),
-		regRate:   newRateLimiter(cfg.ClientLimits.RegistrationsPerMinute, time.Minute),
-		hub:       newHub(),
-		claims:    newClaimWaiters(),
-		logs:      &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
-		outputs:   &outputFiles{dir: filepath.Join(cfg.DataDir, OutputsDir)},
-		seen:      map[int64]time.Time{},
-		closing:   make(chan struct{}),
-		sweepStop: make(chan struct{}),
-		sweepDone: make(chan struct{}),
+		lock:       lock,
+		cfg:        cfg,
+		log:        slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
+		replica:    newReplicaID(),
+		tmpDir:     filepath.Join(cfg.DataDir, TmpDir),
+		listenDone: make(chan struct{}),
+		regRate:    newRateLimiter(cfg.ClientLimits.RegistrationsPerMinute, time.Minute),
+		hub:        newHub(),
+		claims:     newClaimWaiters(),
+		logs:       &logFiles{dir: filepath.Join(cfg.DataDir, LogsDir)},
+		outputs:    &outputFiles{dir: filepath.Join(cfg.DataDir, OutputsDir)},
+		seen:       map[int64]time.Time{},
+		closing:    make(chan struct{}),
+		sweepStop:  make(chan struct{}),
+		sweepDone:  make(chan struct{}),
 	}
 	for _, d := range []string{LogsDir, OutputsDir, ReposDir, TmpDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create data directory: %w", err)
+		}
+	}
+	if cfg.Database != "" {
+		s.tmpDir = filepath.Join(s.tmpDir, s.replica)
+		if err := os.MkdirAll(s.tmpDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
 	}
@@ -279,16 +330,14 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	if s.did, err = svcauth.DIDKey(serverKey); err != nil {
 		return nil, err
 	}
-	// SQLite gives the -wal and -shm files the database file's mode.
-	dbPath := filepath.Join(cfg.DataDir, DBFile)
-	if f, err := os.OpenFile(dbPath, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-		f.Close()
-	}
-	db, err := sqlite.Open(ctx, dbPath)
+	db, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	s.store = db
+	s.coord, _ = db.(store.Coordinator)
+	s.replay = newReplayCaches(cfg.ClientLimits, db)
+	s.metrics = newServerMetrics(s)
 	if err := s.ensureAdmin(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -300,6 +349,28 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		s.log.Info("extended leases of active runs after start", "runs", n, "lease", cfg.Lease)
 	}
 	return s, nil
+}
+
+// openStore opens cfg's database: SQLite in the data directory, or
+// PostgreSQL.
+func openStore(ctx context.Context, cfg Config) (store.Store, error) {
+	if cfg.Database != "" {
+		return postgres.Open(ctx, cfg.Database)
+	}
+	// SQLite gives the -wal and -shm files the database file's mode.
+	dbPath := filepath.Join(cfg.DataDir, DBFile)
+	if f, err := os.OpenFile(dbPath, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
+	return sqlite.Open(ctx, dbPath)
+}
+
+// databaseName names cfg.Database for a log line, without a password.
+func databaseName(database string) string {
+	if database == "" {
+		return "sqlite"
+	}
+	return postgres.Redact(database)
 }
 
 // DID returns the server's service DID (a did:key), the audience of runner
@@ -356,6 +427,10 @@ func (s *Server) Close() error {
 		close(s.sweepStop)
 	}
 	<-s.sweepDone
+	if s.stopListen != nil {
+		s.stopListen()
+		<-s.listenDone
+	}
 	err := s.store.Close()
 	// Unlock explicitly: a child forked at this moment (git, in another
 	// goroutine) shares the open file description until it execs, and
@@ -379,11 +454,19 @@ func loadOrCreate(path string, gen func() ([]byte, error)) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make %s: %w", path, err)
 	}
-	if err := writeNew(path, b); err != nil {
+	// Written whole under another name, then linked into place (which
+	// fails if path exists): a replica starting at the same moment on the
+	// same directory reads either nothing or the whole key, never a part.
+	tmp := path + "." + newReplicaID() + ".tmp"
+	if err := writeNew(tmp, b); err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
 		if errors.Is(err, os.ErrExist) { // made by a concurrent start
 			return os.ReadFile(path)
 		}
-		return nil, err
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
 	return b, nil
 }
@@ -409,6 +492,13 @@ func writeNew(path string, b []byte) error {
 // ensureAdmin creates the admin account on first start and writes its token
 // to DIR/admin.token.
 func (s *Server) ensureAdmin(ctx context.Context) error {
+	if s.coord != nil { // replicas starting together: one makes it
+		l, err := s.coord.Lock(ctx, store.LockSetup, 0)
+		if err != nil {
+			return fmt.Errorf("lock first start: %w", err)
+		}
+		defer l.Release()
+	}
 	_, err := s.store.AccountByHandle(ctx, AdminHandle)
 	if err == nil {
 		return nil

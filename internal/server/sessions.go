@@ -120,7 +120,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, x store.Ru
 	if err != nil {
 		return err
 	}
-	s.hub.notify(runnerKey(x.ID)) // ends the long polls of the old session
+	s.notify(runnerKey(x.ID)) // ends the long polls of the old session
 	s.recordRunnerProcess(ctx, x, in, now)
 	out := api.StartSessionOutput{Session: id, Runs: []api.HeldRun{}, LeaseSeconds: s.leaseSeconds(),
 		HandoverGraceSeconds: s.graceSeconds()}
@@ -156,7 +156,7 @@ func (s *Server) handover(w http.ResponseWriter, r *http.Request, x store.Runner
 	if err != nil {
 		return err
 	}
-	s.hub.notify(runnerKey(x.ID))
+	s.notify(runnerKey(x.ID))
 	out := api.HandoverOutput{Runs: []int64{}, GraceSeconds: s.graceSeconds()}
 	for _, run := range held {
 		out.Runs = append(out.Runs, run.ID)

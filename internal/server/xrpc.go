@@ -18,6 +18,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/metrics"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
@@ -109,6 +110,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/xrpc/{nsid}", func(w http.ResponseWriter, r *http.Request) {
 		s.serveXRPC(w, r, table)
 	})
+	mux.HandleFunc(DownloadPath, s.serveDownload)
+	mux.HandleFunc("GET "+HealthzPath, s.healthz)
+	mux.HandleFunc("GET "+ReadyzPath, s.readyz)
+	mux.Handle("GET "+MetricsPath, metrics.Handler(s.metrics.reg))
 	mux.HandleFunc("/", s.serveRoot)
 	return mux
 }
@@ -197,6 +202,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 		s.log.Error("request failed", "method", nsid, "err", err)
 		e = xerr(http.StatusInternalServerError, api.ErrInternal, "internal error; see the server log")
 	}
+	s.metrics.apiErrors.WithLabelValues(metrics.Code(e.Status)).Inc()
 	writeError(w, e)
 }
 

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
@@ -134,6 +136,11 @@ func (a *Agent) Serve(l net.Listener) error {
 	if a.cfg.ExitWithParent {
 		go a.parentWatch()
 	}
+	return a.accept(l)
+}
+
+// accept serves clients from l until Shutdown (nil) or l fails.
+func (a *Agent) accept(l net.Listener) error {
 	go func() {
 		<-a.shutdown
 		_ = l.Close()
@@ -381,4 +388,99 @@ func ImageBase(environ []string) map[string]string {
 		m[k] = v
 	}
 	return m
+}
+
+// guardEvery is how often Guard looks at the socket and the program.
+const guardEvery = 500 * time.Millisecond
+
+// Guard keeps what a new connection to the agent needs where the runner
+// looks for it, while the agent runs steps as its own user (a pod's
+// runAsUser), who may delete or overwrite it: the socket at socket (when
+// the file is gone or another one, the agent listens there again) and,
+// when program is not empty, the agent's program at program, which the
+// exec bridge runs (`knotless-agent connect`; restored from the running
+// agent's own executable when missing or changed). Without it, a step
+// that removed them left its runner unable to re-attach after a dropped
+// stream: the run ended two minutes later, its last output lost. It
+// returns at Shutdown.
+func (a *Agent) Guard(socket, program string) {
+	sockID, _ := fileID(socket)
+	progID, _ := fileID(program)
+	t := time.NewTicker(guardEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.shutdown:
+			return
+		case <-t.C:
+		}
+		if id, err := fileID(socket); err != nil || id != sockID {
+			l, err := agent.ListenUnix(socket)
+			if err != nil {
+				a.log.Warn("the agent's socket was removed by a step and cannot be made again", "socket", socket, "err", err)
+				continue
+			}
+			sockID, _ = fileID(socket)
+			a.log.Warn("the agent's socket was removed or replaced (by a step?): listening there again", "socket", socket)
+			go func() { _ = a.accept(l) }()
+		}
+		if program == "" {
+			continue
+		}
+		if id, err := fileID(program); err != nil || id != progID {
+			if err := restoreProgram(program); err != nil {
+				a.log.Warn("the agent's program was removed or changed (by a step?) and cannot be restored", "program", program, "err", err)
+				continue
+			}
+			progID, _ = fileID(program)
+			a.log.Warn("the agent's program was removed or changed (by a step?): restored", "program", program)
+		}
+	}
+}
+
+// fileIdentity is a file as it is now: its inode, size and modification
+// time.
+type fileIdentity struct {
+	ino, size int64
+	mtime     int64
+}
+
+// fileID is the identity of the file at path.
+func fileID(path string) (fileIdentity, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileIdentity{}, err
+	}
+	id := fileIdentity{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id, nil
+}
+
+// restoreProgram writes the running executable (/proc/self/exe) to path,
+// mode 0500, replacing whatever is there.
+func restoreProgram(path string) error {
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := path + ".restore"
+	_ = os.Remove(tmp)
+	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o500)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }

@@ -518,8 +518,42 @@ type Store interface {
 	// runners, by runner id.
 	RunnerProcesses(ctx context.Context, repoID int64) (map[int64]RunnerProcess, error)
 
+	// RecordJTI remembers key (a hash of a runner token's issuer and jti)
+	// until expires, for every replica and across restarts: ErrConflict
+	// when key is remembered already (the token is a replay).
+	RecordJTI(ctx context.Context, key string, expires time.Time) error
+	// PruneJTIs forgets the keys that expired before now and reports how
+	// many.
+	PruneJTIs(ctx context.Context, now time.Time) (int64, error)
+
+	// Counts returns what the metrics endpoint reports of the database,
+	// counting runners heard from since onlineSince as online.
+	Counts(ctx context.Context, onlineSince time.Time) (Counts, error)
+	// Ping checks that the database answers and its migrations are
+	// applied (readiness).
+	Ping(ctx context.Context) error
+
 	// Close releases the database. Calls after Close fail.
 	Close() error
+}
+
+// Counts are the database's figures for the metrics endpoint: cheap
+// aggregates, no run ids.
+type Counts struct {
+	// Runs counts runs by state and reason (reason "" while not final).
+	Runs []RunCount
+	// OldestQueued is when the oldest queued run was created; nil when
+	// none is queued.
+	OldestQueued *time.Time
+	// RunnersOnline counts approved runners heard from since onlineSince;
+	// RunnersApproved all approved runners.
+	RunnersOnline, RunnersApproved int64
+}
+
+// RunCount is the number of runs in one state with one reason.
+type RunCount struct {
+	State, Reason string
+	N             int64
 }
 
 // WebSession is a browser signed in with an account API token. Only hashes

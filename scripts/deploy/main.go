@@ -1,8 +1,9 @@
-// Command deploy builds what deploy/kubernetes/ installs (see package
-// internal/deploy). Run from the module root:
+// Command deploy builds what deploy/kubernetes/ installs and what a
+// release holds (see package internal/deploy). Run from the module root:
 //
-//	go run ./scripts/deploy digests          # build, write the digests into the manifest
-//	go run ./scripts/deploy digests -check   # exit 1 when the manifest's digests are stale
+//	go run ./scripts/deploy release [-o dist]    # make release: every program for linux/amd64 and arm64, SHA256SUMS, the one-file manifest
+//	go run ./scripts/deploy digests              # make deploy-digests: build, write the digests into the manifest
+//	go run ./scripts/deploy digests -check       # exit 1 when the manifest's digests are stale
 //	go run ./scripts/deploy image -o bin/knotless-runner-image.tar [-ref localhost/knotless/runner:dev]
 //	go run ./scripts/deploy image -base -o FILE -ref localhost/knotless/runner-base:1
 package main
@@ -14,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"syscall"
 
 	"knotless.dev/knotless/internal/deploy"
@@ -26,9 +29,11 @@ func main() {
 	}
 }
 
+const usage = "usage: deploy release [-o DIR] | deploy digests [-check] | deploy image -o FILE [-ref REF] [-base]"
+
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: deploy digests [-check] | deploy image -o FILE [-ref REF] [-base]")
+		return fmt.Errorf("%s", usage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,6 +47,26 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	switch args[0] {
+	case "release":
+		out := fs.String("o", "dist", "directory to write the release into")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		rel, err := deploy.MakeRelease(ctx, root, *out, nil)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("knotless %s (%s) in %s:\n", rel.Version, rel.GoVersion, rel.Dir)
+		sums, err := os.ReadFile(filepath.Join(rel.Dir, deploy.SumsFile))
+		if err != nil {
+			return err
+		}
+		os.Stdout.Write(sums)
+		if rel.Stale != "" {
+			fmt.Fprintf(os.Stderr, "deploy: note: %s holds other digests than this build (`kubectl apply -k` of the checkout would refuse these files; %s holds the right ones): run `make deploy-digests`\n%s\n",
+				deploy.Manifest, filepath.Base(rel.Manifest), rel.Stale)
+		}
+		return nil
 	case "digests":
 		check := fs.Bool("check", false, "only compare: exit 1 when the manifest's digests differ from the build's")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -67,8 +92,8 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range deploy.Programs {
-			fmt.Printf("%s  %s\n", digests[p], p)
+		for _, name := range sorted(digests) {
+			fmt.Printf("%s  %s\n", digests[name], name)
 		}
 		if changed {
 			fmt.Println("wrote", deploy.Manifest)
@@ -100,11 +125,19 @@ func run(args []string) error {
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			progs, err := deploy.Build(ctx, root, tmp)
+			// This machine's knotless-run, both agents.
+			files, err := deploy.BuildAll(ctx, root, tmp, "knotless-agent")
 			if err != nil {
 				return err
 			}
-			if img, err = deploy.RunnerImage(*ref, progs); err != nil {
+			run, err := deploy.Build(ctx, root, tmp, runtime.GOARCH, "knotless-run")
+			if err != nil {
+				return err
+			}
+			for n, p := range run {
+				files[n] = p
+			}
+			if img, err = deploy.RunnerImage(*ref, runtime.GOARCH, files); err != nil {
 				return err
 			}
 		}
@@ -114,24 +147,29 @@ func run(args []string) error {
 		fmt.Printf("wrote %s (%s)\n", *out, *ref)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q: want digests or image", args[0])
+	return fmt.Errorf("unknown command %q: %s", args[0], usage)
 }
 
+// buildDigests builds the files the manifest names (deploy.ManifestFiles)
+// into a temporary directory and returns their digests by file name.
 func buildDigests(ctx context.Context, root string) (map[string]string, error) {
 	tmp, err := os.MkdirTemp("", "knotless-deploy-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	progs, err := deploy.Build(ctx, root, tmp)
+	files, err := deploy.BuildAll(ctx, root, tmp, deploy.Programs...)
 	if err != nil {
 		return nil, err
 	}
-	digests := map[string]string{}
-	for p, path := range progs {
-		if digests[p], err = deploy.FileDigest(path); err != nil {
-			return nil, err
-		}
+	return deploy.FileDigests(files)
+}
+
+func sorted(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	return digests, nil
+	slices.Sort(keys)
+	return keys
 }

@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/deploy"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -26,25 +29,47 @@ import (
 // it from this machine's files. A changed image needs a new tag.
 const RunnerBaseImage = "localhost/knotless/runner-base:3"
 
-// deployPrograms are knotless-run and knotless-agent built as the
-// manifests' digests are made (deploy.Build), once per test binary.
-var deployPrograms struct {
-	once  sync.Once
-	progs map[string]string
-	err   error
+// deployed is the release the deploy tests install: knotless-run and
+// knotless-agent for linux/amd64 and linux/arm64, SHA256SUMS and the
+// one-file manifest, made as `make release` makes them
+// (deploy.MakeRelease), once per test binary, outside the work tree (Go's
+// build cache makes it cheap after the first time).
+var deployed struct {
+	once sync.Once
+	rel  *deploy.Release
+	err  error
 }
 
+func deployRelease(t testing.TB) *deploy.Release {
+	t.Helper()
+	deployed.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		deployed.rel, deployed.err = deploy.MakeRelease(ctx, moduleRoot, filepath.Join(binDir, "release"), deploy.Programs)
+	})
+	if deployed.err != nil {
+		t.Fatal(deployed.err)
+	}
+	return deployed.rel
+}
+
+// deployBuild is the release's files, by file name
+// (knotless-run-linux-amd64, ...).
 func deployBuild(t testing.TB) map[string]string {
 	t.Helper()
-	deployPrograms.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		deployPrograms.progs, deployPrograms.err = deploy.Build(ctx, moduleRoot, filepath.Join(binDir, "deploy"))
-	})
-	if deployPrograms.err != nil {
-		t.Fatal(deployPrograms.err)
-	}
-	return deployPrograms.progs
+	return deployRelease(t).Files
+}
+
+// releaseWorld is a world whose knotless-server serves the deployed
+// release (--release-dir) where the cluster's pods reach it, with the
+// runner base image imported; it returns the release's download URL there
+// (KNOTLESS_DOWNLOAD_URL): no other web server.
+func releaseWorld(t testing.TB, c *kubetest.Cluster) (*world, *deploy.Release, string) {
+	t.Helper()
+	rel := deployRelease(t)
+	ensureRunnerBaseImage(t, c)
+	w := newWorldAt(t, c.HostIP(t)+":0", 30*time.Second, "--release-dir", rel.Dir)
+	return w, rel, w.url + strings.TrimSuffix(server.DownloadPath, "/")
 }
 
 // ensureRunnerBaseImage imports RunnerBaseImage unless the cluster has it.
@@ -109,12 +134,10 @@ func applyRunnerImage(t testing.TB, c *kubetest.Cluster, variant, image, downloa
 	i := strings.LastIndex(image, ":")
 	imageName, imageTag := image[:i], image[i+1:]
 	d := &deployment{c: c, dir: t.TempDir(), ns: "kt-deploy-" + randomHex(4)}
-	digests := map[string]string{}
-	for p, path := range deployBuild(t) {
-		var err error
-		if digests[p], err = deploy.FileDigest(path); err != nil {
-			t.Fatal(err)
-		}
+	rel := deployRelease(t)
+	var digestEnv strings.Builder
+	for name, env := range deploy.ManifestFiles() {
+		fmt.Fprintf(&digestEnv, "                  - {name: %s, value: \"%s\"}\n", env, rel.Digests[name])
 	}
 	// kustomize takes only relative paths to other kustomizations.
 	base, err := filepath.Rel(d.dir, filepath.Join(moduleRoot, "deploy", "kubernetes", "overlays", variant))
@@ -154,11 +177,8 @@ patches:
             initContainers:
               - name: install
                 env:
-                  - {name: %s, value: "%s"}
-                  - {name: %s, value: "%s"}
-`, base, d.ns,
-		imageName, imageTag, downloadURL, kubetest.JobBaseImage,
-		deploy.DigestEnv("knotless-run"), digests["knotless-run"], deploy.DigestEnv("knotless-agent"), digests["knotless-agent"])
+%s`, base, d.ns,
+		imageName, imageTag, downloadURL, kubetest.JobBaseImage, digestEnv.String())
 	if err := os.WriteFile(filepath.Join(d.dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -239,16 +259,13 @@ func (d *deployment) runnerLogs() string {
 }
 
 // The runner deployed from deploy/kubernetes (a pod of the local cluster,
-// its programs fetched and checked by the init container) claims a pushed
-// run, runs it in a job pod and reports success; `kubectl delete -k` then
-// removes the job pod of a run still going.
+// its programs fetched from knotless-server --release-dir and checked by
+// the init container) claims a pushed run, runs it in a job pod and
+// reports success; `kubectl delete -k` then removes the job pod of a run
+// still going.
 func TestDeploy_RunnerPodRunsAPushAndDeleteKRemovesItsJobPods(t *testing.T) {
 	c := kubetest.Connect(t)
-	host := c.HostIP(t)
-	progs := deployBuild(t)
-	ensureRunnerBaseImage(t, c)
-	url := serveFiles(t, host, progs)
-	w := newWorldAt(t, host+":0", 30*time.Second)
+	w, _, url := releaseWorld(t, c)
 	rid := w.registerRunner("k8s-ci")
 	d := applyRunner(t, c, "emptydir", url, rid.state, true)
 
@@ -311,17 +328,20 @@ steps:
 func TestDeploy_TamperedRunnerFileFailsTheInitContainerNamingIt(t *testing.T) {
 	c := kubetest.Connect(t)
 	host := c.HostIP(t)
-	progs := deployBuild(t)
+	files := maps.Clone(deployBuild(t))
 	ensureRunnerBaseImage(t, c)
-	data, err := os.ReadFile(progs["knotless-run"])
+	// The node's own architecture: this machine's (the local cluster).
+	run := deploy.FileName("knotless-run", runtime.GOARCH)
+	data, err := os.ReadFile(files[run])
 	if err != nil {
 		t.Fatal(err)
 	}
-	tampered := filepath.Join(t.TempDir(), "knotless-run")
+	tampered := filepath.Join(t.TempDir(), run)
 	if err := os.WriteFile(tampered, append(data, "tampered"...), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	url := serveFiles(t, host, map[string]string{"knotless-run": tampered, "knotless-agent": progs["knotless-agent"]})
+	files[run] = tampered
+	url := serveFiles(t, host, files)
 	state := filepath.Join(t.TempDir(), "runner.json")
 	if err := os.WriteFile(state, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -352,30 +372,24 @@ func TestDeploy_TamperedRunnerFileFailsTheInitContainerNamingIt(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d pods", len(list.Items))
 	})
-	if !strings.Contains(msg, "knotless-run: SHA-256 mismatch") {
-		t.Fatalf("init container's message does not name knotless-run's mismatch:\n%s", msg)
+	if !strings.Contains(msg, run+": SHA-256 mismatch") || !strings.Contains(msg, deploy.DigestEnv("knotless-run", runtime.GOARCH)) {
+		t.Fatalf("init container's message does not name %s's mismatch and its variable:\n%s", run, msg)
 	}
 }
 
 // The runner image (make runner-image) runs the runner with no download:
-// with KNOTLESS_DOWNLOAD_URL empty the init container takes both programs
-// from the image, checks their digests, and the runner runs a pushed
-// workflow.
+// with KNOTLESS_DOWNLOAD_URL empty the init container takes knotless-run
+// for its architecture and both agents from the image, under their release
+// names, checks their digests, and the runner runs a pushed workflow.
 func TestDeploy_RunnerImageRunsTheRunnerWithoutADownload(t *testing.T) {
 	c := kubetest.Connect(t)
-	progs := deployBuild(t)
-	run, err := deploy.FileDigest(progs["knotless-run"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := deploy.FileDigest(progs["knotless-agent"])
-	if err != nil {
-		t.Fatal(err)
-	}
+	rel := deployRelease(t)
+	run := deploy.FileName("knotless-run", runtime.GOARCH)
 	// Named after its content, so a rebuilt program is a new image.
-	ref := "localhost/knotless/runner:test-" + run[:12] + agent[:12]
+	ref := "localhost/knotless/runner:test-" + rel.Digests[run][:12] +
+		rel.Digests[deploy.FileName("knotless-agent", "amd64")][:6] + rel.Digests[deploy.FileName("knotless-agent", "arm64")][:6]
 	if !c.HasImage(t, ref) {
-		img, err := deploy.RunnerImage(ref, progs)
+		img, err := deploy.RunnerImage(ref, runtime.GOARCH, rel.Files)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,8 +405,11 @@ func TestDeploy_RunnerImageRunsTheRunnerWithoutADownload(t *testing.T) {
 	d := applyRunnerImage(t, c, "emptydir", ref, "", rid.state, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "-c", "install"); !strings.Contains(out, "taking knotless-run from the image") || !strings.Contains(out, "knotless-run ok") {
-		t.Fatalf("the init container did not take knotless-run from the image:\n%s", out)
+	out, _ := d.kubectl(ctx, "-n", d.ns, "logs", "deploy/knotless-runner", "-c", "install")
+	for _, name := range []string{run, deploy.FileName("knotless-agent", "amd64"), deploy.FileName("knotless-agent", "arm64")} {
+		if !strings.Contains(out, "taking "+name+" from the image") || !strings.Contains(out, name+" ok") {
+			t.Fatalf("the init container did not take %s from the image:\n%s", name, out)
+		}
 	}
 	r := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
   push: {}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -59,39 +60,48 @@ func guideBlocks(t testing.TB, path string) []guideBlock {
 
 var exportName = regexp.MustCompile(`(?m)^export ([A-Z_]+)=`)
 
+// checkAsked fails t unless the variables a guide asks the reader to set
+// are exactly those the test sets.
+func checkAsked(t testing.TB, asked []string, vars map[string]string) {
+	t.Helper()
+	var set []string
+	for k := range vars {
+		set = append(set, k)
+	}
+	sort.Strings(asked)
+	sort.Strings(set)
+	if strings.Join(asked, " ") != strings.Join(set, " ") {
+		t.Fatalf("the guide asks the reader to set %v; this test sets %v", asked, set)
+	}
+}
+
 // Every command of docs/kubernetes.md marked for testing runs, in order and
 // as written, in one shell against the local cluster: register, deploy,
 // change the job machine, remove. The variables the guide asks the reader
-// to set are set to the test's values (the same names, checked).
+// to set are set to the test's values (the same names, checked). The
+// release is made as `make release` makes it (deploy.MakeRelease, outside
+// the work tree: the guide's `make release` would rebuild every program
+// into the checkout's dist/) and served, as the guide says, by the
+// server's --release-dir.
 func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 	c := kubetest.Connect(t)
 	guide := filepath.Join(moduleRoot, "docs", "kubernetes.md")
 	blocks := guideBlocks(t, guide)
 
-	progs := deployBuild(t)
-	digests := map[string]string{}
-	for p, path := range progs {
-		var err error
-		if digests[p], err = deploy.FileDigest(path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w, rel, url := releaseWorld(t, c)
 	manifest, err := os.ReadFile(filepath.Join(moduleRoot, deploy.Manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := deploy.Stale(manifest, digests); s != "" {
+	if s := deploy.Stale(manifest, rel.Digests); s != "" {
 		t.Fatalf("the guide deploys the manifest as it is, and its digests are stale: run `make deploy-digests`\n%s", s)
 	}
-	ensureRunnerBaseImage(t, c)
-	host := c.HostIP(t)
-	w := newWorldAt(t, host+":0", 30*time.Second)
 	ns := "kt-guide-" + randomHex(4)
 	vars := map[string]string{
 		"KNOTLESS_SERVER":       w.url,
 		"REPO":                  w.repo,
 		"KNOTLESS_SOURCE":       moduleRoot,
-		"KNOTLESS_DOWNLOAD_URL": serveFiles(t, host, progs),
+		"KNOTLESS_DOWNLOAD_URL": url,
 		"BASE_IMAGE":            RunnerBaseImage,
 		"JOB_IMAGE":             kubetest.JobBaseImage,
 		"NAMESPACE":             ns,
@@ -110,15 +120,7 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 		}
 		fmt.Fprintf(&script, ": '### docs/kubernetes.md:%d'\n%s", b.line, b.text)
 	}
-	var set []string
-	for k := range vars {
-		set = append(set, k)
-	}
-	sort.Strings(asked)
-	sort.Strings(set)
-	if strings.Join(asked, " ") != strings.Join(set, " ") {
-		t.Fatalf("the guide asks the reader to set %v; this test sets %v", asked, set)
-	}
+	checkAsked(t, asked, vars)
 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -140,7 +142,12 @@ func TestDocs_KubernetesGuideRunsAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the guide's commands failed: %v\n%s", err, out)
 	}
-	for _, want := range []string{"knotless-install: knotless-run ok", "knotless-install: knotless-agent ok", "Removed runner k8s-ci"} {
+	for _, want := range []string{
+		"knotless-install: this pod's architecture: linux/" + runtime.GOARCH,
+		"knotless-install: " + deploy.FileName("knotless-run", runtime.GOARCH) + " ok",
+		"knotless-install: knotless-agent-linux-amd64 ok", "knotless-install: knotless-agent-linux-arm64 ok",
+		"Removed runner k8s-ci",
+	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the guide's commands did not print %q:\n%s", want, out)
 		}

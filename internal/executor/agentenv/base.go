@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"knotless.dev/knotless/internal/agent"
@@ -182,6 +184,10 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 	if err != nil {
 		return nil, err
 	}
+	env = b.observed(env)
+	if o := b.cfg.Observer; o != nil {
+		o.EnvironmentMade(b.name)
+	}
 	s, err := b.attach(ctx, spec.ID, env, agentStartWait)
 	if err != nil {
 		// The environment may say why its agent cannot be reached (the
@@ -210,6 +216,25 @@ func whyWithin(env *Env, bound time.Duration) *executor.Fault {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// observed wraps env's Remove to tell the Observer, once, that the
+// environment is gone.
+func (b *Base) observed(env *Env) *Env {
+	o := b.cfg.Observer
+	if o == nil || env.Remove == nil {
+		return env
+	}
+	remove := env.Remove
+	var once sync.Once
+	env.Remove = func(ctx context.Context, agentEnded bool) error {
+		err := remove(ctx, agentEnded)
+		if err == nil {
+			once.Do(func() { o.EnvironmentRemoved(b.name) })
+		}
+		return err
+	}
+	return env
 }
 
 // agentStartWait bounds how long a new environment's agent may take to
@@ -254,6 +279,7 @@ func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Du
 // client is the agent client of environment id: each dial is Env.Dial;
 // the agent must say it serves id.
 func (b *Base) client(id string, env *Env) *agent.Client {
+	var hellos atomic.Int64
 	return agent.NewClient(env.Dial, agent.Options{
 		Name:      "knotless-run " + version.Version,
 		Heartbeat: b.cfg.Heartbeat,
@@ -262,6 +288,9 @@ func (b *Base) client(id string, env *Env) *agent.Client {
 		OnHello: func(h agent.AgentHello) error {
 			if h.Run != id {
 				return fmt.Errorf("the agent in %s serves run %q, not %q", env.Name, h.Run, id)
+			}
+			if hellos.Add(1) > 1 && b.cfg.Observer != nil {
+				b.cfg.Observer.AgentReconnected(b.name)
 			}
 			return nil
 		},
@@ -291,6 +320,7 @@ func (b *Base) Recover(ctx context.Context, h executor.Handle) (executor.Session
 		b.live.Done(h.ID, nil)
 		return nil, fmt.Errorf("recover %s session %s: %w", b.name, h.ID, err)
 	}
+	env = b.observed(env) // a recovered environment is removed once too
 	s, err := b.attach(ctx, h.ID, env, 0)
 	b.live.Done(h.ID, s)
 	if err != nil {
@@ -328,6 +358,9 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 		if err := l.Remove(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("sweep %s: %w", l.Name, err))
 			continue
+		}
+		if o := b.cfg.Observer; o != nil {
+			o.EnvironmentRemoved(b.name)
 		}
 		b.log().Info("removed an environment no run of this runner holds", "executor", b.name, "environment", l.Name, "run", l.ID)
 	}

@@ -34,6 +34,8 @@ type Config struct {
 	// killed exec leaves nothing running.
 	Ephemeral   bool
 	OrphanAfter time.Duration
+	// Observer, when set, is told what Base does to environments.
+	Observer executor.Observer
 }
 
 // DefaultOrphanAfter is Config.OrphanAfter's default.
@@ -44,7 +46,7 @@ const DefaultOrphanAfter = 30 * time.Second
 func ConfigOf(setup executor.Setup) Config {
 	return Config{
 		Runner: setup.Runner, Job: setup.Job, Agent: setup.Agent,
-		Logger: setup.Logger, Ephemeral: setup.Ephemeral,
+		Logger: setup.Logger, Ephemeral: setup.Ephemeral, Observer: setup.Observer,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 var _ executor.Doctor = (*Executor)(nil)
@@ -321,7 +323,35 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 	} else {
 		ok("exit code", "7 as the step exited")
 	}
+	e.checkDisk(pctx, sess, ok)
 	e.checkEnforcement(pctx, sess, pod, ok, fail)
+}
+
+// checkDisk says what bounds a job's disk on the test pod's node: the
+// emptyDirs lie on the node's filesystem (df of the workspace), and
+// Kubernetes holds a pod to its ephemeral-storage limit only by evicting
+// it once the kubelet notices (it looks about every 10 s): a step that
+// writes fast can put gigabytes more on the node first. Informative: it
+// never fails.
+func (e *Executor) checkDisk(ctx context.Context, sess executor.Session, ok func(string, string)) {
+	var out bytes.Buffer
+	_, err := sess.Exec(ctx, executor.Step{ID: "3", Name: "doctor disk", Script: "df -Pk " + Workspace + " | tail -n 1"}, &out)
+	f := strings.Fields(out.String())
+	detail := fmt.Sprintf("each job pod may use --disk %s (requests = limits); the kubelet enforces it by eviction only, about every 10 s, so a fast writer can put more on the node first: give /var/lib/kubelet a disk of its own, or nodes whose file system has project quotas (docs/kubernetes.md, \"How much disk a job can use\")", workflow.FormatSize(e.cfg.Disk))
+	if err == nil && len(f) >= 6 {
+		total, _ := strconv.ParseInt(f[1], 10, 64)
+		free, _ := strconv.ParseInt(f[3], 10, 64)
+		detail = fmt.Sprintf("the job pod's emptyDirs are on the node's %s (%s, %s free); ", f[0], workflow.FormatSize(roundGi(total<<10)), workflow.FormatSize(roundGi(free<<10))) + detail
+	}
+	ok("job disk", detail)
+}
+
+// roundGi rounds a size down to a whole GiB when it is larger than one.
+func roundGi(n int64) int64 {
+	if n > 1<<30 {
+		return n / (1 << 30) * (1 << 30)
+	}
+	return n
 }
 
 // checkEnforcement probes, from inside the job pod (knotless-agent probe:

@@ -76,15 +76,11 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
 		Command: bootstrapCommand(serve),
 	})
-	created := time.Now()
-	pod, err = e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err = e.createPod(ctx, spec, pod)
 	if err != nil {
-		msg := err.Error()
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the API server refused the job pod: " + msg}
-		}
-		return nil, fmt.Errorf("create the job pod: %w", err)
+		return nil, err
 	}
+	created := time.Now()
 	ok := false
 	defer func() {
 		if !ok {
@@ -444,4 +440,70 @@ func (e *Executor) nodeSelector(spec executor.Spec) (map[string]string, error) {
 		sel[LabelArch] = spec.Arch
 	}
 	return sel, nil
+}
+
+// Back-off of a job pod's creation that a ResourceQuota or a LimitRange
+// refuses.
+const (
+	quotaRetryFirst = time.Second
+	quotaRetryMax   = 15 * time.Second
+)
+
+// createPod creates the job pod. A refusal by the namespace's
+// ResourceQuota (exceeded quota) or LimitRange is a normal, passing state
+// of a shared namespace: the run waits, saying why in its setup log, and
+// retries with back-off (1 s doubling to 15 s) until PendingTimeout after
+// its first try, then ends errored naming the quota. Canceling ctx while
+// it waits makes nothing. Other refusals (Pod Security, an invalid pod)
+// end the run at once.
+func (e *Executor) createPod(ctx context.Context, spec executor.Spec, pod *corev1.Pod) (*corev1.Pod, error) {
+	start := time.Now()
+	wait, said := quotaRetryFirst, ""
+	for {
+		created, err := e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		if err == nil {
+			if said != "" {
+				e.logf(spec, "the namespace's quota has room again: the job pod was created after %s", time.Since(start).Round(time.Second))
+			}
+			return created, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		msg := err.Error()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			return nil, fmt.Errorf("create the job pod: %w", err)
+		}
+		if !quotaRefusal(msg) {
+			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the API server refused the job pod: " + msg}
+		}
+		if time.Since(start)+wait > e.cfg.PendingTimeout {
+			return nil, &executor.Fault{Reason: api.ReasonUnschedulable, Message: fmt.Sprintf(
+				"the namespace %s refused the job pod for %s (--pending-timeout): %s", e.ns, time.Since(start).Round(time.Second), msg)}
+		}
+		if msg != said {
+			said = msg
+			e.logf(spec, "waiting: the namespace %s has no room for the job pod (%s); retrying until --pending-timeout %s", e.ns, msg, e.cfg.PendingTimeout)
+			e.log.Info("a run waits for the namespace's quota", "run", spec.ID, "err", msg)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, quotaRetryMax)
+	}
+}
+
+// quotaRefusal reports whether an API server's refusal of a pod is a
+// ResourceQuota's or a LimitRange's (admission messages "exceeded quota",
+// "must specify", "maximum ... usage per", "minimum ... usage per").
+func quotaRefusal(msg string) bool {
+	for _, s := range []string{"exceeded quota", "maximum cpu usage", "maximum memory usage", "maximum ephemeral-storage usage",
+		"minimum cpu usage", "minimum memory usage", "minimum ephemeral-storage usage", "LimitRange"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -192,7 +192,9 @@ func podFor(s podSpec) *corev1.Pod {
 // before it wakes the pipe, so no wake-up is lost. Every argument is
 // fixed or derived from the run's ID and deadline: nothing secret.
 func bootstrapCommand(serve agent.Serve) []string {
-	agentArgs := append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...)
+	serve = agentenv.ContainerServe(serve)
+	serve.Program = AgentPath // a step may remove it: the agent restores it
+	agentArgs := append([]string{AgentPath}, serve.Args()...)
 	quoted := make([]string, len(agentArgs))
 	for i, a := range agentArgs {
 		quoted[i] = shellQuote(a)

@@ -54,6 +54,9 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 	if pod.Status.Reason == "DeadlineExceeded" {
 		return &executor.Fault{Reason: api.ReasonTimeout, Message: "the job pod passed its activeDeadlineSeconds: " + pod.Status.Message}
 	}
+	if f := initFault(pod); f != nil {
+		return f
+	}
 	cs := jobStatus(pod)
 	if cs != nil {
 		if f := execFormatFault(cs); f != nil {
@@ -204,4 +207,27 @@ func disruptionFault(reason, message string) *executor.Fault {
 		msg += ": " + m
 	}
 	return &executor.Fault{Reason: r, Message: msg}
+}
+
+// initFault is the fault of a job pod whose init container (never the
+// runner's: one an admission webhook or policy added) failed or cannot
+// start: its name, exit code and the kubelet's message, so that the
+// operator finds what added it; nil when none did.
+func initFault(pod *corev1.Pod) *executor.Fault {
+	for _, ic := range pod.Status.InitContainerStatuses {
+		if t := ic.State.Terminated; t != nil && t.ExitCode != 0 {
+			msg := fmt.Sprintf("the init container %q (image %s; not the runner's: added by an admission webhook or policy?) exited with code %d (%s)", ic.Name, ic.Image, t.ExitCode, t.Reason)
+			if m := strings.TrimSpace(t.Message); m != "" {
+				msg += ": " + m
+			}
+			return &executor.Fault{Reason: api.ReasonExecutor, Message: msg}
+		}
+		if w := ic.State.Waiting; w != nil {
+			switch w.Reason {
+			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "InvalidImageName", "ErrImageNeverPull":
+				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the init container %q (image %s; not the runner's) cannot start: %s: %s", ic.Name, ic.Image, w.Reason, w.Message)}
+			}
+		}
+	}
+	return nil
 }

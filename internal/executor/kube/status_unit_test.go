@@ -53,3 +53,17 @@ func TestPodFault_ExecFormatErrorNamesTheArchitecture(t *testing.T) {
 		t.Errorf("fault %+v", f)
 	}
 }
+
+// TestPodFault_FailedInitContainerIsNamed: an init container added by
+// admission that exits 1 made the run errored (pod-lost), "the job pod
+// ended (phase Failed)", before any step ran; the run now names the
+// container, its exit code and the kubelet's message.
+func TestPodFault_FailedInitContainerIsNamed(t *testing.T) {
+	pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed,
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "istio-init", Image: "proxyv2:1.2", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "iptables: permission denied"}}}}}}
+	f := podFault(pod, time.Now(), time.Now(), 0, 0)
+	if f == nil || f.Reason == api.ReasonPodLost || !strings.Contains(f.Message, `"istio-init"`) || !strings.Contains(f.Message, "code 1") || !strings.Contains(f.Message, "iptables: permission denied") {
+		t.Errorf("fault %+v", f)
+	}
+}

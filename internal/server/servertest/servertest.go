@@ -47,6 +47,13 @@ type Options struct {
 	MaxPushSize, MaxFetchRequest, RepoQuota int64
 	// MaxOutputsSize is server.Config's; default theirs.
 	MaxOutputsSize int64
+	// ReleaseDir is server.Config's: release files served at
+	// server.DownloadPath; default none.
+	ReleaseDir string
+	// Database is server.Config's: "" for SQLite, or a PostgreSQL URL
+	// (pgtest). Two servers with one Database and one DataDir are two
+	// replicas.
+	Database string
 }
 
 // Server is a running test server.
@@ -106,7 +113,7 @@ func (s *Server) start(ln net.Listener) {
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
-		MaxOutputsSize: s.opts.MaxOutputsSize,
+		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Database: s.opts.Database,
 	})
 	if err != nil {
 		ln.Close()

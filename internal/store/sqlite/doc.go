@@ -1,4 +1,4 @@
-// Package sqlite implements store.Store on an embedded SQLite database
+// Package sqlite runs store.Store (sqlstore) on an embedded SQLite database
 // (modernc.org/sqlite, no cgo) in WAL mode with a busy timeout. The schema
 // is built by numbered migrations embedded from migrations/*.sql and
 // recorded in the schema_migrations table.

@@ -2,60 +2,121 @@ package sqlite
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"database/sql"
+	"io/fs"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/storetest"
 )
 
-func open(t *testing.T) (*DB, string) {
+func open(t *testing.T, path string) store.Store {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "knotless.db")
 	db, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db, path
+	return db
 }
 
-// seed makes account alice, repo alice/app and a pipeline of n queued runs.
-func seed(t *testing.T, db *DB, n int) (store.Repo, []store.Run) {
-	t.Helper()
+// TestStore runs the behavioural suite of store.Store on SQLite; its two
+// "replicas" are two connections pools on one database file, as two
+// processes would hold it.
+func TestStore(t *testing.T) {
+	storetest.Run(t, storetest.Backend{
+		Open: func(t *testing.T) store.Store { return open(t, filepath.Join(t.TempDir(), "knotless.db")) },
+		Replicas: func(t *testing.T) (store.Store, store.Store) {
+			path := filepath.Join(t.TempDir(), "knotless.db")
+			return open(t, path), open(t, path)
+		},
+	})
+}
+
+func ids(runs []store.Run) []int64 {
+	out := []int64{}
+	for _, r := range runs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// TestOpen_MigratesA0001DatabaseKeepingItsData builds a database as a
+// server of migration 0001 left it and opens it: the runner sessions
+// columns are added and every row stays.
+func TestOpen_MigratesA0001DatabaseKeepingItsData(t *testing.T) {
 	ctx := context.Background()
-	a, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:alice"}, "hash-alice")
+	path := filepath.Join(t.TempDir(), "knotless.db")
+	raw, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := db.CreateRepo(ctx, a.ID, "app", time.Now())
+	first, err := fs.ReadFile(Migrations, "0001_init.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	np := store.NewPipeline{RepoID: repo.ID, Ref: "refs/heads/main", SHA: "abc", Event: "push"}
-	for i := 0; i < n; i++ {
-		np.Runs = append(np.Runs, store.NewRun{Workflow: fmt.Sprint("w", i), WorkflowPath: fmt.Sprintf(".knotless/workflows/w%d.yml", i),
-			Source: "src", Secrets: []string{"A"}, Runners: []string{"linux"}, State: api.StateQueued})
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`,
+		string(first),
+		`INSERT INTO schema_migrations VALUES (1, 0)`,
+		`INSERT INTO accounts (id, handle, did, created_at) VALUES (1, 'alice', 'did:key:alice', 0)`,
+		`INSERT INTO repos (id, owner_id, name, created_at) VALUES (1, 1, 'app', 0)`,
+		`INSERT INTO runners (id, repo_id, name, did, public_key, labels, status, created_at, last_seen_at)
+			VALUES (7, 1, 'r1', 'did:key:r1', 'zKey', '["linux"]', 'approved', 1000, 2000)`,
+		`INSERT INTO pipelines (id, repo_id, ref, sha, event, created_at) VALUES (1, 1, 'refs/heads/main', 'abc', 'push', 0)`,
+		`INSERT INTO runs (id, pipeline_id, repo_id, workflow, workflow_path, source, state, runner_id, runner_name,
+			token_hash, created_at, lease_expires) VALUES (3, 1, 1, 'ci', '.knotless/workflows/ci.yml', 'src', 'running', 7, 'r1', 'tok', 0, 5000)`,
+	} {
+		if _, err := raw.ExecContext(ctx, q); err != nil {
+			t.Fatalf("build a 0001 database: %v", err)
+		}
 	}
-	_, runs, err := db.CreatePipeline(ctx, np)
+	raw.Close()
+
+	db, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open a 0001 database: %v", err)
+	}
+	defer db.Close()
+	if v, _ := db.SchemaVersion(ctx); v < 2 {
+		t.Fatalf("schema version %d after open, want >= 2", v)
+	}
+	x, err := db.RunnerByDID(ctx, "did:key:r1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return repo, runs
+	if x.ID != 7 || x.Name != "r1" || x.Repo != "alice/app" || x.Status != api.RunnerApproved || x.PublicKey != "zKey" ||
+		len(x.Labels) != 1 || x.LastSeenAt == nil || x.LastSeenAt.UnixMilli() != 2000 {
+		t.Errorf("runner after migration = %+v", x)
+	}
+	if x.Session != "" || x.SessionStartedAt != nil || x.HandedOverAt != nil || x.HandoverUntil != nil {
+		t.Errorf("runner has a session after migration: %+v", x)
+	}
+	if r, err := db.RunByToken(ctx, "tok"); err != nil || r.ID != 3 || r.State != api.StateRunning {
+		t.Errorf("run after migration = %+v, %v", r, err)
+	}
+	_, held, err := db.StartSession(ctx, 7, "s1", time.Now(), time.Now().Add(time.Minute))
+	if err != nil || len(held) != 1 || held[0].ID != 3 {
+		t.Errorf("StartSession on the migrated database: %v, %v", ids(held), err)
+	}
 }
 
 func TestOpen_MigratesOnceAndReopens(t *testing.T) {
-	db, path := open(t)
+	path := filepath.Join(t.TempDir(), "knotless.db")
+	db, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	v, err := db.SchemaVersion(context.Background())
 	if err != nil || v < 1 {
 		t.Fatalf("schema version %d, %v", v, err)
 	}
-	seed(t, db, 1)
+	if _, err := db.CreateAccount(context.Background(), store.Account{Handle: "alice", DID: "did:key:alice"}, "hash-alice"); err != nil {
+		t.Fatal(err)
+	}
 	db.Close()
 	db2, err := Open(context.Background(), path)
 	if err != nil {
@@ -70,206 +131,43 @@ func TestOpen_MigratesOnceAndReopens(t *testing.T) {
 	}
 }
 
-func TestAccounts_UniqueHandleAndTokenLookup(t *testing.T) {
-	db, _ := open(t)
+func TestOpen_MigratesEachAccountsTokenToOneNamedInitial(t *testing.T) {
 	ctx := context.Background()
-	seed(t, db, 0)
-	if _, err := db.CreateAccount(ctx, store.Account{Handle: "alice", DID: "did:key:other"}, "h2"); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("duplicate handle: err = %v, want ErrConflict", err)
-	}
-	if _, err := db.AccountByToken(ctx, "nope", time.Now()); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("unknown token: err = %v, want ErrNotFound", err)
-	}
-	a, err := db.AccountByToken(ctx, "hash-alice", time.Now())
-	if err != nil || a.Handle != "alice" {
-		t.Fatalf("AccountByToken = %+v, %v", a, err)
-	}
-	if _, err := db.CreateRepo(ctx, a.ID, "app", time.Now()); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("duplicate repo: err = %v, want ErrConflict", err)
-	}
-}
-
-func TestClaimRun_ConcurrentClaimsOneWins(t *testing.T) {
-	db, _ := open(t)
-	_, runs := seed(t, db, 1)
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			now := time.Now()
-			_, err := db.ClaimRun(context.Background(), runs[0].ID, store.Claim{RunnerID: int64(i + 1),
-				RunnerName: fmt.Sprint("r", i), TokenHash: fmt.Sprint("tok", i), Now: now, LeaseUntil: now.Add(time.Minute)})
-			switch {
-			case err == nil:
-				wins.Add(1)
-			case !errors.Is(err, store.ErrConflict):
-				t.Errorf("claim: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 {
-		t.Fatalf("%d claims won, want 1", wins.Load())
-	}
-	r, _ := db.Run(context.Background(), runs[0].ID)
-	if r.State != api.StateClaimed || r.RunnerID == 0 || r.LeaseExpires == nil {
-		t.Fatalf("claimed run = %+v", r)
-	}
-	if got, err := db.RunByToken(context.Background(), fmt.Sprint("tok", r.RunnerID-1)); err != nil || got.ID != r.ID {
-		t.Fatalf("RunByToken = %+v, %v", got, err)
-	}
-}
-
-func TestCompleteRun_OnceAndClearsToken(t *testing.T) {
-	db, _ := open(t)
-	ctx := context.Background()
-	_, runs := seed(t, db, 1)
-	now := time.Now()
-	if _, err := db.ClaimRun(ctx, runs[0].ID, store.Claim{RunnerID: 1, RunnerName: "r", TokenHash: "t", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
-		t.Fatal(err)
-	}
-	two := 2
-	f := store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &two}
-	if _, err := db.CompleteRun(ctx, runs[0].ID, f); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CompleteRun(ctx, runs[0].ID, f); err != nil {
-		t.Fatalf("same result again: %v", err)
-	}
-	if _, err := db.CompleteRun(ctx, runs[0].ID, store.RunFinal{State: api.StateSucceeded}); !errors.Is(err, store.ErrRunFinished) {
-		t.Fatalf("different result: err = %v, want ErrRunFinished", err)
-	}
-	if _, err := db.RunByToken(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("token of a final run still resolves: %v", err)
-	}
-	if _, err := db.RenewLease(ctx, runs[0].ID, 1, time.Now()); !errors.Is(err, store.ErrRunFinished) {
-		t.Fatalf("renew of a final run: err = %v, want ErrRunFinished", err)
-	}
-}
-
-func TestExpireLeases_LapsedRunsEndWithReason(t *testing.T) {
-	db, _ := open(t)
-	ctx := context.Background()
-	repo, runs := seed(t, db, 3)
-	x, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:r1", PublicKey: "z"}, 0)
+	path := filepath.Join(t.TempDir(), "knotless.db")
+	raw, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Minute)
-	for i, until := range []time.Time{past, past, future} {
-		if _, err := db.ClaimRun(ctx, runs[i].ID, store.Claim{RunnerID: x.ID, RunnerName: "r1", TokenHash: fmt.Sprint(i), Now: past, LeaseUntil: until}); err != nil {
+	qs := []string{`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`}
+	for i, f := range []string{"0001_init.sql", "0002_runner_sessions.sql", "0003_run_outputs.sql"} {
+		b, err := fs.ReadFile(Migrations, f)
+		if err != nil {
 			t.Fatal(err)
 		}
+		qs = append(qs, string(b), `INSERT INTO schema_migrations VALUES (`+string(rune('1'+i))+`, 0)`)
 	}
-	if _, err := db.CancelRun(ctx, runs[1].ID, time.Now()); err != nil {
-		t.Fatal(err)
+	qs = append(qs,
+		`INSERT INTO accounts (id, handle, did, admin, created_at) VALUES (1, 'admin', 'did:key:admin', 1, 0), (2, 'alice', 'did:key:alice', 0, 0)`,
+		`INSERT INTO tokens (hash, account_id, created_at) VALUES ('h-admin', 1, 10), ('h-alice', 2, 20), ('h-alice2', 2, 30)`)
+	for _, q := range qs {
+		if _, err := raw.ExecContext(ctx, q); err != nil {
+			t.Fatalf("build a 0003 database: %v", err)
+		}
 	}
-	lost, err := db.ExpireLeases(ctx, time.Now())
+	raw.Close()
+
+	db, err := Open(ctx, path)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open a 0003 database: %v", err)
 	}
-	if len(lost) != 2 {
-		t.Fatalf("%d runs expired, want 2", len(lost))
-	}
-	if lost[0].State != api.StateErrored || lost[0].Reason != api.ReasonRunnerLost {
-		t.Errorf("lapsed run = %s/%s, want errored/runner-lost", lost[0].State, lost[0].Reason)
-	}
-	if lost[1].State != api.StateCancelled || lost[1].Reason != api.ReasonCancelled {
-		t.Errorf("lapsed cancel-requested run = %s/%s, want cancelled/cancelled", lost[1].State, lost[1].Reason)
-	}
-	// ExtendLeases revives nothing final and covers the active one.
-	n, err := db.ExtendLeases(ctx, future.Add(time.Hour))
-	if err != nil || n != 1 {
-		t.Fatalf("ExtendLeases = %d, %v; want 1", n, err)
-	}
-}
-
-func TestRegisterRunner_NameAndDIDAreUnique(t *testing.T) {
-	db, _ := open(t)
-	ctx := context.Background()
-	repo, _ := seed(t, db, 0)
-	x, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z", Labels: []string{"l"}}, 0)
-	if err != nil || !created || x.Status != api.RunnerPending {
-		t.Fatalf("register = %+v, %v, %v", x, created, err)
-	}
-	if _, created, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:a", PublicKey: "z"}, 0); err != nil || created {
-		t.Fatalf("same again: created %v, err %v; want idempotent", created, err)
-	}
-	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r1", DID: "did:key:b", PublicKey: "z"}, 0); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("name taken by another DID: err = %v, want ErrConflict", err)
-	}
-	if _, _, err := db.RegisterRunner(ctx, store.Runner{RepoID: repo.ID, Name: "r2", DID: "did:key:a", PublicKey: "z"}, 0); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("DID under a second name: err = %v, want ErrConflict", err)
-	}
-	if x, err = db.ApproveRunner(ctx, x.ID); err != nil || x.Status != api.RunnerApproved {
-		t.Fatalf("approve = %+v, %v", x, err)
-	}
-	if _, err := db.RemoveRunner(ctx, x.ID, "admin", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.RunnerByDID(ctx, "did:key:a"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("removed runner: err = %v, want ErrNotFound", err)
-	}
-}
-
-func TestSecrets_ScopesAndListWithoutCiphertext(t *testing.T) {
-	db, _ := open(t)
-	ctx := context.Background()
-	repo, _ := seed(t, db, 0)
-	for _, s := range []store.Secret{
-		{RepoID: repo.ID, Name: "A", Ciphertext: []byte("c1")},
-		{RepoID: repo.ID, Name: "A", Runner: "r1", Ciphertext: []byte("c2")},
-		{RepoID: repo.ID, Name: "B", Ciphertext: []byte("c3")},
-	} {
-		if err := db.SetSecret(ctx, s); err != nil {
-			t.Fatal(err)
+	defer db.Close()
+	for hash, handle := range map[string]string{"h-admin": "admin", "h-alice": "alice", "h-alice2": "alice"} {
+		if a, err := db.AccountByToken(ctx, hash, time.Now()); err != nil || a.Handle != handle || a.Disabled {
+			t.Errorf("token %s after migration: %+v, %v", hash, a, err)
 		}
 	}
-	list, err := db.ListSecrets(ctx, repo.ID)
-	if err != nil || len(list) != 3 {
-		t.Fatalf("list = %+v, %v", list, err)
-	}
-	for _, s := range list {
-		if s.Ciphertext != nil {
-			t.Errorf("ListSecrets returned a ciphertext for %s", s.Name)
-		}
-	}
-	got, err := db.SecretsFor(ctx, repo.ID, []string{"A"})
-	if err != nil || len(got) != 2 || string(got[0].Ciphertext) != "c1" || string(got[1].Ciphertext) != "c2" {
-		t.Fatalf("SecretsFor(A) = %+v, %v", got, err)
-	}
-	if err := db.DeleteSecret(ctx, repo.ID, "A", "r1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.DeleteSecret(ctx, repo.ID, "A", "r1"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("second delete: err = %v, want ErrNotFound", err)
-	}
-}
-
-func TestUpdateStep_StartsRunAndNeverRegressesFinalStep(t *testing.T) {
-	db, _ := open(t)
-	ctx := context.Background()
-	_, runs := seed(t, db, 1)
-	id := runs[0].ID
-	now := time.Now()
-	if _, err := db.ClaimRun(ctx, id, store.Claim{RunnerID: 1, RunnerName: "r", TokenHash: "t", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := db.UpdateStep(ctx, id, store.Step{Index: 1, Name: "build", State: api.StepRunning})
-	if err != nil || r.State != api.StateRunning || r.StartedAt == nil {
-		t.Fatalf("after first running step: %+v, %v", r, err)
-	}
-	zero := 0
-	if _, err := db.UpdateStep(ctx, id, store.Step{Index: 1, State: api.StepSucceeded, ExitCode: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.UpdateStep(ctx, id, store.Step{Index: 1, State: api.StepRunning}); err != nil {
-		t.Fatal(err)
-	}
-	steps, err := db.Steps(ctx, id)
-	if err != nil || len(steps) != 1 || steps[0].State != api.StepSucceeded || steps[0].Name != "build" || steps[0].ExitCode == nil {
-		t.Fatalf("steps = %+v, %v; want build succeeded with exit 0", steps, err)
+	ts, err := db.ListTokens(ctx, 2)
+	if err != nil || len(ts) != 2 || ts[0].Name != "initial" || ts[1].Name != "initial-2" || ts[0].CreatedAt.UnixMilli() != 20 {
+		t.Errorf("alice's tokens after migration: %+v, %v", ts, err)
 	}
 }
