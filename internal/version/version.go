@@ -1,15 +1,17 @@
 // Package version holds the build's version, set at link time with
-// -X knotless.dev/knotless/internal/version.Version=... by the Makefile.
+// -X knotless.dev/knotless/internal/version.Version=... by the Makefile
+// and the release build (the file VERSION).
 package version
 
 import "runtime/debug"
 
-// Version is the release or `git describe` of this build. A build that
-// was not stamped says "dev", followed by the commit Go recorded in it
-// when it was built in a git checkout ("dev+1a2b3c4d5e6f", "+dirty" when
-// the tree had changes); a build without either (-buildvcs=false, as the
-// deployment's reproducible build) is identified by its executable's
-// SHA-256 instead, which knotless-run reports beside this.
+// Version is the version this build was stamped with (VERSION, e.g.
+// "0.20.0-dev"). A build that was not stamped (a plain go build) says
+// "dev", followed by the commit Go recorded in it when it was built in a
+// git checkout ("dev+1a2b3c4d5e6f", "+dirty" when the tree had changes).
+// Builds of one version differ: knotless-run reports its executable's
+// SHA-256 beside this, which tells them apart (and matches a manifest's
+// digest).
 var Version = "dev"
 
 func init() {
