@@ -29,7 +29,7 @@ func digestWithin(d time.Duration) string {
 
 // selfDigest is the SHA-256 (lower-case hex) of this process's executable,
 // as sha256sum prints it: the build itself, whatever its version says (a
-// deployment's manifest pins it, e.g. KNOTLESS_RUN_SHA256). "" when it
+// deployment's manifest pins it, e.g. KNOTLESS_RUN_SHA256_AMD64). "" when it
 // cannot be read. Computed once.
 var selfDigest = sync.OnceValue(func() string {
 	p, err := os.Executable()
