@@ -251,6 +251,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			switch f.Type {
 			case TypeStarted:
 				started = true
+				c.logStarted(f, st.ID, offset)
 			case TypeOutput:
 				err = writeOutput(f.Payload, st.ID, &offset, out, &werr)
 				f.Release()
@@ -322,6 +323,25 @@ func writeOutput(payload []byte, id string, offset *int64, out io.Writer, werr *
 
 // minChunk is the smallest output frame a client asks for, in bytes.
 const minChunk = 512
+
+// logStarted says what the agent's Started (frame f, for step id, asked
+// from byte offset) tells of the step: attached to a step that was running
+// already (a takeover or a re-dial: Info), or started anew although output
+// from offset > 0 on was expected (the step runs a second time: Warn). A
+// person reading the runner's log, and the takeover tests, see which.
+func (c *Client) logStarted(f Frame, id string, offset int64) {
+	var s Started
+	if Decode(f.Type, f.Payload, &s) != nil || s.ID != id {
+		return
+	}
+	switch {
+	case s.Attached:
+		c.log.Info("step agent: attached to a step that was running already", "step", id, "offset", offset)
+	case offset > 0:
+		c.log.Warn("step agent: started a step anew although its output from this offset on was expected: it runs a second time",
+			"step", id, "offset", offset)
+	}
+}
 
 // StartDetached starts st as a detached step (st.Detach is set for the
 // caller) and returns once the agent says it runs (or ran: starting an ID
@@ -405,6 +425,47 @@ func (c *Client) Steps(ctx context.Context) ([]StepInfo, error) {
 		}
 		if ctx.Err() != nil || attempt >= 4 {
 			return nil, fmt.Errorf("ask the agent for its steps: %w", err)
+		}
+		c.drop(cn, err)
+	}
+}
+
+// Adopt gives a warm agent its run (Adopt): run becomes the run it
+// serves, deadline (zero: none) the run's end. Errors: the agent refused
+// (a step started already: *Error), or the connection kept breaking.
+func (c *Client) Adopt(ctx context.Context, run string, deadline time.Time) error {
+	req := Adopt{Run: run}
+	if !deadline.IsZero() {
+		req.DeadlineMS = deadline.UnixMilli()
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeAdopt, req); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				if f.Type == TypeAdopted {
+					c.mu.Lock()
+					c.hello.Run = run
+					c.mu.Unlock()
+					return nil
+				}
+				if f.Type == TypeError {
+					var e Error
+					if err = Decode(f.Type, f.Payload, &e); err == nil {
+						return &e
+					}
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return fmt.Errorf("give the warm agent run %s: %w", run, err)
 		}
 		c.drop(cn, err)
 	}

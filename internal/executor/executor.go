@@ -55,6 +55,10 @@ type Setup struct {
 	// Observer, when set, is told of environments made and removed and of
 	// agent reconnects (knotless-run's metrics).
 	Observer Observer
+	// Capacity is how many runs the runner executes at once (0 for
+	// `knotless-run exec` and doctor): an executor that keeps
+	// environments ready ahead of claims never makes more than it allows.
+	Capacity int
 }
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell

@@ -9,7 +9,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -211,7 +210,7 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw
 // errored runs and wakes runners waiting for work.
 func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, trig trigger, planned []plannedRun) (store.Pipeline, []store.Run, error) {
 	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor,
-		CreatedAt: time.Now(), Notes: trig.notes, RerunOf: trig.rerunOf}
+		CreatedAt: s.now(), Notes: trig.notes, RerunOf: trig.rerunOf}
 	for _, p := range planned {
 		np.Runs = append(np.Runs, p.NewRun)
 	}
@@ -264,7 +263,11 @@ type trigger struct {
 // afterPush makes one pipeline per branch or tag a push (by the account
 // actor) created or updated.
 func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) {
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("make pipelines after a push", "repo", repo.FullName(), "err", err)
+		return
+	}
 	var changed []string
 	for ref, oid := range after {
 		if before[ref] != oid && (strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/")) {
@@ -403,7 +406,10 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	if err := api.CheckText("workflow", in.Workflow); err != nil {
 		return badRequest("%v", err)
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return err
+	}
 	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
 	if err != nil {
 		return err

@@ -33,7 +33,11 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request, a store.Account) 
 	if err != nil {
 		return err
 	}
-	files, notes, err := s.workflowsAt(ctx, s.repoDir(repo.Owner, repo.Name), p.SHA)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return err
+	}
+	files, notes, err := s.workflowsAt(ctx, dir, p.SHA)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -197,7 +196,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	if _, err := s.visibleRun(r.Context(), a, in.Run); err != nil {
 		return err
 	}
-	run, err := s.store.CancelRun(r.Context(), in.Run, time.Now())
+	run, err := s.store.CancelRun(r.Context(), in.Run, s.now())
 	if errors.Is(err, store.ErrRunFinished) {
 		return runFinished(run)
 	}

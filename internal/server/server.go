@@ -113,6 +113,12 @@ type Config struct {
 	// is refused before any of it is stored, with an error naming
 	// --max-outputs-size that the runner writes to the run's setup log.
 	MaxOutputsSize int64
+	// Now is the server's clock for everything it records and expires:
+	// API, registration and run tokens, web sessions, leases and the
+	// handover grace, creation times. Default time.Now; tests give a clock
+	// they move forward (servertest.Clock) instead of sleeping until
+	// something expires. Network deadlines always use the real clock.
+	Now func() time.Time
 	// ReleaseDir, when set, is a directory of release files (what `make
 	// release` wrote) served to anyone at DownloadPath + FILE; New refuses
 	// one that is not a directory. Empty: DownloadPath answers 404 saying
@@ -146,6 +152,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	c.Limits.fill()
 	if c.MaxPushSize <= 0 {
@@ -217,6 +226,9 @@ type Server struct {
 
 	lock *os.File // DIR/.lock, flocked until Close
 }
+
+// now is the server's clock (Config.Now).
+func (s *Server) now() time.Time { return s.cfg.Now() }
 
 // New locks the data directory (DIR/.lock; an *InUseError at once when
 // another server holds it), prepares it (creating keys, the database and,
@@ -342,7 +354,7 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		db.Close()
 		return nil, err
 	}
-	if n, err := s.store.ExtendLeases(ctx, time.Now().Add(cfg.Lease)); err != nil {
+	if n, err := s.store.ExtendLeases(ctx, s.now().Add(cfg.Lease)); err != nil {
 		db.Close()
 		return nil, err
 	} else if n > 0 {
@@ -519,7 +531,7 @@ func (s *Server) ensureAdmin(ctx context.Context) error {
 	if err := writeNew(path, []byte(token+"\n")); err != nil {
 		return err
 	}
-	if _, err := s.store.CreateAccount(ctx, store.Account{Handle: AdminHandle, DID: did, Admin: true, CreatedAt: time.Now()},
+	if _, err := s.store.CreateAccount(ctx, store.Account{Handle: AdminHandle, DID: did, Admin: true, CreatedAt: s.now()},
 		hashToken(token)); err != nil {
 		os.Remove(path)
 		return fmt.Errorf("create admin account: %w", err)

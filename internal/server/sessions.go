@@ -115,7 +115,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, x store.Ru
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	prev, held, err := s.store.StartSession(ctx, x.ID, id, now, now.Add(s.cfg.Lease))
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func (s *Server) handover(w http.ResponseWriter, r *http.Request, x store.Runner
 		return badRequest("reason takes at most %d bytes", maxSessionNote)
 	}
 	session := r.Header.Get(api.SessionHeader)
-	now := time.Now()
+	now := s.now()
 	held, err := s.store.HandOver(ctx, x.ID, session, now, now.Add(s.cfg.HandoverGrace))
 	if errors.Is(err, store.ErrConflict) {
 		// Another call ended the session since authRunner looked.
@@ -183,7 +183,7 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, x store.Runne
 	if err != nil {
 		return err
 	}
-	run, err = s.store.RotateRunToken(ctx, run.ID, x.ID, hashToken(token), time.Now().Add(s.cfg.Lease))
+	run, err = s.store.RotateRunToken(ctx, run.ID, x.ID, hashToken(token), s.now().Add(s.cfg.Lease))
 	switch {
 	case errors.Is(err, store.ErrRunFinished):
 		return runFinished(run)

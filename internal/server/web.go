@@ -117,7 +117,7 @@ func (b webBackend) SignIn(ctx context.Context, token string) (web.Session, erro
 	if err != nil {
 		return web.Session{}, err
 	}
-	now := time.Now()
+	now := s.now()
 	ws := store.WebSession{IDHash: hashToken(id), TokenHash: hashToken(token), CSRF: csrf, CreatedAt: now,
 		ExpiresAt: now.Add(webSessionLifetime)}
 	if err := s.store.CreateWebSession(ctx, ws); err != nil {
@@ -133,7 +133,7 @@ func (b webBackend) Session(ctx context.Context, id string) (web.Session, error)
 	if !strings.HasPrefix(id, webSessionPrefix) || len(id) > 100 {
 		return web.Session{}, noSession
 	}
-	ws, err := s.store.WebSession(ctx, hashToken(id), time.Now())
+	ws, err := s.store.WebSession(ctx, hashToken(id), s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return web.Session{}, noSession
 	}
@@ -179,7 +179,10 @@ func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, q 
 	if err != nil {
 		return web.PipelinePage{}, err
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return web.PipelinePage{}, err
+	}
 	out := web.PipelinePage{Repo: repo.FullName(), Branches: s.branches(ctx, dir, 100)}
 	if out.Workflows, err = s.store.RunWorkflows(ctx, repo.ID, 100); err != nil {
 		return out, err

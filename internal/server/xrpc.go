@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
@@ -333,7 +332,7 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 // the answers authUser gives for an unknown, revoked or expired token and
 // a disabled account; a web session (web.go) is checked by it too.
 func (s *Server) accountByTokenHash(ctx context.Context, hash string) (store.Account, error) {
-	a, err := s.store.AccountByToken(ctx, hash, time.Now())
+	a, err := s.store.AccountByToken(ctx, hash, s.now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Tests of the web pages run in a real headless Chromium (Debian's
@@ -104,7 +106,7 @@ func signIn(t testing.TB, ctx context.Context, base, token string) {
 // pageText waits until the page's text holds want (d at most).
 func waitText(t testing.TB, ctx context.Context, d time.Duration, want string) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("the page to show %q", want), func() (bool, string) {
+	testwait.Until(t, d, fmt.Sprintf("the page to show %q", want), func() (bool, string) {
 		text, err := tryEval[string](ctx, `document.body ? document.body.innerText : ""`)
 		if err != nil {
 			return false, err.Error()

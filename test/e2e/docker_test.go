@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -128,7 +129,7 @@ steps:
 	if b, err := os.ReadFile(filepath.Join(dst, "out", "artifact")); err != nil || string(b) != "built\n" {
 		t.Errorf("downloaded out/artifact: %q, %v", b, err)
 	}
-	waitFor(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
 		left := d.containers(t, "dr1")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -162,7 +163,7 @@ steps:
 	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
 	w.waitFinal(run.ID, time.Minute)
 	second := w.startRunner(rid, d.args...)
-	waitFor(t, time.Minute, "the restarted runner to remove the dead runner's job container", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the restarted runner to remove the dead runner's job container", func() (bool, string) {
 		left := d.containers(t, "dr2")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -217,7 +218,7 @@ steps:
 	if got := w.stepLog(run.ID, 2); got != "second step on "+host+"\n" {
 		t.Errorf("step 2 log %q, want it in the same container %s", got, host)
 	}
-	waitFor(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
 		left := d.containers(t, "dr3")
 		return len(left) == 0, strings.Join(left, ", ")
 	})

@@ -16,6 +16,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -134,7 +135,7 @@ steps:
 	if l, err := os.Readlink(filepath.Join(dst, "out", "link")); err != nil || l != "artifact" {
 		t.Errorf("downloaded out/link: %q, %v; want a symbolic link to artifact", l, err)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr1")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -167,7 +168,7 @@ steps:
 	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
 	w.waitFinal(run.ID, time.Minute)
 	second := w.startRunner(rid, k.args...)
-	waitFor(t, time.Minute, "the restarted runner to delete the dead runner's job pod", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the restarted runner to delete the dead runner's job pod", func() (bool, string) {
 		left := k.pods(t, "kr2")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -221,7 +222,7 @@ steps:
 	if got := w.stepLog(run.ID, 2); got != "second step on "+host+"\n" {
 		t.Errorf("step 2 log %q, want it in the same pod %s", got, host)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr3")
 		return len(left) == 0, strings.Join(left, ", ")
 	})

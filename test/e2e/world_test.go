@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // world is one knotless-server process with its own data directory, the
@@ -96,7 +97,7 @@ func (w *world) startServer(listen string) {
 			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String(),
 				"--max-registrations-per-minute", "1000"}, w.serverArgs...)...)
 		ok := false
-		waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
+		testwait.Until(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
 			u, err1 := os.ReadFile(urlFile)
 			tok, err2 := os.ReadFile(filepath.Join(w.data, "admin.token"))
 			if err1 == nil && err2 == nil && len(bytes.TrimSpace(u)) > 0 && len(bytes.TrimSpace(tok)) > 0 {
@@ -119,7 +120,7 @@ func (w *world) startServer(listen string) {
 		}
 		w.t.Fatalf("knotless-server exited early:\n%s", out)
 	}
-	waitFor(w.t, 10*time.Second, "the server to answer", func() (bool, string) {
+	testwait.Until(w.t, 10*time.Second, "the server to answer", func() (bool, string) {
 		var out api.DescribeServerOutput
 		err := w.api().Query(context.Background(), api.MethodDescribeServer, nil, &out)
 		return err == nil, fmt.Sprint(err)
@@ -209,7 +210,7 @@ func (w *world) registerRunner(name string) *runnerID {
 	w.t.Helper()
 	r := &runnerID{name: name, state: filepath.Join(w.root, name+".json"), work: filepath.Join(w.root, name+"-work")}
 	// The owner makes a one-use registration token; login reads it from
-	// the environment, as the README says.
+	// the environment, as docs/runner.md says.
 	token := strings.TrimSpace(w.cliOK("", "runner", "token", "--repo", w.repo))
 	if !strings.HasPrefix(token, "knreg_") {
 		w.t.Fatalf("knotless runner token printed %q, want a knreg_ token", token)
@@ -327,7 +328,7 @@ func (w *world) push(files map[string]string, want int) []api.Run {
 	before := w.latestPipeline()
 	w.git("push", "-q", w.url+"/"+w.repo+".git", "HEAD:refs/heads/main")
 	var runs []api.Run
-	waitFor(w.t, 15*time.Second, "the push's pipeline", func() (bool, string) {
+	testwait.Until(w.t, 15*time.Second, "the push's pipeline", func() (bool, string) {
 		p := w.latestPipeline()
 		if p <= before {
 			return false, "no new pipeline"
@@ -358,7 +359,7 @@ func (w *world) run(id int64) api.Run {
 func (w *world) waitRun(id int64, d time.Duration, what string, cond func(api.Run) bool) api.Run {
 	w.t.Helper()
 	var r api.Run
-	waitFor(w.t, d, fmt.Sprintf("run %d: %s", id, what), func() (bool, string) {
+	testwait.Until(w.t, d, fmt.Sprintf("run %d: %s", id, what), func() (bool, string) {
 		var err error
 		r, err = w.tryRun(id)
 		if err != nil {
@@ -402,7 +403,7 @@ func (w *world) stepLog(id int64, step int) string {
 // fails at once if the run ends first.
 func (w *world) waitGate(id int64, name string, d time.Duration) {
 	w.t.Helper()
-	waitFor(w.t, d, fmt.Sprintf("a step of run %d to create $GATE/%s", id, name), func() (bool, string) {
+	testwait.Until(w.t, d, fmt.Sprintf("a step of run %d to create $GATE/%s", id, name), func() (bool, string) {
 		if fileExists(filepath.Join(w.gate, name)) {
 			return true, ""
 		}
