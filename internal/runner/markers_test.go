@@ -16,6 +16,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // TestExecute_DroppedAgentStreamIsMarkedInTheStepLog pins issue 25 item
@@ -45,13 +46,9 @@ func TestExecute_DroppedAgentStreamIsMarkedInTheStepLog(t *testing.T) {
 	rep := newMemReporter()
 	done := make(chan Result, 1)
 	go func() { done <- Execute(context.Background(), job, ex, rep) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(rep.log(1), "before\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the step did not print; setup log:\n%s", rep.log(0))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, "the step to print", func() (bool, string) {
+		return strings.Contains(rep.log(1), "before\n"), rep.log(0)
+	})
 	mu.Lock()
 	for _, c := range conns {
 		c.Close() // the runner's end of every stream: the step goes on

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/text/unicode/rangetable"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Browser tests of what an operator works from in the web view (issue 25
@@ -48,7 +49,7 @@ func passAndFail() map[string]string {
 func openRun(t *testing.T, ctx context.Context, w *world, id int64) {
 	t.Helper()
 	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, id)))
-	waitFor(t, 30*time.Second, "the stream to end", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the stream to end", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 		return s == "ended", fmt.Sprint(s, err)
 	})
@@ -106,7 +107,7 @@ func TestBrowser_RerunButtonsRunAFinishedRunAndAPipelinesFailedRunsAgain(t *test
 	}
 	do(t, ctx, "press Re-run", chromedp.Click(chromedp.CSS("#rerun button")))
 	var again int64
-	waitFor(t, 30*time.Second, "the new run's page", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new run's page", func() (bool, string) {
 		p := currentPath(ctx)
 		id, err := strconv.ParseInt(strings.TrimPrefix(p, "/-/runs/"), 10, 64)
 		again = id
@@ -138,7 +139,7 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 	w.commit(map[string]string{".knotless/workflows/fail.yml": ""})
 	w.git("push", "-q", w.url+"/"+w.repo+".git", "HEAD:refs/heads/dev")
 	var dev []api.Run
-	waitFor(t, 15*time.Second, "the dev branch's pipeline", func() (bool, string) {
+	testwait.Until(t, 15*time.Second, "the dev branch's pipeline", func() (bool, string) {
 		dev = w.runs(first[0].Pipeline + 1)
 		return len(dev) == 1, fmt.Sprint(len(dev))
 	})
@@ -159,7 +160,7 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 	do(t, ctx, "filter by state failed",
 		chromedp.SetValue(chromedp.CSS(`form.filters select[name=state]`), "failed"),
 		chromedp.Click(chromedp.CSS(`form.filters button`)))
-	waitFor(t, 30*time.Second, "only the failed run's pipeline", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "only the failed run's pipeline", func() (bool, string) {
 		return strings.Join(pipelines(), ",") == p1 && strings.Contains(currentPath(ctx), "state=failed"), currentPath(ctx)
 	})
 	if runs := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('ul.runs a')).map(e => e.textContent.trim())`); len(runs) != 1 || !strings.Contains(runs[0], "fail") {
@@ -171,11 +172,11 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 		chromedp.WaitVisible(chromedp.CSS(`form.filters input[name=branch]`)),
 		chromedp.SendKeys(chromedp.CSS(`form.filters input[name=branch]`), "dev"),
 		chromedp.Click(chromedp.CSS(`form.filters button`)))
-	waitFor(t, 30*time.Second, "only the dev branch's pipeline", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "only the dev branch's pipeline", func() (bool, string) {
 		return strings.Join(pipelines(), ",") == p2, currentPath(ctx)
 	})
 	do(t, ctx, "filter by workflow pass", chromedp.Navigate(w.url+"/"+w.repo+"?workflow=pass"))
-	waitFor(t, 30*time.Second, "both pipelines, each with its pass run", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "both pipelines, each with its pass run", func() (bool, string) {
 		return strings.Join(pipelines(), ",") == p2+","+p1, currentPath(ctx)
 	})
 	// The commit of the first pipeline links to its pipelines.
@@ -183,7 +184,7 @@ func TestBrowser_PipelinesTabFiltersByBranchStateAndWorkflowAndLinksACommitToIts
 		chromedp.Navigate(w.url+"/"+w.repo),
 		chromedp.WaitVisible(chromedp.CSS("#"+p1+" a.sha")),
 		chromedp.Click(chromedp.CSS("#"+p1+" a.sha")))
-	waitFor(t, 30*time.Second, "the commit's pipelines", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the commit's pipelines", func() (bool, string) {
 		return strings.Contains(currentPath(ctx), "commit="+first[0].SHA) && strings.Join(pipelines(), ",") == p1, currentPath(ctx)
 	})
 	waitText(t, ctx, 5*time.Second, "Pipelines of commit "+first[0].SHA[:10])
@@ -226,7 +227,7 @@ func TestBrowser_LineTimesShowWhenTheRunnerSawEachLine(t *testing.T) {
 	}
 	// The choice is kept.
 	do(t, ctx, "reload", chromedp.Reload())
-	waitFor(t, 30*time.Second, "times on after a reload", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "times on after a reload", func() (bool, string) {
 		on, err := tryEval[bool](ctx, `document.getElementById('show-times').checked && document.querySelectorAll('#step-1 .l .ts').length === 2 &&
 			document.querySelector('#step-1 .l .ts').offsetParent !== null`)
 		return on, fmt.Sprint(err)
@@ -245,7 +246,7 @@ func TestBrowser_RunnerRestartIsAMarkerLineInTheStepLog(t *testing.T) {
 	first.signal(t, syscall.SIGKILL)
 	first.wait(t, 10*time.Second)
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(second.output(), "taking over a run"), ""
 	})
 	w.openRunGate("go", run.ID)
@@ -316,7 +317,7 @@ func TestBrowser_HiddenCharactersInALogAndACommitMessageAreShownEscaped(t *testi
 	before := w.latestPipeline()
 	w.git("push", "-q", w.url+"/"+w.repo+".git", "HEAD:refs/heads/main")
 	var run api.Run
-	waitFor(t, 15*time.Second, "the push's pipeline", func() (bool, string) {
+	testwait.Until(t, 15*time.Second, "the push's pipeline", func() (bool, string) {
 		p := w.latestPipeline()
 		if p > before {
 			run = w.runs(p)[0]
