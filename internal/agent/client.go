@@ -183,8 +183,18 @@ func (c *Client) drop(cn *Conn, err error) {
 	}
 }
 
+// Resumer is implemented by a RunStep output writer that is told where the
+// step's output goes on after its connection dropped and a new one took
+// over: from byte offset of the output, after err. RunStep calls it
+// before writing the resumed output, once per new connection.
+type Resumer interface {
+	Resumed(offset int64, err error)
+}
+
 // RunStep starts st (or attaches to it when the agent has it already) and
-// writes its output from st.Offset on to out, then returns its Exit.
+// writes its output from st.Offset on to out, then returns its Exit. When
+// out is a Resumer, it learns of each new connection the output resumed
+// on.
 //
 // Each Stop received on stop is sent to the agent (and sent again after a
 // reconnect); the output is followed until the step exits. ctx ends the
@@ -201,11 +211,16 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 	// whole, and grow back as they arrive: a stream that is cut often still
 	// makes progress.
 	chunk := OutputChunk
+	var dropped error // why the last connection dropped, until output resumes
 	for {
 		cn, err := c.conn(ctx)
 		if err != nil {
 			return Exit{}, err
 		}
+		if r, ok := out.(Resumer); ok && dropped != nil && started {
+			r.Resumed(offset, dropped)
+		}
+		dropped = nil
 		before := offset
 		if started {
 			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset, Chunk: chunk})
@@ -273,6 +288,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			chunk = min(chunk*2, OutputChunk)
 		}
 		c.drop(cn, err)
+		dropped = err
 	}
 }
 

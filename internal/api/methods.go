@@ -62,6 +62,14 @@ const (
 	MethodCancelRun = "dev.knotless.run.cancel"
 	// P, user. In: TriggerInput. Out: Pipeline.
 	MethodTriggerRun = "dev.knotless.run.trigger"
+	// P, user (the repository's owner or an admin: who may trigger). In:
+	// RerunInput. Out: Pipeline: a new pipeline of the same ref, commit
+	// and event (RerunOf set, Actor the caller) with one run per run
+	// again, each from its workflow file at that commit, whatever its
+	// `on:` says. ErrNotFound for a run or pipeline the caller may not
+	// see; 409 Conflict while the run (or a run of the pipeline) has not
+	// ended, and for a pipeline whose runs all succeeded.
+	MethodRerun = "dev.knotless.run.rerun"
 
 	// P, user (owner or admin). In: SetSecretInput. Out: empty.
 	MethodSetSecret = "dev.knotless.secret.set"
@@ -95,10 +103,12 @@ const (
 	MethodHeartbeat = "dev.knotless.runner.heartbeat"
 	// P, runner. In: UpdateStepInput. Out: empty. Idempotent.
 	MethodUpdateStep = "dev.knotless.runner.updateStep"
-	// P, runner. Params: run, step, offset. Body: raw bytes
-	// (application/octet-stream). Out: AppendLogOutput. Idempotent: bytes the
-	// server already holds at [offset, size) are skipped, never duplicated.
-	// An offset past the stored size fails with ErrOffsetGap and Size set.
+	// P, runner. Params: run, step, offset, and optionally times
+	// (LogTimesParam: when the runner saw the lines of these bytes begin).
+	// Body: raw bytes (application/octet-stream). Out: AppendLogOutput.
+	// Idempotent: bytes the server already holds at [offset, size) are
+	// skipped, never duplicated, and so are their times. An offset past
+	// the stored size fails with ErrOffsetGap and Size set.
 	MethodAppendLog = "dev.knotless.runner.appendLog"
 	// P, runner. Params: run, offset, size (the archive's whole length in
 	// bytes), sha256 (its hex SHA-256). Body: the archive's bytes from

@@ -210,7 +210,14 @@ type Pipeline struct {
 	SHA       string    `json:"sha"`
 	Event     string    `json:"event"` // push, tag, manual
 	CreatedAt time.Time `json:"createdAt"`
-	Runs      []Run     `json:"runs"`
+	// Notes are what people should read about the pipeline besides its
+	// runs, one line each: e.g. a file in .knotless/workflows that is not
+	// a workflow and did not run.
+	Notes []string `json:"notes,omitempty"`
+	// RerunOf is the pipeline whose runs this one runs again
+	// (MethodRerun); absent when none.
+	RerunOf int64 `json:"rerunOf,omitempty"`
+	Runs    []Run `json:"runs"`
 }
 
 // Run is one workflow executing once for one pipeline.
@@ -224,18 +231,22 @@ type Run struct {
 	// BeforeSHA is the commit the ref pointed at before the push that made
 	// the run; "" for a new branch or tag and for manual triggers.
 	BeforeSHA string `json:"beforeSha,omitempty"`
-	// Actor is the handle of the account that pushed or triggered.
-	Actor        string     `json:"actor,omitempty"`
-	Workflow     string     `json:"workflow"`     // the workflow's name
-	WorkflowPath string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
-	State        string     `json:"state"`
-	Reason       string     `json:"reason,omitempty"`
-	Message      string     `json:"message,omitempty"` // a person-readable detail of Reason
-	ExitCode     *int       `json:"exitCode,omitempty"`
-	Runner       string     `json:"runner,omitempty"` // name of the runner that claimed it
-	CreatedAt    time.Time  `json:"createdAt"`
-	StartedAt    *time.Time `json:"startedAt,omitempty"`
-	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
+	// Actor is the handle of the account that pushed, triggered or re-ran.
+	Actor string `json:"actor,omitempty"`
+	// PipelineNotes are the notes of the run's pipeline (Pipeline.Notes);
+	// PipelineRerunOf is its RerunOf.
+	PipelineNotes   []string   `json:"pipelineNotes,omitempty"`
+	PipelineRerunOf int64      `json:"pipelineRerunOf,omitempty"`
+	Workflow        string     `json:"workflow"`     // the workflow's name
+	WorkflowPath    string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
+	State           string     `json:"state"`
+	Reason          string     `json:"reason,omitempty"`
+	Message         string     `json:"message,omitempty"` // a person-readable detail of Reason
+	ExitCode        *int       `json:"exitCode,omitempty"`
+	Runner          string     `json:"runner,omitempty"` // name of the runner that claimed it
+	CreatedAt       time.Time  `json:"createdAt"`
+	StartedAt       *time.Time `json:"startedAt,omitempty"`
+	FinishedAt      *time.Time `json:"finishedAt,omitempty"`
 	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
 	// its workflow has one.
 	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
@@ -324,6 +335,14 @@ type TriggerInput struct {
 	Ref      string `json:"ref"`           // an existing branch or tag (CheckTriggerRef); default the default branch
 	SHA      string `json:"sha,omitempty"` // a full commit id (CheckCommitID)
 	Workflow string `json:"workflow,omitempty"`
+}
+
+// RerunInput is the body of MethodRerun: exactly one of Run (a final
+// run, run again) and Pipeline (a pipeline whose runs all ended: each of
+// its runs that did not succeed, run again).
+type RerunInput struct {
+	Run      int64 `json:"run,omitempty"`
+	Pipeline int64 `json:"pipeline,omitempty"`
 }
 
 // SetSecretInput is the body of MethodSetSecret. Runner, when set, scopes the
@@ -541,6 +560,16 @@ func (c *ClaimedRun) SecretValues() map[string]string {
 type StartSessionInput struct {
 	Version  string `json:"version,omitempty"`  // knotless-run's version
 	Executor string `json:"executor,omitempty"` // e.g. shell, kube
+	// Digest is the SHA-256 of the knotless-run executable, lower-case
+	// hex: the build itself, whatever its version says (a deployment's
+	// manifest pins it).
+	Digest string `json:"digest,omitempty"`
+	// Capacity is how many runs the process takes at once (--capacity).
+	Capacity int `json:"capacity,omitempty"`
+	// Facts are what the executor says of where runs go, by name (a kube
+	// runner's namespace and pod), at most 16, each name and value at most
+	// 200 bytes, shown as they are (api.CheckText).
+	Facts map[string]string `json:"facts,omitempty"`
 }
 
 // StartSessionOutput is the answer of MethodStartSession.

@@ -275,7 +275,8 @@ type Session interface {
 	// the step's process has exited and every process it started is gone.
 	//
 	// A dropped connection to the environment does not end the step: Exec
-	// reconnects and resumes at the next byte, nothing lost or doubled. A
+	// reconnects and resumes at the next byte, nothing lost or doubled; an
+	// out that is an agent.Resumer is told where and why, first. A
 	// step timeout gives Reason timeout; canceling ctx stops the step
 	// (SIGTERM, then SIGKILL after Step.Grace) and gives Reason cancelled
 	// (timeout when ctx's deadline passed). Cleanup during Exec ends it

@@ -154,6 +154,9 @@ func (s *Spool) ResumeLog(step int, size int64) (LogFile, byte, error) {
 	if err == nil {
 		err = f.Truncate(size)
 	}
+	if err == nil {
+		err = s.cutTimes(step, size)
+	}
 	var last [1]byte
 	if err == nil && size > 0 {
 		_, err = f.ReadAt(last[:], size-1)

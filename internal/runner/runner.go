@@ -194,6 +194,7 @@ func (r *Runner) path(parts ...string) string {
 // Before claiming it starts a runner session (session.go); an error
 // matching ErrSuperseded when another process took that session over.
 func (r *Runner) Run(ctx context.Context) error {
+	go selfDigest() // read meanwhile: the session start sends it
 	unlock, err := r.prepareWorkDir(ctx)
 	if err != nil {
 		return err

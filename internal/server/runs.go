@@ -14,7 +14,7 @@ import (
 func apiRun(r store.Run, steps []api.Step) api.Run {
 	return api.Run{
 		ID: r.ID, Pipeline: r.PipelineID, Repo: r.Repo, Ref: r.Ref, SHA: r.SHA, Event: r.Event,
-		BeforeSHA: r.BeforeSHA, Actor: r.Actor,
+		BeforeSHA: r.BeforeSHA, Actor: r.Actor, PipelineNotes: r.Notes, PipelineRerunOf: r.RerunOf,
 		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,

@@ -71,14 +71,45 @@ func (s *Server) graceSeconds() int {
 	return max(int((s.cfg.HandoverGrace+time.Second-1)/time.Second), 1)
 }
 
+// maxFacts caps the facts of a StartSessionInput.
+const maxFacts = 16
+
+// checkSessionInput checks what a runner process says of itself: short,
+// and shown as it is (api.CheckText).
+func checkSessionInput(in api.StartSessionInput) error {
+	if len(in.Version) > maxSessionNote || len(in.Executor) > maxSessionNote || len(in.Digest) > maxSessionNote {
+		return badRequest("version, executor and digest take at most %d bytes", maxSessionNote)
+	}
+	if len(in.Facts) > maxFacts {
+		return badRequest("at most %d facts", maxFacts)
+	}
+	if in.Capacity < 0 {
+		return badRequest("capacity %d: want 0 or more", in.Capacity)
+	}
+	check := map[string]string{"version": in.Version, "executor": in.Executor, "digest": in.Digest}
+	for k, v := range in.Facts {
+		if len(k) > maxSessionNote || len(v) > maxSessionNote {
+			return badRequest("a fact's name and value take at most %d bytes", maxSessionNote)
+		}
+		check["fact name "+api.VisibleText(k)] = k
+		check["fact "+api.VisibleText(k)] = v
+	}
+	for what, v := range check {
+		if err := api.CheckText(what, v); err != nil {
+			return badRequest("%v", err)
+		}
+	}
+	return nil
+}
+
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, x store.Runner) error {
 	ctx := r.Context()
 	var in api.StartSessionInput
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
-	if len(in.Version) > maxSessionNote || len(in.Executor) > maxSessionNote {
-		return badRequest("version and executor take at most %d bytes", maxSessionNote)
+	if err := checkSessionInput(in); err != nil {
+		return err
 	}
 	id, err := newSessionID()
 	if err != nil {

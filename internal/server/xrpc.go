@@ -82,6 +82,7 @@ func (s *Server) methods() map[string]method {
 		api.MethodGetOutputs:              user(q, s.getOutputs),
 		api.MethodCancelRun:               user(p, s.cancelRun),
 		api.MethodTriggerRun:              user(p, s.triggerRun),
+		api.MethodRerun:                   user(p, s.rerun),
 		api.MethodSetSecret:               user(p, s.setSecret),
 		api.MethodListSecrets:             user(q, s.listSecrets),
 		api.MethodDeleteSecret:            user(p, s.deleteSecret),

@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // The keys each mapping accepts, in the order messages list them.
@@ -126,11 +129,24 @@ func (d *decoder) text(e entry, what string) (string, bool) {
 		d.errorf(e.vpos(), "%s is empty", what)
 		return "", false
 	}
-	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
-		d.errorf(e.vpos(), "%s must be one line of text", what)
+	if i := strings.IndexAny(s, "\n\r"); i >= 0 {
+		d.errorf(e.vpos(), "%s must be one line of text: character %d is %s", what, utf8.RuneCountInString(s[:i])+1, api.RuneName(rune(s[i])))
+		return "", false
+	}
+	if !d.shown(e.vpos(), what, s) {
 		return "", false
 	}
 	return s, true
+}
+
+// shown reports whether s, a name people read, may be shown as it is
+// (api.CheckText), reporting at p the character that may not.
+func (d *decoder) shown(p pos, what, s string) bool {
+	if err := api.CheckText(what, s); err != nil {
+		d.errorf(p, "%v", err)
+		return false
+	}
+	return true
 }
 
 // word reads a non-empty string without white space.

@@ -208,7 +208,7 @@ steps:
 	if final.State != api.StateSucceeded {
 		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
 	}
-	log := w.stepLog(run.ID, 1)
+	log := withoutMarkers(t, w.stepLog(run.ID, 1), 1)
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	if len(lines) != 22 || !strings.HasPrefix(lines[0], "step pid ") || lines[21] != "done" {
 		t.Fatalf("step log:\n%s\nwant one pid line, lines 1..20, done", log)

@@ -341,3 +341,20 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 func (e *Executor) String() string {
 	return fmt.Sprintf("kube executor (namespace %s, runner %s)", e.ns, strings.TrimSpace(e.cfg.Runner))
 }
+
+var _ executor.Facter = (*Executor)(nil)
+
+// Facts implements executor.Facter: the namespace job pods go to, what
+// owns them, and, in a cluster, the runner's own pod.
+func (e *Executor) Facts() map[string]string {
+	f := map[string]string{"namespace": e.ns}
+	if o := ownerName(e.cfg.Owner); o != "" {
+		f["job pods owned by"] = strings.ToLower(o)
+	}
+	if e.cfg.InCluster {
+		if pod, err := ownPodName(); err == nil && pod != "" {
+			f["pod"] = pod
+		}
+	}
+	return f
+}

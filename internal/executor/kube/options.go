@@ -180,19 +180,24 @@ func LoadClientConfig(kubeconfig, namespace string) (rc *rest.Config, ns string,
 // host name is the pod's name, Kubernetes' default), by UID, for job
 // pods in the same namespace. Errors: the pod cannot be read.
 func OwnPod(ctx context.Context, rc *rest.Config, ns string) (*metav1.OwnerReference, error) {
-	name := os.Getenv("POD_NAME")
-	if name == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, err
-		}
-		name = h
+	name, err := ownPodName()
+	if err != nil {
+		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
 	return ResolveOwner(ctx, client, ns, "pod", name)
+}
+
+// ownPodName is the name of the pod this process runs in: $POD_NAME (the
+// downward API), else the host name (Kubernetes' default for a pod's).
+func ownPodName() (string, error) {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name, nil
+	}
+	return os.Hostname()
 }
 
 // ParseNodeSelector reads KEY=VALUE pairs.
