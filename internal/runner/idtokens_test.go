@@ -3,13 +3,20 @@ package runner
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/server/servertest"
 )
 
 const idWorkflow = `
@@ -128,4 +135,70 @@ steps:
 	if got := string(w.stepLog(run.ID, 2)); got != "token: unset\n" {
 		t.Errorf("step that did not ask: %q", got)
 	}
+}
+
+// BenchmarkStepStart_IDTokenBesideBaseline measures the delay an id token
+// adds to a step's start: one-step runs (`true`) on the shell executor,
+// whose step asks a real server (servertest) for its token at its start,
+// beside the same run asking for none, in one benchmark. Figures (median
+// of the iterations): run-ms, the whole run; token-ms, the call to the
+// server alone. run-ms of the two beside each other is the delay (the
+// call, and masking a value as long as a token in the step's log).
+//
+//	go test ./internal/runner -run '^$' -bench StepStart -benchtime 20x
+func BenchmarkStepStart_IDTokenBesideBaseline(b *testing.B) {
+	const wf = "on: {push: {}}\nid-tokens:\n  DEPLOY: {aud: https://kube.example}\nsteps:\n  - id-tokens: [DEPLOY]\n    run: \"true\"\n"
+	const bare = "on: {push: {}}\nsteps:\n  - run: \"true\"\n"
+	f := servertest.Start(b, servertest.Options{})
+	tok := f.CreateAccount(b, "alice")
+	f.CreateRepo(b, tok, "app")
+	r := f.RegisterRunner(b, "alice/app", "bench", nil, true)
+	f.Push(b, "alice/app", tok, map[string]string{".knotless/workflows/ci.yml": wf}, "main")
+	var out api.ClaimOutput
+	if err := r.Client.Procedure(b.Context(), api.MethodClaim, api.ClaimInput{Wait: 5}, &out); err != nil || out.Run == nil {
+		b.Fatalf("claim: %v", err)
+	}
+	ex := shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(b), Ephemeral: true, Logger: slog.New(slog.DiscardHandler)},
+		Dir: filepath.Join(b.TempDir(), "shell")})
+	for _, tc := range []struct {
+		name, src string
+		tokens    IDTokenFunc
+	}{
+		{"baseline=no-token", bare, nil},
+		{"id-token", wf, ServerIDTokens(api.NewRunnerClient(r.Client), out.Run.Run.ID, 0)},
+	} {
+		var calls []time.Duration
+		if tc.tokens != nil {
+			inner := tc.tokens
+			tc.tokens = func(ctx context.Context, step int, names []string, at time.Time) (map[string]string, error) {
+				t0 := time.Now()
+				defer func() { calls = append(calls, time.Since(t0)) }()
+				return inner(ctx, step, names, at)
+			}
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				job := Job{Run: out.Run.Run.ID, Repo: "alice/app", Ref: "refs/heads/main", SHA: strings.Repeat("a", 40),
+					WorkflowPath: ".knotless/workflows/ci.yml", WorkflowSource: []byte(tc.src), Workspace: b.TempDir(),
+					Logger: slog.New(slog.DiscardHandler), IDTokens: tc.tokens}
+				rep := newMemReporter()
+				if res := Execute(b.Context(), job, ex, rep); res.State != api.StateSucceeded {
+					b.Fatalf("%+v\n%s", res, rep.log(0))
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			b.ReportMetric(medianMS(ds), "run-ms")
+			if len(calls) > 0 {
+				b.ReportMetric(medianMS(calls), "token-ms")
+			}
+		})
+	}
+}
+
+func medianMS(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2].Microseconds()) / 1000
 }
