@@ -153,6 +153,15 @@ const (
 	// when another runner holds it, NotFound when there is no such run. The
 	// old run token stops working (git fetch) at once.
 	MethodResumeRun = "dev.knotless.runner.resumeRun"
+	// P, runner. In: IDTokensInput. Out: IDTokensOutput. The id tokens
+	// (OpenID Connect, signed by the server: docs/oidc.md) that step Step
+	// of a run this runner holds lists in its `id-tokens:`, issued at
+	// IssuedAt, the step's start. Asked when the step starts, never at
+	// claim. The same input gives the same tokens, byte for byte (a
+	// runner that took the run over asks again to mask them). Forbidden
+	// when another runner holds the run, its lease lapsed, or the step
+	// does not list a name; ErrRunFinished when the run is final.
+	MethodIDTokens = "dev.knotless.runner.idTokens"
 )
 
 // SessionHeader carries the runner's session (StartSessionOutput.Session)

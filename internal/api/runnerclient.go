@@ -232,3 +232,12 @@ func (c *RunnerClient) ResumeRun(ctx context.Context, run int64) (*ClaimedRun, e
 	}
 	return &out, nil
 }
+
+// IDTokens asks for the id tokens in.Names of step in.Step of in.Run
+// (MethodIDTokens). The same input gives the same tokens. Their values
+// are secrets: never log them.
+func (c *RunnerClient) IDTokens(ctx context.Context, in IDTokensInput) (IDTokensOutput, error) {
+	var out IDTokensOutput
+	err := c.xrpc.Procedure(ctx, MethodIDTokens, in, &out)
+	return out, err
+}

@@ -55,6 +55,9 @@ const (
 	// environment's doing, unlike evicted for the node's pressure or a
 	// drain, a retry rule can tell them apart.
 	ReasonPreempted = "preempted"
+	// ReasonIDToken: the server did not give a step the id token it lists
+	// (`id-tokens:`); the message says why.
+	ReasonIDToken = "id-token"
 )
 
 // Step states.
@@ -102,7 +105,7 @@ func IsReason(reason string) bool {
 	switch reason {
 	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
 		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
-		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted:
+		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken:
 		return true
 	}
 	return false
@@ -649,4 +652,29 @@ type CompleteInput struct {
 	Reason   string `json:"reason,omitempty"`
 	Message  string `json:"message,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
+}
+
+// IDTokensInput is the body of MethodIDTokens.
+type IDTokensInput struct {
+	Run  int64 `json:"run"`
+	Step int   `json:"step"` // 1-based
+	// Names are names of the step's `id-tokens:`, one or more.
+	Names []string `json:"names"`
+	// IssuedAt is the step's start (the At of its running update): the
+	// tokens' "iat", in whole seconds. Zero means now. The server refuses
+	// one more than a minute ahead of its clock or before the run's claim.
+	IssuedAt time.Time `json:"issuedAt"`
+}
+
+// IDToken is one id token of IDTokensOutput.
+type IDToken struct {
+	Name      string    `json:"name"`
+	Token     string    `json:"token"` // a JWT (RFC 7519), signed RS256
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// IDTokensOutput is the answer of MethodIDTokens: one token per name, in
+// the order asked.
+type IDTokensOutput struct {
+	Tokens []IDToken `json:"tokens"`
 }

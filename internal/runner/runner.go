@@ -563,6 +563,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		Workspace:      workspace,
 		Env:            r.cfg.Env,
 		Secrets:        cr.SecretValues(),
+		IDTokens:       ServerIDTokens(r.client, run.ID, r.cfg.MaxBackoff),
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
 		LogLimit:       r.cfg.LogLimit,
 		Grace:          r.cfg.Grace,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
+	"knotless.dev/knotless/internal/oidc"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/store/postgres"
 	"knotless.dev/knotless/internal/store/sqlite"
@@ -58,6 +59,7 @@ const (
 	TmpDir         = "tmp"         // spooled push bodies
 	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
 	ServerKeyFile  = "server.key"  // P-256 private key (multibase), the server DID's key, 0600
+	OIDCKeysFile   = oidc.KeysFile // the id tokens' RSA signing keys (JSON), 0600: internal/oidc
 	AdminTokenFile = "admin.token" // the admin account's API token, written on first start, 0600
 )
 
@@ -195,7 +197,8 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	store   store.Store
-	did     string // the server's DID: the audience of runner JWTs
+	did     string       // the server's DID: the audience of runner JWTs
+	issuer  *oidc.Issuer // signs the runs' id tokens (idtokens.go)
 	aead    cipher.AEAD
 	replay  replayCaches
 	coord   store.Coordinator // nil on SQLite: one process
@@ -342,6 +345,11 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	if s.did, err = svcauth.DIDKey(serverKey); err != nil {
 		return nil, err
 	}
+	keys, err := oidc.OpenKeyring(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.issuer = &oidc.Issuer{URL: cfg.URL, Keys: keys}
 	db, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/metrics"
+	"knotless.dev/knotless/internal/oidc"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
@@ -99,6 +100,7 @@ func (s *Server) methods() map[string]method {
 		api.MethodStartSession:            session(s.startSession),
 		api.MethodHandover:                runner(s.handover),
 		api.MethodResumeRun:               runner(s.resumeRun),
+		api.MethodIDTokens:                runner(s.idTokens),
 		api.MethodCreateRegistrationToken: user(p, s.createRegistrationToken),
 	}
 }
@@ -113,6 +115,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+HealthzPath, s.healthz)
 	mux.HandleFunc("GET "+ReadyzPath, s.readyz)
 	mux.Handle("GET "+MetricsPath, metrics.Handler(s.metrics.reg))
+	mux.HandleFunc("GET "+oidc.DiscoveryPath, s.issuer.ServeConfiguration)
+	mux.HandleFunc("GET "+oidc.JWKSPath, s.issuer.ServeJWKS(s.log))
 	mux.HandleFunc("/", s.serveRoot)
 	return mux
 }

@@ -16,13 +16,13 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "steps"}
+	workflowKeys = []string{"name", "on", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "id-tokens", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
 	resourceKeys = []string{"cpus", "memory", "disk"}
 	cacheKeys    = []string{"key", "restore-keys", "paths"}
-	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach"}
+	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach", "id-tokens"}
 )
 
 func (d *decoder) unknownKey(e entry, where string, allowed []string) {
@@ -53,6 +53,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	var steps *entry
 	var secrets []item
 	var envPos map[string]pos
+	var idDefs map[string]idTokenDef
 	for _, e := range es {
 		switch e.key {
 		case "name":
@@ -98,6 +99,8 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			w.Outputs = d.outputs(e)
 		case "concurrency":
 			w.Concurrency = d.concurrency(e)
+		case "id-tokens":
+			idDefs = d.idTokens(e)
 		case "steps":
 			steps = &e
 		default:
@@ -111,11 +114,18 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			d.errorf(p, "%s is both a secret and an env variable of the workflow; rename one", it.s)
 		}
 	}
+	d.checkIDTokens(idDefs, w.Timeout, allowed, envPos)
+	for name, def := range idDefs {
+		if w.IDTokens == nil {
+			w.IDTokens = map[string]IDToken{}
+		}
+		w.IDTokens[name] = def.tok
+	}
 	if steps == nil {
 		d.errorf(at, "missing steps: a workflow needs at least one step (steps: [{run: make test}])")
 		return w
 	}
-	w.Steps = d.steps(*steps, allowed)
+	w.Steps = d.steps(*steps, allowed, idDefs)
 	return w
 }
 

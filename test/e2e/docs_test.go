@@ -104,6 +104,7 @@ var pageTests = map[string]string{
 	"docs/docker.md":     "TestDocs_DockerGuideRunsAsWritten",
 	"docs/kubernetes.md": "TestDocs_KubernetesGuideRunsAsWritten",
 	"docs/scaling.md":    "TestDocs_ScalingGuideRunsAsWritten",
+	"docs/oidc.md":       "TestDocs_OIDCGuideRunsAsWritten",
 }
 
 var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(`)

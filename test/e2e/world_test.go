@@ -44,7 +44,15 @@ type world struct {
 	// tag (NAME=VALUE) is in every step's environment, so the cleanup
 	// finds and kills whatever a step left running.
 	tag string
+	// env is more variables for every process (e.g. SSL_CERT_FILE for a
+	// server behind a TLS front), and httpc the client of api() (nil:
+	// the default).
+	env   []string
+	httpc *http.Client
 }
+
+// worldEnv is the environment of the world's processes: baseEnv and env.
+func (w *world) worldEnv() []string { return append(baseEnv(w.home), w.env...) }
 
 // newWorld starts a server with the given lease (and more server flags)
 // and creates admin/app.
@@ -57,10 +65,17 @@ func newWorld(t testing.TB, lease time.Duration, serverArgs ...string) *world {
 // address pods reach the host at, port 0).
 func newWorldAt(t testing.TB, listen string, lease time.Duration, serverArgs ...string) *world {
 	t.Helper()
+	return newWorldWith(t, listen, lease, nil, nil, serverArgs...)
+}
+
+// newWorldWith is newWorldAt whose processes get env too and whose api()
+// uses httpc (nil: the default client).
+func newWorldWith(t testing.TB, listen string, lease time.Duration, env []string, httpc *http.Client, serverArgs ...string) *world {
+	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, data: filepath.Join(root, "data"), home: filepath.Join(root, "home"),
 		lease: lease, serverArgs: serverArgs, repo: "admin/app", src: filepath.Join(root, "src"), gate: filepath.Join(root, "gate"),
-		tag: "KNOTLESS_E2E_TAG=" + randomHex(8)}
+		tag: "KNOTLESS_E2E_TAG=" + randomHex(8), env: env, httpc: httpc}
 	for _, d := range []string{w.home, w.src, w.gate} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -93,7 +108,7 @@ func (w *world) startServer(listen string) {
 	_ = os.Remove(urlFile) // a SIGKILLed server leaves it behind
 	retryUntil := time.Now().Add(15 * time.Second)
 	for {
-		w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
+		w.server = startProc(w.t, "knotless-server", w.worldEnv(), w.root, serverBin(),
 			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String(),
 				"--max-registrations-per-minute", "1000"}, w.serverArgs...)...)
 		ok := false
@@ -153,7 +168,7 @@ func (w *world) restartServer() {
 
 // api returns an XRPC client with the admin's token.
 func (w *world) api() *api.Client {
-	return &api.Client{BaseURL: w.url, Auth: api.BearerToken(w.token)}
+	return &api.Client{BaseURL: w.url, Auth: api.BearerToken(w.token), HTTP: w.httpc}
 }
 
 // cliResult is what one knotless CLI process did.
@@ -170,7 +185,7 @@ func (w *world) cli(stdin string, args ...string) cliResult {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cliBin(), args...)
 	cmd.Dir = w.src
-	cmd.Env = append(baseEnv(w.home), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
+	cmd.Env = append(w.worldEnv(), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
 		"KNOTLESS_SERVER="+w.url, "KNOTLESS_TOKEN="+w.token)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
@@ -216,7 +231,7 @@ func (w *world) registerRunner(name string) *runnerID {
 		w.t.Fatalf("knotless runner token printed %q, want a knreg_ token", token)
 	}
 	cmd := exec.Command(runnerBin(), "login", "--server", w.url, "--repo", w.repo, "--name", name, "--state", r.state)
-	cmd.Env = append(baseEnv(w.home), "KNOTLESS_REGISTRATION_TOKEN="+token)
+	cmd.Env = append(w.worldEnv(), "KNOTLESS_REGISTRATION_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("knotless-run login: %v\n%s", err, out)
@@ -248,7 +263,7 @@ func (w *world) startRunnerBin(bin string, r *runnerID, extra ...string) *proc {
 	w.t.Helper()
 	args := append([]string{"run", "--state", r.state, "--executor", "shell", "--work", r.work,
 		"--env", "GATE=" + w.gate, "--env", w.tag}, extra...)
-	return startProc(w.t, "knotless-run", baseEnv(w.home), w.root, bin, args...)
+	return startProc(w.t, "knotless-run", w.worldEnv(), w.root, bin, args...)
 }
 
 // gitEnv is the environment of git commands: an author and committer for a
@@ -256,7 +271,7 @@ func (w *world) startRunnerBin(bin string, r *runnerID, extra ...string) *proc {
 // given through GIT_CONFIG_* (never in a URL or an argument).
 func (w *world) gitEnv() []string {
 	auth := base64.StdEncoding.EncodeToString([]byte("admin:" + w.token))
-	return append(baseEnv(w.home),
+	return append(w.worldEnv(),
 		"GIT_AUTHOR_NAME=E2E", "GIT_AUTHOR_EMAIL=e2e@example.com",
 		"GIT_COMMITTER_NAME=E2E", "GIT_COMMITTER_EMAIL=e2e@example.com",
 		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
