@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -189,6 +190,9 @@ func (c *capWriter) Write(p []byte) (int, error) {
 func (c *capWriter) finish(wait time.Duration, free func() bool) bool {
 	deadline := time.Now().Add(wait)
 	for !c.mark() {
+		if errors.Is(c.lastErr, syscall.EPIPE) {
+			return false // the output's reader has gone for good (exec | head)
+		}
 		if free != nil && free() {
 			continue
 		}

@@ -2,6 +2,7 @@ package runnercli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cleanup"
@@ -81,11 +83,14 @@ cancelled, 2 when the command line was wrong.`,
 				return err
 			}
 			// Any of these ends the run cleanly: the terminal went away
-			// (SIGHUP) or the reader of the output did (SIGPIPE, as in
-			// `exec ... | head`). A SIGKILL cannot be caught: then the
-			// step agent notices that exec is gone and ends the step.
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+			// (SIGHUP) or the reader of the output did (a closed output
+			// pipe, as in `exec ... | head`). A SIGKILL cannot be caught:
+			// then the step agent notices that exec is gone and ends the
+			// step.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 			defer stop()
+			ctx, stopPipe := cancelOnClosedOutput(ctx, stdout)
+			defer stopPipe()
 			env, missing := stepEnv(envPass, envs)
 			if len(missing) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "knotless-run exec: --env-pass %v: not set in this environment; steps run without them\n", missing)
@@ -114,4 +119,48 @@ cancelled, 2 when the command line was wrong.`,
 	envflag.BindAs(f, "log-limit", "KNOTLESS_LOG_LIMIT")
 	envflag.BindAs(f, "env-pass", "KNOTLESS_ENV_PASS")
 	return cmd
+}
+
+// cancelOnClosedOutput returns ctx cancelled when out (the process's
+// stdout) is a pipe whose reader has gone. Go raises SIGPIPE, once a
+// program asks for it, for a write to any broken pipe or socket: a step
+// agent's exec stream that broke (its container ended) raised it too, and
+// every such run read as cancelled by nobody. So a SIGPIPE cancels only
+// when out itself is broken (poll: POLLERR or POLLHUP on its descriptor).
+func cancelOnClosedOutput(ctx context.Context, out io.Writer) (context.Context, func()) {
+	f, ok := out.(*os.File)
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGPIPE)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ch:
+				if outputGone(f) {
+					cancel(errors.New("the reader of the output has gone"))
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// outputGone reports whether f is a pipe or socket whose other end has
+// closed.
+func outputGone(f *os.File) bool {
+	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLOUT}}
+	if _, err := unix.Poll(fds, 0); err != nil {
+		return false
+	}
+	return fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
 }

@@ -186,7 +186,12 @@ func (d *driver) Open(ctx context.Context, id string, data json.RawMessage) (*ag
 	if err := e.watch(ctx); err != nil {
 		return nil, err
 	}
-	p, err := e.client.CoreV1().Pods(e.ns).Get(ctx, h.Pod, metav1.GetOptions{})
+	var p *corev1.Pod
+	err := throttled(ctx, func() error {
+		var err error
+		p, err = e.client.CoreV1().Pods(e.ns).Get(ctx, h.Pod, metav1.GetOptions{})
+		return err
+	})
 	if apierrors.IsNotFound(err) {
 		f := &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s is gone", h.Pod)}
 		return nil, fmt.Errorf("%w: %w", f, executor.ErrNotRecoverable)
@@ -223,7 +228,12 @@ func (d *driver) Open(ctx context.Context, id string, data json.RawMessage) (*ag
 // List returns this runner's job pods (by their labels).
 func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	e := (*Executor)(d)
-	list, err := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.selector().String()})
+	var list *corev1.PodList
+	err := throttled(ctx, func() error {
+		var err error
+		list, err = e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.selector().String()})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +395,7 @@ func (e *Executor) deletePod(ctx context.Context, name string, uid types.UID, en
 	if uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
-	err := e.client.CoreV1().Pods(e.ns).Delete(ctx, name, opts)
+	err := throttled(ctx, func() error { return e.client.CoreV1().Pods(e.ns).Delete(ctx, name, opts) })
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
@@ -491,7 +501,12 @@ func (e *Executor) createPod(ctx context.Context, spec executor.Spec, pod *corev
 	start := time.Now()
 	wait, said := quotaRetryFirst, ""
 	for {
-		created, err := e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		var created *corev1.Pod
+		err := throttled(ctx, func() error {
+			var err error
+			created, err = e.client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		})
 		if err == nil {
 			if said != "" {
 				e.logf(spec, "the namespace's quota has room again: the job pod was created after %s", time.Since(start).Round(time.Second))
@@ -537,4 +552,35 @@ func quotaRefusal(msg string) bool {
 		}
 	}
 	return false
+}
+
+// throttleWait bounds how long a request the API server keeps refusing as
+// too many (429: API Priority and Fairness, or a max-in-flight limit) is
+// retried, beyond client-go's own retries.
+const throttleWait = 5 * time.Minute
+
+// throttled runs call, and again while the API server answers it 429 Too
+// Many Requests, waiting as long as it suggests (Retry-After; 1 s when it
+// says nothing, growing to 10 s) for up to throttleWait or ctx's end. A
+// runner with many runs in a throttled namespace must not fail a run for
+// the API server's fairness. Other errors return at once.
+func throttled(ctx context.Context, call func() error) error {
+	deadline := time.Now().Add(throttleWait)
+	wait := time.Second
+	for {
+		err := call()
+		if !apierrors.IsTooManyRequests(err) || time.Now().After(deadline) {
+			return err
+		}
+		d := wait
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
+			d = time.Duration(s) * time.Second
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return err
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }

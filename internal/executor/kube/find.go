@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -21,7 +22,12 @@ var _ executor.Finder = (*Executor)(nil)
 // listed.
 func (e *Executor) Find(ctx context.Context, id string) (executor.Handle, bool, error) {
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(id)})
-	list, err := e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	var list *corev1.PodList
+	err := throttled(ctx, func() error {
+		var err error
+		list, err = e.client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		return err
+	})
 	if err != nil {
 		return executor.Handle{}, false, fmt.Errorf("find the job pod of %s: %w", id, err)
 	}

@@ -335,7 +335,10 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 		patch["spec"] = map[string]any{"activeDeadlineSeconds": d}
 	}
 	body, _ := json.Marshal(patch)
-	if _, err := e.client.CoreV1().Pods(e.ns).Patch(ctx, wp.name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+	if err := throttled(ctx, func() error {
+		_, err := e.client.CoreV1().Pods(e.ns).Patch(ctx, wp.name, types.MergePatchType, body, metav1.PatchOptions{})
+		return err
+	}); err != nil {
 		e.dropWarm(wp, "its claim could not label it")
 		return nil, fmt.Errorf("label the warm pod %s for run %s: %w", wp.name, spec.ID, err)
 	}
