@@ -135,12 +135,15 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 		// architecture than its node's): its bridge says so on STDERR.
 		why := env.Why
 		env.Why = func(ctx context.Context) *executor.Fault {
-			if strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") {
+			f := why(ctx)
+			agentFailed := strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") ||
+				f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath)
+			if agentFailed {
 				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
 					"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
 					dl.arch, running.Spec.NodeName)}
 			}
-			return why(ctx)
+			return f
 		}
 	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
