@@ -66,6 +66,12 @@ var tests = []struct {
 	{"WebSession_ExpiredOrDeletedIsNotFound", testWebSession_ExpiredOrDeletedIsNotFound},
 	{"ListPipelines_NewestFirstInPages", testListPipelines_NewestFirstInPages},
 	{"Counts_RunsByStateAndReasonAndRunnersOnline", testCounts_RunsByStateAndReasonAndRunnersOnline},
+	{"Needs_RunWaitsUntilEveryNeedSucceeded", testNeeds_RunWaitsUntilEveryNeedSucceeded},
+	{"Needs_FailedNeedSkipsDependentsTransitively", testNeeds_FailedNeedSkipsDependentsTransitively},
+	{"Retry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone", testRetry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone},
+	{"Retry_LostRunnersRetryWaitsForItsSweepOrTheTimeout", testRetry_LostRunnersRetryWaitsForItsSweepOrTheTimeout},
+	{"FailFast_FailedMatrixRunCancelsItsSiblings", testFailFast_FailedMatrixRunCancelsItsSiblings},
+	{"CreatePipeline_KeepsMatrixRetryAndExports", testCreatePipeline_KeepsMatrixRetryAndExports},
 }
 
 var replicaTests = []struct {
