@@ -2,6 +2,7 @@ package runner
 
 import (
 	"strconv"
+	"strings"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/workflow"
@@ -32,6 +33,10 @@ func (j *Job) runEnv(wf *workflow.Workflow, workdir string) map[string]string {
 		"KNOTLESS_RUN":       strconv.FormatInt(j.Run, 10),
 		"KNOTLESS_WORKFLOW":  wf.Name,
 		"KNOTLESS_WORKSPACE": workdir,
+		"KNOTLESS_EXPORT":    strings.TrimRight(workdir, "/") + "/" + workflow.ExportFile,
+	}
+	if len(wf.Needs) > 0 {
+		env["KNOTLESS_NEEDS"] = strings.TrimRight(workdir, "/") + "/" + workflow.NeedsDir
 	}
 	name, typ := api.RefName(j.Ref)
 	set := func(k, v string) {

@@ -73,6 +73,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 				cancelPrep()
 				<-prepared
 				if prepErr == nil {
+					e.envLeft = true
 					e.cleanUp(sess)
 				}
 			}
@@ -83,12 +84,30 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 			return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
 		}
 	}
+	if err := e.receiveNeeds(setupCtx); err != nil {
+		if early {
+			cancelPrep()
+			<-prepared
+			if prepErr == nil {
+				e.envLeft = true
+				e.cleanUp(sess)
+			}
+		}
+		if res, stopped := stop(); stopped {
+			return nil, res, true
+		}
+		sl.printf("%v\n", err)
+		return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
+	}
 	if early {
 		<-prepared
 		_, _ = sl.Write(prepLog.Bytes())
 		sl.flush()
 	} else {
 		sess, prepErr = e.ex.Prepare(setupCtx, spec)
+	}
+	if prepErr == nil {
+		e.envLeft = true
 	}
 	if prepErr != nil {
 		if res, stopped := stop(); stopped {
@@ -118,7 +137,9 @@ func (e *execution) cleanUp(sess executor.Session) {
 	defer cancel()
 	if err := sess.Cleanup(ctx); err != nil {
 		e.log.Error("clean up session", "err", err)
+		return
 	}
+	e.envLeft = false
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use.
