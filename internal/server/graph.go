@@ -249,6 +249,9 @@ func checkExports(m map[string]string) error {
 		if !workflow.ValidEnvName(k) || len(k) > api.MaxExportNameLen {
 			return badRequest("exports: %q is not a valid name", k)
 		}
+		if !workflow.ValidExportValue(v) {
+			return badRequest("exports: the value of %s is not one line of UTF-8 text", k)
+		}
 		n += len(k) + len(v)
 	}
 	if n > api.MaxExportsBytes {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -24,7 +25,8 @@ const (
 
 // ParseExports reads an export file: one NAME=VALUE per line, NAME a
 // variable name (ValidEnvName), VALUE the rest of the line, byte for byte
-// (UTF-8; no quoting, no escapes); blank lines and lines starting with #
+// (UTF-8 without control characters but tab; no quoting, no escapes); a
+// trailing CR is dropped; blank lines and lines starting with #
 // are skipped, and a name given twice keeps its last value. It returns
 // the values and a message per line it could not take (with its
 // number), or one message when the file is larger than MaxExportSize or
@@ -46,8 +48,8 @@ func ParseExports(b []byte) (map[string]string, []string) {
 			problems = append(problems, fmt.Sprintf("%s:%d: no = in the line; write NAME=VALUE", ExportFile, i+1))
 		case !ValidEnvName(name):
 			problems = append(problems, fmt.Sprintf("%s:%d: %q is not a valid name; use letters, digits and _, not starting with a digit", ExportFile, i+1, name))
-		case !utf8.ValidString(value) || strings.ContainsRune(value, 0):
-			problems = append(problems, fmt.Sprintf("%s:%d: the value of %s is not UTF-8 text", ExportFile, i+1, name))
+		case !ValidExportValue(value):
+			problems = append(problems, fmt.Sprintf("%s:%d: the value of %s is not one line of UTF-8 text (a control character?)", ExportFile, i+1, name))
 		default:
 			out[name] = value
 		}
@@ -75,4 +77,11 @@ func sortedNames(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ValidExportValue reports whether v can be an exported value: UTF-8
+// text without control characters but tab (it is shown on terminals and
+// written back as one line).
+func ValidExportValue(v string) bool {
+	return utf8.ValidString(v) && strings.IndexFunc(v, func(r rune) bool { return r != '\t' && unicode.IsControl(r) }) < 0
 }
