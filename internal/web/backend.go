@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/pipegraph"
 )
 
 // Viewer is the signed-in account a page is shown to.
@@ -31,7 +32,20 @@ type Pipeline struct {
 	Subject   string // the commit message's first line ("" when unknown)
 	Event     string // push, tag, manual
 	CreatedAt time.Time
-	Runs      []api.Run // by id, without steps
+	Runs      []api.Run // by id, without steps, with their needs
+}
+
+// Stages lays the pipeline's runs out as its graph (pipegraph.Layout):
+// stage by stage, each a list of workflow groups.
+func (p Pipeline) Stages() [][]pipegraph.Group {
+	var out [][]pipegraph.Group
+	for _, g := range pipegraph.Layout(p.Runs) {
+		if len(out) < g.Stage {
+			out = append(out, make([][]pipegraph.Group, g.Stage-len(out))...)
+		}
+		out[g.Stage-1] = append(out[g.Stage-1], g)
+	}
+	return out
 }
 
 // PipelinePage is one page of a repository's pipelines, newest first.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/pipegraph"
 )
 
 var funcs = template.FuncMap{
@@ -26,6 +27,9 @@ var funcs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"runDuration": runDuration,
+	"label":       pipegraph.Label,
+	"join":        strings.Join,
+	"inc":         func(i int) int { return i + 1 },
 }
 
 // age says how long ago t was, coarsely ("3m ago").
