@@ -34,6 +34,7 @@ func (j *Job) runEnv(wf *workflow.Workflow, workdir string) map[string]string {
 		"KNOTLESS_WORKFLOW":  wf.Name,
 		"KNOTLESS_WORKSPACE": workdir,
 		"KNOTLESS_EXPORT":    strings.TrimRight(workdir, "/") + "/" + workflow.ExportFile,
+		"KNOTLESS_ATTEMPT":   strconv.Itoa(max(j.Attempt, 1)),
 	}
 	if len(wf.Needs) > 0 {
 		env["KNOTLESS_NEEDS"] = strings.TrimRight(workdir, "/") + "/" + workflow.NeedsDir

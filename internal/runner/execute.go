@@ -108,6 +108,9 @@ type Job struct {
 	// nil when there is no server.
 	Needs       []api.NeededRun
 	NeedOutputs func(ctx context.Context, need int64) (io.ReadCloser, error)
+	// Attempt counts the run's attempts from 1 (0 reads as 1): a retry
+	// after its environment failed is attempt 2, ...
+	Attempt int
 }
 
 // Resume is what a restarted runner knows of a run it takes over, from the

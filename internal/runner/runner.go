@@ -577,7 +577,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		},
 	}
 	job.Resume, job.Handover = resume, r.handover
-	job.Matrix, job.Needs = run.Matrix, cr.Needs
+	job.Matrix, job.Needs, job.Attempt = run.Matrix, cr.Needs, run.Attempt
 	job.NeedOutputs = func(ctx context.Context, need int64) (io.ReadCloser, error) {
 		body, _, err := r.client.NeedOutputs(ctx, run.ID, need)
 		return body, err
