@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"knotless.dev/knotless/internal/api"
 )
 
@@ -233,4 +235,71 @@ steps:
 	if show := w.cliOK("", "run", "show", fmt.Sprint(retry.ID)); !strings.Contains(show, fmt.Sprintf("2, a retry of run %d", run.ID)) {
 		t.Errorf("run show of the retry:\n%s", show)
 	}
+}
+
+// The Pipelines view in Chromium shows a pipeline as its graph: a build,
+// a matrix of three needing it (one of its runs retried after its runner
+// was lost, both attempts shown), and a deploy needing the matrix, stage
+// after stage. The screenshot is docs/img/pipeline-graph.png.
+func TestBrowser_PipelineGraphShowsStagesMatrixAndAttempts(t *testing.T) {
+	ctx := newBrowser(t)
+	w := newWorld(t, 2*time.Second)
+	rid := w.registerRunner("r1")
+	first := w.startRunner(rid, "--capacity", "3")
+	files := map[string]string{
+		".knotless/workflows/build.yml": graphWorkflows[".knotless/workflows/build.yml"],
+		".knotless/workflows/test.yml": `on: {push: {}}
+matrix:
+  os: [linux, arm, riscv]
+needs: [build]
+retry: {max: 1, when: [runner-lost]}
+steps:
+  - run: |
+      if [ "{{ matrix.os }}" = arm ] && [ "$KNOTLESS_ATTEMPT" = 1 ]; then touch "$GATE/arm"; sleep 600; fi
+      echo "tested on {{ matrix.os }}"
+`,
+		".knotless/workflows/deploy.yml": "on: {push: {}}\nneeds: [test]\nsteps:\n  - run: echo deployed\n",
+		".knotless/workflows/lint.yml":   "on: {push: {}}\nsteps:\n  - run: echo linted\n",
+	}
+	runs := byWorkflow(w.push(files, 6))
+	arm := runs["test (arm)"]
+	w.waitGate(arm.ID, "arm", 2*time.Minute)
+	for _, other := range []string{"test (linux)", "test (riscv)", "lint"} { // their results delivered: only arm is lost
+		w.waitFinal(runs[other].ID, time.Minute)
+	}
+	first.signal(t, syscall.SIGKILL)
+	first.wait(t, 10*time.Second)
+	lost := w.waitRun(arm.ID, 30*time.Second, "retried", func(r api.Run) bool { return r.RetriedBy != 0 })
+	w.startRunner(rid, "--capacity", "3")
+	if d := w.waitFinal(runs["deploy"].ID, 2*time.Minute); d.State != api.StateSucceeded {
+		t.Fatalf("%s; the retry: %s", describe(d), describe(w.run(lost.RetriedBy)))
+	}
+
+	signIn(t, ctx, w.url, w.token)
+	do(t, ctx, "open the Pipelines tab", chromedp.Navigate(w.url+"/"+w.repo))
+	waitText(t, ctx, 30*time.Second, "deploy")
+	stages := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('.graph .stage')).map(s =>
+		Array.from(s.querySelectorAll('.job')).map(j => j.dataset.workflow).join('+'))`)
+	if strings.Join(stages, " → ") != "build+lint → test → deploy" {
+		t.Errorf("stages in the page: %q, want build+lint → test → deploy", stages)
+	}
+	matrixRuns := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('.job.matrix ul.runs > li')).map(li => li.textContent.replace(/\s+/g, ' ').trim())`)
+	if len(matrixRuns) != 3 {
+		t.Fatalf("the matrix box lists %d runs, want 3: %q", len(matrixRuns), matrixRuns)
+	}
+	if !strings.Contains(matrixRuns[1], "errored arm") || !strings.Contains(matrixRuns[1], "↻") || !strings.Contains(matrixRuns[1], "succeeded arm attempt 2") {
+		t.Errorf("the arm run's row: %q, want its errored first attempt, then attempt 2 succeeded", matrixRuns[1])
+	}
+	if strings.Contains(matrixRuns[0]+matrixRuns[2], "↻") {
+		t.Errorf("runs never retried show a retry: %q", matrixRuns)
+	}
+	for _, id := range []int64{arm.ID, lost.RetriedBy} {
+		if n := eval[int](t, ctx, fmt.Sprintf(`document.querySelectorAll('.job.matrix a[href="/-/runs/%d"]').length`, id)); n != 1 {
+			t.Errorf("the matrix box links run %d %d times, want once", id, n)
+		}
+	}
+	if needs := eval[string](t, ctx, `document.querySelector('.job[data-workflow="deploy"] .needs').textContent`); needs != "needs test" {
+		t.Errorf("deploy's box says %q, want \"needs test\"", needs)
+	}
+	screenshots(t, ctx, "pipeline-graph")
 }
