@@ -383,13 +383,11 @@ func (d *decoder) substMatrix(s string, at pos, what string) string {
 			d.errorf(at, "%s uses %s but the workflow has no matrix: (add matrix: {%s: [...]})", what, ref, name)
 			b.WriteString(kept)
 		default:
+			// A name only some runs have (include adds it) is empty in
+			// the others, as in GitHub Actions; a name none has is a typo.
 			v, ok := d.combo.Get(name)
-			if !ok {
-				names := make([]string, len(d.combo))
-				for i, c := range d.combo {
-					names[i] = c.Name
-				}
-				d.errorf(at, "%s uses %s, which the matrix does not define for this run (it has: %s)", what, ref, strings.Join(names, ", "))
+			if !ok && !slices.Contains(d.matrixNames, name) {
+				d.errorf(at, "%s uses %s, which the matrix does not define (it has: %s)", what, ref, strings.Join(d.matrixNames, ", "))
 				b.WriteString(kept)
 				continue
 			}

@@ -186,7 +186,7 @@ func TestLint_NewKeysErrorsNameLineAndColumn(t *testing.T) {
 		{"ExcludeEverything", "matrix:\n  os: [a]\n  exclude:\n    - {os: a}\nsteps: [{run: x}]\n", []string{"1:1: matrix makes no run: exclude removes every combination"}},
 		{"IncludeEmptyEntry", "matrix:\n  os: [a]\n  include:\n    - {}\nsteps: [{run: x}]\n", []string{"4:7: an entry of matrix include is empty"}},
 		{"IncludeNotList", "matrix:\n  os: [a]\n  include: {os: b}\nsteps: [{run: x}]\n", []string{"3:12: matrix include must be a list"}},
-		{"MatrixRefUnknownName", "matrix:\n  os: [a]\nimage: \"img:{{ matrix.oss }}\"\nsteps: [{run: x}]\n", []string{"3:8: image uses {{ matrix.oss }}, which the matrix does not define for this run (it has: os)"}},
+		{"MatrixRefUnknownName", "matrix:\n  os: [a]\nimage: \"img:{{ matrix.oss }}\"\nsteps: [{run: x}]\n", []string{"3:8: image uses {{ matrix.oss }}, which the matrix does not define (it has: os)"}},
 		{"MatrixRefWithoutMatrix", "steps:\n  - run: echo {{ matrix.os }}\n", []string{"2:10: step 1 run uses {{ matrix.os }} but the workflow has no matrix:"}},
 		{"MatrixRefInOn", "matrix: {br: [main]}\non:\n  push:\n    branches: [\"{{ matrix.br }}\"]\nsteps: [{run: x}]\n", []string{"4:16: an entry of on.push.branches cannot use {{ matrix.br }}: on is the same for every run of a matrix"}},
 		{"MatrixRefInMatrix", "matrix:\n  a: [x]\n  b: [\"{{ matrix.a }}\"]\nsteps: [{run: x}]\n", []string{"3:7: an entry of matrix.b cannot use {{ matrix.a }}: matrix is the same"}},
@@ -265,5 +265,17 @@ func TestExports_ParseTakesNameValueLinesAndSaysWhatItSkips(t *testing.T) {
 	}
 	if _, p := ParseExports(make([]byte, MaxExportSize+1)); len(p) != 1 || !strings.Contains(p[0], "nothing exported") {
 		t.Errorf("too large: %q", p)
+	}
+}
+
+// A name that include adds to some runs only is empty in the others, as
+// in GitHub Actions.
+func TestMatrix_NameOnlySomeRunsHaveIsEmptyInTheOthers(t *testing.T) {
+	runs, err := Expand("w.yml", []byte("matrix:\n  os: [a, b]\n  include:\n    - {os: a, cov: \"yes\"}\nenv: {COV: \"x{{ matrix.cov }}\"}\nsteps: [{run: x}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].Env["COV"] != "xyes" || runs[1].Env["COV"] != "x" {
+		t.Errorf("COV = %q, %q; want xyes and x", runs[0].Env["COV"], runs[1].Env["COV"])
 	}
 }

@@ -85,6 +85,7 @@ type decoder struct {
 	// vary by run (on, needs, ...): a matrix value there is an error.
 	matrix       *Matrix
 	combo        Combo
+	matrixNames  []string // every name a run of the matrix has
 	brokenMatrix bool
 	fixed        string
 	// substituted is set when a matrix value was put into a string.
@@ -165,9 +166,17 @@ func parse(path string, src []byte, pick Combo) ([]*Workflow, ErrorList) {
 	}
 	var order []Error
 	found := map[Error]*seen{}
+	var names []string
+	for _, c := range combos {
+		for _, v := range c {
+			if !slices.Contains(names, v.Name) {
+				names = append(names, v.Name)
+			}
+		}
+	}
 	var out []*Workflow
 	for i, c := range combos {
-		r := &decoder{path: d.path, aliases: d.aliases, matrix: d.matrix, combo: c}
+		r := &decoder{path: d.path, aliases: d.aliases, matrix: d.matrix, combo: c, matrixNames: names}
 		w := r.workflow(body, at)
 		for _, e := range r.errs {
 			if s, ok := found[*e]; ok {
