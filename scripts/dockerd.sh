@@ -38,7 +38,7 @@ up() {
 	fi
 	command -v dockerd >/dev/null || { echo "dockerd: not installed (apt-get install docker.io)" >&2; exit 1; }
 	mkdir -p "$run" "$data"
-	# --oom-score-adjust 0: root here lacks CAP_SYS_RESOURCE (CLUSTER.md).
+	# --oom-score-adjust 0: root here lacks CAP_SYS_RESOURCE (docs/development.md).
 	setsid dockerd \
 		--host "unix://$sock" --pidfile "$pidfile" \
 		--data-root "$data" --exec-root "$run/exec" \

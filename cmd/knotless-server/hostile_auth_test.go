@@ -22,6 +22,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // serverProc is a knotless-server process under attack: its RSS, peak
@@ -80,7 +81,7 @@ func (p *serverProc) status(t *testing.T, field string) float64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		testenv.Skipf(t, "no /proc: %v", err)
 	}
 	m := regexp.MustCompile(`(?m)^` + field + `:\s+(\d+) kB`).FindSubmatch(b)
 	if m == nil {
@@ -182,8 +183,8 @@ func parallel(n, workers int, f func(i int)) {
 }
 
 // Issue 14, items 4, 5 and 9, against the program as a process: the
-// server's RSS and file descriptors under each attack. The figures are the
-// README's (Limits). KNOTLESS_ATTACK_SERVER_BIN=path measures another
+// server's RSS and file descriptors under each attack. The figures are
+// docs/limits.md's. KNOTLESS_ATTACK_SERVER_BIN=path measures another
 // build (the budgets are then not checked).
 func TestServer_ProcessStaysBoundedUnderTokenRegistrationAndClaimAttacks(t *testing.T) {
 	if testing.Short() {

@@ -139,7 +139,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	cmd.AddCommand(newMigrateCommand())
+	cmd.AddCommand(newMigrateCommand(), newOIDCKeysCommand())
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")

@@ -183,8 +183,18 @@ func (c *Client) drop(cn *Conn, err error) {
 	}
 }
 
+// Resumer is implemented by a RunStep output writer that is told where the
+// step's output goes on after its connection dropped and a new one took
+// over: from byte offset of the output, after err. RunStep calls it
+// before writing the resumed output, once per new connection.
+type Resumer interface {
+	Resumed(offset int64, err error)
+}
+
 // RunStep starts st (or attaches to it when the agent has it already) and
-// writes its output from st.Offset on to out, then returns its Exit.
+// writes its output from st.Offset on to out, then returns its Exit. When
+// out is a Resumer, it learns of each new connection the output resumed
+// on.
 //
 // Each Stop received on stop is sent to the agent (and sent again after a
 // reconnect); the output is followed until the step exits. ctx ends the
@@ -201,11 +211,16 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 	// whole, and grow back as they arrive: a stream that is cut often still
 	// makes progress.
 	chunk := OutputChunk
+	var dropped error // why the last connection dropped, until output resumes
 	for {
 		cn, err := c.conn(ctx)
 		if err != nil {
 			return Exit{}, err
 		}
+		if r, ok := out.(Resumer); ok && dropped != nil && started {
+			r.Resumed(offset, dropped)
+		}
+		dropped = nil
 		before := offset
 		if started {
 			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset, Chunk: chunk})
@@ -236,6 +251,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			switch f.Type {
 			case TypeStarted:
 				started = true
+				c.logStarted(f, st.ID, offset)
 			case TypeOutput:
 				err = writeOutput(f.Payload, st.ID, &offset, out, &werr)
 				f.Release()
@@ -272,6 +288,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			chunk = min(chunk*2, OutputChunk)
 		}
 		c.drop(cn, err)
+		dropped = err
 	}
 }
 
@@ -306,6 +323,25 @@ func writeOutput(payload []byte, id string, offset *int64, out io.Writer, werr *
 
 // minChunk is the smallest output frame a client asks for, in bytes.
 const minChunk = 512
+
+// logStarted says what the agent's Started (frame f, for step id, asked
+// from byte offset) tells of the step: attached to a step that was running
+// already (a takeover or a re-dial: Info), or started anew although output
+// from offset > 0 on was expected (the step runs a second time: Warn). A
+// person reading the runner's log, and the takeover tests, see which.
+func (c *Client) logStarted(f Frame, id string, offset int64) {
+	var s Started
+	if Decode(f.Type, f.Payload, &s) != nil || s.ID != id {
+		return
+	}
+	switch {
+	case s.Attached:
+		c.log.Info("step agent: attached to a step that was running already", "step", id, "offset", offset)
+	case offset > 0:
+		c.log.Warn("step agent: started a step anew although its output from this offset on was expected: it runs a second time",
+			"step", id, "offset", offset)
+	}
+}
 
 // StartDetached starts st as a detached step (st.Detach is set for the
 // caller) and returns once the agent says it runs (or ran: starting an ID
@@ -389,6 +425,47 @@ func (c *Client) Steps(ctx context.Context) ([]StepInfo, error) {
 		}
 		if ctx.Err() != nil || attempt >= 4 {
 			return nil, fmt.Errorf("ask the agent for its steps: %w", err)
+		}
+		c.drop(cn, err)
+	}
+}
+
+// Adopt gives a warm agent its run (Adopt): run becomes the run it
+// serves, deadline (zero: none) the run's end. Errors: the agent refused
+// (a step started already: *Error), or the connection kept breaking.
+func (c *Client) Adopt(ctx context.Context, run string, deadline time.Time) error {
+	req := Adopt{Run: run}
+	if !deadline.IsZero() {
+		req.DeadlineMS = deadline.UnixMilli()
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err = cn.WriteJSON(TypeAdopt, req); err == nil {
+			for {
+				var f Frame
+				if f, err = cn.next(ctx); err != nil {
+					break
+				}
+				if f.Type == TypeAdopted {
+					c.mu.Lock()
+					c.hello.Run = run
+					c.mu.Unlock()
+					return nil
+				}
+				if f.Type == TypeError {
+					var e Error
+					if err = Decode(f.Type, f.Payload, &e); err == nil {
+						return &e
+					}
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil || attempt >= 4 {
+			return fmt.Errorf("give the warm agent run %s: %w", run, err)
 		}
 		c.drop(cn, err)
 	}

@@ -57,6 +57,8 @@ const (
 	TypeCopyDone     Type = 0x24 // CopyDone (JSON)
 	TypeShutdown     Type = 0x30 // Shutdown (JSON); answered by ShutdownDone
 	TypeShutdownDone Type = 0x31 // empty
+	TypeAdopt        Type = 0x32 // Adopt (JSON); answered by Adopted
+	TypeAdopted      Type = 0x33 // empty
 	TypeError        Type = 0x7f // Error (JSON)
 )
 

@@ -191,6 +191,17 @@ type CopyDone struct {
 // right after; removing its directory is the caller's.
 type Shutdown struct{}
 
+// Adopt gives a warm agent (started in an environment made before any
+// run claimed it: the kube executor's warm pods) its run. From then on the
+// agent serves Run (its hello says so), and DeadlineMS (Unix
+// milliseconds; 0: none) is the run's end, as Serve's --deadline would
+// have been. The agent refuses it once a step started (a warm environment
+// serves one run: the one that adopts it). Answered by Adopted, or Error.
+type Adopt struct {
+	Run        string `json:"run"`
+	DeadlineMS int64  `json:"deadlineMs,omitempty"`
+}
+
 // Error reports a request the agent refused or failed; For is the request's
 // type and Step its step, when it had one.
 type Error struct {

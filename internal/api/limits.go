@@ -1,7 +1,7 @@
 package api
 
 // XRPC error names of the server's limits on what one client may make it
-// hold (see the README's "Limits"). Each message names the limit and the
+// hold (see docs/limits.md). Each message names the limit and the
 // knotless-server flag that sets it.
 const (
 	// ErrTooManyPending (429): the repository has the most runners

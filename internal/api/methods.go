@@ -62,6 +62,14 @@ const (
 	MethodCancelRun = "dev.knotless.run.cancel"
 	// P, user. In: TriggerInput. Out: Pipeline.
 	MethodTriggerRun = "dev.knotless.run.trigger"
+	// P, user (the repository's owner or an admin: who may trigger). In:
+	// RerunInput. Out: Pipeline: a new pipeline of the same ref, commit
+	// and event (RerunOf set, Actor the caller) with one run per run
+	// again, each from its workflow file at that commit, whatever its
+	// `on:` says. ErrNotFound for a run or pipeline the caller may not
+	// see; 409 Conflict while the run (or a run of the pipeline) has not
+	// ended, and for a pipeline whose runs all succeeded.
+	MethodRerun = "dev.knotless.run.rerun"
 
 	// P, user (owner or admin). In: SetSecretInput. Out: empty.
 	MethodSetSecret = "dev.knotless.secret.set"
@@ -95,10 +103,12 @@ const (
 	MethodHeartbeat = "dev.knotless.runner.heartbeat"
 	// P, runner. In: UpdateStepInput. Out: empty. Idempotent.
 	MethodUpdateStep = "dev.knotless.runner.updateStep"
-	// P, runner. Params: run, step, offset. Body: raw bytes
-	// (application/octet-stream). Out: AppendLogOutput. Idempotent: bytes the
-	// server already holds at [offset, size) are skipped, never duplicated.
-	// An offset past the stored size fails with ErrOffsetGap and Size set.
+	// P, runner. Params: run, step, offset, and optionally times
+	// (LogTimesParam: when the runner saw the lines of these bytes begin).
+	// Body: raw bytes (application/octet-stream). Out: AppendLogOutput.
+	// Idempotent: bytes the server already holds at [offset, size) are
+	// skipped, never duplicated, and so are their times. An offset past
+	// the stored size fails with ErrOffsetGap and Size set.
 	MethodAppendLog = "dev.knotless.runner.appendLog"
 	// P, runner. Params: run, offset, size (the archive's whole length in
 	// bytes), sha256 (its hex SHA-256). Body: the archive's bytes from
@@ -154,6 +164,15 @@ const (
 	// but those of the runs in Keep: the retries of its ended runs that
 	// waited for their environments to be gone may start.
 	MethodEnvironmentsRemoved = "dev.knotless.runner.environmentsRemoved"
+	// P, runner. In: IDTokensInput. Out: IDTokensOutput. The id tokens
+	// (OpenID Connect, signed by the server: docs/oidc.md) that step Step
+	// of a run this runner holds lists in its `id-tokens:`, issued at
+	// IssuedAt, the step's start. Asked when the step starts, never at
+	// claim. The same input gives the same tokens, byte for byte (a
+	// runner that took the run over asks again to mask them). Forbidden
+	// when another runner holds the run, its lease lapsed, or the step
+	// does not list a name; ErrRunFinished when the run is final.
+	MethodIDTokens = "dev.knotless.runner.idTokens"
 )
 
 // SessionHeader carries the runner's session (StartSessionOutput.Session)

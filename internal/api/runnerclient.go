@@ -87,15 +87,16 @@ func (c *RunnerClient) UpdateStep(ctx context.Context, in UpdateStepInput) error
 // server holds already are skipped. An offset past the stored size fails
 // with ErrOffsetGap, whose Size is the stored size.
 func (c *RunnerClient) AppendLog(ctx context.Context, run int64, step int, offset int64, body []byte) (int64, error) {
-	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body))
+	return c.appendLog(ctx, run, step, offset, bytes.NewReader(body), nil)
 }
 
 // AppendLogFile is AppendLog with the n bytes of the file at path from
-// byte offset on as the body. They go from the file to the connection with
+// byte offset on as the body, and times, the line times of those bytes
+// (at most MaxLineTimes). They go from the file to the connection with
 // sendfile(2), not through this process's memory. Each call reads through
 // a descriptor of its own: the HTTP transport may still be reading a
 // failed request's body after the call returned.
-func (c *RunnerClient) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64) (int64, error) {
+func (c *RunnerClient) AppendLogFile(ctx context.Context, run int64, step int, offset int64, path string, n int64, times []LineTime) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
@@ -105,7 +106,7 @@ func (c *RunnerClient) AppendLogFile(ctx context.Context, run int64, step int, o
 		return 0, err
 	}
 	// The transport closes the body (and so f) once it is done with it.
-	return c.appendLog(ctx, run, step, offset, &fileBody{f: f, end: offset + n, n: n})
+	return c.appendLog(ctx, run, step, offset, &fileBody{f: f, end: offset + n, n: n}, times)
 }
 
 // fileBody is a request body of the bytes of f up to offset end, from f's
@@ -136,11 +137,14 @@ func (b *fileBody) SyscallConn() (syscall.RawConn, error) { return b.f.SyscallCo
 func (b *fileBody) Close() error                          { return b.f.Close() }
 func (b *fileBody) Size() int64                           { return b.n }
 
-func (c *RunnerClient) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader) (int64, error) {
+func (c *RunnerClient) appendLog(ctx context.Context, run int64, step int, offset int64, body io.Reader, times []LineTime) (int64, error) {
 	params := url.Values{
 		"run":    {strconv.FormatInt(run, 10)},
 		"step":   {strconv.Itoa(step)},
 		"offset": {strconv.FormatInt(offset, 10)},
+	}
+	if len(times) > 0 {
+		params.Set(LogTimesParam, FormatLineTimes(times))
 	}
 	resp, err := c.xrpc.Do(ctx, http.MethodPost, MethodAppendLog, params, "application/octet-stream", body)
 	if err != nil {
@@ -245,4 +249,13 @@ func (c *RunnerClient) NeedOutputs(ctx context.Context, run, need int64) (io.Rea
 // environment it made but those of the runs in keep.
 func (c *RunnerClient) EnvironmentsRemoved(ctx context.Context, keep []int64) error {
 	return c.xrpc.Procedure(ctx, MethodEnvironmentsRemoved, EnvironmentsRemovedInput{Keep: keep}, nil)
+}
+
+// IDTokens asks for the id tokens in.Names of step in.Step of in.Run
+// (MethodIDTokens). The same input gives the same tokens. Their values
+// are secrets: never log them.
+func (c *RunnerClient) IDTokens(ctx context.Context, in IDTokensInput) (IDTokensOutput, error) {
+	var out IDTokensOutput
+	err := c.xrpc.Procedure(ctx, MethodIDTokens, in, &out)
+	return out, err
 }

@@ -109,7 +109,7 @@ func TestClient_AppendLogFileSendsExactlyItsRangeWithALength(t *testing.T) {
 	}
 	c := NewRunnerClient(&Client{BaseURL: hs.URL})
 	for _, n := range []int64{1, 5, 1 << 20, int64(len(data)) - 10} {
-		size, err := c.AppendLogFile(context.Background(), 3, 1, 10, path, n)
+		size, err := c.AppendLogFile(context.Background(), 3, 1, 10, path, n, nil)
 		if err != nil || size != 10+n {
 			t.Fatalf("AppendLogFile of %d bytes: %d, %v", n, size, err)
 		}

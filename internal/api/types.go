@@ -65,6 +65,9 @@ const (
 	// ReasonFailFast: another run of the same matrix failed and the
 	// workflow's `matrix: {fail-fast: true}` cancelled this one.
 	ReasonFailFast = "fail-fast"
+	// ReasonIDToken: the server did not give a step the id token it lists
+	// (`id-tokens:`); the message says why.
+	ReasonIDToken = "id-token"
 )
 
 // Step states.
@@ -112,7 +115,7 @@ func IsReason(reason string) bool {
 	switch reason {
 	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
 		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
-		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted,
+		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken,
 		ReasonNeedFailed, ReasonFailFast:
 		return true
 	}
@@ -221,7 +224,14 @@ type Pipeline struct {
 	SHA       string    `json:"sha"`
 	Event     string    `json:"event"` // push, tag, manual
 	CreatedAt time.Time `json:"createdAt"`
-	Runs      []Run     `json:"runs"`
+	// Notes are what people should read about the pipeline besides its
+	// runs, one line each: e.g. a file in .knotless/workflows that is not
+	// a workflow and did not run.
+	Notes []string `json:"notes,omitempty"`
+	// RerunOf is the pipeline whose runs this one runs again
+	// (MethodRerun); absent when none.
+	RerunOf int64 `json:"rerunOf,omitempty"`
+	Runs    []Run `json:"runs"`
 }
 
 // Run is one workflow executing once for one pipeline.
@@ -235,18 +245,22 @@ type Run struct {
 	// BeforeSHA is the commit the ref pointed at before the push that made
 	// the run; "" for a new branch or tag and for manual triggers.
 	BeforeSHA string `json:"beforeSha,omitempty"`
-	// Actor is the handle of the account that pushed or triggered.
-	Actor        string     `json:"actor,omitempty"`
-	Workflow     string     `json:"workflow"`     // the workflow's name
-	WorkflowPath string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
-	State        string     `json:"state"`
-	Reason       string     `json:"reason,omitempty"`
-	Message      string     `json:"message,omitempty"` // a person-readable detail of Reason
-	ExitCode     *int       `json:"exitCode,omitempty"`
-	Runner       string     `json:"runner,omitempty"` // name of the runner that claimed it
-	CreatedAt    time.Time  `json:"createdAt"`
-	StartedAt    *time.Time `json:"startedAt,omitempty"`
-	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
+	// Actor is the handle of the account that pushed, triggered or re-ran.
+	Actor string `json:"actor,omitempty"`
+	// PipelineNotes are the notes of the run's pipeline (Pipeline.Notes);
+	// PipelineRerunOf is its RerunOf.
+	PipelineNotes   []string   `json:"pipelineNotes,omitempty"`
+	PipelineRerunOf int64      `json:"pipelineRerunOf,omitempty"`
+	Workflow        string     `json:"workflow"`     // the workflow's name
+	WorkflowPath    string     `json:"workflowPath"` // e.g. .knotless/workflows/ci.yml
+	State           string     `json:"state"`
+	Reason          string     `json:"reason,omitempty"`
+	Message         string     `json:"message,omitempty"` // a person-readable detail of Reason
+	ExitCode        *int       `json:"exitCode,omitempty"`
+	Runner          string     `json:"runner,omitempty"` // name of the runner that claimed it
+	CreatedAt       time.Time  `json:"createdAt"`
+	StartedAt       *time.Time `json:"startedAt,omitempty"`
+	FinishedAt      *time.Time `json:"finishedAt,omitempty"`
 	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
 	// its workflow has one.
 	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
@@ -365,6 +379,14 @@ type TriggerInput struct {
 	Ref      string `json:"ref"`           // an existing branch or tag (CheckTriggerRef); default the default branch
 	SHA      string `json:"sha,omitempty"` // a full commit id (CheckCommitID)
 	Workflow string `json:"workflow,omitempty"`
+}
+
+// RerunInput is the body of MethodRerun: exactly one of Run (a final
+// run, run again) and Pipeline (a pipeline whose runs all ended: each of
+// its runs that did not succeed, run again).
+type RerunInput struct {
+	Run      int64 `json:"run,omitempty"`
+	Pipeline int64 `json:"pipeline,omitempty"`
 }
 
 // SetSecretInput is the body of MethodSetSecret. Runner, when set, scopes the
@@ -585,6 +607,16 @@ func (c *ClaimedRun) SecretValues() map[string]string {
 type StartSessionInput struct {
 	Version  string `json:"version,omitempty"`  // knotless-run's version
 	Executor string `json:"executor,omitempty"` // e.g. shell, kube
+	// Digest is the SHA-256 of the knotless-run executable, lower-case
+	// hex: the build itself, whatever its version says (a deployment's
+	// manifest pins it).
+	Digest string `json:"digest,omitempty"`
+	// Capacity is how many runs the process takes at once (--capacity).
+	Capacity int `json:"capacity,omitempty"`
+	// Facts are what the executor says of where runs go, by name (a kube
+	// runner's namespace and pod), at most 16, each name and value at most
+	// 200 bytes, shown as they are (api.CheckText).
+	Facts map[string]string `json:"facts,omitempty"`
 }
 
 // StartSessionOutput is the answer of MethodStartSession.
@@ -701,4 +733,29 @@ type EnvironmentsRemovedInput struct {
 	// Keep are the runs whose environments the runner kept (it took them
 	// over); every other environment it ever made is gone.
 	Keep []int64 `json:"keep,omitempty"`
+}
+
+// IDTokensInput is the body of MethodIDTokens.
+type IDTokensInput struct {
+	Run  int64 `json:"run"`
+	Step int   `json:"step"` // 1-based
+	// Names are names of the step's `id-tokens:`, one or more.
+	Names []string `json:"names"`
+	// IssuedAt is the step's start (the At of its running update): the
+	// tokens' "iat", in whole seconds. Zero means now. The server refuses
+	// one more than a minute ahead of its clock or before the run's claim.
+	IssuedAt time.Time `json:"issuedAt"`
+}
+
+// IDToken is one id token of IDTokensOutput.
+type IDToken struct {
+	Name      string    `json:"name"`
+	Token     string    `json:"token"` // a JWT (RFC 7519), signed RS256
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// IDTokensOutput is the answer of MethodIDTokens: one token per name, in
+// the order asked.
+type IDTokensOutput struct {
+	Tokens []IDToken `json:"tokens"`
 }

@@ -82,6 +82,10 @@ type Store struct {
 	dir   string
 	limit int64
 	log   *slog.Logger
+	// now is the store's clock for Created and Used (time.Now); this
+	// package's tests give one that ticks, to order saves and uses without
+	// sleeping.
+	now func() time.Time
 
 	mu      sync.Mutex
 	entries map[string]*Entry // by Dir
@@ -99,7 +103,7 @@ func Open(dir string, limit int64, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{dir: dir, limit: limit, log: log, entries: map[string]*Entry{}, pins: map[string]int{}}
+	s := &Store{dir: dir, limit: limit, log: log, now: time.Now, entries: map[string]*Entry{}, pins: map[string]int{}}
 	for _, d := range []string{dir, s.tmp(), filepath.Join(dir, "repos")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open cache store %s: %w", dir, err)
@@ -262,7 +266,7 @@ func (s *Store) Lookup(repo string, paths []string, key string, restoreKeys []st
 		return nil, Miss, func() {}
 	}
 	s.pins[e.Dir]++
-	now := time.Now()
+	now := s.now()
 	e.Used = now
 	_ = os.Chtimes(filepath.Join(e.Dir, "entry.json"), now, now)
 	cp := *e
@@ -352,7 +356,7 @@ func (st *Stage) Commit() (*Entry, []*Entry, error) {
 		st.Abort()
 		return nil, nil, fmt.Errorf("cache %q: %d bytes: %w (%d bytes)", st.key, bytes, ErrTooBig, s.limit)
 	}
-	now := time.Now().UTC()
+	now := s.now().UTC()
 	e := &Entry{Repo: st.repo, Key: st.key, Paths: st.paths, Bytes: bytes, Files: files, Created: now}
 	b, _ := json.MarshalIndent(e, "", "  ")
 	if err := writeSynced(filepath.Join(st.Dir, "entry.json"), b); err != nil {
@@ -381,6 +385,7 @@ func (st *Stage) Commit() (*Entry, []*Entry, error) {
 	st.done = true
 	syncDir(filepath.Dir(final))
 	e.Dir, e.Used = final, now
+	_ = os.Chtimes(filepath.Join(final, "entry.json"), now, now) // Used is its mtime at the next Open
 	s.entries[final] = e
 	evicted := s.evictLocked(0, final)
 	s.mu.Unlock()

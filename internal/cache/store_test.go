@@ -12,15 +12,28 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 var dirPaths = []string{"dir"}
 
+// openStore opens the store in dir with a clock that moves one second
+// each time it is read, so that saves and uses are ordered without sleeping.
 func openStore(t *testing.T, dir string, limit int64) *Store {
 	t.Helper()
 	s, err := Open(dir, limit, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	at := time.Now().Truncate(time.Second)
+	s.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(time.Second)
+		return at
 	}
 	return s
 }
@@ -55,7 +68,6 @@ func TestStore_ExactKeyIsHitRestoreKeyPicksNewestElseMiss(t *testing.T) {
 		if _, _, err := save(t, s, "alice/app", k, map[string]string{"f": k}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond) // Created is ordered by the clock
 	}
 	e, m, release := s.Lookup("alice/app", dirPaths, "gomod-old", []string{"gomod-"})
 	release()
@@ -166,12 +178,10 @@ func TestStore_EvictsLeastRecentlyUsedPastCacheSize(t *testing.T) {
 		if _, _, err := save(t, s, "alice/app", k, map[string]string{"f": big}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	// Using a makes b the least recently used.
 	_, _, release := s.Lookup("alice/app", dirPaths, "a", nil)
 	release()
-	time.Sleep(5 * time.Millisecond)
 	_, evicted, err := save(t, s, "alice/app", "c", map[string]string{"f": big})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +220,6 @@ func TestStore_PinnedEntryIsNotEvictedWhileRestoring(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, _, release := s.Lookup("alice/app", dirPaths, "a", nil)
-	time.Sleep(5 * time.Millisecond)
 	if _, evicted, err := save(t, s, "alice/app", "b", map[string]string{"f": big}); err != nil || len(evicted) != 0 {
 		t.Fatalf("save b: evicted %+v, %v", evicted, err)
 	}
@@ -226,23 +235,16 @@ func TestStore_KilledSaveIsSweptAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSaveForever$")
 	cmd.Env = append(os.Environ(), "KNOTLESS_CACHE_HELPER_DIR="+dir)
-	var out bytes.Buffer
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until it has written part of the save.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m, _ := filepath.Glob(filepath.Join(dir, "tmp", "save-*", "0", "f00005")); len(m) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("the helper wrote nothing: %s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	testwait.Until(t, 30*time.Second, "the helper to write part of the save", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(dir, "tmp", "save-*", "0", "f00005"))
+		return len(m) > 0, out.String()
+	})
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	if m, _ := filepath.Glob(filepath.Join(dir, "tmp", "save-*")); len(m) == 0 {

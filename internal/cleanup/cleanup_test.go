@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to make bind mounts (run the tests as root to check that cleanup never crosses a mount)")
+		testenv.Skipf(t, "skipped: needs root to make bind mounts (run the tests as root to check that cleanup never crosses a mount)")
 	}
 }
 
@@ -21,7 +23,7 @@ func needRoot(t *testing.T) {
 func bindMount(t *testing.T, src, dst string) {
 	t.Helper()
 	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		t.Skipf("skipped: cannot bind-mount here: %v", err)
+		testenv.Skipf(t, "skipped: cannot bind-mount here: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dst, unix.MNT_DETACH) })
 }

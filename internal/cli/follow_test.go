@@ -9,6 +9,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // startCLI runs the CLI in a goroutine with shared buffers; the returned
@@ -21,17 +22,6 @@ func startCLI(ctx context.Context, e env, args ...string) (stdout, stderr *syncb
 		c <- a.Run(ctx, args)
 	}()
 	return stdout, stderr, c
-}
-
-func exitWithin(t *testing.T, code <-chan int, d time.Duration) int {
-	t.Helper()
-	select {
-	case c := <-code:
-		return c
-	case <-time.After(d):
-		t.Fatalf("the CLI did not exit within %s", d)
-		return -1
-	}
 }
 
 func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
@@ -48,12 +38,12 @@ func TestRunLogsFollow_SurvivesServerRestartWithWholeLog(t *testing.T) {
 		{name: "test", log: "second step\n", state: api.StepSucceeded},
 	}
 	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, func() {
-		waitFor(t, "the first half of step 1", 20*time.Second, func() bool {
+		testwait.For(t, 20*time.Second, "the first half of step 1", func() bool {
 			return strings.Contains(out.String(), "before the rest")
 		})
 		srv.Restart()
 	})
-	if c := exitWithin(t, code, time.Minute); c != ExitOK {
+	if c := testwait.Receive(t, code, time.Minute, "the CLI to exit"); c != ExitOK {
 		t.Fatalf("exit %d, stderr %q", c, errb.String())
 	}
 	t.Logf("stderr: %s", errb.String())
@@ -74,9 +64,9 @@ func TestRunLogsFollow_InterruptExits130(t *testing.T) {
 	defer cancel()
 	_, errb, code := startCLI(ctx, e, "run", "logs", "--repo", "admin/app", "--latest", "-f")
 	// No runner: the run stays queued and the CLI says so.
-	waitFor(t, "the queued notice", 20*time.Second, func() bool { return strings.Contains(errb.String(), "is queued") })
+	testwait.For(t, 20*time.Second, "the queued notice", func() bool { return strings.Contains(errb.String(), "is queued") })
 	cancel()
-	if c := exitWithin(t, code, 30*time.Second); c != ExitInterrupted {
+	if c := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); c != ExitInterrupted {
 		t.Errorf("exit %d after an interrupt, want %d; stderr %q", c, ExitInterrupted, errb.String())
 	}
 }

@@ -56,7 +56,7 @@ func TestWorkflowLint_FileNamedWithEscapeSequenceIsRefusedAndShownEscaped(t *tes
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, ".knotless", "workflows", "esc\x1b]0;TITLE\a\x1b[31mred.yml"), "steps:\n  - run: echo hi\n")
 	r := runCLI(t, env{}, dir, nil, "workflow", "lint")
-	want := `.knotless/workflows/esc\x1b]0;TITLE\x07\x1b[31mred.yml:1:1: the file name has a control character`
+	want := `.knotless/workflows/esc\x1b]0;TITLE\x07\x1b[31mred.yml:1:1: the file name "esc\x1b]0;TITLE\x07\x1b[31mred": character 4 is U+001B (a control character)`
 	if r.code != ExitFailed || !strings.Contains(r.stdout, want) || strings.ContainsAny(r.stdout+r.stderr, "\x1b\a") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and %q", r.code, r.stdout, r.stderr, want)
 	}

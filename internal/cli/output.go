@@ -36,8 +36,10 @@ func (t *table) row(cells ...string) {
 		if c == "" {
 			cells[i] = "-"
 		}
-		// A tab or newline would break the columns.
-		cells[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(cells[i])
+		// A cell is text for people, on a terminal or not: a character
+		// that is not shown for what it is (a tab or a newline would also
+		// break the columns) is shown escaped (api.VisibleText).
+		cells[i] = api.VisibleText(cells[i])
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }

@@ -15,11 +15,11 @@ import (
 )
 
 func (s *session) runCmd() *cobra.Command {
-	cmd := group("run", "List, show, follow, cancel and trigger runs", `Work with runs. A push (or `+"`knotless run trigger`"+`) makes a pipeline: one run per
+	cmd := group("run", "List, show, follow, cancel, trigger and re-run runs", `Work with runs. A push (or `+"`knotless run trigger`"+`) makes a pipeline: one run per
 matching workflow. A run is queued, claimed by a runner, running, then ends
 succeeded, failed, cancelled or errored, with a reason when it did not
 succeed.`)
-	cmd.AddCommand(s.runListCmd(), s.runShowCmd(), s.runLogsCmd(), s.runOutputsCmd(), s.runCancelCmd(), s.runTriggerCmd())
+	cmd.AddCommand(s.runListCmd(), s.runShowCmd(), s.runLogsCmd(), s.runOutputsCmd(), s.runCancelCmd(), s.runTriggerCmd(), s.runRerunCmd())
 	return cmd
 }
 
@@ -168,6 +168,7 @@ their workflow, and each retried run's attempts under it.`,
 			if err := s.printRuns(s.stdout(), runs); err != nil {
 				return err
 			}
+			printPipelineNotes(s.stdout(), runs)
 			if next != "" {
 				fmt.Fprintf(s.stderr(), "Older runs: add --cursor %s\n", next)
 			}
@@ -239,7 +240,13 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	if r.Actor != "" {
 		trigger += " by " + r.Actor
 	}
+	if r.PipelineRerunOf != 0 {
+		trigger += fmt.Sprintf(", re-run of pipeline %d", r.PipelineRerunOf)
+	}
 	kv.row("Pipeline:", fmt.Sprintf("%d (%s)", r.Pipeline, trigger))
+	for _, n := range r.PipelineNotes {
+		kv.row("Note:", n)
+	}
 	kv.row("Workflow:", fmt.Sprintf("%s (%s)", r.Workflow, r.WorkflowPath))
 	s.graphRows(kv, r)
 	commit := fmt.Sprintf("%s at %s", shortSHA(r.SHA), shortRef(r.Ref))
@@ -376,14 +383,7 @@ must be on REF (reachable from its commit), and REF is still the run's ref.`,
 			if len(p.Runs) == 0 {
 				return failf("no workflow of %s at %s has a manual trigger (on: manual)%s", r, orDefault(ref), forWorkflow(wf))
 			}
-			if err := s.printRuns(s.stdout(), p.Runs); err != nil {
-				return err
-			}
-			if !follow {
-				return nil
-			}
-			fmt.Fprintln(s.stdout())
-			return s.followRuns(ctx, p.Runs)
+			return s.printNewRuns(ctx, p.Runs, follow)
 		},
 	}
 	s.addRepoFlag(cmd, &repo)
@@ -392,6 +392,19 @@ must be on REF (reachable from its commit), and REF is still the run's ref.`,
 	cmd.Flags().StringVarP(&wf, "workflow", "w", "", "only the workflow with this name or file path")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
 	return cmd
+}
+
+// printNewRuns prints the runs a trigger or re-run made and, with follow,
+// follows their logs to the end (exit 1 unless all succeeded).
+func (s *session) printNewRuns(ctx context.Context, runs []api.Run, follow bool) error {
+	if err := s.printRuns(s.stdout(), runs); err != nil {
+		return err
+	}
+	if !follow {
+		return nil
+	}
+	fmt.Fprintln(s.stdout())
+	return s.followRuns(ctx, runs)
 }
 
 func orDefault(ref string) string {

@@ -15,6 +15,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // serverEnv starts a real server and returns it with an environment that
@@ -49,18 +50,6 @@ func mustRun(t *testing.T, e env, want int, stdin io.Reader, args ...string) res
 		t.Fatalf("knotless %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, want, r.stdout, r.stderr)
 	}
 	return r
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestLogin_ChecksTokenAndSavesPrivateConfig(t *testing.T) {
@@ -410,7 +399,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	}
 	run := playRun(t, rn, "checked out "+sha[:7]+"\n", steps, api.StateFailed, 3, func() {
 		// The CLI shows step 1's first half while the step still runs.
-		waitFor(t, "the first half of step 1 on the CLI's stdout", 20*time.Second, func() bool {
+		testwait.For(t, 20*time.Second, "the first half of step 1 on the CLI's stdout", func() bool {
 			return strings.Contains(out.String(), "hello from bu")
 		})
 	})

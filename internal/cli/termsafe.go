@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // What the CLI prints on a terminal comes in part from others: a step's
@@ -17,8 +19,11 @@ import (
 // termSafe writer: printable text, newlines, tabs, CR LF and colours (SGR
 // sequences, ESC [ digits ; ... m) pass; every other control character,
 // escape sequence, C1 control and invalid UTF-8 byte is shown escaped
-// (ESC as the four characters \x1b). `run logs --raw` and any output that
-// is not a terminal stay byte-exact.
+// (ESC as the four characters \x1b), and so is every character that is
+// not shown for what it is (api.IsHiddenRune: a bidirectional override or
+// isolate, a zero-width or line separator character: U+202E as \u202e),
+// so that no name or line displays as another. `run logs --raw` and any
+// output that is not a terminal stay byte-exact.
 
 // maxSGR bounds the length of an SGR sequence that passes as is; a longer
 // one is shown escaped.
@@ -127,18 +132,22 @@ func (t *termSafe) feed(b byte) {
 
 // emitRune writes the complete UTF-8 character in pending, escaped when it
 // is invalid or a C1 control (U+0080–U+009F: U+009B is a CSI to some
-// terminals).
+// terminals; as its bytes), or another character api.IsHiddenRune (as
+// api.EscapeRune writes it).
 func (t *termSafe) emitRune() {
 	p := t.pending
 	t.pending = nil
 	r, size := utf8.DecodeRune(p)
-	if r == utf8.RuneError && size <= 1 || r >= 0x80 && r <= 0x9f {
+	switch {
+	case r == utf8.RuneError && size <= 1 || r >= 0x80 && r <= 0x9f:
 		for _, b := range p {
 			t.escape(b)
 		}
-		return
+	case api.IsHiddenRune(r):
+		t.out = append(t.out, api.EscapeRune(r)...)
+	default:
+		t.out = append(t.out, p...)
 	}
-	t.out = append(t.out, p...)
 }
 
 // feedEscape takes byte b after ESC or ESC [ ...: it reports whether b was

@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // openPTY opens a pseudo-terminal pair: the test types on the controller,
@@ -22,7 +24,7 @@ func openPTY(t *testing.T) (controller, terminal *os.File) {
 	t.Helper()
 	c, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
+		testenv.Skipf(t, "no pseudo-terminals here: %v", err)
 	}
 	// Fd() would make the controller blocking and its read deadlines void.
 	rc, err := c.SyscallConn()
@@ -51,7 +53,7 @@ func openPTY(t *testing.T) (controller, terminal *os.File) {
 // line.
 func typeHidden(t *testing.T, controller, terminal *os.File, stderr *syncbuf.Buffer, k int, line string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("prompt %d with echo off", k), 10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, fmt.Sprintf("prompt %d with echo off", k), func() bool {
 		if strings.Count(stderr.String(), ": ") < k {
 			return false
 		}
@@ -99,7 +101,7 @@ func TestSecretSet_TerminalPromptsTwiceWithoutEcho(t *testing.T) {
 			}()
 			typeHidden(t, controller, terminal, &errb, 1, c.first)
 			typeHidden(t, controller, terminal, &errb, 2, c.second)
-			if got := exitWithin(t, code, 30*time.Second); got != c.want {
+			if got := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); got != c.want {
 				t.Fatalf("exit %d, want %d; stderr %q", got, c.want, errb.String())
 			}
 			if echoed := drain(controller); strings.Contains(echoed, value) {
@@ -127,7 +129,7 @@ func TestLogin_TerminalPromptsForTokenWithoutEcho(t *testing.T) {
 		code <- a.Run(context.Background(), []string{"login", "--server", srv.URL})
 	}()
 	typeHidden(t, controller, terminal, &errb, 1, srv.AdminToken)
-	if got := exitWithin(t, code, 30*time.Second); got != ExitOK {
+	if got := testwait.Receive(t, code, 30*time.Second, "the CLI to exit"); got != ExitOK {
 		t.Fatalf("exit %d; stderr %q", got, errb.String())
 	}
 	if echoed := drain(controller); strings.Contains(echoed, srv.AdminToken) {

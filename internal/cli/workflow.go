@@ -26,6 +26,14 @@ type LintProblem struct {
 	Message string `json:"message"`
 }
 
+// LintIgnored is an entry of .knotless/workflows that is not a workflow
+// file, so that the server will never run it, and why
+// (workflow.NotWorkflow).
+type LintIgnored struct {
+	File   string `json:"file"`
+	Reason string `json:"reason"`
+}
+
 // LintOutput is what `workflow lint --json` prints.
 type LintOutput struct {
 	Files    []string      `json:"files"`
@@ -33,6 +41,9 @@ type LintOutput struct {
 	// Runs (with --expand) are the runs each file without problems makes
 	// in a pipeline.
 	Runs []LintRun `json:"runs,omitempty"`
+	// Ignored lists the entries of .knotless/workflows that are not
+	// workflow files (without FILES only).
+	Ignored []LintIgnored `json:"ignored"`
 }
 
 // LintRun is one run a workflow file makes (`workflow lint --expand`).
@@ -65,11 +76,16 @@ server checks them at a push. With --expand, lint also prints the runs each
 file makes: one per combination of its matrix, named by its values, with
 what it needs and when it is retried.
 
-A workflow file is a regular file in .knotless/workflows, a real directory,
-as the server reads them: a symbolic link (the directory, .knotless, or a
-file) is reported ("is a symbolic link: workflows must be regular files"),
-never followed, and so is a file name with a control character (the
-workflow's default name comes from it); such names are shown escaped.
+A workflow file is a regular file named *.yml or *.yaml (in lower case)
+directly in .knotless/workflows, a real directory, as the server reads
+them: a symbolic link (the directory, .knotless, or a file) is reported
+("is a symbolic link: workflows must be regular files"), never followed,
+and so is a file named *.YML or *.Yaml (the server would never run it), and
+a file name with a control or format character (the workflow's default
+name comes from it); such names are shown escaped. Every other entry of
+.knotless/workflows (x.yaml.bak, c.json, a directory) is listed with why it
+is not a workflow ("not a workflow, will not run: ..."); a FILE named
+explicitly that the server would never run as a workflow is a problem.
 
 Exits 1 when any file has a problem, else prints "N workflows OK" and
 exits 0. Needs no server.`,
@@ -88,6 +104,7 @@ exits 0. Needs no server.`,
 
 func (s *session) lint(files []string, expand bool) error {
 	base := s.app.Dir
+	var ignored []LintIgnored
 	if len(files) == 0 {
 		cwd := base
 		if cwd == "" {
@@ -124,24 +141,35 @@ func (s *session) lint(files []string, expand bool) error {
 			}
 		}
 		if len(dirProblems) > 0 {
-			return s.printLint(LintOutput{Files: []string{}, Problems: dirProblems}, 1, 0)
+			return s.printLint(LintOutput{Files: []string{}, Problems: dirProblems, Ignored: []LintIgnored{}}, 1, 0)
 		}
 		dir := filepath.Join(root, workflow.Dir)
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return fmt.Errorf("find workflows: %w", err)
 		}
+		// The server's rule for what is a workflow file; every other
+		// entry is listed, never ignored without a word.
 		for _, e := range entries {
-			if workflow.IsWorkflowName(e.Name()) && !e.IsDir() {
-				files = append(files, rel(filepath.Join(dir, e.Name())))
+			name := filepath.Join(dir, e.Name())
+			kind := entryKind(e.Type())
+			if ok, _ := workflow.CheckFile(filepath.ToSlash(filepath.Join(workflow.Dir, e.Name())), kind); ok {
+				files = append(files, rel(name))
+				continue
 			}
+			ignored = append(ignored, LintIgnored{File: workflow.DisplayPath(rel(name)),
+				Reason: workflow.NotWorkflow(e.Name(), kind)})
 		}
 		sort.Strings(files)
 		if len(files) == 0 {
+			s.printIgnored(ignored)
 			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
 		}
 	}
-	out := LintOutput{Files: make([]string, 0, len(files)), Problems: []LintProblem{}}
+	out := LintOutput{Files: make([]string, 0, len(files)), Problems: []LintProblem{}, Ignored: ignored}
+	if out.Ignored == nil {
+		out.Ignored = []LintIgnored{}
+	}
 	parsed := make([]workflow.PipelineFile, 0, len(files))
 	byFile := map[string][]LintProblem{}
 	for _, f := range files {
@@ -193,7 +221,7 @@ func siblings(files []string, base string) []workflow.PipelineFile {
 		entries, _ := os.ReadDir(read)
 		for _, e := range entries {
 			f := filepath.Join(d, e.Name())
-			if named[filepath.Clean(f)] || e.IsDir() || !workflow.IsWorkflowName(e.Name()) || !e.Type().IsRegular() {
+			if ok, err := workflow.CheckFile(filepath.ToSlash(filepath.Join(workflow.Dir, e.Name())), entryKind(e.Type())); named[filepath.Clean(f)] || !ok || err != nil {
 				continue
 			}
 			src, err := os.ReadFile(filepath.Join(read, e.Name()))
@@ -272,6 +300,7 @@ func (s *session) printLint(out LintOutput, bad, files int) error {
 				fmt.Fprintf(s.stdout(), "%s: %s\n", pr.File, pr.Message)
 			}
 		}
+		s.printIgnored(out.Ignored)
 	}
 	if bad > 0 {
 		return failf("%d problem(s) in %d of %d workflow(s)", len(out.Problems), bad, max(files, bad))
@@ -283,9 +312,23 @@ func (s *session) printLint(out LintOutput, bad, files int) error {
 	return nil
 }
 
+// printIgnored prints the entries of .knotless/workflows that will not run
+// (not with --json: LintOutput.Ignored has them).
+func (s *session) printIgnored(ignored []LintIgnored) {
+	if s.jsonOut {
+		return
+	}
+	for _, ig := range ignored {
+		fmt.Fprintf(s.stdout(), "%s: not a workflow, will not run: %s\n", ig.File, ig.Reason)
+	}
+}
+
 // lstatKind is the workflow.EntryKind of what os.Lstat found.
-func lstatKind(fi os.FileInfo) workflow.EntryKind {
-	switch m := fi.Mode(); {
+func lstatKind(fi os.FileInfo) workflow.EntryKind { return entryKind(fi.Mode()) }
+
+// entryKind is the workflow.EntryKind of a file mode (its type bits).
+func entryKind(m os.FileMode) workflow.EntryKind {
+	switch {
 	case m.IsRegular():
 		return workflow.KindRegular
 	case m.IsDir():
@@ -311,8 +354,12 @@ func lintFile(name, path string) ([]LintProblem, []*workflow.Workflow) {
 	// The server's rule for what a workflow file is: a regular file; a
 	// symbolic link is reported, not followed.
 	if fi, err := os.Lstat(path); err == nil {
-		if _, err := workflow.CheckFile(name, lstatKind(fi)); err != nil {
+		ok, err := workflow.CheckFile(name, lstatKind(fi))
+		if err != nil {
 			return problemOf(name, err), nil
+		}
+		if !ok {
+			return []LintProblem{{File: workflow.DisplayPath(name), Message: "will not run: " + workflow.NotWorkflow(name, lstatKind(fi))}}, nil
 		}
 	}
 	src, err := os.ReadFile(path)

@@ -47,8 +47,9 @@ func TestWorkflowLint_DefaultFilesValidIsZero(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	if strings.TrimSpace(r.stdout) != "2 workflows OK" {
-		t.Errorf("stdout %q, want \"2 workflows OK\"", r.stdout)
+	want := ".knotless/workflows/notes.txt: not a workflow, will not run: the file name ends in .txt: workflows are files named *.yml or *.yaml\n2 workflows OK\n"
+	if r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 }
 

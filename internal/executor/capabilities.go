@@ -13,6 +13,7 @@ import "io"
 //	  Finder         environments found by Spec.ID alone (a runner whose
 //	                 work directory was lost adopts them)
 //	  Doctor         `knotless-run doctor` checks
+//	  Facter         facts of where runs go, for the server's Runners page
 //	  io.Closer      resources of the executor itself (a watch) to release
 //	on a Session:
 //	  Cacher         caches move by the executor's own path
@@ -20,7 +21,7 @@ import "io"
 //
 // Capabilities names the optional capabilities x (an Executor or a
 // Session) has, in the order of the list above: "early-prepare", "find",
-// "doctor", "close", "cache", "detached-steps".
+// "doctor", "facts", "close", "cache", "detached-steps".
 func Capabilities(x any) []string {
 	var out []string
 	if ep, ok := x.(EarlyPreparer); ok && ep.PrepareEarly() {
@@ -32,6 +33,9 @@ func Capabilities(x any) []string {
 	if _, ok := x.(Doctor); ok {
 		out = append(out, "doctor")
 	}
+	if _, ok := x.(Facter); ok {
+		out = append(out, "facts")
+	}
 	if _, ok := x.(io.Closer); ok {
 		out = append(out, "close")
 	}
@@ -42,4 +46,13 @@ func Capabilities(x any) []string {
 		out = append(out, "detached-steps")
 	}
 	return out
+}
+
+// Facter is implemented by an Executor that can say where its runs go, for
+// the people reading the server's Runners page: a few names and values
+// (a kube executor's namespace and the runner's own pod), each short text
+// that is never a secret. The runner sends them when its session starts
+// (api.StartSessionInput.Facts). Safe to call concurrently.
+type Facter interface {
+	Facts() map[string]string
 }

@@ -55,6 +55,10 @@ type Setup struct {
 	// Observer, when set, is told of environments made and removed and of
 	// agent reconnects (knotless-run's metrics).
 	Observer Observer
+	// Capacity is how many runs the runner executes at once (0 for
+	// `knotless-run exec` and doctor): an executor that keeps
+	// environments ready ahead of claims never makes more than it allows.
+	Capacity int
 }
 
 // DefaultShell runs a step's script when Step.Shell is empty: a POSIX shell
@@ -271,7 +275,8 @@ type Session interface {
 	// the step's process has exited and every process it started is gone.
 	//
 	// A dropped connection to the environment does not end the step: Exec
-	// reconnects and resumes at the next byte, nothing lost or doubled. A
+	// reconnects and resumes at the next byte, nothing lost or doubled; an
+	// out that is an agent.Resumer is told where and why, first. A
 	// step timeout gives Reason timeout; canceling ctx stops the step
 	// (SIGTERM, then SIGKILL after Step.Grace) and gives Reason cancelled
 	// (timeout when ctx's deadline passed). Cleanup during Exec ends it

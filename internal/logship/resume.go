@@ -154,6 +154,9 @@ func (s *Spool) ResumeLog(step int, size int64) (LogFile, byte, error) {
 	if err == nil {
 		err = f.Truncate(size)
 	}
+	if err == nil {
+		err = s.cutTimes(step, size)
+	}
 	var last [1]byte
 	if err == nil && size > 0 {
 		_, err = f.ReadAt(last[:], size-1)
@@ -211,6 +214,9 @@ type Record struct {
 	Session json.RawMessage
 	// Steps holds each step's latest update, by index (0 is setup).
 	Steps map[int]api.UpdateStepInput
+	// Started holds when each step started: the At of its first running
+	// update, by index.
+	Started map[int]time.Time
 	// Complete is the run's result, when it has one.
 	Complete *api.CompleteInput
 	// Outputs is the run's outputs archive, once it was packed.
@@ -223,7 +229,7 @@ func (s *Spool) Record() (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	r := Record{Steps: map[int]api.UpdateStepInput{}}
+	r := Record{Steps: map[int]api.UpdateStepInput{}, Started: map[int]time.Time{}}
 	for _, e := range entries {
 		switch {
 		case e.Claim != nil:
@@ -232,6 +238,9 @@ func (s *Spool) Record() (Record, error) {
 			r.Session = e.Session
 		case e.Step != nil:
 			r.Steps[e.Step.Step] = *e.Step
+			if _, seen := r.Started[e.Step.Step]; !seen && e.Step.State == api.StepRunning && e.Step.At != nil {
+				r.Started[e.Step.Step] = *e.Step.At
+			}
 		case e.Complete != nil:
 			r.Complete = e.Complete
 		case e.Outputs != nil:

@@ -337,10 +337,22 @@ func (sh *Shipper) release(step int, acked int64) {
 	sh.released[step] = done
 }
 
+// appendLog sends n bytes of step's log from off, with their line times;
+// a range with more line times than one request carries is cut short
+// (the rest goes in the next).
 func (sh *Shipper) appendLog(ctx context.Context, step int, off, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, sh.callTimeout())
 	defer cancel()
-	size, err := sh.Client.AppendLogFile(ctx, sh.Spool.Run(), step, off, sh.Spool.logPath(step), n)
+	times, err := sh.Spool.LineTimes(step, off, off+n, api.MaxLineTimes+1, false)
+	if err != nil {
+		sh.Log.Debug("read line times; the bytes go without", "run", sh.Spool.Run(), "step", step, "err", err)
+		times = nil
+	}
+	if len(times) > api.MaxLineTimes {
+		n = times[api.MaxLineTimes].Offset - off
+		times = times[:api.MaxLineTimes]
+	}
+	size, err := sh.Client.AppendLogFile(ctx, sh.Spool.Run(), step, off, sh.Spool.logPath(step), n, times)
 	if err != nil {
 		return 0, fmt.Errorf("append %d log bytes to run %d step %d at %d: %w", n, sh.Spool.Run(), step, off, err)
 	}

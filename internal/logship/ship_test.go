@@ -31,11 +31,13 @@ type logServer struct {
 	events   []string          // "log run/step size" | "step N state" | "complete state"
 	final    map[int64]string  // run → final state
 	down     bool
-	downHits int            // requests answered while down
-	finished map[int64]bool // runs whose appends/updates answer RunFinished
-	foreign  map[int64]bool // runs another runner holds: everything answers Forbidden
-	maxBody  int            // appendLog bodies larger than this are refused 413 (a proxy); 0: none
-	appends  int            // appendLog requests answered
+	downHits int                       // requests answered while down
+	finished map[int64]bool            // runs whose appends/updates answer RunFinished
+	foreign  map[int64]bool            // runs another runner holds: everything answers Forbidden
+	maxBody  int                       // appendLog bodies larger than this are refused 413 (a proxy); 0: none
+	appends  int                       // appendLog requests answered
+	times    map[string][]api.LineTime // "run/step" → line times of the bytes stored
+	maxTimes int                       // the most line times one appendLog carried
 }
 
 func newLogServer() *logServer {
@@ -89,8 +91,22 @@ func (s *logServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusConflict, api.ErrOffsetGap, &have)
 			return
 		}
+		ts, err := api.ParseLineTimes(q.Get(api.LogTimesParam))
+		if err != nil {
+			fail(http.StatusBadRequest, api.ErrInvalidRequest, nil)
+			return
+		}
+		s.maxTimes = max(s.maxTimes, len(ts))
 		if skip := have - off; skip < int64(len(body)) {
 			s.logs[key] = append(s.logs[key], body[skip:]...)
+			for _, t := range ts {
+				if t.Offset >= have && t.Offset < int64(len(s.logs[key])) {
+					if s.times == nil {
+						s.times = map[string][]api.LineTime{}
+					}
+					s.times[key] = append(s.times[key], t)
+				}
+			}
 		}
 		s.events = append(s.events, fmt.Sprintf("log %s %d", key, len(s.logs[key])))
 		_ = json.NewEncoder(w).Encode(api.AppendLogOutput{Size: int64(len(s.logs[key]))})

@@ -29,6 +29,7 @@ import (
 // Files in the spool directory:
 //
 //	step-<N>.log    the masked log bytes of step N (0 = setup), append-only
+//	step-<N>.times  when its lines began (api.LineTime records; times.go)
 //	step-<N>.raw    the step's last checkpoint (resume.go)
 //	journal.jsonl   one JournalEntry per line, append-only
 //	outputs.tar     the run's outputs archive (package outputs), once packed
@@ -242,29 +243,38 @@ type LogFile interface {
 }
 
 // Log opens step's log file for appending. Every write is on disk (in the
-// page cache) before it returns and wakes the shipper.
+// page cache) before it returns and wakes the shipper; a write that
+// begins a line records when (times.go).
 func (s *Spool) Log(step int) (LogFile, error) {
-	f, err := os.OpenFile(s.logPath(step), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(s.logPath(step), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log of run %d step %d: %w", s.run, step, err)
 	}
-	return &spoolLog{f: f, s: s}, nil
+	return &spoolLog{f: f, s: s, times: s.openTimes(step, f)}, nil
 }
 
 type spoolLog struct {
-	f *os.File
-	s *Spool
+	f     *os.File
+	s     *Spool
+	times *lineTimes // nil when the times file cannot be written
 }
 
 func (l *spoolLog) Write(p []byte) (int, error) {
+	// The line time goes first, so that the shipper never reads bytes
+	// whose time is not recorded yet (it sends the two together).
+	l.times.writing(p, time.Now())
 	n, err := l.f.Write(p)
+	l.times.wrote(p[:n])
 	if n > 0 {
 		l.s.poke()
 	}
 	return n, err
 }
 
-func (l *spoolLog) Close() error { return l.f.Close() }
+func (l *spoolLog) Close() error {
+	l.times.close()
+	return l.f.Close()
+}
 
 // FreeReserve is the spool's FreeReserve: a step's log uses it to write the
 // marker of bytes it lost to a full disk.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/internal/workflow"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
@@ -385,7 +387,7 @@ func TestIntegration_RunnerStartSweepsTornCacheSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.startRunner(nil)
-	waitFor(t, 10*time.Second, "the torn save swept", func() bool {
+	testwait.For(t, 10*time.Second, "the torn save swept", func() bool {
 		_, err := os.Stat(filepath.Dir(torn))
 		return os.IsNotExist(err)
 	})
@@ -484,11 +486,11 @@ steps:
 // changes restored files and adds files beside them.
 func TestCaches_Shell_StepUserOwnsWhatTheRestoreMade(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs a root runner")
+		testenv.Skipf(t, "needs a root runner")
 	}
 	u, err := shell.LookupStepUser("nobody", 0)
 	if err != nil {
-		t.Skip(err)
+		testenv.Skipf(t, "no step user nobody: %v", err)
 	}
 	// Directories the step user can search, as a real --work is.
 	base, err := os.MkdirTemp("", "knotless-cache-user-")

@@ -10,19 +10,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // mountSmallWorkDir puts a size-byte tmpfs at dir, or skips the test.
 func mountSmallWorkDir(t *testing.T, dir string, size string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to mount a small tmpfs as the runner's work directory (run as root to check a full disk is never a silent loss)")
+		testenv.Skipf(t, "skipped: needs root to mount a small tmpfs as the runner's work directory (run as root to check a full disk is never a silent loss)")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs: %v", err)
+		testenv.Skipf(t, "skipped: cannot mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
@@ -55,7 +56,7 @@ steps:
 	lines := strings.Count(log1, "knotless log line")
 	t.Logf("run %d %s/%s %q; step 1 has %d of 100000 lines, %d bytes", run.ID, final.State, final.Reason, final.Message, lines, len(log1))
 	if lines == 100000 {
-		t.Skip("skipped: the 4 MiB work directory never filled (the shipper kept up); nothing was lost to check")
+		testenv.Skipf(t, "skipped: the 4 MiB work directory never filled (the shipper kept up); nothing was lost to check")
 	}
 	if final.State == api.StateSucceeded {
 		t.Errorf("run succeeded although %d of 100000 lines of step 1 are missing", 100000-lines)

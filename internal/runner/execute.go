@@ -63,6 +63,9 @@ type Job struct {
 	// Secrets are the values the run received, by name. Every value is
 	// masked in every log; steps get only those they list.
 	Secrets map[string]string
+	// IDTokens gets a step's id tokens when the step starts (ServerIDTokens);
+	// nil: there is no server (exec), and steps run without them.
+	IDTokens IDTokenFunc
 	// Labels identify the environment to the executor (never secrets).
 	Labels map[string]string
 	// LogLimit caps each step's log in bytes; 0 means DefaultLogLimit.
@@ -125,6 +128,10 @@ type Resume struct {
 	// Steps are the latest updates the earlier process recorded, by step
 	// index (0 is setup).
 	Steps map[int]api.UpdateStepInput
+	// StepStarted is when each step the earlier process started began (the
+	// At of its first running update), by step index: its id tokens'
+	// issue time.
+	StepStarted map[int]time.Time
 	// Checkpoints say how far each step's log got into the step's raw
 	// output, by step index; the step that was running resumes there.
 	Checkpoints map[int]logship.Checkpoint
@@ -200,7 +207,7 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 		log.Info("run handed over to the next runner process; its environment goes on")
 		return Result{}
 	}
-	res.Message = logmask.String(res.Message, secrets) // it leaves the runner too
+	res.Message = logmask.String(res.Message, e.secrets) // it leaves the runner too (id tokens included)
 	if job.Cleanup != nil {
 		if err := job.Cleanup(); err != nil {
 			log.Error("remove workspace", "err", err)
@@ -334,6 +341,7 @@ func (e *execution) run(ctx context.Context) Result {
 		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(err.Error())}
 	}
 	e.wf = wf
+	e.remaskIDTokens(ctx)
 	for i, st := range wf.Steps {
 		if _, known := e.resumed(i + 1); !known {
 			e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})

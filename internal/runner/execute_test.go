@@ -18,6 +18,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/logship"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -239,7 +240,7 @@ steps:
 			rep := newMemReporter()
 			done := make(chan Result, 1)
 			go func() { done <- Execute(ctx, job, testShell(t), rep) }()
-			waitFor(t, 10*time.Second, "step output", func() bool { return strings.Contains(rep.log(1), "started") })
+			testwait.For(t, 10*time.Second, "step output", func() bool { return strings.Contains(rep.log(1), "started") })
 			start := time.Now()
 			cancel(tc.cause)
 			res := <-done

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -85,7 +86,7 @@ func (w *world) push(files map[string]string) api.Run {
 	before := w.runIDs()
 	w.srv.PushDir(w.t, w.src, w.repo, w.token, "HEAD:refs/heads/main")
 	var run api.Run
-	waitFor(w.t, 10*time.Second, "the push's run", func() bool {
+	testwait.For(w.t, 10*time.Second, "the push's run", func() bool {
 		var out api.ListRunsOutput
 		if err := w.srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {w.repo}}, &out); err != nil {
 			return false
@@ -196,7 +197,7 @@ func steps(r api.Run) map[int]api.Step {
 func (w *world) assertCleanedUp(run int64) {
 	w.t.Helper()
 	id := strconv.FormatInt(run, 10)
-	waitFor(w.t, 10*time.Second, "spool removed", func() bool {
+	testwait.For(w.t, 10*time.Second, "spool removed", func() bool {
 		_, err := os.Stat(filepath.Join(w.work, "spool", id))
 		return os.IsNotExist(err)
 	})
@@ -266,7 +267,7 @@ func TestIntegration_RunnerStartedBeforeApprovalClaimsOnceApproved(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the runner asking for approval", func() bool {
+	testwait.For(t, 10*time.Second, "the runner asking for approval", func() bool {
 		return rec.contains("waiting for approval: ask an owner to run: knotless runner approve r1 --repo alice/app --did " + st.DID)
 	})
 	// Not approved: the run stays queued.
@@ -368,7 +369,7 @@ steps:
   - run: echo started; sleep 120
   - run: echo never
 `})
-	waitFor(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
 	start := time.Now()
 	if err := w.srv.Client(w.token).Procedure(context.Background(), api.MethodCancelRun, api.RunRef{Run: run.ID}, nil); err != nil {
 		t.Fatal(err)
@@ -397,14 +398,14 @@ steps:
       while [ ! -e "$KNOTLESS_WORKSPACE/../go-on" ]; do sleep 0.05; done
       for i in $(seq 1 2000); do echo "after outage $i"; done
 `})
-	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "first\n" })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "first\n" })
 	w.srv.Stop()
 	if err := os.WriteFile(filepath.Join(w.work, "workspaces", "alice", "app", "ci", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The run ends while the server is down: its result waits in the spool.
 	journal := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10), logship.JournalFile)
-	waitFor(t, 30*time.Second, "the result in the spool", func() bool {
+	testwait.For(t, 30*time.Second, "the result in the spool", func() bool {
 		data, _ := os.ReadFile(journal)
 		return bytes.Contains(data, []byte(`"complete"`))
 	})
@@ -472,7 +473,7 @@ func TestIntegration_StopCancelsRunsWithRunnerStopped(t *testing.T) {
 	w := newWorld(t, true)
 	stop := w.startRunner(func(c *Config) { c.StopWait = 500 * time.Millisecond })
 	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo started; sleep 120\n"})
-	waitFor(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
 	start := time.Now()
 	stop()
 	if d := time.Since(start); d > 20*time.Second {
@@ -537,7 +538,7 @@ steps:
 `
 	w.push(map[string]string{".knotless/workflows/a.yml": wf, ".knotless/workflows/b.yml": wf})
 	var runs []api.Run
-	waitFor(t, 10*time.Second, "two runs", func() bool {
+	testwait.For(t, 10*time.Second, "two runs", func() bool {
 		var out api.ListRunsOutput
 		w.srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {w.repo}}, &out)
 		runs = out.Runs
@@ -573,7 +574,7 @@ steps:
 	servertest.Commit(t, w.src, map[string]string{".knotless/workflows/ci.yml": wf}, "ci")
 	w.srv.PushDir(t, w.src, w.repo, w.token, "HEAD:refs/heads/main", "HEAD:refs/heads/other")
 	var runs []api.Run
-	waitFor(t, 10*time.Second, "two runs", func() bool {
+	testwait.For(t, 10*time.Second, "two runs", func() bool {
 		var out api.ListRunsOutput
 		w.srv.Admin().Query(context.Background(), api.MethodListRuns, url.Values{"repo": {w.repo}}, &out)
 		runs = out.Runs

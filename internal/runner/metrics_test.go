@@ -12,6 +12,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/shell"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // A failed run is counted by state and reason, its step's duration and
@@ -36,7 +37,7 @@ steps:
 	if final := w.waitFinal(run.ID, 60*time.Second); final.State != api.StateFailed {
 		t.Fatalf("run %+v", final)
 	}
-	waitFor(t, 10*time.Second, "the environment's removal to be counted", func() bool {
+	testwait.For(t, 10*time.Second, "the environment's removal to be counted", func() bool {
 		return testutil.ToFloat64(m.envRemoved.WithLabelValues("shell")) == 1
 	})
 	for what, got := range map[string]float64{

@@ -23,6 +23,7 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/dummy"
 	"knotless.dev/knotless/internal/logship"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // outputsProxy stands between the runner and the server: every request
@@ -162,13 +163,13 @@ steps:
       while [ ! -e "$KNOTLESS_WORKSPACE/../go-on" ]; do sleep 0.05; done
       echo "the report" > report.txt
 `})
-	waitFor(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "started\n" })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return string(w.stepLog(run.ID, 1)) == "started\n" })
 	w.srv.Stop()
 	if err := os.WriteFile(filepath.Join(w.work, "workspaces", "alice", "app", "ci", "go-on"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spool := filepath.Join(w.work, "spool", strconv.FormatInt(run.ID, 10))
-	waitFor(t, 30*time.Second, "the outputs and the result in the spool", func() bool {
+	testwait.For(t, 30*time.Second, "the outputs and the result in the spool", func() bool {
 		data, _ := os.ReadFile(filepath.Join(spool, logship.JournalFile))
 		return bytes.Contains(data, []byte(`"outputs"`)) && bytes.Contains(data, []byte(`"complete"`))
 	})

@@ -194,6 +194,7 @@ func (r *Runner) path(parts ...string) string {
 // Before claiming it starts a runner session (session.go); an error
 // matching ErrSuperseded when another process took that session over.
 func (r *Runner) Run(ctx context.Context) error {
+	go selfDigest() // read meanwhile: the session start sends it
 	unlock, err := r.prepareWorkDir(ctx)
 	if err != nil {
 		return err
@@ -562,6 +563,7 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		Workspace:      workspace,
 		Env:            r.cfg.Env,
 		Secrets:        cr.SecretValues(),
+		IDTokens:       ServerIDTokens(r.client, run.ID, r.cfg.MaxBackoff),
 		Labels:         map[string]string{"knotless.dev/run": strconv.FormatInt(run.ID, 10), "knotless.dev/runner": r.cfg.State.Name},
 		LogLimit:       r.cfg.LogLimit,
 		Grace:          r.cfg.Grace,

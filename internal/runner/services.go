@@ -41,11 +41,16 @@ func (e *execution) startService(ctx context.Context, sess executor.Session, idx
 	if !ok {
 		return fail(api.ReasonExecutor, fmt.Errorf("the %s executor cannot run detached steps", e.ex.Name()))
 	}
-	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
+	start := time.Now()
+	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
 	e.stepRan = true
+	tokens, failed, res := e.stepTokens(ctx, idx, st, name, start)
+	if failed != nil {
+		return *failed, res, true
+	}
 	// Notes of buildStep (a missing secret) go to the setup log: the
 	// step's own log is written once, when it ends.
-	xs, problem := e.buildStep(sess, st, name, e.setup)
+	xs, problem := e.buildStep(sess, st, name, e.setup, tokens)
 	if problem != nil {
 		return fail(api.ReasonWorkflowInvalid, problem)
 	}

@@ -69,7 +69,11 @@ func (r *Runner) superseded(err error) bool {
 // ErrNotRegistered when the server does not know the runner (logged), and
 // an error when the server has no sessions or refuses for another reason.
 func (r *Runner) startSession(ctx context.Context) ([]api.HeldRun, error) {
-	in := api.StartSessionInput{Version: version.Version, Executor: r.cfg.Executor.Name()}
+	in := api.StartSessionInput{Version: version.Version, Executor: r.cfg.Executor.Name(), Digest: digestWithin(digestWait),
+		Capacity: r.cfg.Capacity}
+	if f, ok := r.cfg.Executor.(executor.Facter); ok {
+		in.Facts = f.Facts()
+	}
 	failures := 0
 	var approvalLogged time.Time
 	for {

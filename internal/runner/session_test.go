@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -74,7 +75,7 @@ func TestRunner_SupersededByAnotherProcessStopsWithoutReportingItsRuns(t *testin
 	w := newWorld(t, true)
 	first, rec, _ := w.runnerIn(t, w.work, 200*time.Millisecond)
 	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo started; sleep 120\n"})
-	waitFor(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
 
 	second, rec2, stopSecond := w.runnerIn(t, filepath.Join(t.TempDir(), "work2"), 0)
 	select {
@@ -148,9 +149,9 @@ func TestRunner_ServerDownAtStartIsWaitedForAndLoggedOnce(t *testing.T) {
 	log, rec := recordingLogger(t)
 	w.startRunner(func(c *Config) { c.Logger = log; c.MaxBackoff = 100 * time.Millisecond })
 	const outage = "cannot start a runner session: the server does not answer"
-	waitFor(t, 10*time.Second, "the runner to notice the outage", func() bool { return rec.contains(outage) })
+	testwait.For(t, 10*time.Second, "the runner to notice the outage", func() bool { return rec.contains(outage) })
 	w.srv.Restart()
-	waitFor(t, 20*time.Second, "the session", func() bool { return rec.contains("runner session started") })
+	testwait.For(t, 20*time.Second, "the session", func() bool { return rec.contains("runner session started") })
 	if n := rec.count(outage); n != 1 {
 		t.Errorf("the outage was logged %d times, want once", n)
 	}

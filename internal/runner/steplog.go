@@ -6,9 +6,11 @@ package runner
 //	executor Session.Exec's out  → stepOut.Write (this file)
 //	  → logmask.Writer (secrets and their encodings replaced)
 //	  → capWriter (the per-step cap, TruncatedMarker, LostMarker)
-//	  → countWriter (the log's size, for checkpoints)
-//	  → Reporter.Log's LogFile: the run's spool file (logship.Spool.Log),
-//	    or the console / a test's memory
+//	  → countWriter (the log's size, for checkpoints; the runner's marker
+//	    lines of a restart or a reconnect, at the next line's start)
+//	  → Reporter.Log's LogFile: the run's spool file (logship.Spool.Log,
+//	    which records when each line began: line times), or the console /
+//	    a test's memory
 //
 // and after each write stepOut records a checkpoint (logship.Checkpoint:
 // raw output offset, log size, the masker's held bytes) through the
@@ -19,6 +21,7 @@ package runner
 // AppendLogFile); docs/architecture.md maps every hop.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +47,27 @@ func TruncatedMarker(limit int64) string {
 // the step that wrote it does not end succeeded.
 func LostMarker(n int64, err error) string {
 	return fmt.Sprintf("[knotless: %d bytes of this log were lost here: the runner could not write them: %v]\n", n, err)
+}
+
+// RestartMarker is the line a step's log holds where its output goes on
+// after the runner process that followed it stopped and another, by, took
+// the run over at t: a gap in the lines' times is the restart. The
+// output after it is what the new process read from the step's last
+// checkpoint on.
+func RestartMarker(by string, t time.Time) string {
+	return fmt.Sprintf("[knotless: the runner restarted: %s took this step over at %s; its output goes on below]\n",
+		by, t.UTC().Format(time.RFC3339))
+}
+
+// ReconnectMarker is the line a step's log holds where its output resumed
+// at t on a new connection to the step's environment after the last one
+// dropped (err): the step ran on meanwhile, and nothing was lost.
+func ReconnectMarker(err error, t time.Time) string {
+	why := "the connection to the step agent dropped"
+	if err != nil {
+		why += " (" + firstLine(err.Error()) + ")"
+	}
+	return fmt.Sprintf("[knotless: %s; its output resumed at %s, nothing lost]\n", why, t.UTC().Format(time.RFC3339))
 }
 
 // capWriter passes at most limit bytes to out, then the truncation marker
@@ -193,10 +217,15 @@ func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
 		if w, last, err = e.journal.ResumeLog(idx, at.Log); err != nil {
 			return nil, err
 		}
-		o.file = &countWriter{w: w, n: at.Log}
+		o.file = &countWriter{w: w, n: at.Log, last: last}
 		o.cw = resumeCapWriter(o.file, e.job.LogLimit, at.Log, last)
 		o.m = logmask.NewResumed(o.cw, e.secrets, at.Hidden)
 		o.raw = at.Raw
+		by := "a new knotless-run process"
+		if e.job.Resume != nil && e.job.Resume.By != "" {
+			by = e.job.Resume.By
+		}
+		o.mark(RestartMarker(by, time.Now()))
 	} else {
 		if w, err = e.rep.Log(idx); err != nil {
 			return nil, err
@@ -265,9 +294,24 @@ func (o *stepOut) note(s string) {
 	_, _ = io.WriteString(o.m, s)
 }
 
+// Resumed implements agent.Resumer: a marker line where the output goes on
+// after a dropped connection.
+func (o *stepOut) Resumed(_ int64, err error) {
+	o.e.log.Info("step output resumed on a new connection", "step", o.idx, "after", err)
+	o.mark(ReconnectMarker(err, time.Now()))
+}
+
+// mark puts a marker line of the runner's own into the log below the
+// masker (so that it never splits a secret the masker is matching), at
+// the next line's start (so that it never splits a line of the step's).
+func (o *stepOut) mark(line string) {
+	o.file.mark(logmask.String(line, o.e.secrets))
+}
+
 // close flushes the masker and closes the reporter's writer.
 func (o *stepOut) close() error {
 	err := o.m.Close()
+	o.file.flushMark()
 	if o.cw.lost > 0 {
 		marked := o.cw.finish(lostMarkWait, o.w.FreeReserve)
 		o.e.log.Error("step log lost bytes", "step", o.idx, "lost_bytes", o.cw.lost, "err", o.cw.err, "marked_in_log", marked)
@@ -287,16 +331,67 @@ func (o *stepOut) abandon() {
 	_ = o.w.Close()
 }
 
-// countWriter counts the bytes written through it.
+// countWriter counts the bytes written through it (n: its file's size),
+// keeps the last, and puts a marker line (mark) at the next line's start.
 type countWriter struct {
-	w io.Writer
-	n int64
+	w       io.Writer
+	n       int64
+	last    byte
+	pending string // a marker line waiting for the next line's start
 }
 
+// Write writes p, with a pending marker line where p's first line begins
+// (before p when the log is at a line's start). It returns how many bytes
+// of p were written.
 func (c *countWriter) Write(p []byte) (int, error) {
+	if c.pending == "" || len(p) == 0 {
+		return c.write(p)
+	}
+	cut := 0
+	if c.n > 0 && c.last != '\n' {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return c.write(p)
+		}
+		cut = i + 1
+	}
+	n, err := c.write(p[:cut])
+	if err != nil {
+		return n, err
+	}
+	marker := c.pending
+	c.pending = ""
+	if _, err := c.write([]byte(marker)); err != nil {
+		return n, err
+	}
+	m, err := c.write(p[cut:])
+	return n + m, err
+}
+
+func (c *countWriter) write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if n > 0 {
+		c.last = p[n-1]
+	}
 	return n, err
+}
+
+// mark makes line (ending in a newline) the log's next line of its own.
+func (c *countWriter) mark(line string) { c.pending += line }
+
+// flushMark writes a marker still waiting when the log ends: after the
+// log's last line, ended by a newline where the step gave it none.
+func (c *countWriter) flushMark() {
+	if c.pending == "" {
+		return
+	}
+	line := c.pending
+	c.pending = ""
+	if c.n > 0 && c.last != '\n' {
+		line = "\n" + line
+	}
+	_, _ = c.write([]byte(line))
 }
 
 // setupLog is the run's setup log (step 0), masked and capped like a step's.

@@ -116,16 +116,29 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 	name := stepName(st, idx-1)
 	log := e.log.With("step", idx, "name", name)
 	var resumeAt *logship.Checkpoint
+	start := time.Now()
 	if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
 		c := e.job.Resume.Checkpoints[idx] // none: from the start
 		resumeAt = &c
 		log.Info("step resumed", "raw_offset", c.Raw, "log_bytes", c.Log)
 	} else {
-		e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning})
+		// The running update's At is the step's start, and its id tokens'
+		// issue time: a successor asks for them again with it.
+		e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
 		log.Info("step started")
 	}
 	e.stepRan = true
-	start := time.Now()
+	// Id tokens before the log opens: its masker must know them. A step
+	// taken over got its tokens from the earlier process (remaskIDTokens).
+	var tokens map[string]string
+	if resumeAt == nil {
+		var failed *StepUpdate
+		var res Result
+		if tokens, failed, res = e.stepTokens(ctx, idx, st, name, start); failed != nil {
+			failed.Duration = time.Since(start)
+			return *failed, res, true
+		}
+	}
 
 	out, err := e.stepLog(idx, resumeAt)
 	if err != nil {
@@ -133,7 +146,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 		return StepUpdate{Step: idx, Name: name, State: api.StepErrored, Reason: api.ReasonExecutor, Duration: time.Since(start)},
 			Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: err.Error()}, true
 	}
-	xs, problem := e.buildStep(sess, st, name, out)
+	xs, problem := e.buildStep(sess, st, name, out, tokens)
 	xs.ID = strconv.Itoa(idx)
 	var r executor.Result
 	if problem == nil {
@@ -261,10 +274,11 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 	return Result{State: api.StateCancelled, Reason: api.ReasonCancelled}, true
 }
 
-// buildStep turns a workflow step into an executor step. Notes for the
-// person reading the log go to out. A problem (a broken shared step) means
-// the step cannot run.
-func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer) (executor.Step, error) {
+// buildStep turns a workflow step into an executor step; tokens are its id
+// tokens by name, which it gets like secrets. Notes for the person reading
+// the log go to out. A problem (a broken shared step) means the step
+// cannot run.
+func (e *execution) buildStep(sess executor.Session, st workflow.Step, name string, out io.Writer, tokens map[string]string) (executor.Step, error) {
 	env := make(map[string]string, len(e.job.Env)+16)
 	for k, v := range localeDefaults {
 		env[k] = v
@@ -315,6 +329,9 @@ func (e *execution) buildStep(sess executor.Session, st workflow.Step, name stri
 		} else {
 			fmt.Fprintf(out, "[knotless: secret %s has no value for this run; the step runs without it]\n", n)
 		}
+	}
+	for n, v := range tokens {
+		secrets[n] = v
 	}
 	argv := strings.Fields(shell)
 	if len(argv) == 0 {

@@ -115,6 +115,7 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 	resume := &Resume{
 		Started:     rec.Claim.Started,
 		Steps:       rec.Steps,
+		StepStarted: rec.Started,
 		Checkpoints: map[int]logship.Checkpoint{},
 		By:          fmt.Sprintf("knotless-run %s (process %d)", version.Version, os.Getpid()),
 		// Outputs packed already are in the spool: shipped, not collected again.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
@@ -54,7 +55,7 @@ func (w *world) removeRunner() {
 func TestRunner_RemovedWhileLongPollingStopsWithErrNotRegistered(t *testing.T) {
 	w := newWorld(t, true)
 	done, rec := w.runUntilReturn(t)
-	waitFor(t, 10*time.Second, "the runner to start polling", func() bool { return rec.contains("runner started") })
+	testwait.For(t, 10*time.Second, "the runner to start polling", func() bool { return rec.contains("runner started") })
 	w.removeRunner()
 	select {
 	case err := <-done:
@@ -80,7 +81,7 @@ func TestRunner_RemovedDuringARunCancelsItAndStops(t *testing.T) {
 	w := newWorld(t, true)
 	done, rec := w.runUntilReturn(t)
 	run := w.push(map[string]string{".knotless/workflows/ci.yml": wfHead + "steps:\n  - run: echo started; sleep 120\n"})
-	waitFor(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
+	testwait.For(t, 30*time.Second, "step output", func() bool { return strings.Contains(string(w.stepLog(run.ID, 1)), "started") })
 	start := time.Now()
 	w.removeRunner()
 	select {

@@ -32,7 +32,9 @@ type executorFlags struct {
 	agent string // --agent
 	job   executor.JobFlags
 	opts  []executor.Options
-	owner map[string][]string // flag name → the executors that read it
+	// capacity is the runner's --capacity, for Setup.Capacity (run only).
+	capacity int
+	owner    map[string][]string // flag name → the executors that read it
 	// observer, when set, is told what the executor does (metrics).
 	observer executor.Observer
 }

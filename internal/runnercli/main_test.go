@@ -20,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/runner"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // The test binary doubles as knotless-run: with KNOTLESS_RUN_AS_MAIN=1 it
@@ -314,7 +315,7 @@ func TestExec_KilledExecLeavesNoStepRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitUntil(t, 30*time.Second, "the step to start", func() bool { return strings.Contains(out.String(), "started\n") })
+	testwait.For(t, 30*time.Second, "the step to start", func() bool { return strings.Contains(out.String(), "started\n") })
 	if len(pidsWithArg(marker)) != 1 {
 		t.Fatalf("no step process with argument %s", marker)
 	}
@@ -322,7 +323,7 @@ func TestExec_KilledExecLeavesNoStepRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitUntil(t, 15*time.Second, "the step and its agent to end after exec was killed", func() bool {
+	testwait.For(t, 15*time.Second, "the step and its agent to end after exec was killed", func() bool {
 		return len(pidsWithArg(marker)) == 0 && len(pidsMentioning(work)) == 0
 	})
 	_ = errb
@@ -335,17 +336,6 @@ func TestRun_MissingAgentIsRefusedAtStart(t *testing.T) {
 	cmd, _, errb := command(tmp, nil, "run", "--state", filepath.Join(tmp, "none.json"), "--work", filepath.Join(tmp, "w"), "--agent", "/nonexistent/knotless-agent")
 	if code := exitCode(t, cmd.Run()); code != 1 || !strings.Contains(errb.String(), "--agent /nonexistent/knotless-agent") {
 		t.Fatalf("exit %d, stderr %q; want 1 and a message naming --agent", code, errb.String())
-	}
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

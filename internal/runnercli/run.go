@@ -117,6 +117,7 @@ to do, cancels its running runs and exits 1.`,
 				}
 				defer stopMetrics()
 			}
+			exf.capacity = cfg.Capacity
 			ex, err := exf.newExecutor(work, name, log, false)
 			if err != nil {
 				return err

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
@@ -72,7 +71,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller st
 	if err != nil {
 		return err
 	}
-	a, err := s.store.CreateAccount(r.Context(), store.Account{Handle: in.Handle, DID: did, Admin: in.Admin, CreatedAt: time.Now()},
+	a, err := s.store.CreateAccount(r.Context(), store.Account{Handle: in.Handle, DID: did, Admin: in.Admin, CreatedAt: s.now()},
 		hashToken(token))
 	if errors.Is(err, store.ErrConflict) {
 		if _, herr := s.store.AccountByHandle(r.Context(), in.Handle); herr == nil {
@@ -123,7 +122,7 @@ func (s *Server) createRepo(w http.ResponseWriter, r *http.Request, caller store
 	if err := s.initBare(r.Context(), owner.Handle, name); err != nil {
 		return err
 	}
-	repo, err := s.store.CreateRepo(r.Context(), owner.ID, name, time.Now())
+	repo, err := s.store.CreateRepo(r.Context(), owner.ID, name, s.now())
 	if errors.Is(err, store.ErrConflict) {
 		return xerr(http.StatusConflict, api.ErrConflict, "repository %s/%s exists already: choose another name, or push to it", owner.Handle, name)
 	}

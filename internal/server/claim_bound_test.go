@@ -12,6 +12,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Issue 14, item 9: one approved runner held 10,000 claim long polls
@@ -56,17 +57,17 @@ func TestServer_ClaimLongPollsAreBoundedPerRunner(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, 20*time.Second, "all claims past the limit refused", func() bool {
+	testwait.For(t, 20*time.Second, "all claims past the limit refused", func() bool {
 		return refused.Load() == int64(n-limit)
 	})
-	eventually(t, 5*time.Second, "the claims within the limit waiting", func() bool {
+	testwait.For(t, 5*time.Second, "the claims within the limit waiting", func() bool {
 		return f.ClaimStats().Waiting == limit
 	})
 	// What may stay open: both ends of the waiting claims, the database's
 	// pool warming up under the load (8 connections, 2 files each) and a
 	// few more; a held claim would cost 2 each.
 	var fds int
-	eventually(t, 5*time.Second, "the refused claims' connections closed", func() bool {
+	testwait.For(t, 5*time.Second, "the refused claims' connections closed", func() bool {
 		fds = openFDs(t)
 		return fds-fds0 <= 2*limit+16+10
 	})
@@ -121,7 +122,7 @@ func TestServer_QueuedRunWakesOneWaitingRunnerNotAll(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, 10*time.Second, "every runner waiting", func() bool { return f.ClaimStats().Waiting == n })
+	testwait.For(t, 10*time.Second, "every runner waiting", func() bool { return f.ClaimStats().Waiting == n })
 	woken0 := f.ClaimStats().Woken
 
 	// A run only r17 qualifies for wakes r17 alone.
@@ -142,7 +143,7 @@ func TestServer_QueuedRunWakesOneWaitingRunnerNotAll(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nobody claimed the second run")
 	}
-	eventually(t, 5*time.Second, "the others waiting again", func() bool { return f.ClaimStats().Waiting == n-2 })
+	testwait.For(t, 5*time.Second, "the others waiting again", func() bool { return f.ClaimStats().Waiting == n-2 })
 	if w := f.ClaimStats().Woken - woken0; w != 2 {
 		t.Errorf("two queued runs woke %d waiting claims, want 2", w)
 	}

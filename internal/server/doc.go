@@ -18,12 +18,18 @@
 //	                         with replicas DIR/tmp/<replica>/, each its own (replicas.go)
 //	DIR/secret.key           32 random bytes: AES-256-GCM key of secrets, 0600
 //	DIR/server.key           P-256 private key (multibase); the server DID is its did:key, 0600
+//	DIR/oidc-keys.json       RSA keys signing the runs' id tokens (the current one first, retired
+//	                         ones while published), 0600; rotated by `knotless-server oidc-keys rotate`
 //	DIR/admin.token          the admin account's API token (first start), 0600
 //	DIR/server.url           the URL a running knotless-server answers at (written by its main;
 //	                         not with replicas)
 //	DIR/.lock                flocked by the one server using DIR (shared by replicas), from New
 //	                         to Close; holds its PID (not with replicas)
 //
+// It is also an OpenID Connect issuer at its URL (idtokens.go,
+// internal/oidc): /.well-known/openid-configuration, the JWKS, and id
+// tokens for the steps of a run, asked by the runner that holds it.
+//
 // It must never log, return or store in plaintext an API token, a run token
-// or a secret value; and it never dials a runner: runners come to it.
+// or a secret value, and never log or store an id token; and it never dials a runner: runners come to it.
 package server

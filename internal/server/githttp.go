@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -90,7 +89,7 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	}
 	var acct *store.Account
 	var run *store.Run
-	if a, err := s.store.AccountByToken(ctx, hashToken(pass), time.Now()); err == nil {
+	if a, err := s.store.AccountByToken(ctx, hashToken(pass), s.now()); err == nil {
 		acct = &a
 	} else if errors.Is(err, store.ErrTokenExpired) {
 		unauthorized(w, "API "+storeMessage(err, store.ErrTokenExpired)+": use another token of the account")
@@ -150,7 +149,12 @@ func (s *Server) serveGit(w http.ResponseWriter, r *http.Request, owner, name, r
 	default:
 		user = fmt.Sprintf("run-%d", run.ID)
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("git: repository path", "repo", repo.FullName(), "err", err)
+		http.Error(w, "internal error: this repository's stored name fails the name rule; the server's log says more", http.StatusInternalServerError)
+		return
+	}
 	switch {
 	case push && rest == "/git-receive-pack" && r.Method == http.MethodPost:
 		s.receivePack(w, r, repo, user)

@@ -20,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // The tests of this file send hostile git traffic (bodies too large,
@@ -343,7 +344,7 @@ func pushErr(t *testing.T, f *fixture, dir, repo string, refspecs ...string) (st
 // waitEmpty polls until dir holds no file.
 func waitEmpty(t *testing.T, dir string) {
 	t.Helper()
-	eventually(t, 5*time.Second, dir+" to be empty", func() bool {
+	testwait.For(t, 5*time.Second, dir+" to be empty", func() bool {
 		ents, err := os.ReadDir(dir)
 		return err == nil && len(ents) == 0
 	})
@@ -409,7 +410,7 @@ func TestServer_PushSpoolIsRemovedWhenThePusherHangsUpMidBody(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Second, "the push to be spooled", func() bool { return dirBytes(tmp) >= 2<<20 })
+	testwait.For(t, 5*time.Second, "the push to be spooled", func() bool { return dirBytes(tmp) >= 2<<20 })
 	conn.Close()
 	waitEmpty(t, tmp)
 }
@@ -470,7 +471,7 @@ func TestServer_StalledPushBlocksNoOtherPushNorFetch(t *testing.T) {
 	if err := writeChunk(conn, []byte(pkt(zero+" "+strings.Repeat("1", 40)+" refs/heads/stalled\x00report-status\n")+"0000PACK")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the stalled push to be spooled", func() bool { return dirBytes(tmp) > 0 })
+	testwait.For(t, 5*time.Second, "the stalled push to be spooled", func() bool { return dirBytes(tmp) > 0 })
 
 	timed := func(what string, args ...string) {
 		t.Helper()

@@ -24,9 +24,10 @@ import (
 
 // selectWithNeeds checks the needs of every parsed file (a file whose
 // needs are wrong becomes an error of its own), and returns the paths of
-// the files keep selects that match ev (or failed to parse), with every
-// file they need, and each good file's needs resolved to paths.
-func selectWithNeeds(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWorkflow) bool) (map[string]bool, map[string]map[string]string) {
+// the files keep selects that match ev (all of them with all; and those
+// that failed to parse), with every file they need, and each good file's
+// needs resolved to paths.
+func selectWithNeeds(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw parsedWorkflow) bool) (map[string]bool, map[string]map[string]string) {
 	files := make([]workflow.PipelineFile, len(parsed))
 	for i, pw := range parsed {
 		files[i] = workflow.PipelineFile{Path: pw.Path, Runs: pw.Runs}
@@ -39,7 +40,7 @@ func selectWithNeeds(parsed []parsedWorkflow, ev workflow.Event, keep func(pw pa
 			pw.Err, pw.WF, pw.Runs = list, nil, nil
 			files[i].Runs = nil
 		}
-		if keep(*pw) && (pw.Err != nil || pw.WF.Matches(ev)) {
+		if keep(*pw) && (pw.Err != nil || all || pw.WF.Matches(ev)) {
 			chosen = append(chosen, pw.Path)
 		}
 	}
@@ -221,7 +222,7 @@ func (s *Server) environmentsRemoved(w http.ResponseWriter, r *http.Request, x s
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
-	ready, err := s.store.EnvironmentsGone(r.Context(), x.ID, 0, in.Keep, time.Now())
+	ready, err := s.store.EnvironmentsGone(r.Context(), x.ID, 0, in.Keep, s.now())
 	if err != nil {
 		return err
 	}

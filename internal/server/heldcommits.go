@@ -51,7 +51,11 @@ func (s *Server) holdPipelineCommit(ctx context.Context, repo store.Repo, p stor
 	if allFinal(runs) {
 		return
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("hold the commit of a pipeline", "pipeline", p.ID, "repo", repo.FullName(), "err", err)
+		return
+	}
 	if _, err := s.git(ctx, dir, "update-ref", pipelineRef(p.ID), p.SHA); err != nil {
 		s.log.Error("hold the commit of a pipeline", "pipeline", p.ID, "repo", repo.FullName(), "err", err)
 		return
@@ -75,7 +79,12 @@ func (s *Server) releasePipeline(ctx context.Context, id int64, full string) {
 		return
 	}
 	owner, name, _ := strings.Cut(full, "/")
-	if _, err := s.git(ctx, s.repoDir(owner, name), "update-ref", "-d", pipelineRef(id)); err != nil {
+	dir, err := s.repoDir(owner, name)
+	if err != nil {
+		s.log.Error("release the commit of a pipeline", "pipeline", id, "repo", full, "err", err)
+		return
+	}
+	if _, err := s.git(ctx, dir, "update-ref", "-d", pipelineRef(id)); err != nil {
 		s.log.Warn("release the commit of a pipeline", "pipeline", id, "repo", full, "err", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/url"
 	"testing"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
@@ -74,18 +73,6 @@ func byWorkflow(runs []api.Run) map[string]api.Run {
 // queuedWorkflow is a valid workflow text selected by pushes to branches.
 func queuedWorkflow(extra string) string {
 	return "on:\n  push: {}\n  manual: {}\n" + extra + "steps:\n  - run: echo hello\n"
-}
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func itoa(n int64) string { return fmt.Sprint(n) }

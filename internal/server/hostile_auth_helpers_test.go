@@ -14,6 +14,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // Helpers of the tests that attack the server as a stranger or a
@@ -73,7 +74,7 @@ func openFDs(t *testing.T) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Skipf("cannot count file descriptors: %v", err)
+		testenv.Skipf(t, "cannot count file descriptors: %v", err)
 	}
 	return len(ents)
 }

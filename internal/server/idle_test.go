@@ -11,6 +11,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // cpuTime is the CPU time (user + system) this process has used.
@@ -44,7 +45,7 @@ func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
 		}()
 	}
 	// Every runner was heard from: all polls passed authentication.
-	eventually(t, 60*time.Second, "all runners to start polling", func() bool {
+	testwait.For(t, 60*time.Second, "all runners to start polling", func() bool {
 		var list api.ListRunnersOutput
 		if err := f.alice().Query(context.Background(), api.MethodListRunners, url.Values{"repo": {f.repo}, "limit": {"1000"}}, &list); err != nil {
 			return false
@@ -56,7 +57,8 @@ func TestClaim_IdleLongPollsOf200RunnersUseAlmostNoCPU(t *testing.T) {
 		}
 		return len(list.Runners) == n
 	})
-	time.Sleep(500 * time.Millisecond) // the last polls finish looking and wait; what follows is measured
+	// The last polls finish looking and wait; what follows is measured.
+	testwait.For(t, 30*time.Second, "every runner's poll to wait", func() bool { return f.ClaimStats().Waiting == n })
 	const window = 3 * time.Second
 	before := cpuTime(t)
 	time.Sleep(window)

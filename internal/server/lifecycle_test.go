@@ -14,6 +14,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // appendLog sends data at offset to a step log.
@@ -272,8 +273,7 @@ func TestGetLog_WaitReturnsWhenBytesArrive(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		got <- answer{string(b), resp.Header.Get(api.LogSizeHeader), resp.Header.Get(api.LogDoneHeader), err}
 	}()
-	// Give the request time to start waiting; the answer is correct either way.
-	time.Sleep(100 * time.Millisecond)
+	testwait.For(t, 10*time.Second, "the request to wait for the log", func() bool { return f.RunWatched(id) })
 	start := time.Now()
 	if _, err := appendLog(r, id, 1, 0, "first bytes\n"); err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestShutdown_EndsLongPollsAtOnce(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let the poll start; the outcome does not depend on it
+	testwait.For(t, 10*time.Second, "the claim to wait", func() bool { return f.ClaimStats().Waiting == 1 })
 	start := time.Now()
 	f.Stop()
 	if d := time.Since(start); d > 10*time.Second {

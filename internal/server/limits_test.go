@@ -21,6 +21,7 @@ import (
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Attacks on the HTTP server by clients that hold connections without
@@ -128,7 +129,7 @@ func TestLimits_1563StalledHeadersNeitherCrowdOutAClientNorPileUp(t *testing.T) 
 	answeredWithinASecond(t, f, "")
 	answeredWithinASecond(t, f, "127.0.0.2")
 	// The server holds at most its per-address limit of them.
-	eventually(t, 10*time.Second, "the server to close the stalled headers past its per-address limit", func() bool {
+	testwait.For(t, 10*time.Second, "the server to close the stalled headers past its per-address limit", func() bool {
 		return w.closed.Load() >= n-server.DefaultMaxConnsPerClient
 	})
 	answeredWithinASecond(t, f, "")
@@ -184,7 +185,7 @@ func TestLimits_WaitingConnectionsMakeRoomForANewClient(t *testing.T) {
 	answeredWithinASecond(t, f, "127.0.0.2")
 	answeredWithinASecond(t, f, "127.0.0.3")
 	answeredWithinASecond(t, f, "127.0.0.4")
-	eventually(t, 5*time.Second, "the server to hold at most its limits", func() bool {
+	testwait.For(t, 5*time.Second, "the server to hold at most its limits", func() bool {
 		return w.closed.Load() >= 50-total
 	})
 }
@@ -215,7 +216,7 @@ func TestLimits_PerClientLimitRefusesPastRequestsInFlightOnly(t *testing.T) {
 	}
 	// Once the three polls are inside their requests, a fourth connection
 	// from their address is refused at once.
-	eventually(t, 10*time.Second, "a fourth connection from 127.0.0.2 to be refused", func() bool {
+	testwait.For(t, 10*time.Second, "a fourth connection from 127.0.0.2 to be refused", func() bool {
 		c := dialFrom(t, f, "127.0.0.2")
 		defer c.Close()
 		fmt.Fprintf(c, "GET /xrpc/%s HTTP/1.1\r\nHost: x\r\n\r\n", api.MethodDescribeServer)
@@ -229,7 +230,7 @@ func TestLimits_PerClientLimitRefusesPastRequestsInFlightOnly(t *testing.T) {
 	})
 	answeredWithinASecond(t, f, "127.0.0.3")
 	cancel()
-	eventually(t, 5*time.Second, "127.0.0.2 to be served again after its polls ended", func() bool {
+	testwait.For(t, 5*time.Second, "127.0.0.2 to be served again after its polls ended", func() bool {
 		var out api.Account
 		return clientFrom(f, "127.0.0.2").Query(context.Background(), api.MethodWhoAmI, nil, &out) == nil
 	})
@@ -269,9 +270,9 @@ func TestLimits_ReaderThatNeverReadsIsHungUpOnAndTheLogClosed(t *testing.T) {
 	c.(*net.TCPConn).SetReadBuffer(4 << 10)
 	fmt.Fprintf(c, "GET /xrpc/%s?run=%d&step=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n",
 		api.MethodGetRunLog, run.ID, f.token)
-	eventually(t, 5*time.Second, "the server to open the log", func() bool { return openFiles(t, logPath) > 0 })
+	testwait.For(t, 5*time.Second, "the server to open the log", func() bool { return openFiles(t, logPath) > 0 })
 	answeredWithinASecond(t, f, "")
-	eventually(t, 10*time.Second, "the server to give up on the reader and close the log", func() bool {
+	testwait.For(t, 10*time.Second, "the server to give up on the reader and close the log", func() bool {
 		return openFiles(t, logPath) == 0
 	})
 }

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
 )
 
-// logFiles keeps step logs as files: DIR/logs/<run>/<step>.log. A log's
-// size is its file's size; appends to one log are serialized.
+// logFiles keeps step logs as files: DIR/logs/<run>/<step>.log, and their
+// line times (api.LineTime records) as <step>.times beside. A log's size
+// is its file's size; appends to one log are serialized.
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
@@ -63,8 +65,10 @@ func (l *logFiles) size(run int64, step int) (int64, error) {
 // append writes data, which starts at byte offset of the log: bytes the log
 // already holds ([offset, size)) are skipped, never written twice. An
 // offset past the size fails with *errGap. It returns the size before and
-// after the append.
-func (l *logFiles) append(run int64, step int, offset int64, data []byte) (before, after int64, err error) {
+// after the append. times are the line times of data (offsets ascending):
+// those of the bytes written are kept (a failure to is logged by the
+// caller's next read, never an error of the append).
+func (l *logFiles) append(run int64, step int, offset int64, data []byte, times ...api.LineTime) (before, after int64, err error) {
 	mu := l.lock(run, step)
 	mu.Lock()
 	defer mu.Unlock()
@@ -94,7 +98,47 @@ func (l *logFiles) append(run int64, step int, offset int64, data []byte) (befor
 		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", run, step, err)
 	}
 	dropBehind(f, size, size+int64(n))
+	l.appendTimes(run, step, size, size+int64(n), times)
 	return size, size + int64(n), f.Close()
+}
+
+func (l *logFiles) timesPath(run int64, step int) string {
+	return filepath.Join(l.dir, strconv.FormatInt(run, 10), strconv.Itoa(step)+".times")
+}
+
+// appendTimes keeps the line times among ts whose offsets are in [from,
+// to), the bytes just written, after the last one kept (the caller holds
+// the log's lock). Best effort: times are a help to read a log.
+func (l *logFiles) appendTimes(run int64, step int, from, to int64, ts []api.LineTime) {
+	var buf []byte
+	for _, t := range ts {
+		if t.Offset >= from && t.Offset < to {
+			buf = api.AppendLineTime(buf, t)
+		}
+	}
+	if len(buf) == 0 {
+		return
+	}
+	f, err := os.OpenFile(l.timesPath(run, step), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size()%api.LineTimeSize != 0 {
+		_ = f.Truncate(fi.Size() - fi.Size()%api.LineTimeSize) // a torn record
+	}
+	_, _ = f.Write(buf)
+}
+
+// lineTimes returns the line times of the log with offsets in [from, to),
+// at most max (0: all), and with before, the last one below from first.
+// None when the log has none.
+func (l *logFiles) lineTimes(run int64, step int, from, to int64, max int, before bool) ([]api.LineTime, error) {
+	ts, err := api.ReadLineTimesFile(l.timesPath(run, step), from, to, max, before)
+	if err != nil {
+		return nil, fmt.Errorf("read line times of run %d step %d: %w", run, step, err)
+	}
+	return ts, nil
 }
 
 // dropUnit is the unit in which dropBehind hands a growing log to the disk.
@@ -198,12 +242,18 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	if _, err := s.heldRun(ctx, x, id); err != nil {
 		return err
 	}
+	// Line times are a help to read the log: malformed ones are dropped,
+	// never a reason to refuse the log's bytes.
+	times, terr := api.ParseLineTimes(r.URL.Query().Get(api.LogTimesParam))
+	if terr != nil {
+		s.log.Warn("append log: line times dropped", "run", id, "step", step, "runner", x.Name, "err", terr)
+	}
 	data, release, err := readLogChunk(r, maxLogChunk)
 	if err != nil {
 		return err
 	}
 	defer release()
-	before, after, err := s.logs.append(id, int(step), offset, data)
+	before, after, err := s.logs.append(id, int(step), offset, data, times...)
 	var gap *errGap
 	if errors.As(err, &gap) {
 		size := gap.size

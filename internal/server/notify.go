@@ -40,6 +40,18 @@ func (h *hub) notifyAll() {
 	}
 }
 
+// waited reports whether someone subscribed to key since its last notify.
+func (h *hub) waited(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ch[key] != nil
+}
+
+// RunWatched reports whether someone waits for run id to change (a long
+// poll of one of its logs, a page following it) since it last changed: for
+// tests, which wait for it instead of sleeping.
+func (s *Server) RunWatched(id int64) bool { return s.hub.waited(runKey(id)) }
+
 // notify wakes every current waiter of key.
 func (h *hub) notify(key string) {
 	h.mu.Lock()
@@ -84,13 +96,13 @@ func (s *Server) sweep() {
 			continue
 		}
 		if time.Since(pruned) >= pruneEvery {
-			pruned = time.Now()
+			pruned = s.now()
 			if _, err := s.store.PruneJTIs(ctx, pruned); err != nil {
 				s.log.Warn("forget expired runner token ids", "err", err)
 			}
 			s.pruneTmp()
 		}
-		lost, err := s.store.ExpireLeases(ctx, time.Now())
+		lost, err := s.store.ExpireLeases(ctx, s.now())
 		cancel()
 		if err != nil {
 			s.log.Error("expire leases", "err", err)
@@ -109,7 +121,7 @@ func (s *Server) sweep() {
 // touchRunner records that a runner was heard from, writing at most every
 // two seconds per runner.
 func (s *Server) touchRunner(ctx context.Context, id int64) {
-	now := time.Now()
+	now := s.now()
 	s.seenMu.Lock()
 	last, ok := s.seen[id]
 	if ok && now.Sub(last) < 2*time.Second {

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/outputs"
@@ -221,7 +220,7 @@ func (s *Server) verifyOutputs(run int64, p, sum string, total int64) (store.Out
 	for i, e := range list {
 		entries[i] = store.OutputEntry{Path: e.Path, Kind: e.Kind, Size: e.Size, Mode: e.Mode, Target: e.Target}
 	}
-	return store.Outputs{RunID: run, Size: total, SHA256: sum, Entries: st.Entries, Bytes: st.Bytes, StoredAt: time.Now()}, entries, nil
+	return store.Outputs{RunID: run, Size: total, SHA256: sum, Entries: st.Entries, Bytes: st.Bytes, StoredAt: s.now()}, entries, nil
 }
 
 // apiOutputs converts a stored outputs record.

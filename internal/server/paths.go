@@ -44,14 +44,17 @@ func (s *Server) repoPath(owner, name string) (string, error) {
 // repoDir is repoPath for a repository read from the store, whose names
 // passed the rule when it was created (createRepo) or looked up
 // (repoByFullName, gitPath). A name that fails it now (a row written by an
-// older server, before the rule) is refused the same way: the request
-// fails, no path outside DATA/repos is ever used.
-func (s *Server) repoDir(owner, name string) string {
+// older server, before the rule) is an error naming the repository: the
+// request or the background work (the lease sweeper releasing a pipeline's
+// commit) fails alone, the server goes on, and no path outside DATA/repos is
+// ever used.
+func (s *Server) repoDir(owner, name string) (string, error) {
 	dir, err := s.repoPath(owner, name)
 	if err != nil {
-		panic(fmt.Sprintf("refusing the path of repository %s/%s: %v", owner, name, err))
+		return "", fmt.Errorf("refusing the path of repository %s/%s, stored by an older server under a name that fails today's rule (rename it): %w",
+			owner, name, err)
 	}
-	return dir
+	return dir, nil
 }
 
 // inside joins elems to root and proves the result stays inside root: the

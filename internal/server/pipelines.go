@@ -9,7 +9,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -37,16 +36,17 @@ type parsedWorkflow struct {
 // workflowsAt lists and reads the workflow files (*.yml, *.yaml directly
 // under .knotless/workflows) at commit sha, by the rule lint applies too
 // (workflow.CheckDir, workflow.CheckFile): a symbolic link, as the
-// directory or as a file, is an entry with Err, never followed.
-func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFile, error) {
+// directory or as a file, or a file named *.YML, is an entry with Err,
+// never followed. Every other entry of .knotless/workflows is not run and
+// named in notes, with why (workflow.NotWorkflow), for the pipeline.
+func (s *Server) workflowsAt(ctx context.Context, dir, sha string) (files []workflowFile, notes []string, err error) {
 	parent := path.Dir(workflow.Dir)
 	// -t names .knotless and .knotless/workflows themselves (their modes)
 	// before the files in the latter.
 	out, err := s.git(ctx, dir, "ls-tree", "-z", "-t", sha, "--", parent, workflow.Dir, workflow.Dir+"/")
 	if err != nil {
-		return nil, fmt.Errorf("list %s at %s: %w", workflow.Dir, sha, err)
+		return nil, nil, fmt.Errorf("list %s at %s: %w", workflow.Dir, sha, err)
 	}
-	var files []workflowFile
 	for _, entry := range bytes.Split(out, []byte{0}) {
 		meta, p, ok := strings.Cut(string(entry), "\t")
 		if !ok {
@@ -59,7 +59,7 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFi
 		kind := workflow.GitKind(f[0])
 		if p == parent || p == workflow.Dir {
 			if err := workflow.CheckDir(p, kind); err != nil {
-				return []workflowFile{{Path: p, Refused: err}}, nil
+				return []workflowFile{{Path: p, Refused: err}}, nil, nil
 			}
 			continue
 		}
@@ -67,6 +67,7 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFi
 			continue // elsewhere in .knotless
 		}
 		if ok, err := workflow.CheckFile(p, kind); !ok {
+			notes = append(notes, notRunNote(p, kind))
 			continue
 		} else if err != nil {
 			files = append(files, workflowFile{Path: p, Refused: err})
@@ -74,7 +75,7 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFi
 		}
 		src, err := s.git(ctx, dir, "cat-file", "blob", f[2])
 		if err != nil {
-			return nil, fmt.Errorf("read %s at %s: %w", p, sha, err)
+			return nil, nil, fmt.Errorf("read %s at %s: %w", p, sha, err)
 		}
 		if len(src) > maxWorkflowSize {
 			src = src[:maxWorkflowSize]
@@ -82,7 +83,22 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) ([]workflowFi
 		files = append(files, workflowFile{Path: p, Source: src})
 	}
 	slices.SortFunc(files, func(a, b workflowFile) int { return strings.Compare(a.Path, b.Path) })
-	return files, nil
+	slices.Sort(notes)
+	if len(notes) > maxNotes {
+		notes = append(notes[:maxNotes], fmt.Sprintf("and %d more entries of %s that are not workflows (knotless workflow lint lists them)", len(notes)-maxNotes, workflow.Dir))
+	}
+	return files, notes, nil
+}
+
+// maxNotes caps the notes of one pipeline about entries that are not
+// workflows.
+const maxNotes = 20
+
+// notRunNote is a pipeline's note about an entry p of .knotless/workflows
+// that is not a workflow file, e.g. ".knotless/workflows/c.json: not a
+// workflow, not run: the file name ends in .json: ...".
+func notRunNote(p string, kind workflow.EntryKind) string {
+	return workflow.DisplayPath(p) + ": not a workflow, not run: " + workflow.NotWorkflow(p, kind)
 }
 
 // parseAll parses every file; a file that fails never stops the others.
@@ -156,12 +172,13 @@ type plannedRun struct {
 }
 
 // planRuns selects the runs of one pipeline: queued runs (one per matrix
-// combination) of each workflow that keep selects and that matches ev,
-// with every workflow they need (`needs:`, transitively, whatever its
-// `on:` says), and an errored run per selected file that failed to parse
-// or whose needs are wrong (workflow.CheckNeeds).
-func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWorkflow) bool) []plannedRun {
-	selected, resolved := selectWithNeeds(parsed, ev, keep)
+// combination) of each workflow that keep keeps and that matches ev
+// (every one it keeps when all is set: a re-run), with every workflow
+// they need (`needs:`, transitively, whatever its `on:` says), and an
+// errored run per selected file that failed to parse or whose needs are
+// wrong (workflow.CheckNeeds).
+func planRuns(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw parsedWorkflow) bool) []plannedRun {
+	selected, resolved := selectWithNeeds(parsed, ev, all, keep)
 	var out []plannedRun
 	first := map[string][]int{} // path → indexes of its runs in out
 	for _, pw := range parsed {
@@ -204,7 +221,8 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, keep func(pw parsedWor
 // createPipeline stores a pipeline with its runs, writes the setup logs of
 // errored runs and wakes runners waiting for work.
 func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, trig trigger, planned []plannedRun) (store.Pipeline, []store.Run, error) {
-	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor, CreatedAt: time.Now()}
+	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor,
+		CreatedAt: s.now(), Notes: trig.notes, RerunOf: trig.rerunOf}
 	for _, p := range planned {
 		np.Runs = append(np.Runs, p.NewRun)
 	}
@@ -222,7 +240,7 @@ func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, 
 		}
 	}
 	s.log.Info("pipeline created", "pipeline", p.ID, "repo", repo.FullName(), "ref", ref, "sha", sha,
-		"event", event, "runs", ids)
+		"event", event, "runs", ids, "notes", len(trig.notes), "rerun_of", trig.rerunOf)
 	for _, run := range runs {
 		if run.State == api.StateErrored {
 			s.log.Warn("run finished", "run", run.ID, "repo", repo.FullName(), "workflow", run.Workflow,
@@ -246,13 +264,22 @@ func (s *Server) commitOf(ctx context.Context, dir, oid string) (string, bool) {
 }
 
 // trigger is who made a pipeline, and from what: the account's handle and
-// the commit the pushed ref pointed at before ("" when new, or manual).
-type trigger struct{ actor, before string }
+// the commit the pushed ref pointed at before ("" when new, or manual);
+// with the pipeline's notes and the pipeline it re-runs (0: none).
+type trigger struct {
+	actor, before string
+	notes         []string
+	rerunOf       int64
+}
 
 // afterPush makes one pipeline per branch or tag a push (by the account
 // actor) created or updated.
 func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) {
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("make pipelines after a push", "repo", repo.FullName(), "err", err)
+		return
+	}
 	var changed []string
 	for ref, oid := range after {
 		if before[ref] != oid && (strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/")) {
@@ -270,22 +297,22 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, b
 		if strings.HasPrefix(ref, "refs/tags/") {
 			event = "tag"
 		}
-		files, err := s.workflowsAt(ctx, dir, sha)
+		files, notes, err := s.workflowsAt(ctx, dir, sha)
 		if err != nil {
 			s.log.Error("read workflows after push", "repo", repo.FullName(), "ref", ref, "err", err)
 			continue
 		}
-		planned := planRuns(parseAll(files), workflow.Event{Kind: workflow.EventPush, Ref: ref},
+		planned := planRuns(parseAll(files), workflow.Event{Kind: workflow.EventPush, Ref: ref}, false,
 			func(parsedWorkflow) bool { return true })
 		if len(planned) == 0 {
-			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha)
+			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha, "not_workflows", notes)
 			continue
 		}
 		var was string
 		if old, ok := before[ref]; ok {
 			was, _ = s.commitOf(ctx, dir, old)
 		}
-		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, trigger{actor: actor, before: was}, planned); err != nil {
+		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, trigger{actor: actor, before: was, notes: notes}, planned); err != nil {
 			s.log.Error("create pipeline after push", "repo", repo.FullName(), "ref", ref, "err", err)
 		}
 	}
@@ -388,7 +415,13 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	if err != nil {
 		return err
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	if err := api.CheckText("workflow", in.Workflow); err != nil {
+		return badRequest("%v", err)
+	}
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return err
+	}
 	ref, sha, err := s.resolveRef(ctx, dir, in.Ref)
 	if err != nil {
 		return err
@@ -398,7 +431,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 			return err
 		}
 	}
-	files, err := s.workflowsAt(ctx, dir, sha)
+	files, notes, err := s.workflowsAt(ctx, dir, sha)
 	if err != nil {
 		return err
 	}
@@ -410,7 +443,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 	if in.Workflow != "" && !slices.ContainsFunc(parsed, named) {
 		return xerr(http.StatusNotFound, api.ErrNotFound, "no workflow %q in %s at %s", in.Workflow, workflow.Dir, ref)
 	}
-	planned := planRuns(parsed, workflow.Event{Kind: workflow.EventManual, Ref: ref}, named)
+	planned := planRuns(parsed, workflow.Event{Kind: workflow.EventManual, Ref: ref}, false, named)
 	if len(planned) == 0 {
 		if in.Workflow != "" {
 			return badRequest("workflow %q at %s has no `manual` trigger; add `manual: {}` under `on:` to allow triggering it",
@@ -419,14 +452,19 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request, a store.Acco
 		return badRequest("no workflow in %s at %s has a `manual` trigger; add `manual: {}` under `on:` to allow triggering",
 			workflow.Dir, ref)
 	}
-	p, runs, err := s.createPipeline(ctx, repo, ref, sha, workflow.EventManual, trigger{actor: a.Handle}, planned)
+	p, runs, err := s.createPipeline(ctx, repo, ref, sha, workflow.EventManual, trigger{actor: a.Handle, notes: notes}, planned)
 	if err != nil {
 		return err
 	}
+	return writeJSON(w, apiPipeline(p, runs))
+}
+
+// apiPipeline converts a stored pipeline and its runs (without steps).
+func apiPipeline(p store.Pipeline, runs []store.Run) api.Pipeline {
 	out := api.Pipeline{ID: p.ID, Repo: p.Repo, Ref: p.Ref, SHA: p.SHA, Event: p.Event, CreatedAt: p.CreatedAt,
-		Runs: make([]api.Run, 0, len(runs))}
+		Notes: p.Notes, RerunOf: p.RerunOf, Runs: make([]api.Run, 0, len(runs))}
 	for _, run := range runs {
 		out.Runs = append(out.Runs, apiRun(run, nil))
 	}
-	return writeJSON(w, out)
+	return out
 }

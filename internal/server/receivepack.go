@@ -115,7 +115,12 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		http.Error(w, fmt.Sprintf("unsupported content type %q", ct), http.StatusUnsupportedMediaType)
 		return
 	}
-	dir := s.repoDir(repo.Owner, repo.Name)
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		s.log.Error("push: repository path", "repo", repo.FullName(), "err", err)
+		http.Error(w, "internal error: this repository's stored name fails the name rule; the server's log says more", http.StatusInternalServerError)
+		return
+	}
 	limit, quota := s.cfg.MaxPushSize, false
 	tooLarge := fmt.Sprintf("push refused: it is larger than %s, this server's limit (knotless-server --max-push-size); "+
 		"push fewer commits at a time, or ask the server's operator to raise the limit", size(s.cfg.MaxPushSize))

@@ -116,7 +116,8 @@ func TestRegister_TokenOfAnotherRepositoryIsRefused(t *testing.T) {
 
 func TestRegister_ExpiredOrUsedTokenIsRefused(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, servertest.Options{})
+	clock := &servertest.Clock{}
+	f := newFixture(t, servertest.Options{Clock: clock})
 	once := regToken(t, f, f.token, api.CreateRegistrationTokenInput{Repo: f.repo})
 	if err := registerWith(t, f, once, f.repo, "r1"); err != nil {
 		t.Fatalf("first use: %v", err)
@@ -133,7 +134,7 @@ func TestRegister_ExpiredOrUsedTokenIsRefused(t *testing.T) {
 		t.Errorf("token after a refused registration: %v", err)
 	}
 	short := regToken(t, f, f.token, api.CreateRegistrationTokenInput{Repo: f.repo, ExpiresIn: 1})
-	time.Sleep(1100 * time.Millisecond)
+	clock.Advance(2 * time.Second)
 	if e := apiErr(t, registerWith(t, f, short, f.repo, "r4")); e.Status != http.StatusForbidden {
 		t.Errorf("expired token: %d %s, want 403", e.Status, e.Name)
 	}

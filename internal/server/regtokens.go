@@ -52,7 +52,7 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	t := store.RegistrationToken{Hash: hashToken(tok), RepoID: repo.ID, CreatedBy: a.Handle, UsesLeft: uses,
 		ExpiresAt: now.Add(ttl), CreatedAt: now}
 	err = s.store.CreateRegistrationToken(r.Context(), t, maxLiveRegistrations)
@@ -93,7 +93,7 @@ func (s *Server) registrationGrant(ctx context.Context, cred, full, did, name st
 	refused := registrationRefused(http.StatusForbidden, full)
 	owner, repoName, _ := strings.Cut(full, "/")
 	if strings.HasPrefix(cred, accountTokenPrefix) {
-		a, err := s.store.AccountByToken(ctx, hashToken(cred), time.Now())
+		a, err := s.store.AccountByToken(ctx, hashToken(cred), s.now())
 		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrTokenExpired) || errors.Is(err, store.ErrAccountDisabled) {
 			return store.Repo{}, "", refused
 		} else if err != nil {
@@ -109,7 +109,7 @@ func (s *Server) registrationGrant(ctx context.Context, cred, full, did, name st
 		return store.Repo{}, "", refused
 	}
 	hash := hashToken(cred)
-	now := time.Now()
+	now := s.now()
 	t, err := s.store.RegistrationToken(ctx, hash, now)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Repo{}, "", refused
@@ -150,7 +150,7 @@ func (s *Server) allowRegistration(w http.ResponseWriter, r *http.Request) error
 			key = clientKey(&net.TCPAddr{IP: ip})
 		}
 	}
-	wait, ok := s.regRate.take(key, time.Now())
+	wait, ok := s.regRate.take(key, s.now())
 	if ok {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/store/postgres/pgtest"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // replicas starts two servers on one new PostgreSQL database and one data
@@ -63,7 +64,7 @@ func TestReplicas_LogFollowerOnASeesBytesAppendedThroughB(t *testing.T) {
 	got := make(chan string, 1)
 	start := time.Now()
 	go func() { got <- followLog(t, a.URL, a.token, run.ID, 1, 6, wait) }()
-	eventually(t, 10*time.Second, "the follower to wait on A", func() bool { return a.LogFollowers() > 0 })
+	testwait.For(t, 10*time.Second, "the follower to wait on A", func() bool { return a.LogFollowers() > 0 })
 	if _, err := appendLog(r, run.ID, 1, 6, "second\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestReplicas_RunQueuedThroughAWakesAClaimWaitingOnB(t *testing.T) {
 	got := make(chan *api.ClaimedRun, 1)
 	start := time.Now()
 	go func() { got <- claim(t, r, wait) }()
-	eventually(t, 10*time.Second, "the claim to wait on B", func() bool { return b.ClaimStats().Waiting > 0 })
+	testwait.For(t, 10*time.Second, "the claim to wait on B", func() bool { return b.ClaimStats().Waiting > 0 })
 	run := pushOne(t, a, "") // may be claimed by the time the push answers
 	c := <-got
 	took := time.Since(start)

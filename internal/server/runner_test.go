@@ -15,6 +15,7 @@ import (
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/svcauth"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // claim asks for a run, waiting up to wait seconds.
@@ -336,7 +337,9 @@ func TestClaim_TwoRunnersRacingForOneRunOneWins(t *testing.T) {
 			}()
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the claims start waiting; correctness does not depend on it
+	testwait.For(t, 3*time.Second, "every claim to wait", func() bool {
+		return f.ClaimStats().Waiting == len(runners)*server.DefaultMaxClaimsPerRunner
+	})
 	run := pushOne(t, f, "")
 	wg.Wait()
 	if len(won) != 1 {

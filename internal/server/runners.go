@@ -472,7 +472,11 @@ func (s *Server) updateStep(w http.ResponseWriter, r *http.Request, x store.Runn
 		return err
 	}
 	now := time.Now()
-	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: cut(in.Name, maxStepName), State: in.State,
+	// The step's name comes from the workflow the server parsed, where a
+	// name that cannot be shown honestly was refused (api.CheckText); one
+	// a runner sends anyway is kept escaped, not refused, so that the
+	// run's journal is never stuck on it.
+	run, err := s.store.UpdateStep(r.Context(), in.Run, store.Step{Index: in.Step, Name: api.VisibleText(cut(in.Name, maxStepName)), State: in.State,
 		ExitCode: in.ExitCode, Reason: cut(in.Reason, maxReason), UpdatedAt: now, At: stepTime(in.At, now)})
 	if err != nil {
 		return err

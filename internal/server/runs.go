@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -15,7 +14,7 @@ import (
 func apiRun(r store.Run, steps []api.Step) api.Run {
 	return api.Run{
 		ID: r.ID, Pipeline: r.PipelineID, Repo: r.Repo, Ref: r.Ref, SHA: r.SHA, Event: r.Event,
-		BeforeSHA: r.BeforeSHA, Actor: r.Actor,
+		BeforeSHA: r.BeforeSHA, Actor: r.Actor, PipelineNotes: r.Notes, PipelineRerunOf: r.RerunOf,
 		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,
@@ -207,7 +206,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Accou
 	if _, err := s.visibleRun(r.Context(), a, in.Run); err != nil {
 		return err
 	}
-	run, err := s.store.CancelRun(r.Context(), in.Run, time.Now())
+	run, err := s.store.CancelRun(r.Context(), in.Run, s.now())
 	if errors.Is(err, store.ErrRunFinished) {
 		return runFinished(run)
 	}

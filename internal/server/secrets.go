@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
@@ -128,7 +127,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, a store.Accou
 		return err
 	}
 	if err := s.store.SetSecret(r.Context(), store.Secret{RepoID: repo.ID, Name: in.Name, Runner: in.Runner,
-		Ciphertext: ct, UpdatedAt: time.Now()}); err != nil {
+		Ciphertext: ct, UpdatedAt: s.now()}); err != nil {
 		return err
 	}
 	s.log.Info("secret set", "repo", repo.FullName(), "name", in.Name, "runner", in.Runner, "by", a.Handle)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
+	"knotless.dev/knotless/internal/oidc"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/store/postgres"
 	"knotless.dev/knotless/internal/store/sqlite"
@@ -58,6 +59,7 @@ const (
 	TmpDir         = "tmp"         // spooled push bodies
 	SecretKeyFile  = "secret.key"  // 32 random bytes, AES-256-GCM key of secrets at rest, 0600
 	ServerKeyFile  = "server.key"  // P-256 private key (multibase), the server DID's key, 0600
+	OIDCKeysFile   = oidc.KeysFile // the id tokens' RSA signing keys (JSON), 0600: internal/oidc
 	AdminTokenFile = "admin.token" // the admin account's API token, written on first start, 0600
 )
 
@@ -113,6 +115,12 @@ type Config struct {
 	// is refused before any of it is stored, with an error naming
 	// --max-outputs-size that the runner writes to the run's setup log.
 	MaxOutputsSize int64
+	// Now is the server's clock for everything it records and expires:
+	// API, registration and run tokens, web sessions, leases and the
+	// handover grace, creation times. Default time.Now; tests give a clock
+	// they move forward (servertest.Clock) instead of sleeping until
+	// something expires. Network deadlines always use the real clock.
+	Now func() time.Time
 	// ReleaseDir, when set, is a directory of release files (what `make
 	// release` wrote) served to anyone at DownloadPath + FILE; New refuses
 	// one that is not a directory. Empty: DownloadPath answers 404 saying
@@ -146,6 +154,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	c.Limits.fill()
 	if c.MaxPushSize <= 0 {
@@ -186,7 +197,8 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	store   store.Store
-	did     string // the server's DID: the audience of runner JWTs
+	did     string       // the server's DID: the audience of runner JWTs
+	issuer  *oidc.Issuer // signs the runs' id tokens (idtokens.go)
 	aead    cipher.AEAD
 	replay  replayCaches
 	coord   store.Coordinator // nil on SQLite: one process
@@ -217,6 +229,9 @@ type Server struct {
 
 	lock *os.File // DIR/.lock, flocked until Close
 }
+
+// now is the server's clock (Config.Now).
+func (s *Server) now() time.Time { return s.cfg.Now() }
 
 // New locks the data directory (DIR/.lock; an *InUseError at once when
 // another server holds it), prepares it (creating keys, the database and,
@@ -330,6 +345,11 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	if s.did, err = svcauth.DIDKey(serverKey); err != nil {
 		return nil, err
 	}
+	keys, err := oidc.OpenKeyring(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.issuer = &oidc.Issuer{URL: cfg.URL, Keys: keys}
 	db, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -342,7 +362,7 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		db.Close()
 		return nil, err
 	}
-	if n, err := s.store.ExtendLeases(ctx, time.Now().Add(cfg.Lease)); err != nil {
+	if n, err := s.store.ExtendLeases(ctx, s.now().Add(cfg.Lease)); err != nil {
 		db.Close()
 		return nil, err
 	} else if n > 0 {
@@ -519,7 +539,7 @@ func (s *Server) ensureAdmin(ctx context.Context) error {
 	if err := writeNew(path, []byte(token+"\n")); err != nil {
 		return err
 	}
-	if _, err := s.store.CreateAccount(ctx, store.Account{Handle: AdminHandle, DID: did, Admin: true, CreatedAt: time.Now()},
+	if _, err := s.store.CreateAccount(ctx, store.Account{Handle: AdminHandle, DID: did, Admin: true, CreatedAt: s.now()},
 		hashToken(token)); err != nil {
 		os.Remove(path)
 		return fmt.Errorf("create admin account: %w", err)

@@ -71,20 +71,51 @@ func (s *Server) graceSeconds() int {
 	return max(int((s.cfg.HandoverGrace+time.Second-1)/time.Second), 1)
 }
 
+// maxFacts caps the facts of a StartSessionInput.
+const maxFacts = 16
+
+// checkSessionInput checks what a runner process says of itself: short,
+// and shown as it is (api.CheckText).
+func checkSessionInput(in api.StartSessionInput) error {
+	if len(in.Version) > maxSessionNote || len(in.Executor) > maxSessionNote || len(in.Digest) > maxSessionNote {
+		return badRequest("version, executor and digest take at most %d bytes", maxSessionNote)
+	}
+	if len(in.Facts) > maxFacts {
+		return badRequest("at most %d facts", maxFacts)
+	}
+	if in.Capacity < 0 {
+		return badRequest("capacity %d: want 0 or more", in.Capacity)
+	}
+	check := map[string]string{"version": in.Version, "executor": in.Executor, "digest": in.Digest}
+	for k, v := range in.Facts {
+		if len(k) > maxSessionNote || len(v) > maxSessionNote {
+			return badRequest("a fact's name and value take at most %d bytes", maxSessionNote)
+		}
+		check["fact name "+api.VisibleText(k)] = k
+		check["fact "+api.VisibleText(k)] = v
+	}
+	for what, v := range check {
+		if err := api.CheckText(what, v); err != nil {
+			return badRequest("%v", err)
+		}
+	}
+	return nil
+}
+
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, x store.Runner) error {
 	ctx := r.Context()
 	var in api.StartSessionInput
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
-	if len(in.Version) > maxSessionNote || len(in.Executor) > maxSessionNote {
-		return badRequest("version and executor take at most %d bytes", maxSessionNote)
+	if err := checkSessionInput(in); err != nil {
+		return err
 	}
 	id, err := newSessionID()
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	prev, held, err := s.store.StartSession(ctx, x.ID, id, now, now.Add(s.cfg.Lease))
 	if err != nil {
 		return err
@@ -112,7 +143,7 @@ func (s *Server) handover(w http.ResponseWriter, r *http.Request, x store.Runner
 		return badRequest("reason takes at most %d bytes", maxSessionNote)
 	}
 	session := r.Header.Get(api.SessionHeader)
-	now := time.Now()
+	now := s.now()
 	held, err := s.store.HandOver(ctx, x.ID, session, now, now.Add(s.cfg.HandoverGrace))
 	if errors.Is(err, store.ErrConflict) {
 		// Another call ended the session since authRunner looked.
@@ -152,7 +183,7 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, x store.Runne
 	if err != nil {
 		return err
 	}
-	run, err = s.store.RotateRunToken(ctx, run.ID, x.ID, hashToken(token), time.Now().Add(s.cfg.Lease))
+	run, err = s.store.RotateRunToken(ctx, run.ID, x.ID, hashToken(token), s.now().Add(s.cfg.Lease))
 	switch {
 	case errors.Is(err, store.ErrRunFinished):
 		return runFinished(run)

@@ -30,7 +30,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, caller stor
 	if err := api.CheckName("token name", in.Name); err != nil {
 		return badRequest("%v", err)
 	}
-	now := time.Now()
+	now := s.now()
 	if in.ExpiresAt != nil && !in.ExpiresAt.After(now) {
 		return badRequest("expiresAt %s is not in the future", in.ExpiresAt.UTC().Format(time.RFC3339))
 	}

@@ -68,18 +68,19 @@ func TestToken_RevokedTokenIsRefusedAtOnce(t *testing.T) {
 
 func TestToken_ExpiredTokenIsRefused(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, servertest.Options{})
-	past := time.Now().Add(-time.Second)
+	clock := &servertest.Clock{}
+	f := newFixture(t, servertest.Options{Clock: clock})
+	past := clock.Now().Add(-time.Second)
 	err := f.alice().Procedure(context.Background(), api.MethodCreateToken, api.CreateTokenInput{Name: "old", ExpiresAt: &past}, nil)
 	if e := (*api.Error)(nil); !errorAs(err, &e) || e.Status != http.StatusBadRequest {
 		t.Errorf("creating an already expired token: %v, want 400", err)
 	}
-	exp := time.Now().Add(1200 * time.Millisecond)
+	exp := clock.Now().Add(time.Hour)
 	short := createToken(t, f.alice(), "short", &exp)
 	if _, err := whoami(f.Client(short.Secret)); err != nil {
 		t.Fatalf("before its expiry: %v", err)
 	}
-	time.Sleep(time.Until(exp) + 50*time.Millisecond)
+	clock.Advance(time.Hour + time.Second)
 	_, err = whoami(f.Client(short.Secret))
 	var e *api.Error
 	if !errorAs(err, &e) || e.Status != http.StatusUnauthorized || e.Name != api.ErrExpiredToken ||

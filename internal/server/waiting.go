@@ -20,7 +20,7 @@ const maxExplainRunners = 200
 // when read, never stored; each repository's runners are read once.
 func (s *Server) explainQueued(ctx context.Context, runs []store.Run) error {
 	byRepo := map[int64][]store.Runner{}
-	now := time.Now()
+	now := s.now()
 	var queued []int64
 	for _, r := range runs {
 		if r.State == api.StateQueued && r.Message == "" {

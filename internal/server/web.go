@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,7 +117,7 @@ func (b webBackend) SignIn(ctx context.Context, token string) (web.Session, erro
 	if err != nil {
 		return web.Session{}, err
 	}
-	now := time.Now()
+	now := s.now()
 	ws := store.WebSession{IDHash: hashToken(id), TokenHash: hashToken(token), CSRF: csrf, CreatedAt: now,
 		ExpiresAt: now.Add(webSessionLifetime)}
 	if err := s.store.CreateWebSession(ctx, ws); err != nil {
@@ -131,7 +133,7 @@ func (b webBackend) Session(ctx context.Context, id string) (web.Session, error)
 	if !strings.HasPrefix(id, webSessionPrefix) || len(id) > 100 {
 		return web.Session{}, noSession
 	}
-	ws, err := s.store.WebSession(ctx, hashToken(id), time.Now())
+	ws, err := s.store.WebSession(ctx, hashToken(id), s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return web.Session{}, noSession
 	}
@@ -159,17 +161,32 @@ func (b webBackend) Repos(ctx context.Context, v web.Viewer) ([]api.Repo, error)
 	return out.Repos, err
 }
 
-func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, before int64, limit int) (web.PipelinePage, error) {
+func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, q web.PipelineQuery) (web.PipelinePage, error) {
 	s := b.s
-	repo, err := s.managedRepo(ctx, viewerAccount(v), full)
+	a := viewerAccount(v)
+	repo, err := s.managedRepo(ctx, a, full)
 	if err != nil {
 		return web.PipelinePage{}, err
 	}
-	ps, err := s.store.ListPipelines(ctx, repo.ID, before, limit)
+	f := store.PipelineFilter{RepoID: repo.ID, Before: q.Before, Limit: q.Limit, SHA: q.Commit, State: q.State, Workflow: q.Workflow}
+	if q.Branch != "" {
+		f.Ref = q.Branch
+		if !strings.HasPrefix(f.Ref, "refs/") {
+			f.Ref = "refs/heads/" + q.Branch
+		}
+	}
+	ps, err := s.store.ListPipelines(ctx, f)
 	if err != nil {
 		return web.PipelinePage{}, err
 	}
-	out := web.PipelinePage{Repo: repo.FullName()}
+	dir, err := s.repoDir(repo.Owner, repo.Name)
+	if err != nil {
+		return web.PipelinePage{}, err
+	}
+	out := web.PipelinePage{Repo: repo.FullName(), Branches: s.branches(ctx, dir, 100)}
+	if out.Workflows, err = s.store.RunWorkflows(ctx, repo.ID, 100); err != nil {
+		return out, err
+	}
 	if len(ps) == 0 {
 		return out, nil
 	}
@@ -197,15 +214,39 @@ func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, be
 	for _, r := range all {
 		byPipeline[r.Pipeline] = append(byPipeline[r.Pipeline], r)
 	}
-	subjects := s.commitSubjects(ctx, s.repoDir(repo.Owner, repo.Name), shas)
+	subjects := s.commitSubjects(ctx, dir, shas)
 	for _, p := range ps {
-		out.Pipelines = append(out.Pipelines, web.Pipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Subject: subjects[p.SHA],
-			Event: p.Event, CreatedAt: p.CreatedAt, Runs: byPipeline[p.ID]})
+		wp := web.Pipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Subject: subjects[p.SHA], Event: p.Event, Actor: p.Actor,
+			CreatedAt: p.CreatedAt, Notes: p.Notes, RerunOf: p.RerunOf}
+		ended, failed := true, false
+		for _, r := range byPipeline[p.ID] {
+			ended = ended && api.IsFinal(r.State)
+			failed = failed || r.State != api.StateSucceeded
+			if (q.State == "" || r.State == q.State) && (q.Workflow == "" || r.Workflow == q.Workflow) {
+				wp.Runs = append(wp.Runs, r)
+			} else {
+				wp.Hidden++
+			}
+		}
+		wp.CanRerunFailed = canManage(a, repo) && ended && failed
+		out.Pipelines = append(out.Pipelines, wp)
 	}
-	if len(ps) == limit {
+	if len(ps) == f.Limit {
 		out.Older = ps[len(ps)-1].ID
 	}
 	return out, nil
+}
+
+// branches lists the repository's branches, the most recently committed
+// to first, at most n ("" and nothing on error: the filter then has no
+// suggestions).
+func (s *Server) branches(ctx context.Context, dir string, n int) []string {
+	b, err := s.git(ctx, dir, "for-each-ref", "--sort=-committerdate", "--count="+strconv.Itoa(n), "--format=%(refname:lstrip=2)", "refs/heads/")
+	if err != nil {
+		s.log.Debug("list branches", "err", err)
+		return nil
+	}
+	return strings.Fields(string(b))
 }
 
 // commitSubjects returns the first line of each commit's message, by SHA,
@@ -250,7 +291,9 @@ func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, e
 	if err != nil {
 		return web.Run{}, err
 	}
-	out := web.Run{Run: run, CanCancel: !api.IsFinal(run.State)} // who may see a run may cancel it (cancelRun: visibleRun)
+	// Who may see a run may cancel it (cancelRun: visibleRun); who may
+	// trigger runs of its repository may re-run it (rerun: canManage).
+	out := web.Run{Run: run, CanCancel: !api.IsFinal(run.State), CanRerun: api.IsFinal(run.State) && canManage(a, store.Repo{OwnerID: stored.RepoOwnerID})}
 	// Steps carry the start and end the runner measured (steps.started_at,
 	// finished_at). Rows from before those columns have only UpdatedAt,
 	// which is set when a step starts and when it ends: the end of one
@@ -318,6 +361,17 @@ func (b webBackend) ReadLog(ctx context.Context, v web.Viewer, run int64, step i
 	return buf.Bytes(), nil
 }
 
+func (b webBackend) LineTimes(ctx context.Context, v web.Viewer, run int64, step int, from, to int64) ([]api.LineTime, error) {
+	s := b.s
+	if err := s.checkStep(int64(step)); err != nil {
+		return nil, err
+	}
+	if _, err := s.visibleRun(ctx, viewerAccount(v), run); err != nil {
+		return nil, err
+	}
+	return s.logs.lineTimes(run, step, from, to, 0, true)
+}
+
 // xrpcRequest is r turned into a GET of an XRPC method with query q, for
 // handlers that write their answer to the real ResponseWriter.
 func xrpcRequest(r *http.Request, nsid string, q url.Values) *http.Request {
@@ -340,6 +394,12 @@ func (b webBackend) ServeOutputs(w http.ResponseWriter, r *http.Request, v web.V
 
 func (b webBackend) CancelRun(ctx context.Context, v web.Viewer, id int64) error {
 	return b.s.callAs(ctx, viewerAccount(v), api.MethodCancelRun, nil, api.RunRef{Run: id}, nil)
+}
+
+func (b webBackend) Rerun(ctx context.Context, v web.Viewer, in api.RerunInput) (api.Pipeline, error) {
+	var out api.Pipeline
+	err := b.s.callAs(ctx, viewerAccount(v), api.MethodRerun, nil, in, &out)
+	return out, err
 }
 
 // runnerOnline is how recently a runner must have been heard from to show
@@ -377,11 +437,15 @@ func (b webBackend) Runners(ctx context.Context, v web.Viewer, full string) (web
 	out := web.RunnersPage{Repo: repo.FullName()}
 	for _, x := range list.Runners {
 		id := ids[x.Name]
-		wr := web.Runner{Runner: x, Executor: procs[id].Executor, Version: procs[id].Version}
+		p := procs[id]
+		wr := web.Runner{Runner: x, Executor: p.Executor, Version: p.Version, Digest: p.Digest, Capacity: p.Capacity}
+		for _, k := range slices.Sorted(maps.Keys(p.Facts)) {
+			wr.Facts = append(wr.Facts, web.Fact{Name: k, Value: p.Facts[k]})
+		}
 		wr.Online = x.Status == api.RunnerApproved && x.LastSeenAt != nil && time.Since(*x.LastSeenAt) < s.runnerOnline()
 		for _, r := range active {
 			if r.RunnerID == id {
-				wr.Held = append(wr.Held, r.ID)
+				wr.Held = append(wr.Held, apiRun(r, nil))
 			}
 		}
 		out.Runners = append(out.Runners, wr)
@@ -404,7 +468,7 @@ func (b webBackend) RemoveRunner(ctx context.Context, v web.Viewer, repo, name s
 // (dev.knotless.runner.startSession) for the Runners tab.
 func (s *Server) recordRunnerProcess(ctx context.Context, x store.Runner, in api.StartSessionInput, now time.Time) {
 	if err := s.store.SetRunnerProcess(ctx, store.RunnerProcess{RunnerID: x.ID, Executor: in.Executor, Version: in.Version,
-		StartedAt: now}); err != nil {
+		Digest: in.Digest, Capacity: in.Capacity, Facts: in.Facts, StartedAt: now}); err != nil {
 		s.log.Warn("record runner process", "runner", x.Name, "err", err)
 	}
 }

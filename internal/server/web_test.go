@@ -621,7 +621,7 @@ func TestWeb_RunnersTabShowsProcessOnlineAndHeldRuns(t *testing.T) {
 	}
 	row := page[strings.Index(page, `id="runner-r1"`):]
 	row = row[:strings.Index(row, "</tr>")]
-	for _, want := range []string{"online", "<td>none</td>", "<td>test</td>", fmt.Sprintf(`href="/-/runs/%d"`, id)} {
+	for _, want := range []string{"online", `<td class="executor">none</td>`, `<td class="version">test</td>`, fmt.Sprintf(`href="/-/runs/%d"`, id)} {
 		if !strings.Contains(row, want) {
 			t.Errorf("runner r1's row lacks %q:\n%s", want, row)
 		}

@@ -13,12 +13,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/metrics"
+	"knotless.dev/knotless/internal/oidc"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
@@ -83,6 +83,7 @@ func (s *Server) methods() map[string]method {
 		api.MethodGetOutputs:              user(q, s.getOutputs),
 		api.MethodCancelRun:               user(p, s.cancelRun),
 		api.MethodTriggerRun:              user(p, s.triggerRun),
+		api.MethodRerun:                   user(p, s.rerun),
 		api.MethodSetSecret:               user(p, s.setSecret),
 		api.MethodListSecrets:             user(q, s.listSecrets),
 		api.MethodDeleteSecret:            user(p, s.deleteSecret),
@@ -101,6 +102,7 @@ func (s *Server) methods() map[string]method {
 		api.MethodResumeRun:               runner(s.resumeRun),
 		api.MethodGetNeedOutputs:          runner(s.getNeedOutputs),
 		api.MethodEnvironmentsRemoved:     runner(s.environmentsRemoved),
+		api.MethodIDTokens:                runner(s.idTokens),
 		api.MethodCreateRegistrationToken: user(p, s.createRegistrationToken),
 	}
 }
@@ -115,6 +117,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+HealthzPath, s.healthz)
 	mux.HandleFunc("GET "+ReadyzPath, s.readyz)
 	mux.Handle("GET "+MetricsPath, metrics.Handler(s.metrics.reg))
+	mux.HandleFunc("GET "+oidc.DiscoveryPath, s.issuer.ServeConfiguration)
+	mux.HandleFunc("GET "+oidc.JWKSPath, s.issuer.ServeJWKS(s.log))
 	mux.HandleFunc("/", s.serveRoot)
 	return mux
 }
@@ -334,7 +338,7 @@ func (s *Server) authUser(r *http.Request) (store.Account, error) {
 // the answers authUser gives for an unknown, revoked or expired token and
 // a disabled account; a web session (web.go) is checked by it too.
 func (s *Server) accountByTokenHash(ctx context.Context, hash string) (store.Account, error) {
-	a, err := s.store.AccountByToken(ctx, hash, time.Now())
+	a, err := s.store.AccountByToken(ctx, hash, s.now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return a, xerr(http.StatusUnauthorized, api.ErrInvalidToken,

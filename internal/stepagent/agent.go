@@ -176,13 +176,34 @@ func (a *Agent) Shutdown() {
 // Done is closed once the agent shut down.
 func (a *Agent) Done() <-chan struct{} { return a.shutdown }
 
-// idleWatch shuts the agent down when nobody will come back: no client
-// for Config.Linger after the run's deadline, or for
-// Config.ExitWithoutClient at any time.
-func (a *Agent) idleWatch() {
-	if a.cfg.Deadline.IsZero() && a.cfg.ExitWithoutClient <= 0 {
-		return
+// adopt makes a warm agent serve req's run from now on (agent.Adopt).
+// Errors: a step started already, an invalid run ID.
+func (a *Agent) adopt(req agent.Adopt) error {
+	if !agent.ValidID(req.Run) {
+		return fmt.Errorf("adopt: the run ID %q is not valid: use %s", req.Run, agent.IDRule)
 	}
+	a.mu.Lock()
+	if len(a.order) > 0 {
+		a.mu.Unlock()
+		return fmt.Errorf("adopt: this agent serves run %s and started a step already: a warm environment serves one run", a.cfg.Run)
+	}
+	from := a.cfg.Run
+	a.cfg.Run = req.Run
+	if req.DeadlineMS > 0 {
+		a.cfg.Deadline = time.UnixMilli(req.DeadlineMS)
+	}
+	a.mu.Unlock()
+	a.log.Info("adopted by a run", "warm", from, "run", req.Run)
+	if err := a.WriteState(nil); err != nil {
+		a.log.Warn("cannot record the agent's state", "err", err)
+	}
+	return nil
+}
+
+// idleWatch shuts the agent down when nobody will come back: no client
+// for Config.Linger after the run's deadline (which an adoption may set
+// later), or for Config.ExitWithoutClient at any time.
+func (a *Agent) idleWatch() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

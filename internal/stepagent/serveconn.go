@@ -145,6 +145,16 @@ func (h *connHandler) run() {
 				return
 			}
 			h.copyOut(req)
+		case agent.TypeAdopt:
+			req, ok := decode[agent.Adopt](h, f)
+			if !ok {
+				return
+			}
+			if err := h.a.adopt(req); err != nil {
+				h.fail(f.Type, "", err)
+				continue
+			}
+			_ = h.cn.Write(agent.TypeAdopted)
 		case agent.TypeShutdown:
 			h.a.log.Info("shutdown requested")
 			h.a.stopAll()

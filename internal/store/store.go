@@ -84,6 +84,12 @@ type Pipeline struct {
 	BeforeSHA string
 	Actor     string // handle of the account that pushed or triggered
 	CreatedAt time.Time
+	// Notes are what people should read about the pipeline besides its
+	// runs, one line each (e.g. a file in .knotless/workflows that is not
+	// a workflow and did not run).
+	Notes []string
+	// RerunOf is the pipeline whose runs this one runs again; 0 when none.
+	RerunOf int64
 }
 
 // Run is one workflow executing once for one pipeline. Ref, SHA and Event
@@ -99,6 +105,8 @@ type Run struct {
 	Event        string
 	BeforeSHA    string   // the pipeline's
 	Actor        string   // the pipeline's
+	Notes        []string // the pipeline's
+	RerunOf      int64    // the pipeline's
 	Workflow     string   // the workflow's name
 	WorkflowPath string   // relative to the repository root
 	Secrets      []string // workflow-level `secrets:` names
@@ -236,6 +244,8 @@ type NewPipeline struct {
 	BeforeSHA string // see Pipeline
 	Actor     string
 	CreatedAt time.Time
+	Notes     []string // see Pipeline
+	RerunOf   int64    // see Pipeline
 	Runs      []NewRun
 }
 
@@ -574,9 +584,13 @@ type Store interface {
 	WebSession(ctx context.Context, idHash string, now time.Time) (WebSession, error)
 	// DeleteWebSession ends a session (idempotent).
 	DeleteWebSession(ctx context.Context, idHash string) error
-	// ListPipelines lists a repository's pipelines newest first: at most
-	// limit (0: 20), with an id below before (0: from the newest).
-	ListPipelines(ctx context.Context, repoID, before int64, limit int) ([]Pipeline, error)
+	// ListPipelines lists a repository's pipelines newest first, as f
+	// selects them.
+	ListPipelines(ctx context.Context, f PipelineFilter) ([]Pipeline, error)
+	// RunWorkflows lists the names of the workflows of a repository's
+	// newest runs (at most limit names, by name), for the Pipelines tab's
+	// workflow filter.
+	RunWorkflows(ctx context.Context, repoID int64, limit int) ([]string, error)
 	// RunsOfPipelines lists the runs of the given pipelines by id.
 	RunsOfPipelines(ctx context.Context, pipelineIDs []int64) ([]Run, error)
 	// ActiveRuns lists a repository's claimed and running runs by id.
@@ -638,8 +652,32 @@ type WebSession struct {
 
 // RunnerProcess is what a runner's latest process said of itself.
 type RunnerProcess struct {
-	RunnerID  int64
-	Executor  string // e.g. shell, kube
-	Version   string // knotless-run's version
+	RunnerID int64
+	Executor string // e.g. shell, kube
+	Version  string // knotless-run's version
+	// Digest is the SHA-256 (lower-case hex) of the process's
+	// executable; "" when it did not say.
+	Digest string
+	// Capacity is how many runs it takes at once (0: did not say).
+	Capacity int
+	// Facts are what its executor says of where runs go (a kube
+	// runner's namespace and pod); nil when none.
+	Facts     map[string]string
 	StartedAt time.Time
+}
+
+// PipelineFilter selects pipelines for ListPipelines. Zero fields do not
+// filter.
+type PipelineFilter struct {
+	RepoID int64 // required
+	// Before, when set, lists only pipelines with a smaller id: the next
+	// page after a page whose last pipeline had that id.
+	Before int64
+	Limit  int    // 0: 20
+	Ref    string // the pipeline's full ref, e.g. refs/heads/main
+	SHA    string // the pipeline's commit (a full id)
+	// State and Workflow select pipelines with a run in that state and
+	// of that workflow (both, when both are set).
+	State    string
+	Workflow string
 }

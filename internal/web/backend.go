@@ -31,12 +31,22 @@ type Pipeline struct {
 	SHA       string
 	Subject   string // the commit message's first line ("" when unknown)
 	Event     string // push, tag, manual
+	Actor     string // who pushed, triggered or re-ran
 	CreatedAt time.Time
-	Runs      []api.Run // by id, without steps, with their needs
+	Notes     []string // api.Pipeline.Notes
+	RerunOf   int64    // api.Pipeline.RerunOf
+	// Runs are by id, without steps: those the query's state and
+	// workflow select; Hidden counts the others.
+	Runs   []api.Run
+	Hidden int
+	// CanRerunFailed: the viewer may re-run runs of the repository, every
+	// run of the pipeline ended and one did not succeed.
+	CanRerunFailed bool
 }
 
 // Stages lays the pipeline's runs out as its graph (pipegraph.Layout):
-// stage by stage, each a list of workflow groups.
+// stage by stage, each a list of workflow groups. Runs the filters hide
+// are left out of it.
 func (p Pipeline) Stages() [][]pipegraph.Group {
 	var out [][]pipegraph.Group
 	for _, g := range pipegraph.Layout(p.Runs) {
@@ -48,12 +58,30 @@ func (p Pipeline) Stages() [][]pipegraph.Group {
 	return out
 }
 
+// PipelineQuery selects a page of a repository's Pipelines tab. Zero
+// fields do not filter.
+type PipelineQuery struct {
+	Before int64 // pipelines with a smaller id (0: from the newest)
+	Limit  int
+	Branch string // a branch's name (main), or a full ref (refs/tags/v1)
+	Commit string // a full commit id
+	// State and Workflow select pipelines with such a run (a run with
+	// both, when both are set), and show only such runs.
+	State    string
+	Workflow string
+}
+
 // PipelinePage is one page of a repository's pipelines, newest first.
 type PipelinePage struct {
 	Repo      string // OWNER/NAME
 	Pipelines []Pipeline
 	// Older, when not 0, is the "before" of the next (older) page.
 	Older int64
+	// Branches and Workflows are what the filters offer: the
+	// repository's branches (most recent commit first) and the workflows
+	// of its recent runs (by name).
+	Branches  []string
+	Workflows []string
 }
 
 // Step is a step of a run with its timing. Started and Ended are nil when
@@ -74,16 +102,27 @@ type Run struct {
 	Outputs []api.OutputEntry
 	// CanCancel: the viewer may cancel the run, and it is not over.
 	CanCancel bool
+	// CanRerun: the viewer may re-run runs of the repository, and this
+	// one is over.
+	CanRerun bool
 }
 
 // Runner is one row of the Runners tab.
 type Runner struct {
 	api.Runner
-	Executor string  // what its latest process said ("" before its first)
-	Version  string  // knotless-run's version, likewise
-	Online   bool    // heard from within Backend's online window
-	Held     []int64 // the runs it holds (claimed or running)
+	Executor string // what its latest process said ("" before its first)
+	Version  string // knotless-run's version, likewise
+	Digest   string // SHA-256 of its executable, likewise
+	Capacity int    // runs it takes at once, likewise (0: unknown)
+	// Facts are what its executor said of where runs go (a kube runner's
+	// namespace and pod), by name.
+	Facts  []Fact
+	Online bool      // heard from within Backend's online window
+	Held   []api.Run // the runs it holds (claimed or running), by id
 }
+
+// Fact is one of a runner's facts.
+type Fact struct{ Name, Value string }
 
 // RunnersPage is a repository's Runners tab.
 type RunnersPage struct {
@@ -108,9 +147,9 @@ type Backend interface {
 
 	// Repos lists the repositories the viewer may see.
 	Repos(ctx context.Context, v Viewer) ([]api.Repo, error)
-	// Pipelines returns a page of at most limit pipelines of repo
-	// (OWNER/NAME) with an id below before (0: the newest).
-	Pipelines(ctx context.Context, v Viewer, repo string, before int64, limit int) (PipelinePage, error)
+	// Pipelines returns a page of repo's (OWNER/NAME) pipelines as q
+	// selects them.
+	Pipelines(ctx context.Context, v Viewer, repo string, q PipelineQuery) (PipelinePage, error)
 	// Run returns run id with its steps, as dev.knotless.run.get does.
 	Run(ctx context.Context, v Viewer, id int64) (Run, error)
 	// RunChanged returns a channel closed at the run's next change (its
@@ -122,6 +161,10 @@ type Backend interface {
 	// ReadLog returns bytes [from, to) of a step's log (fewer when the log
 	// is shorter).
 	ReadLog(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]byte, error)
+	// LineTimes returns the line times of a step's log with offsets in
+	// [from, to) and the last one below from, first (api.LineTime: when
+	// the runner saw each line begin); none for a log without.
+	LineTimes(ctx context.Context, v Viewer, run int64, step int, from, to int64) ([]api.LineTime, error)
 	// ServeLog answers r with a step's whole log (application/octet-stream),
 	// as dev.knotless.run.getLog does; false (nothing written) with the
 	// error when the viewer may not read it.
@@ -131,6 +174,10 @@ type Backend interface {
 	ServeOutputs(w http.ResponseWriter, r *http.Request, v Viewer, run int64) error
 	// CancelRun cancels a run as dev.knotless.run.cancel does.
 	CancelRun(ctx context.Context, v Viewer, id int64) error
+	// Rerun runs again a final run (in.Run) or the runs of an ended
+	// pipeline that did not succeed (in.Pipeline), as
+	// dev.knotless.run.rerun does, and returns the new pipeline.
+	Rerun(ctx context.Context, v Viewer, in api.RerunInput) (api.Pipeline, error)
 
 	// Runners lists repo's runners with what they hold.
 	Runners(ctx context.Context, v Viewer, repo string) (RunnersPage, error)

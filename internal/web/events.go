@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // keepAlive is how often a quiet event stream gets a comment line, so
@@ -22,6 +24,24 @@ type logEvent struct {
 	Off  int64  `json:"off"`
 	End  int64  `json:"end"`
 	Text string `json:"text"`
+	// Times are the line times of [Off, End) and the last one before
+	// Off, as [offset, Unix milliseconds] pairs (api.LineTime): a line's
+	// time is the last pair's at or before its first byte.
+	Times [][2]int64 `json:"times,omitempty"`
+}
+
+// newLogEvent makes the event of bytes b of step's log from off, with
+// their line times (none when they cannot be read: times are a help).
+func (h *Handler) newLogEvent(r *http.Request, s *Session, run int64, step int, off int64, b []byte) logEvent {
+	ev := logEvent{Step: step, Off: off, End: off + int64(len(b)), Text: strings.ToValidUTF8(string(b), "\uFFFD")}
+	ts, err := h.b.LineTimes(r.Context(), s.Viewer, run, step, ev.Off, ev.End)
+	if err != nil {
+		h.log.Debug("read line times", "run", run, "step", step, "err", err)
+	}
+	for _, t := range ts {
+		ev.Times = append(ev.Times, [2]int64{t.Offset, t.UnixMS})
+	}
+	return ev
 }
 
 // stateEvent is the data of a "run" event: what the run page shows of the
@@ -32,6 +52,7 @@ type stateEvent struct {
 	Message   string      `json:"message,omitempty"`
 	Duration  string      `json:"duration,omitempty"`
 	CanCancel bool        `json:"canCancel"`
+	CanRerun  bool        `json:"canRerun"`
 	Steps     []stepState `json:"steps"`
 }
 
@@ -158,7 +179,7 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 				more = true
 			}
 			offs[step.Index] = off + int64(n)
-			ev, _ := json.Marshal(logEvent{Step: step.Index, Off: off, End: off + int64(n), Text: strings.ToValidUTF8(string(chunk[:n]), "\uFFFD")})
+			ev, _ := json.Marshal(h.newLogEvent(r, s, id, step.Index, off, chunk[:n]))
 			fmt.Fprintf(w, "id: %s\nevent: log\ndata: %s\n\n", formatOffsets(run.Steps, offs), ev)
 		}
 		drained := true
@@ -197,10 +218,12 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *Session) 
 }
 
 func runState(run Run) stateEvent {
-	out := stateEvent{State: run.State, Reason: run.Reason, Message: run.Message, Duration: runDuration(run.Run),
-		CanCancel: run.CanCancel, Steps: []stepState{}}
+	// Text reaches the page's script shown escaped (api.VisibleText), as
+	// the server-rendered page shows it.
+	out := stateEvent{State: run.State, Reason: api.VisibleText(run.Reason), Message: api.VisibleText(run.Message),
+		Duration: runDuration(run.Run), CanCancel: run.CanCancel, CanRerun: run.CanRerun, Steps: []stepState{}}
 	for _, st := range run.Steps {
-		out.Steps = append(out.Steps, stepState{Index: st.Index, Name: st.Name, State: st.State, Reason: st.Reason,
+		out.Steps = append(out.Steps, stepState{Index: st.Index, Name: api.VisibleText(st.Name), State: st.State, Reason: api.VisibleText(st.Reason),
 			ExitCode: st.ExitCode, Duration: stepDuration(st), Size: st.LogSize})
 	}
 	return out
@@ -230,5 +253,5 @@ func (h *Handler) logPart(w http.ResponseWriter, r *http.Request, s *Session) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(logEvent{Step: step, Off: from, End: from + int64(len(b)), Text: strings.ToValidUTF8(string(b), "\uFFFD")})
+	json.NewEncoder(w).Encode(h.newLogEvent(r, s, id, step, from, b))
 }

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/pipegraph"
@@ -30,6 +33,45 @@ var funcs = template.FuncMap{
 	"label":       pipegraph.Label,
 	"join":        strings.Join,
 	"inc":         func(i int) int { return i + 1 },
+	"vis":         vis,
+	"branchParam": func(ref string) string { // the branch filter's value for ref
+		if b, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+			return b
+		}
+		return ref
+	},
+	"vistext":     api.VisibleText,
+	"plain":       func(s string) bool { return api.VisibleText(s) == s }, // s shows as itself
+	"shortDigest": func(d string) string { return d[:min(len(d), 12)] },
+}
+
+// vis is s for a page's text: every character api.IsHiddenRune (a
+// control, a bidirectional override or isolate, a zero-width or separator
+// character) and every byte that is not UTF-8 shown as its escape
+// (api.EscapeRune) in a <span class="esc"> titled with the character's
+// name, the rest HTML-escaped; so that a commit message, a branch or a
+// name from before the rule can never display as something else.
+func vis(s string) template.HTML {
+	var b strings.Builder
+	plain := 0 // start of the text not yet written
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		bad := r == utf8.RuneError && size <= 1
+		if !bad && !api.IsHiddenRune(r) {
+			i += size
+			continue
+		}
+		b.WriteString(template.HTMLEscapeString(s[plain:i]))
+		if bad {
+			fmt.Fprintf(&b, `<span class="esc" title="a byte that is not UTF-8">\x%02x</span>`, s[i])
+		} else {
+			fmt.Fprintf(&b, `<span class="esc" title="%s">%s</span>`, template.HTMLEscapeString(api.RuneName(r)), api.EscapeRune(r))
+		}
+		i += size
+		plain = i
+	}
+	b.WriteString(template.HTMLEscapeString(s[plain:]))
+	return template.HTML(b.String())
 }
 
 // age says how long ago t was, coarsely ("3m ago").
@@ -107,23 +149,81 @@ func runDuration(r api.Run) string {
 
 func repoOf(r *http.Request) string { return r.PathValue("owner") + "/" + r.PathValue("name") }
 
+// states are the run states the Pipelines tab filters by.
+var states = []string{api.StateQueued, api.StateClaimed, api.StateRunning, api.StateSucceeded, api.StateFailed,
+	api.StateCancelled, api.StateErrored}
+
+// pipelinesView is what pipelines.html shows.
+type pipelinesView struct {
+	PipelinePage
+	Query  PipelineQuery
+	States []string
+	// Filtered: a filter is on; OlderURL is the next page's address,
+	// with the filters.
+	Filtered bool
+	OlderURL string
+	Live     bool // the newest page: refreshed in place
+}
+
+// pipelineQuery reads the Pipelines tab's filters from the address:
+// before, branch, commit (a full commit id), state and workflow.
+func pipelineQuery(r *http.Request, limit int) (PipelineQuery, bool) {
+	v := r.URL.Query()
+	before, _ := strconv.ParseInt(v.Get("before"), 10, 64)
+	q := PipelineQuery{Before: max(before, 0), Limit: limit, Branch: strings.TrimSpace(v.Get("branch")),
+		Commit: strings.TrimSpace(strings.ToLower(v.Get("commit"))), State: v.Get("state"), Workflow: v.Get("workflow")}
+	ok := (q.State == "" || slices.Contains(states, q.State)) && (q.Commit == "" || isCommitID(q.Commit)) &&
+		api.CheckText("branch", q.Branch) == nil && api.CheckText("workflow", q.Workflow) == nil
+	return q, ok
+}
+
+// isCommitID reports whether s is a full SHA-1 or SHA-256 commit id in
+// lower-case hex.
+func isCommitID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// encode is the query string of q's filters, with before.
+func (q PipelineQuery) encode(before int64) string {
+	v := url.Values{}
+	for k, x := range map[string]string{"branch": q.Branch, "commit": q.Commit, "state": q.State, "workflow": q.Workflow} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if before > 0 {
+		v.Set("before", strconv.FormatInt(before, 10))
+	}
+	return v.Encode()
+}
+
 func (h *Handler) pipelines(w http.ResponseWriter, r *http.Request, s *Session) {
-	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
 	repo := repoOf(r)
 	if api.CheckRepo(repo) != nil {
 		h.errorPage(w, r, s, http.StatusNotFound, "No such page.")
 		return
 	}
-	p, err := h.b.Pipelines(r.Context(), s.Viewer, repo, max(before, 0), h.cfg.PipelinesPage)
+	q, ok := pipelineQuery(r, h.cfg.PipelinesPage)
+	if !ok {
+		h.errorPage(w, r, s, http.StatusBadRequest, "A filter is not valid: a state is one of "+strings.Join(states, ", ")+
+			"; a commit is a full commit id; a branch or workflow is shown text.")
+		return
+	}
+	p, err := h.b.Pipelines(r.Context(), s.Viewer, repo, q)
 	if err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
+	view := pipelinesView{PipelinePage: p, Query: q, States: states, Live: q.Before <= 0,
+		Filtered: q.Branch != "" || q.Commit != "" || q.State != "" || q.Workflow != ""}
+	if p.Older > 0 {
+		view.OlderURL = "/" + repo + "?" + q.encode(p.Older)
+	}
 	h.render(w, http.StatusOK, "pipelines.html", page{Title: "Pipelines · " + repo, Session: s, Repo: repo, Tab: "pipelines",
-		Data: struct {
-			PipelinePage
-			Live bool // the newest page: refreshed in place
-		}{p, before <= 0}})
+		Flash: r.URL.Query().Get("done"), Data: view})
 }
 
 func (h *Handler) runners(w http.ResponseWriter, r *http.Request, s *Session) {
@@ -200,7 +300,7 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *Session) {
 		steps = append(steps, stepView{Step: st, RunID: id, Start: start})
 		from = append(from, fmt.Sprintf("%d:%d", st.Index, start))
 	}
-	h.render(w, http.StatusOK, "run.html", page{Title: fmt.Sprintf("Run %d · %s", id, run.Workflow), Session: s,
+	h.render(w, http.StatusOK, "run.html", page{Title: fmt.Sprintf("Run %d · %s", id, api.VisibleText(run.Workflow)), Session: s,
 		Repo: run.Repo, Tab: "pipelines", Data: struct {
 			Run
 			Steps []stepView
@@ -236,6 +336,52 @@ func (h *Handler) lineAfter(r *http.Request, s *Session, run int64, step int, fr
 		}
 	}
 	return end, nil
+}
+
+// rerunRun runs a finished run again (the Re-run button) and shows the
+// new run.
+func (h *Handler) rerunRun(w http.ResponseWriter, r *http.Request, s *Session) {
+	id := runID(r)
+	if id == 0 {
+		h.errorPage(w, r, s, http.StatusNotFound, "No such page.")
+		return
+	}
+	p, err := h.b.Rerun(r.Context(), s.Viewer, api.RerunInput{Run: id})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.log.Info("run re-run from the web", "run", id, "pipeline", p.ID, "by", s.Viewer.Handle)
+	if len(p.Runs) == 1 {
+		http.Redirect(w, r, fmt.Sprintf("/-/runs/%d", p.Runs[0].ID), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, fmt.Sprintf("/%s#p%d", p.Repo, p.ID), http.StatusSeeOther)
+}
+
+// rerunFailed runs again the runs of an ended pipeline that did not
+// succeed (the Re-run failed button) and shows the Pipelines tab.
+func (h *Handler) rerunFailed(w http.ResponseWriter, r *http.Request, s *Session) {
+	id, err := strconv.ParseInt(r.PathValue("pipeline"), 10, 64)
+	if err != nil || id <= 0 {
+		h.errorPage(w, r, s, http.StatusNotFound, "No such page.")
+		return
+	}
+	p, err := h.b.Rerun(r.Context(), s.Viewer, api.RerunInput{Pipeline: id})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.log.Info("failed runs re-run from the web", "pipeline", id, "new_pipeline", p.ID, "runs", len(p.Runs), "by", s.Viewer.Handle)
+	done := fmt.Sprintf("re-ran %d %s of pipeline #%d as pipeline #%d", len(p.Runs), plural(len(p.Runs), "run", "runs"), id, p.ID)
+	http.Redirect(w, r, fmt.Sprintf("/%s?done=%s#p%d", p.Repo, urlQuery(done), p.ID), http.StatusSeeOther)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, s *Session) {

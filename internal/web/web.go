@@ -100,6 +100,8 @@ func New(cfg Config) *Handler {
 	own.HandleFunc("GET /-/runs/{run}/log/{step}/raw", h.signedIn(h.rawLog))
 	own.HandleFunc("GET /-/runs/{run}/outputs.tar", h.signedIn(h.outputs))
 	own.HandleFunc("POST /-/runs/{run}/cancel", h.signedIn(h.cancel))
+	own.HandleFunc("POST /-/runs/{run}/rerun", h.signedIn(h.rerunRun))
+	own.HandleFunc("POST /-/pipelines/{pipeline}/rerun", h.signedIn(h.rerunFailed))
 	repos.HandleFunc("GET /{$}", h.signedIn(h.home))
 	repos.HandleFunc("GET /{owner}/{name}", h.signedIn(h.pipelines))
 	repos.HandleFunc("GET /{owner}/{name}/-/runners", h.signedIn(h.runners))

@@ -7,19 +7,22 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "steps"}
+	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
 	resourceKeys = []string{"cpus", "memory", "disk"}
 	cacheKeys    = []string{"key", "restore-keys", "paths"}
-	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach"}
+	stepKeys     = []string{"name", "run", "uses", "with", "shell", "env", "secrets", "timeout", "continue-on-error", "detach", "id-tokens"}
 )
 
 func (d *decoder) unknownKey(e entry, where string, allowed []string) {
@@ -51,6 +54,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	var secrets []item
 	var envPos map[string]pos
 	templated := false // the name says the run's matrix values itself
+	var idDefs map[string]idTokenDef
 	for _, e := range es {
 		switch e.key {
 		case "name":
@@ -107,6 +111,8 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			w.Outputs = d.outputs(e)
 		case "concurrency":
 			w.Concurrency = d.concurrency(e)
+		case "id-tokens":
+			idDefs = d.idTokens(e)
 		case "steps":
 			steps = &e
 		default:
@@ -129,11 +135,18 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			d.errorf(p, "%s is both a secret and an env variable of the workflow; rename one", it.s)
 		}
 	}
+	d.checkIDTokens(idDefs, w.Timeout, allowed, envPos)
+	for name, def := range idDefs {
+		if w.IDTokens == nil {
+			w.IDTokens = map[string]IDToken{}
+		}
+		w.IDTokens[name] = def.tok
+	}
 	if steps == nil {
 		d.errorf(at, "missing steps: a workflow needs at least one step (steps: [{run: make test}])")
 		return w
 	}
-	w.Steps = d.steps(*steps, allowed)
+	w.Steps = d.steps(*steps, allowed, idDefs)
 	return w
 }
 
@@ -147,11 +160,24 @@ func (d *decoder) text(e entry, what string) (string, bool) {
 		d.errorf(e.vpos(), "%s is empty", what)
 		return "", false
 	}
-	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
-		d.errorf(e.vpos(), "%s must be one line of text", what)
+	if i := strings.IndexAny(s, "\n\r"); i >= 0 {
+		d.errorf(e.vpos(), "%s must be one line of text: character %d is %s", what, utf8.RuneCountInString(s[:i])+1, api.RuneName(rune(s[i])))
+		return "", false
+	}
+	if !d.shown(e.vpos(), what, s) {
 		return "", false
 	}
 	return s, true
+}
+
+// shown reports whether s, a name people read, may be shown as it is
+// (api.CheckText), reporting at p the character that may not.
+func (d *decoder) shown(p pos, what, s string) bool {
+	if err := api.CheckText(what, s); err != nil {
+		d.errorf(p, "%v", err)
+		return false
+	}
+	return true
 }
 
 // word reads a non-empty string without white space.

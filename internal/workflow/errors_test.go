@@ -26,7 +26,7 @@ var errorCases = []struct {
 	{"NULByte", "steps:\n  - run: a\x00\n", []string{"2:11: workflow file contains a NUL byte"}},
 	{"UnknownTopKeySuggests", "name: x\nstpes:\n  - run: x\n", []string{
 		"1:1: missing steps",
-		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, steps)`,
+		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
 	}},
 	{"ArchUnknown", "arch: aarch64\nsteps: [{run: x}]\n", []string{`1:7: arch "aarch64": want one of amd64, arm64, 386, arm, ppc64le, s390x, riscv64 (the names Go and Kubernetes use: kubernetes.io/arch)`}},
 	{"UnknownKeyNoSuggestion", "steps: [{run: x}]\nversion: 1\n", []string{`2:1: unknown key "version" in the workflow; expected one of: name,`}},
@@ -129,6 +129,21 @@ var errorCases = []struct {
 	{"AliasInsideItself", "a: &x [*x]\nsteps: [{run: x}]\n", []string{"1:8: alias *x is inside the node it refers to"}},
 	{"CustomTag", "name: !secret x\nsteps: [{run: x}]\n", []string{"1:7: unsupported tag !secret"}},
 	{"NonStringKey", "steps: [{run: x}]\n[a]: b\n", []string{"2:4: invalid YAML:"}},
+	{"IDTokenNotDefinedInTheWorkflow", "id-tokens: {DEPLOY: {aud: https://kube.example}}\nsteps:\n  - run: x\n    id-tokens: [DEPLOI]\n", []string{
+		"4:17: id token DEPLOI is not defined in the workflow's id-tokens; add it there",
+	}},
+	{"IDTokenAudienceWithSpace", "id-tokens:\n  T:\n    aud: \"kube prod\"\nsteps: [{run: x}]\n", []string{`3:10: id token T aud: audience "kube prod" contains white space`}},
+	{"IDTokenAudienceColonButNoURI", "id-tokens:\n  T: {aud: [ok, \"x:\"]}\nsteps: [{run: x}]\n", []string{`2:17: id token T aud: audience "x:" holds a colon but is no URI`}},
+	{"IDTokenAudienceEmptyList", "id-tokens:\n  T: {aud: []}\nsteps: [{run: x}]\n", []string{"2:12: id token T aud is empty"}},
+	{"IDTokenLifetimeLongerThanTheRun", "timeout: 5m\nid-tokens:\n  T: {lifetime: 10m}\nsteps: [{run: x}]\n", []string{
+		"3:17: id token T lifetime 10m0s is longer than the run's timeout of 5m0s",
+	}},
+	{"IDTokenLifetimeTooShort", "id-tokens:\n  T:\n    lifetime: 30s\nsteps: [{run: x}]\n", []string{"3:15: id token T lifetime 30s is shorter than 1m0s"}},
+	{"IDTokenLifetimeNoUnit", "id-tokens:\n  T:\n    lifetime: 600\nsteps: [{run: x}]\n", []string{"3:15: id token T lifetime 600 has no unit"}},
+	{"IDTokenUnknownKey", "id-tokens:\n  T: {audd: x}\nsteps: [{run: x}]\n", []string{`2:7: unknown key "audd" in id token T; did you mean "aud"?`}},
+	{"IDTokenNameNotAVariable", "id-tokens:\n  deploy-token: {}\nsteps: [{run: x}]\n", []string{`2:3: id token name "deploy-token" is not a valid variable name`}},
+	{"IDTokenNameIsAlsoASecret", "secrets: [T]\nid-tokens: {T: {}}\nsteps: [{run: x}]\n", []string{"2:13: T is both an id token and a secret of the workflow"}},
+	{"IDTokenNameIsAlsoAStepVariable", "id-tokens: {T: {}}\nsteps:\n  - run: x\n    id-tokens: [T]\n    env: {T: v}\n", []string{"5:11: T is both an id token and an env variable of step 1"}},
 	{"ErrorInsideAnchorNamesEachUse", "base: &b {run: 1}\nsteps: [*b, *b]\n", []string{
 		`1:1: unknown key "base" in the workflow`,
 		`1:16: step 1 run must be a string`,

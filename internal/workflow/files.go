@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // What a workflow file is, one rule for `knotless workflow lint` (which
@@ -32,10 +32,17 @@ const (
 const ErrSymlink = "is a symbolic link: workflows must be regular files in .knotless/workflows, itself a real directory"
 
 // IsWorkflowName reports whether a file name (without directory) is one a
-// workflow file has: *.yml or *.yaml.
+// workflow file has: *.yml or *.yaml, in lower case.
 func IsWorkflowName(name string) bool {
 	ext := path.Ext(name)
 	return (ext == ".yml" || ext == ".yaml") && ext != name
+}
+
+// wrongCase reports whether name ends in .yml or .yaml in another case
+// (CI.YML, x.Yaml): meant as a workflow, and refused as one.
+func wrongCase(name string) bool {
+	ext := path.Ext(name)
+	return ext != name && !IsWorkflowName(name) && (strings.EqualFold(ext, ".yml") || strings.EqualFold(ext, ".yaml"))
 }
 
 // CheckDir checks an entry on the way to the workflow files (".knotless"
@@ -51,10 +58,19 @@ func CheckDir(p string, kind EntryKind) error {
 
 // CheckFile checks an entry in .knotless/workflows (p relative to the
 // repository's root, or as lint names it): ok is false when it is no
-// workflow file at all (another name, a directory); err says why an entry
-// named like one is refused.
+// workflow file at all (another name, a directory: NotWorkflow says why);
+// err says why an entry meant as one is refused: a symbolic link, not a
+// regular file, or named *.YML (*.yml in another case), which the server
+// would otherwise never run.
 func CheckFile(p string, kind EntryKind) (ok bool, err error) {
-	if !IsWorkflowName(path.Base(strings.ReplaceAll(p, "\\", "/"))) || kind == KindDir {
+	base := path.Base(strings.ReplaceAll(p, "\\", "/"))
+	if wrongCase(base) && kind != KindDir {
+		ext := path.Ext(base)
+		return true, &Error{Path: DisplayPath(p), Line: 1, Col: 1, Msg: fmt.Sprintf(
+			"will not run: the file name ends in %s, and workflows are files named *.yml or *.yaml, in lower case: rename it to %s",
+			DisplayPath(ext), DisplayPath(strings.TrimSuffix(base, ext)+strings.ToLower(ext)))}
+	}
+	if !IsWorkflowName(base) || kind == KindDir {
 		return false, nil
 	}
 	switch kind {
@@ -64,6 +80,30 @@ func CheckFile(p string, kind EntryKind) (ok bool, err error) {
 		return true, &Error{Path: DisplayPath(p), Line: 1, Col: 1, Msg: ErrSymlink}
 	}
 	return true, &Error{Path: DisplayPath(p), Line: 1, Col: 1, Msg: "is not a regular file: workflows must be regular files"}
+}
+
+// NotWorkflow says why an entry of .knotless/workflows (p as for
+// CheckFile) is not a workflow file and will not run, for the notes of
+// `knotless workflow lint` and of a pipeline: no entry there is ignored
+// without a word. It is "" for an entry CheckFile takes (ok true).
+func NotWorkflow(p string, kind EntryKind) string {
+	if ok, _ := CheckFile(p, kind); ok {
+		return ""
+	}
+	base := path.Base(strings.ReplaceAll(p, "\\", "/"))
+	ext := path.Ext(base)
+	switch {
+	case kind == KindDir:
+		return "a directory: workflows are the files directly in " + Dir + ", none below it"
+	case ext == "":
+		return "the file name has no extension: workflows are files named *.yml or *.yaml"
+	case ext == base:
+		return "the file name is only an extension: workflows are files named *.yml or *.yaml"
+	case ext == ".json":
+		return "the file name ends in .json: workflows are files named *.yml or *.yaml (YAML reads JSON: rename it to " +
+			DisplayPath(strings.TrimSuffix(base, ext)) + ".yml to run it)"
+	}
+	return "the file name ends in " + DisplayPath(ext) + ": workflows are files named *.yml or *.yaml"
 }
 
 // GitKind is the EntryKind of a git ls-tree mode.
@@ -79,33 +119,9 @@ func GitKind(mode string) EntryKind {
 	return KindOther
 }
 
-// unsafeName reports whether s has a control character (C0, DEL, C1) or
-// is not valid UTF-8: such a name would drive a terminal that shows it.
-func unsafeName(s string) bool {
-	return !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0
-}
-
-// DisplayPath is p with every control character and invalid UTF-8 byte
-// written as an escape (\x1b, \t, ...), so that it is safe to print on a
-// terminal and in a log; p itself when it has none.
-func DisplayPath(p string) string {
-	if !unsafeName(p) {
-		return p
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); {
-		r, size := utf8.DecodeRuneInString(p[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, p[i])
-		case unicode.IsControl(r):
-			for _, c := range []byte(p[i : i+size]) {
-				fmt.Fprintf(&b, `\x%02x`, c)
-			}
-		default:
-			b.WriteString(p[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+// DisplayPath is p with every character a terminal or a page would not
+// show for what it is (api.IsHiddenRune: controls, format characters such
+// as bidirectional overrides, line separators) and every invalid UTF-8
+// byte written as an escape (\x1b, \u202e, ...), so that it is safe to
+// print and cannot display as another name; p itself when it has none.
+func DisplayPath(p string) string { return api.VisibleText(p) }

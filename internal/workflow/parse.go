@@ -14,6 +14,8 @@ import (
 	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // Limits on what Parse reads. The YAML parser takes time quadratic in the
@@ -107,8 +109,8 @@ func parse(path string, src []byte, pick Combo) ([]*Workflow, ErrorList) {
 	// explicit name), and an explicit name may not hold a control
 	// character either.
 	d := &decoder{path: DisplayPath(path)}
-	if unsafeName(defaultName(path)) {
-		d.errorf(pos{1, 1}, "the file name has a control character (shown escaped) or is not UTF-8: the workflow's name comes from it, and a name must be one line of text; rename the file")
+	if err := api.CheckText("the file name", defaultName(path)); err != nil {
+		d.errorf(pos{1, 1}, "%v; the workflow's name comes from it: rename the file", err)
 	}
 	root := d.document(src)
 	if root == nil || !d.prepare(root) {

@@ -309,3 +309,46 @@ func TestParse_CheckoutDefaultsAndSettings(t *testing.T) {
 		}
 	}
 }
+
+// `id-tokens:` defines tokens with their audience (one or several, or none
+// for the server's URL) and lifetime (default DefaultIDTokenLifetime); a
+// step gets the ones it lists, and IDTokenNames lists those any step asks
+// for.
+func TestParse_IDTokensWithDefaultsAndTheStepsThatAskForThem(t *testing.T) {
+	w, err := Parse("w.yml", []byte(`timeout: 2h
+id-tokens:
+  DEPLOY_TOKEN:
+    aud: https://kube.example
+    lifetime: 1h30m
+  SIGN: {aud: [sigstore, "https://vault.example:8200"]}
+  PLAIN: {}
+  BARE:
+steps:
+  - run: deploy
+    id-tokens: [DEPLOY_TOKEN, SIGN]
+  - run: test
+  - uses: ./.knotless/steps/x
+    id-tokens: [PLAIN]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]IDToken{
+		"DEPLOY_TOKEN": {Audience: []string{"https://kube.example"}, Lifetime: 90 * time.Minute},
+		"SIGN":         {Audience: []string{"sigstore", "https://vault.example:8200"}, Lifetime: DefaultIDTokenLifetime},
+		"PLAIN":        {Lifetime: DefaultIDTokenLifetime},
+		"BARE":         {Lifetime: DefaultIDTokenLifetime},
+	}
+	if !reflect.DeepEqual(w.IDTokens, want) {
+		t.Errorf("IDTokens = %+v, want %+v", w.IDTokens, want)
+	}
+	if got := w.Steps[0].IDTokens; !reflect.DeepEqual(got, []string{"DEPLOY_TOKEN", "SIGN"}) {
+		t.Errorf("step 1 id-tokens %v", got)
+	}
+	if w.Steps[1].IDTokens != nil {
+		t.Errorf("step 2 asked for nothing, has %v", w.Steps[1].IDTokens)
+	}
+	if got := w.IDTokenNames(); !reflect.DeepEqual(got, []string{"DEPLOY_TOKEN", "SIGN", "PLAIN"}) {
+		t.Errorf("IDTokenNames %v", got)
+	}
+}

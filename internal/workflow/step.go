@@ -26,7 +26,7 @@ func (s *Step) ShellCommand() []string {
 	return append([]string(nil), DefaultShell...)
 }
 
-func (d *decoder) steps(e entry, allowedSecrets map[string]bool) []Step {
+func (d *decoder) steps(e entry, allowedSecrets map[string]bool, idTokens map[string]idTokenDef) []Step {
 	if isNull(e.val) {
 		d.errorf(e.kpos, "steps is empty; a workflow needs at least one step")
 		return nil
@@ -41,7 +41,7 @@ func (d *decoder) steps(e entry, allowedSecrets map[string]bool) []Step {
 	}
 	out := make([]Step, 0, len(nodes))
 	for i, n := range nodes {
-		out = append(out, d.step(i+1, n, ps[i], allowedSecrets))
+		out = append(out, d.step(i+1, n, ps[i], allowedSecrets, idTokens))
 	}
 	if last := len(out) - 1; out[last].Detach {
 		d.errorf(ps[last], "step %d is detached but no step comes after it; a detached step is a service for the steps after it (remove detach: true, or add the steps that use it)", last+1)
@@ -49,7 +49,7 @@ func (d *decoder) steps(e entry, allowedSecrets map[string]bool) []Step {
 	return out
 }
 
-func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bool) Step {
+func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bool, idTokens map[string]idTokenDef) Step {
 	where := fmt.Sprintf("step %d", num)
 	s := Step{Name: where}
 	es, ok := d.entries(n, at, where)
@@ -111,6 +111,8 @@ func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bo
 			if b, ok := d.boolean(e, where+" detach"); ok {
 				s.Detach = b
 			}
+		case "id-tokens":
+			s.IDTokens = d.stepIDTokens(e, where, idTokens)
 		default:
 			d.unknownKey(e, where, stepKeys)
 		}
@@ -120,6 +122,11 @@ func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bo
 		for _, name := range s.Secrets {
 			if p, clash := envPos[name]; clash {
 				d.errorf(p, "%s is both a secret and an env variable of %s; rename one", name, where)
+			}
+		}
+		for _, name := range s.IDTokens {
+			if p, clash := envPos[name]; clash {
+				d.errorf(p, "%s is both an id token and an env variable of %s; rename one", name, where)
 			}
 		}
 	}

@@ -47,7 +47,10 @@ type Workflow struct {
 	Outputs   []string          // `outputs:`
 	// Concurrency is `concurrency:`; nil means no group.
 	Concurrency *Concurrency
-	Steps       []Step // `steps:`, at least one
+	// IDTokens is `id-tokens:`: the id tokens steps may ask for, by name
+	// (nil when none).
+	IDTokens map[string]IDToken
+	Steps    []Step // `steps:`, at least one
 }
 
 // Triggers is the `on:` section. A nil field means the event is not wanted.
@@ -86,11 +89,14 @@ type Cache struct {
 
 // Step is one entry of `steps:`: either Run or Uses is set.
 type Step struct {
-	Name            string // `name:`, default "step N" or the uses path
-	Run             string // `run:` script
-	Shell           string // `shell:`, e.g. "bash -eo pipefail"; empty = /bin/sh -e
-	Env             map[string]string
-	Secrets         []string
+	Name    string // `name:`, default "step N" or the uses path
+	Run     string // `run:` script
+	Shell   string // `shell:`, e.g. "bash -eo pipefail"; empty = /bin/sh -e
+	Env     map[string]string
+	Secrets []string
+	// IDTokens is the step's `id-tokens:`: names of the workflow's
+	// id-tokens the step gets, each as a variable of that name.
+	IDTokens        []string
 	Timeout         time.Duration // 0 = bounded by the run's timeout only
 	ContinueOnError bool
 	// Detach is `detach: true`: the step (a service: a database, a

@@ -485,6 +485,9 @@ func (d *decoder) strList(n ast.Node, at pos, what, example string) ([]item, boo
 			d.errorf(ps[i], "an entry of %s is empty", what)
 			continue
 		}
+		if !d.shown(ps[i], "an entry of "+what, s) {
+			continue
+		}
 		out = append(out, item{s, ps[i]})
 	}
 	return out, true

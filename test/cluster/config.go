@@ -181,6 +181,24 @@ func (c Config) AdminKubeconfig() string { return c.path("admin.kubeconfig") }
 // audit.k8s.io/v1 Event).
 func (c Config) AuditLog() string { return c.path("logs", "audit.log") }
 
+// AuthenticationConfig is the path of the API server's structured
+// authentication configuration (apiserver.config.k8s.io/v1
+// AuthenticationConfiguration, --authentication-config). Up writes it with
+// no JWT issuer; the API server reloads it when it changes, so tests add
+// the issuers they trust (knotless.dev/knotless/test/kubetest).
+func (c Config) AuthenticationConfig() string { return c.path(AuthenticationConfigFile) }
+
+// AuthenticationConfigFile is AuthenticationConfig relative to the state
+// directory.
+const AuthenticationConfigFile = "authn/authentication-config.yaml"
+
+// emptyAuthenticationConfig trusts no JWT issuer: only the client
+// certificates and service-account tokens the API server knows anyway.
+const emptyAuthenticationConfig = `apiVersion: apiserver.config.k8s.io/v1
+kind: AuthenticationConfiguration
+jwt: []
+`
+
 // containerdSocket is containerd's gRPC socket (kept short: unix socket
 // paths are limited to 107 bytes).
 func (c Config) containerdSocket() string { return c.path("run", "containerd.sock") }

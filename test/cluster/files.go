@@ -10,8 +10,8 @@ import (
 
 // writeConfigs writes every configuration file the processes read: one
 // kubeconfig per component, containerd's config, the CNI network, the
-// kubelet and kube-proxy configurations, the audit policy and the pods'
-// resolv.conf. It needs the PKI (ensurePKI) first.
+// kubelet and kube-proxy configurations, the audit policy, the
+// authentication configuration (no JWT issuer) and the pods' resolv.conf. It needs the PKI (ensurePKI) first.
 func (c Config) writeConfigs() error {
 	server := fmt.Sprintf("https://127.0.0.1:%d", APIPort)
 	for _, cc := range c.clientCerts() {
@@ -36,6 +36,7 @@ func (c Config) writeConfigs() error {
 		"kubelet/config.yaml":            c.kubeletConfig(),
 		"kube-proxy/config.yaml":         c.kubeProxyConfig(),
 		"audit-policy.yaml":              auditPolicy,
+		AuthenticationConfigFile:         emptyAuthenticationConfig,
 		"resolv.conf":                    "nameserver 127.0.0.1\n",
 	}
 	for name, content := range files {
@@ -210,7 +211,7 @@ rules:
 - level: RequestResponse
   resources:
   - group: ""
-    resources: ["pods", "pods/exec", "pods/log", "pods/attach", "secrets", "events"]
+    resources: ["pods", "pods/exec", "pods/log", "pods/attach", "secrets", "events", "configmaps"]
   - group: "events.k8s.io"
     resources: ["events"]
 - level: Metadata

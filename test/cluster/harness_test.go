@@ -99,3 +99,26 @@ func TestNodeName_IsAValidSubdomain(t *testing.T) {
 		}
 	}
 }
+
+// The API server starts with --authentication-config naming the file Up
+// writes, which trusts no JWT issuer until a test adds one.
+func TestProcesses_APIServerReadsTheAuthenticationConfigWithNoIssuer(t *testing.T) {
+	c := Config{StateDir: "/state"}
+	var args []string
+	for _, p := range c.processes() {
+		if p.name == "kube-apiserver" {
+			args = p.args
+		}
+	}
+	want := "--authentication-config=/state/" + AuthenticationConfigFile
+	found := false
+	for _, a := range args {
+		found = found || a == want
+	}
+	if !found {
+		t.Errorf("kube-apiserver args %v lack %s", args, want)
+	}
+	if !strings.Contains(emptyAuthenticationConfig, "kind: AuthenticationConfiguration") || !strings.Contains(emptyAuthenticationConfig, "jwt: []") {
+		t.Errorf("initial configuration:\n%s", emptyAuthenticationConfig)
+	}
+}

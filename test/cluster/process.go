@@ -66,6 +66,9 @@ func (c Config) processes() []process {
 			"--requestheader-group-headers=X-Remote-Group",
 			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 			"--audit-policy-file="+c.path("audit-policy.yaml"),
+			// Structured authentication (JWT issuers); the API server reloads
+			// the file when it changes (tests add issuers: kubetest).
+			"--authentication-config="+c.AuthenticationConfig(),
 			"--audit-log-path="+c.AuditLog(),
 			"--audit-log-format=json",
 			"--audit-log-maxsize=200",

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Tests of the web pages run in a real headless Chromium (Debian's
@@ -104,7 +106,7 @@ func signIn(t testing.TB, ctx context.Context, base, token string) {
 // pageText waits until the page's text holds want (d at most).
 func waitText(t testing.TB, ctx context.Context, d time.Duration, want string) {
 	t.Helper()
-	waitFor(t, d, fmt.Sprintf("the page to show %q", want), func() (bool, string) {
+	testwait.Until(t, d, fmt.Sprintf("the page to show %q", want), func() (bool, string) {
 		text, err := tryEval[string](ctx, `document.body ? document.body.innerText : ""`)
 		if err != nil {
 			return false, err.Error()
@@ -134,8 +136,16 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
+// maxCaptureHeight is the tallest page screenshots captures whole, in CSS
+// pixels. Chromium refuses a full-page capture of a much taller page ("Page
+// is too large": a finished run's page with a 60,000-line log is ~800,000
+// px tall), so such a page is captured as the window shows it from its
+// top, as a person opening it sees it.
+const maxCaptureHeight = 16384
+
 // screenshots saves the page at desktop (1280 px) and phone (390 px) width
-// as NAME-desktop.png and NAME-phone.png.
+// as NAME-desktop.png and NAME-phone.png: the whole page, or for a page
+// taller than maxCaptureHeight the window at the page's top.
 func screenshots(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	dir := screenshotDir(t)
@@ -148,8 +158,14 @@ func screenshots(t *testing.T, ctx context.Context, name string) {
 		{"phone", 390, 844, []chromedp.EmulateViewportOption{chromedp.EmulateMobile, chromedp.EmulateTouch}},
 	} {
 		do(t, ctx, "resize for "+v.suffix, chromedp.EmulateViewport(v.w, v.h, v.opts...))
+		capture := chromedp.FullScreenshot(100)
+		if tall := eval[float64](t, ctx, `document.documentElement.scrollHeight`); tall > maxCaptureHeight {
+			eval[bool](t, ctx, `window.scrollTo(0, 0), true`)
+			capture = chromedp.CaptureScreenshot()
+			t.Logf("%s-%s: the page is %.0f px tall: captured the window at its top", name, v.suffix, tall)
+		}
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+		png, err := chromedp.Run(sctx, capture)
 		cancel()
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)

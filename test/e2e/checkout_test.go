@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // pushRefs pushes refspecs of the work tree and returns the runs of the
@@ -20,7 +22,7 @@ func (w *world) pushRefs(want int, refspecs ...string) []api.Run {
 	before := w.latestPipeline()
 	w.git(append([]string{"push", "-q", w.url + "/" + w.repo + ".git"}, refspecs...)...)
 	var runs []api.Run
-	waitFor(w.t, 15*time.Second, "the push's pipelines", func() (bool, string) {
+	testwait.Until(w.t, 15*time.Second, "the push's pipelines", func() (bool, string) {
 		runs = runs[:0]
 		for _, r := range w.runs(0) {
 			if r.Pipeline > before {
@@ -155,7 +157,7 @@ func TestE2E_TagRunDescribesItsTagAndStepsGetTheTriggersVariables(t *testing.T) 
 	// A manual trigger: event manual, no commit before, the trigger's actor.
 	before := w.latestPipeline()
 	w.cliOK("", "run", "trigger", "--repo", w.repo, "--ref", "main")
-	waitFor(t, 15*time.Second, "the trigger's pipeline", func() (bool, string) { return w.latestPipeline() > before, "" })
+	testwait.Until(t, 15*time.Second, "the trigger's pipeline", func() (bool, string) { return w.latestPipeline() > before, "" })
 	run = w.runs(w.latestPipeline())[0]
 	v = vars(w.finishedLog(run.ID))
 	if v["KNOTLESS_EVENT"] != "manual" || v["KNOTLESS_BEFORE_SHA"] != "unset" || v["KNOTLESS_ACTOR"] != "admin" || v["HEAD"] != "main" {
@@ -296,7 +298,7 @@ steps:
 func TestE2E_GoTestCacheHitsOnTheSecondRunOfTheSameCommit(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
-		t.Skip("no Go at /usr/local/go")
+		testenv.Skipf(t, "no Go at /usr/local/go")
 	}
 	w := newWorld(t, 5*time.Second)
 	w.startRunner(w.registerRunner("r1"), "--env", "XDG_CACHE_HOME="+filepath.Join(w.root, "cache"))
@@ -322,7 +324,7 @@ steps:
 	}
 	before := w.latestPipeline()
 	w.cliOK("", "run", "trigger", "--repo", w.repo, "--ref", "main")
-	waitFor(t, 15*time.Second, "the trigger's pipeline", func() (bool, string) { return w.latestPipeline() > before, "" })
+	testwait.Until(t, 15*time.Second, "the trigger's pipeline", func() (bool, string) { return w.latestPipeline() > before, "" })
 	second := w.finishedLogWithin(w.runs(w.latestPipeline())[0].ID, 5*time.Minute)
 	if !strings.Contains(second, "ok  \texample.com/m\t(cached)") {
 		t.Errorf("second run of the same commit: go test did not hit its cache:\n%s", second)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -69,7 +70,7 @@ func TestDeploy_RunnerMayUseOnlyPodsAndExecInItsNamespaceAndNoSecrets(t *testing
 
 	// The pod the API server admitted under "restricted".
 	var pod *corev1.Pod
-	waitFor(t, 2*time.Minute, "the runner pod", func() (bool, string) {
+	testwait.Until(t, 2*time.Minute, "the runner pod", func() (bool, string) {
 		list, err := c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=knotless-runner"})
 		if err != nil || len(list.Items) == 0 {
 			return false, "no pod yet"

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"knotless.dev/knotless/internal/deploy"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -75,7 +76,7 @@ func TestDeploy_InitContainerPicksTheRunnerForItsArchitecture(t *testing.T) {
 				t.Fatal(err)
 			}
 			var phase corev1.PodPhase
-			waitFor(t, 3*time.Minute, "the pod to end", func() (bool, string) {
+			testwait.Until(t, 3*time.Minute, "the pod to end", func() (bool, string) {
 				p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 				if err != nil {
 					return false, err.Error()

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkDeploy_ApplyToRunnerSession(b *testing.B) {
 		before := strings.Count(w.server.output(), "runner session started")
 		start := time.Now()
 		d := applyRunner(b, c, "emptydir", url, rid.state, false)
-		waitFor(b, 3*time.Minute, "the runner pod's session", func() (bool, string) {
+		testwait.Until(b, 3*time.Minute, "the runner pod's session", func() (bool, string) {
 			return strings.Count(w.server.output(), "runner session started") > before, ""
 		})
 		sessions = append(sessions, time.Since(start))

@@ -13,6 +13,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/deploy"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -81,7 +82,7 @@ steps:
 	if out, err := d.kubectl(ctx, "-n", d.ns, "rollout", "restart", "deploy/knotless-runner"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	waitFor(t, 3*time.Minute, "a new runner pod", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "a new runner pod", func() (bool, string) {
 		uid := d.runnerPodUID(t)
 		return uid != "" && uid != before, "uid " + uid
 	})

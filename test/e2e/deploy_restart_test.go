@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -82,7 +83,7 @@ func TestDeploy_RolloutRestartMidStepAdoptsTheJobPodAndTheLogIsWhole(t *testing.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	d.must(t, ctx, "-n", d.ns, "rollout", "restart", "deploy/knotless-runner")
-	waitFor(t, 3*time.Minute, "a new runner pod", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "a new runner pod", func() (bool, string) {
 		p := d.runnerPod(t)
 		return p != nil && p.UID != old.UID, ""
 	})
@@ -91,8 +92,9 @@ func TestDeploy_RolloutRestartMidStepAdoptsTheJobPodAndTheLogIsWhole(t *testing.
 		t.Fatalf("%s, want succeeded; runner pod:\n%s", describe(final), d.runnerLogs())
 	}
 	assertSecondsLog(t, w, run.ID, n)
-	if logs := d.runnerLogs(); !strings.Contains(logs, "rebuilt the record of a run from the server's") {
-		t.Errorf("the new runner pod does not say it adopted the run:\n%s", logs)
+	if logs := d.runnerLogs(); !strings.Contains(logs, "rebuilt the record of a run from the server's") ||
+		!strings.Contains(logs, "attached to a step that was running already") {
+		t.Errorf("the new runner pod does not say it adopted the run and attached to its step:\n%s", logs)
 	}
 }
 
@@ -112,7 +114,7 @@ func TestDeploy_RunnerProcessKilledMidStepRestartsInItsPodAndTheLogIsWhole(t *te
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "the runner container to restart in its pod", func() (bool, string) {
+	testwait.Until(t, 2*time.Minute, "the runner container to restart in its pod", func() (bool, string) {
 		p := d.runnerPod(t)
 		if p == nil || p.UID != pod.UID || len(p.Status.ContainerStatuses) == 0 {
 			return false, "no pod, or another one"
@@ -196,7 +198,7 @@ steps:
 			b.Fatal(err)
 		}
 		var gone, running time.Duration
-		waitFor(b, 2*time.Minute, "the old runner pod to be gone", func() (bool, string) {
+		testwait.Until(b, 2*time.Minute, "the old runner pod to be gone", func() (bool, string) {
 			_, err := d.c.Client.CoreV1().Pods(d.ns).Get(ctx, old.Name, metav1.GetOptions{})
 			return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprint(err)
 		})

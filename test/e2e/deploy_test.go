@@ -21,6 +21,7 @@ import (
 	"knotless.dev/knotless/internal/deploy"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/internal/server"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -298,7 +299,7 @@ steps:
     run: echo started; sleep 600
 `})
 	var jobPod corev1.Pod
-	waitFor(t, 3*time.Minute, "the long run's job pod", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "the long run's job pod", func() (bool, string) {
 		pods := d.jobPods(t)
 		if len(pods) > 0 {
 			jobPod = pods[0]
@@ -316,7 +317,7 @@ steps:
 	if out, err := d.kubectl(ctx, "delete", "-k", ".", "--timeout=150s"); err != nil {
 		t.Fatalf("kubectl delete -k: %v\n%s", err, out)
 	}
-	waitFor(t, 2*time.Minute, "no job pod left", func() (bool, string) {
+	testwait.Until(t, 2*time.Minute, "no job pod left", func() (bool, string) {
 		pods := d.jobPods(t)
 		return len(pods) == 0, fmt.Sprintf("%d job pods", len(pods))
 	})
@@ -348,7 +349,7 @@ func TestDeploy_TamperedRunnerFileFailsTheInitContainerNamingIt(t *testing.T) {
 	}
 	d := applyRunner(t, c, "emptydir", url, state, false)
 	var msg string
-	waitFor(t, 3*time.Minute, "the init container to fail", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "the init container to fail", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		list, err := c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=knotless-runner"})

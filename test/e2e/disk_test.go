@@ -10,13 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // needRoot skips a test that mounts file systems when not root.
 func needRoot(t *testing.T, what string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("skipped: needs root to %s", what)
+		testenv.Skipf(t, "skipped: needs root to %s", what)
 	}
 }
 
@@ -34,7 +35,7 @@ func TestE2E_FullWorkDirLogLossIsMarkedAndNotSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", r.work, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs: %v", err)
+		testenv.Skipf(t, "skipped: cannot mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(r.work, unix.MNT_DETACH) }) // after the runner is stopped
 	w.startRunner(r)
@@ -52,7 +53,7 @@ steps:
 	lines := strings.Count(log1, "knotless log line")
 	t.Logf("%s; step 1 has %d of 100000 lines", describe(final), lines)
 	if lines == 100000 {
-		t.Skip("skipped: the 4 MiB work directory never filled (the runner kept up); nothing was lost to check")
+		testenv.Skipf(t, "skipped: the 4 MiB work directory never filled (the runner kept up); nothing was lost to check")
 	}
 	if final.State == api.StateSucceeded {
 		t.Fatalf("%s although %d of 100000 lines of step 1 are missing", describe(final), 100000-lines)
@@ -99,7 +100,7 @@ steps:
 `})
 	final := w.waitFinal(run.ID, 60*time.Second)
 	if log := w.stepLog(run.ID, 1); !strings.Contains(log, "canary") {
-		t.Skipf("skipped: the step could not bind-mount (%s):\n%s", describe(final), log)
+		testenv.Skipf(t, "skipped: the step could not bind-mount (%s):\n%s", describe(final), log)
 	}
 	w.waitNoWorkspace(r, run.ID)
 	for _, f := range []string{"canary", "sub/deep"} {

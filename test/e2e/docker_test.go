@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testwait"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/docker"
@@ -128,7 +129,7 @@ steps:
 	if b, err := os.ReadFile(filepath.Join(dst, "out", "artifact")); err != nil || string(b) != "built\n" {
 		t.Errorf("downloaded out/artifact: %q, %v", b, err)
 	}
-	waitFor(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
 		left := d.containers(t, "dr1")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -162,7 +163,7 @@ steps:
 	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
 	w.waitFinal(run.ID, time.Minute)
 	second := w.startRunner(rid, d.args...)
-	waitFor(t, time.Minute, "the restarted runner to remove the dead runner's job container", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the restarted runner to remove the dead runner's job container", func() (bool, string) {
 		left := d.containers(t, "dr2")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -203,7 +204,7 @@ steps:
 	if final.State != api.StateSucceeded {
 		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
 	}
-	log := w.stepLog(run.ID, 1)
+	log := withoutMarkers(t, w.stepLog(run.ID, 1), 1)
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	if len(lines) != 22 || !strings.HasPrefix(lines[0], "step on ") || lines[21] != "done" {
 		t.Fatalf("step log:\n%s\nwant the host line, lines 1..20, done", log)
@@ -217,7 +218,7 @@ steps:
 	if got := w.stepLog(run.ID, 2); got != "second step on "+host+"\n" {
 		t.Errorf("step 2 log %q, want it in the same container %s", got, host)
 	}
-	waitFor(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job container to be gone", func() (bool, string) {
 		left := d.containers(t, "dr3")
 		return len(left) == 0, strings.Join(left, ", ")
 	})

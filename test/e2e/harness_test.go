@@ -239,23 +239,6 @@ func (p *proc) kill() {
 	}
 }
 
-// waitFor polls cond every 50 ms until it holds or d has passed; then the
-// test fails, with the last detail cond gave.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s (last seen: %s)", d, what, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // fileExists reports whether path exists.
 func fileExists(path string) bool {
 	_, err := os.Stat(path)

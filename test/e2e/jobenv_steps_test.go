@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // The runner's own environment does not leak into steps; --env-pass (and
@@ -330,7 +332,7 @@ func TestE2E_ConcurrencyGroupQueuesTheNewRunBehindTheBusyOne(t *testing.T) {
 // after the run; the runner's mirror stays root's.
 func TestE2E_RootRunnerWithUserRunsStepsUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the runner must run as root to run steps as another user")
+		testenv.Skipf(t, "needs root: the runner must run as root to run steps as another user")
 	}
 	t.Parallel()
 	w := newWorld(t, 5*time.Second)
@@ -376,7 +378,7 @@ steps:
 	if setup := w.stepLog(run.ID, 0); !strings.Contains(setup, "as user nobody (uid 65534") {
 		t.Errorf("setup log does not say which user runs the steps:\n%s", setup)
 	}
-	waitFor(t, 30*time.Second, "the run's workspace to be removed", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the run's workspace to be removed", func() (bool, string) {
 		_, err := os.Lstat(filepath.Join(r.work, "runs", strconv.FormatInt(run.ID, 10)))
 		return os.IsNotExist(err), fmt.Sprint(err)
 	})
@@ -421,7 +423,7 @@ steps:
 	first.signal(t, syscall.SIGKILL)
 	first.wait(t, 10*time.Second)
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(second.output(), "taking over a run"), ""
 	})
 	w.openGate("go")
@@ -462,7 +464,7 @@ steps:
 	w.waitGate(run.ID, "held", 60*time.Second)
 	follow := startProc(t, "knotless run logs -f", append(baseEnv(w.home), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
 		"KNOTLESS_SERVER="+w.url, "KNOTLESS_TOKEN="+w.token), w.src, cliBin(), "run", "logs", strconv.FormatInt(run.ID, 10), "-f")
-	waitFor(t, 60*time.Second, "run logs -f to show the step after the detached one", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "run logs -f to show the step after the detached one", func() (bool, string) {
 		return strings.Contains(follow.output(), "hold is live"), follow.output()
 	})
 	w.openGate("go")
@@ -506,7 +508,7 @@ steps:
 `, port)})
 	fin := w.waitFinal(run.ID, 60*time.Second)
 	if setup := w.stepLog(run.ID, 0); strings.Contains(setup, "no step cgroup") {
-		t.Skip("steps get no cgroup on this host: a service that leaves its process group is not told apart")
+		testenv.Skipf(t, "steps get no cgroup on this host: a service that leaves its process group is not told apart")
 	}
 	if fin.State != api.StateSucceeded {
 		t.Fatalf("run %s; second step:\n%s", describe(fin), w.stepLog(run.ID, 3))

@@ -148,3 +148,108 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkE2E_KubeClaimToFinishedWarm is BenchmarkE2E_KubeClaimToFinished
+// with the runner keeping one warm pod (--warm-pods 1): each run takes a
+// pod started before its claim. It reports claim → finished and claim →
+// first step started (the runner's "step started" line) against the bare
+// run of the same hardened pod and against the bare pod's create →
+// Running alone (the targets: claim → finished below 1.0 of the bare run,
+// claim → first step below the bare create → Running), interleaved, in
+// ms.
+//
+//	KNOTLESS_TEST_CLUSTER_REQUIRED=1 go test -count=1 -run '^$' -bench KubeClaimToFinishedWarm -benchtime 10x ./test/e2e
+func BenchmarkE2E_KubeClaimToFinishedWarm(b *testing.B) {
+	k := newKubeRunner(b)
+	w := newWorld(b, 30*time.Second)
+	runner := w.startRunner(w.registerRunner("benchwarm"), append(k.args, "--cpus", "1", "--warm-pods", "1")...)
+	base, err := kubetest.NewBaseline(k.c.Config, k.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	base.Pod = func(ns string) *corev1.Pod { return kube.BenchPod(ns, kubetest.MainContainer) }
+	wf := map[string]string{".knotless/workflows/ci.yml": "on:\n  push: {}\nsteps:\n  - run: \"true\"\n"}
+	ready := func(n int) {
+		b.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for strings.Count(runner.output(), `msg="warm pod ready"`) < n {
+			if time.Now().After(deadline) {
+				b.Fatalf("no warm pod ready %d times; runner log:\n%s", n, runner.output())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ready(1)
+	w.waitFinal(w.pushOne(wf).ID, 3*time.Minute) // warm-up: the runner's mirror
+	if _, err := base.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var runs, firstStep, bare, bareRunning []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ready(i + 2)
+		run := w.pushOne(wf)
+		final := w.waitFinal(run.ID, 3*time.Minute)
+		if final.State != api.StateSucceeded {
+			b.Fatalf("%s; runner log:\n%s", describe(final), runner.output())
+		}
+		log := runner.output()
+		if !strings.Contains(w.stepLog(run.ID, api.SetupStep), "took the warm pod") {
+			b.Fatalf("run %d did not take the warm pod:\n%s", run.ID, w.stepLog(run.ID, api.SetupStep))
+		}
+		d, err := logInterval(log, run.ID, "claimed run", "run finished")
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := logInterval(log, run.ID, "claimed run", "step started")
+		if err != nil {
+			b.Fatal(err)
+		}
+		runs, firstStep = append(runs, d), append(firstStep, s)
+		r, err := base.Run(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		bare, bareRunning = append(bare, r.Total), append(bareRunning, r.Start)
+	}
+	b.StopTimer()
+	mr, ms, mb, mbr := median(runs), median(firstStep), median(bare), median(bareRunning)
+	b.ReportMetric(float64(mr.Milliseconds()), "knotless-ms")
+	b.ReportMetric(float64(ms.Milliseconds()), "first-step-ms")
+	b.ReportMetric(float64(mb.Milliseconds()), "bare-ms")
+	b.ReportMetric(float64(mbr.Milliseconds()), "bare-running-ms")
+	b.ReportMetric(float64(mr)/float64(mb), "ratio")
+	b.ReportMetric(float64(ms)/float64(mbr), "first-step-ratio")
+	b.Logf("warm: claim → finished %v (median %v), claim → first step %v (median %v); bare run %v (median %v), bare create → Running median %v",
+		runs, mr, firstStep, ms, bare, mb, mbr)
+}
+
+// logInterval reads the runner's log for run id's first line with msg
+// from and the first later line with msg to, and returns the time between.
+func logInterval(log string, id int64, from, to string) (time.Duration, error) {
+	var t0, t1 time.Time
+	tag := fmt.Sprintf(" run=%d ", id)
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line+" ", tag) {
+			continue
+		}
+		m := logTime.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			continue
+		}
+		switch {
+		case t0.IsZero() && strings.Contains(line, `msg="`+from+`"`):
+			t0 = t
+		case !t0.IsZero() && t1.IsZero() && strings.Contains(line, `msg="`+to+`"`):
+			t1 = t
+		}
+	}
+	if t0.IsZero() || t1.IsZero() {
+		return 0, fmt.Errorf("the runner's log has no %q then %q lines for run %d", from, to, id)
+	}
+	return t1.Sub(t0), nil
+}

@@ -107,4 +107,3 @@ func latest(a, b time.Time) time.Time {
 	}
 	return a
 }
-

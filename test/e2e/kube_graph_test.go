@@ -13,6 +13,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -68,7 +69,7 @@ steps:
       if [ "$KNOTLESS_ATTEMPT" = 1 ]; then echo "attempt 1 waits to be evicted"; sleep 600; fi
       echo "attempt $KNOTLESS_ATTEMPT ok"
 `})
-	waitFor(t, 4*time.Minute, "attempt 1's step to run", func() (bool, string) {
+	testwait.UntilEvery(t, 4*time.Minute, 500*time.Millisecond, "attempt 1's step to run", func() (bool, string) {
 		r, err := w.tryRun(run.ID)
 		if err == nil && api.IsFinal(r.State) {
 			t.Fatalf("%s before it was evicted; setup log:\n%s", describe(r), w.stepLog(run.ID, api.SetupStep))

@@ -16,6 +16,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -57,28 +58,33 @@ func newOwnedKubeRunner(t testing.TB) *kubeRunner {
 	}}
 }
 
-// secondsWorkflow is one step that prints "line 1" .. "line n", one a
-// second, then a step that says which pod it ran in.
+// secondsWorkflow is one step that records its start (recordStart) and
+// prints "line 1" .. "line n", one a second, then a step that says which
+// pod it ran in and how often the first started (printStarts).
 func secondsWorkflow(n int) map[string]string {
 	return map[string]string{".knotless/workflows/ci.yml": fmt.Sprintf(`on:
   push: {}
 steps:
   - name: count
     run: |
+      %s
       echo "step pid $$ on $(hostname)"
       i=1
       while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); sleep 1; done
       echo done
   - name: after
-    run: echo "second step on $(hostname)"
-`, n)}
+    run: |
+      echo "second step on $(hostname)"
+      %s
+`, recordStart, n, printStarts)}
 }
 
 // assertSecondsLog checks secondsWorkflow's logs: one pid line, every
-// numbered line once and in order, done; the second step in the same pod.
+// numbered line once and in order, done; the second step in the same pod;
+// the first step started once (assertStartedOnce).
 func assertSecondsLog(t *testing.T, w *world, run int64, n int) {
 	t.Helper()
-	log := w.stepLog(run, 1)
+	log := withoutMarkers(t, w.stepLog(run, 1), -1) // a restart; reconnects as they come
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	if len(lines) != n+2 || !strings.HasPrefix(lines[0], "step pid ") || lines[n+1] != "done" {
 		t.Fatalf("step log has %d lines, want %d (a pid line, %d numbered, done):\n%s", len(lines), n+2, n, log)
@@ -89,9 +95,11 @@ func assertSecondsLog(t *testing.T, w *world, run int64, n int) {
 		}
 	}
 	host := lines[0][strings.Index(lines[0], " on ")+4:]
-	if got := w.stepLog(run, 2); got != "second step on "+host+"\n" {
-		t.Errorf("step 2 log %q, want it in the same pod %s", got, host)
+	second := w.stepLog(run, 2)
+	if !strings.HasPrefix(second, "second step on "+host+"\n") {
+		t.Errorf("step 2 log %q, want it in the same pod %s", second, host)
 	}
+	assertStartedOnce(t, log, second)
 }
 
 // The runner pod replaced (rollout restart, upgrade, eviction) with an
@@ -142,11 +150,14 @@ func TestE2E_KubeRunnerPodReplacedMidStepWithAnEmptyWorkDirIsAdoptedAndTheLogIsW
 	if !strings.Contains(successor.output(), "rebuilt the record of a run from the server's") {
 		t.Errorf("the successor does not say it rebuilt the run's record:\n%s", successor.output())
 	}
+	if !strings.Contains(successor.output(), "attached to a step that was running already") {
+		t.Errorf("the successor does not say it attached to the running step:\n%s", successor.output())
+	}
 	assertSecondsLog(t, w, run.ID, n)
 	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "took the run over from an earlier runner process") {
 		t.Errorf("the setup log does not say the run was taken over:\n%s", setup)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr-replaced")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -208,7 +219,7 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 		metav1.ListOptions{LabelSelector: kube.LabelRunner + "=kr-lost"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr-lost")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -224,8 +235,8 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 }
 
 // --capacity 3: one runner, one credential, three runs at once, each in a
-// job pod of its own (seed 004's runner needs a registration and a
-// Deployment per parallel job).
+// job pod of its own (the first design of the kube runner needed a
+// registration and a Deployment per parallel job).
 func TestE2E_KubeCapacityThreeRunsThreeRunsAtOnceEachInItsOwnPod(t *testing.T) {
 	t.Parallel()
 	k := newOwnedKubeRunner(t)
@@ -243,7 +254,7 @@ steps:
 	}
 	runs := w.push(files, 3)
 	hosts := map[string]bool{}
-	waitFor(t, 3*time.Minute, "the three runs' steps to run at once", func() (bool, string) {
+	testwait.Until(t, 3*time.Minute, "the three runs' steps to run at once", func() (bool, string) {
 		clear(hosts)
 		for _, r := range runs {
 			if got := w.run(r.ID); api.IsFinal(got.State) {

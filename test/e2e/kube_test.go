@@ -16,6 +16,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -134,7 +135,7 @@ steps:
 	if l, err := os.Readlink(filepath.Join(dst, "out", "link")); err != nil || l != "artifact" {
 		t.Errorf("downloaded out/link: %q, %v; want a symbolic link to artifact", l, err)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr1")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -167,7 +168,7 @@ steps:
 	w.cliOK("", "run", "cancel", fmt.Sprint(run.ID))
 	w.waitFinal(run.ID, time.Minute)
 	second := w.startRunner(rid, k.args...)
-	waitFor(t, time.Minute, "the restarted runner to delete the dead runner's job pod", func() (bool, string) {
+	testwait.Until(t, time.Minute, "the restarted runner to delete the dead runner's job pod", func() (bool, string) {
 		left := k.pods(t, "kr2")
 		return len(left) == 0, strings.Join(left, ", ")
 	})
@@ -207,7 +208,7 @@ steps:
 	if final.State != api.StateSucceeded {
 		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
 	}
-	log := w.stepLog(run.ID, 1)
+	log := withoutMarkers(t, w.stepLog(run.ID, 1), 1)
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
 	if len(lines) != 22 || !strings.HasPrefix(lines[0], "step pid ") || lines[21] != "done" {
 		t.Fatalf("step log:\n%s\nwant one pid line, lines 1..20, done", log)
@@ -221,7 +222,7 @@ steps:
 	if got := w.stepLog(run.ID, 2); got != "second step on "+host+"\n" {
 		t.Errorf("step 2 log %q, want it in the same pod %s", got, host)
 	}
-	waitFor(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the job pod to be gone", func() (bool, string) {
 		left := k.pods(t, "kr3")
 		return len(left) == 0, strings.Join(left, ", ")
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // gateWait is a shell line that waits for GATE/name.
@@ -40,7 +41,7 @@ steps:
       sleep ` + sleepArg + `
 `})
 	w.waitGate(run.ID, "started", 60*time.Second)
-	waitFor(t, 10*time.Second, "both sleeps of the step", func() (bool, string) {
+	testwait.Until(t, 10*time.Second, "both sleeps of the step", func() (bool, string) {
 		pids := pidsWithArg(sleepArg)
 		return len(pids) == 2, fmt.Sprint(pids)
 	})
@@ -63,14 +64,14 @@ steps:
 	}
 
 	second := w.startRunner(rid)
-	waitFor(t, 20*time.Second, "the new runner to kill the killed run's processes", func() (bool, string) {
+	testwait.Until(t, 20*time.Second, "the new runner to kill the killed run's processes", func() (bool, string) {
 		if second.exited() {
 			t.Fatalf("the new runner exited:\n%s", second.output())
 		}
 		pids := pidsWithArg(sleepArg)
 		return len(pids) == 0, fmt.Sprintf("pids %v still run", pids)
 	})
-	waitFor(t, 20*time.Second, "the leftover workspace to be removed", func() (bool, string) {
+	testwait.Until(t, 20*time.Second, "the leftover workspace to be removed", func() (bool, string) {
 		return !fileExists(workspace), workspace + " exists"
 	})
 	if r := w.run(run.ID); r.State != api.StateErrored || r.Reason != api.ReasonRunnerLost {
@@ -114,7 +115,7 @@ steps:
       while [ $i -le 50 ]; do echo "line $i"; i=$((i+1)); sleep 0.02; done
 `})
 	w.waitGate(run.ID, "printed-10", 60*time.Second)
-	waitFor(t, 10*time.Second, "the first lines on the server", func() (bool, string) {
+	testwait.Until(t, 10*time.Second, "the first lines on the server", func() (bool, string) {
 		log := w.stepLog(run.ID, 1)
 		return strings.HasSuffix(log, "line 10\n"), fmt.Sprintf("%q", log)
 	})
@@ -213,7 +214,7 @@ steps:
 	run := w.pushOne(workflow("a"))
 	w.waitGate(run.ID, "started-a", 60*time.Second)
 	patient.signal(t, syscall.SIGINT)
-	waitFor(t, 10*time.Second, "the runner to say it lets the run finish", func() (bool, string) {
+	testwait.Until(t, 10*time.Second, "the runner to say it lets the run finish", func() (bool, string) {
 		return strings.Contains(patient.output(), "letting running runs finish"), ""
 	})
 	if patient.exited() {
@@ -276,7 +277,7 @@ steps:
       while [ $i -le 20 ]; do echo "during outage $i"; i=$((i+1)); done
       touch "$GATE/printed"
 `})
-	waitFor(t, 60*time.Second, "the first line on the server", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "the first line on the server", func() (bool, string) {
 		log := w.stepLog(run.ID, 1)
 		return log == "before\n", fmt.Sprintf("%q", log)
 	})
@@ -295,7 +296,7 @@ steps:
 	for i := 1; i <= 20; i++ {
 		fmt.Fprintf(&want, "during outage %d\n", i)
 	}
-	waitFor(t, 30*time.Second, "the run's result and log", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the run's result and log", func() (bool, string) {
 		r := w.run(run.ID)
 		return api.IsFinal(r.State) && w.stepLog(run.ID, 1) == want.String(), describe(r)
 	})

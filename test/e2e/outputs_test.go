@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // outputsWorkflow builds dist/ (a nested directory with a ~5 MB random
@@ -235,7 +236,7 @@ steps:
 	first.signal(t, syscall.SIGKILL)
 	first.wait(t, 10*time.Second)
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(second.output(), "taking over a run"), ""
 	})
 	w.openGate("go-o")

@@ -10,18 +10,48 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
-// countingWorkflow is one step that says its PID once, prints lines 1..n,
-// creates $GATE/half-TAG, waits for $GATE/go-TAG, prints n+1..2n and "done".
-// A step started twice would say its PID twice; a log that lost or
-// repeated bytes shows in the numbered lines.
+// recordStart is the first line of a step that may be taken over: it
+// appends the step's PID to a file of the run's HOME (kept across a
+// takeover, outside the log). printStarts is a later step's line that
+// prints them. A takeover that re-ran the step would print the same log
+// (the server skips the bytes it holds, and a re-run repeats them) but
+// leave two PIDs; assertStartedOnce counts them.
+const (
+	recordStart = `echo $$ >> "$HOME/step1-starts"`
+	printStarts = `echo "step 1 started as: $(tr '\n' ' ' < "$HOME/step1-starts")"`
+)
+
+// assertStartedOnce checks that step 1 started exactly once: the PIDs
+// printStarts wrote (the last line of after, a later step's log) are the
+// one step 1's first line says ("step pid PID ...").
+func assertStartedOnce(t *testing.T, step1, after string) {
+	t.Helper()
+	first, _, _ := strings.Cut(step1, "\n")
+	f := strings.Fields(first)
+	lines := strings.Split(strings.TrimSuffix(after, "\n"), "\n")
+	pids, ok := strings.CutPrefix(lines[len(lines)-1], "step 1 started as: ")
+	if len(f) < 3 || !ok {
+		t.Fatalf("no pid line in step 1 (%q) or no starts line in the later step (%q)", first, after)
+	}
+	if got := strings.Fields(pids); len(got) != 1 || got[0] != f[2] {
+		t.Fatalf("step 1 started as %v, want once, as the PID its log says (%s): a takeover re-ran the step", got, f[2])
+	}
+}
+
+// countingWorkflow is one step that records its start, says its PID,
+// prints lines 1..n, creates $GATE/half-TAG, waits for $GATE/go-TAG,
+// prints n+1..2n and "done"; a second step prints the first's starts. A
+// log that lost or repeated bytes shows in the numbered lines.
 func countingWorkflow(tag string, n int) map[string]string {
 	return map[string]string{".knotless/workflows/ci.yml": fmt.Sprintf(`on:
   push: {}
 steps:
   - name: count
     run: |
+      %s
       echo "step pid $$"
       i=1
       while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); done
@@ -30,8 +60,10 @@ steps:
       while [ $i -le %d ]; do echo "line $i"; i=$((i+1)); done
       echo done
   - name: after
-    run: echo "second step ran"
-`, n, tag, gateWait("go-"+tag), 2*n)}
+    run: |
+      echo "second step ran"
+      %s
+`, recordStart, n, tag, gateWait("go-"+tag), 2*n, printStarts)}
 }
 
 // assertCountingLog checks the counting step's log: one PID line, every
@@ -68,7 +100,7 @@ func TestE2E_RunnerKilledMidStepIsTakenOverAndTheRunSucceeds(t *testing.T) {
 		t.Fatalf("%s after the runner died, want still running", describe(r))
 	}
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(second.output(), "taking over a run"), ""
 	})
 	w.openGate("go-k")
@@ -76,9 +108,15 @@ func TestE2E_RunnerKilledMidStepIsTakenOverAndTheRunSucceeds(t *testing.T) {
 	if final.State != api.StateSucceeded {
 		t.Fatalf("%s, want succeeded; runner log:\n%s\nsetup log:\n%s", describe(final), second.output(), w.stepLog(run.ID, api.SetupStep))
 	}
-	assertCountingLog(t, w.stepLog(run.ID, 1), n)
-	if got := w.stepLog(run.ID, 2); got != "second step ran\n" {
-		t.Fatalf("second step's log %q", got)
+	log1 := withoutMarkers(t, w.stepLog(run.ID, 1), 1)
+	assertCountingLog(t, log1, n)
+	second2 := w.stepLog(run.ID, 2)
+	if !strings.HasPrefix(second2, "second step ran\n") {
+		t.Fatalf("second step's log %q", second2)
+	}
+	assertStartedOnce(t, log1, second2)
+	if !strings.Contains(second.output(), "attached to a step that was running already") {
+		t.Errorf("the new runner does not say it attached to the running step:\n%s", second.output())
 	}
 	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "took the run over from an earlier runner process") {
 		t.Fatalf("the setup log does not say the run was taken over:\n%s", setup)
@@ -112,7 +150,7 @@ func TestE2E_HandoverToANewRunnerBinaryKeepsTheRunGoing(t *testing.T) {
 		t.Fatalf("%s after the handover, want running", describe(r))
 	}
 	upgraded := w.startRunnerBin(upgradeBin(), rid)
-	waitFor(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the new runner to take the run over", func() (bool, string) {
 		return strings.Contains(upgraded.output(), "taking over a run"), ""
 	})
 	w.openGate("go-h")
@@ -120,7 +158,9 @@ func TestE2E_HandoverToANewRunnerBinaryKeepsTheRunGoing(t *testing.T) {
 	if final.State != api.StateSucceeded {
 		t.Fatalf("%s, want succeeded; runner log:\n%s", describe(final), upgraded.output())
 	}
-	assertCountingLog(t, w.stepLog(run.ID, 1), n)
+	log1 := withoutMarkers(t, w.stepLog(run.ID, 1), 1)
+	assertCountingLog(t, log1, n)
+	assertStartedOnce(t, log1, w.stepLog(run.ID, 2))
 	if setup := w.stepLog(run.ID, api.SetupStep); !strings.Contains(setup, "knotless-run "+UpgradeVersion+" (process ") {
 		t.Fatalf("the setup log does not name the new release taking over:\n%s", setup)
 	}
@@ -164,7 +204,7 @@ steps:
 	}
 
 	second := w.startRunner(rid)
-	waitFor(t, 30*time.Second, "the next runner to stop the agent and the step's processes", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the next runner to stop the agent and the step's processes", func() (bool, string) {
 		if second.exited() {
 			t.Fatalf("the new runner exited:\n%s", second.output())
 		}
@@ -185,7 +225,7 @@ steps:
 func (w *world) waitNoWorkspace(rid *runnerID, run int64) {
 	w.t.Helper()
 	ws := filepath.Join(rid.work, "runs", itoa(run))
-	waitFor(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
+	testwait.Until(w.t, 20*time.Second, "the run's workspace to be removed", func() (bool, string) {
 		_, err := os.Stat(ws)
 		// The checkout, at its stable path WORK/workspaces/OWNER/NAME/WORKFLOW/SLOT.
 		slots, _ := filepath.Glob(filepath.Join(rid.work, "workspaces", "*", "*", "*", "*"))

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // cliTTY runs the knotless CLI like cli, with its stdout and stderr a
@@ -24,7 +26,7 @@ func (w *world) cliTTY(args ...string) (string, int) {
 	w.t.Helper()
 	c, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		w.t.Skipf("no pseudo-terminals here: %v", err)
+		testenv.Skipf(w.t, "no pseudo-terminals here: %v", err)
 	}
 	defer c.Close()
 	var n int

@@ -20,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
 	"knotless.dev/knotless/internal/store/sqlite"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // BenchmarkWeb_PipelinesTab1000 measures the Pipelines tab of a repository
@@ -112,7 +113,7 @@ done`, n)
 	for it := 0; it < b.N; it++ {
 		run := w.pushOne(gatedWorkflow(script))
 		do(b, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
-		waitFor(b, 30*time.Second, "the event stream", func() (bool, string) {
+		testwait.Until(b, 30*time.Second, "the event stream", func() (bool, string) {
 			s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 			return s == "open", fmt.Sprint(s, err)
 		})
@@ -130,7 +131,7 @@ done`, n)
 		for i := 1; i <= n; i++ {
 			w.openGate(fmt.Sprintf("tick-%d-%d", i, run.ID))
 			key := strconv.Itoa(i)
-			waitFor(b, 30*time.Second, "tick "+key+" in the page", func() (bool, string) {
+			testwait.Until(b, 30*time.Second, "tick "+key+" in the page", func() (bool, string) {
 				v, err := tryEval[float64](ctx, `window.__ticks["`+key+`"] === undefined ? -1 : window.__ticks["`+key+`"]`)
 				if err == nil && v >= 0 {
 					lat = append(lat, time.Duration(v*float64(time.Millisecond)))

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // gatedWorkflow is a workflow whose one step runs script (with $GATE and
@@ -51,7 +52,7 @@ func TestBrowser_PipelinesTabListsPushAndRunPageFollowsLog(t *testing.T) {
 	}
 
 	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
-	waitFor(t, 60*time.Second, "first-line in the page while the step runs", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "first-line in the page while the step runs", func() (bool, string) {
 		lines, err := tryEval[[]string](ctx, `Array.from(document.querySelectorAll('#step-1 .l .t')).map(e => e.textContent)`)
 		return err == nil && contains(lines, "first-line"), fmt.Sprint(lines, err)
 	})
@@ -65,7 +66,7 @@ func TestBrowser_PipelinesTabListsPushAndRunPageFollowsLog(t *testing.T) {
 	screenshots(t, ctx, "run-running")
 	w.openRunGate("go", run.ID)
 	waitText(t, ctx, 60*time.Second, "second-line")
-	waitFor(t, 60*time.Second, "the page to show the run succeeded", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "the page to show the run succeeded", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.getElementById('run-state').textContent`)
 		return s == api.StateSucceeded, fmt.Sprint(s, err)
 	})
@@ -82,7 +83,7 @@ func TestBrowser_PipelinesTabListsPushAndRunPageFollowsLog(t *testing.T) {
 	// A new pipeline shows up without a reload.
 	eval[bool](t, ctx, `window.stayed = true`)
 	second := w.pushOne(gatedWorkflow("echo second pipeline"))
-	waitFor(t, 30*time.Second, "pipeline 2 in the open Pipelines tab", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "pipeline 2 in the open Pipelines tab", func() (bool, string) {
 		n, err := tryEval[int](ctx, fmt.Sprintf(`document.querySelectorAll('a[href="/-/runs/%d"]').length`, second.ID))
 		return n == 1, fmt.Sprint(n, err)
 	})
@@ -103,7 +104,7 @@ func TestBrowser_LongLogShowsTailAndLoadsEarlierLines(t *testing.T) {
 	}
 	signIn(t, ctx, w.url, w.token)
 	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
-	waitFor(t, 30*time.Second, "the stream to end", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the stream to end", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 		return s == "ended", fmt.Sprint(s, err)
 	})
@@ -112,7 +113,7 @@ func TestBrowser_LongLogShowsTailAndLoadsEarlierLines(t *testing.T) {
 		t.Fatalf("the page shows the log from %q, want its tail only, up to 60000", first)
 	}
 	do(t, ctx, "press Load earlier lines", chromedp.Click(chromedp.CSS("#step-1 button.earlier")))
-	waitFor(t, 30*time.Second, "the log's first line", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the log's first line", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.querySelector('#step-1 .l .t').textContent`)
 		return s == "1", fmt.Sprint(s, err)
 	})
@@ -157,26 +158,26 @@ func TestBrowser_ReconnectMidLogNeitherRepeatsNorLosesLines(t *testing.T) {
 	lines := func() ([]string, error) {
 		return tryEval[[]string](ctx, `Array.from(document.querySelectorAll('#step-1 .l .t')).map(e => e.textContent)`)
 	}
-	waitFor(t, 60*time.Second, "line-5 in the page", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "line-5 in the page", func() (bool, string) {
 		l, err := lines()
 		return err == nil && contains(l, "line-5"), fmt.Sprint(l, err)
 	})
 	// The server goes away under the open stream; the step prints more
 	// meanwhile (the runner keeps it until the server is back).
 	w.stopServer()
-	waitFor(t, 20*time.Second, "the page to notice", func() (bool, string) {
+	testwait.Until(t, 20*time.Second, "the page to notice", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 		return s == "reconnecting", fmt.Sprint(s, err)
 	})
 	w.openRunGate("a", run.ID)
 	w.restartServer()
-	waitFor(t, 60*time.Second, "line-10 in the page after the reconnect", func() (bool, string) {
+	testwait.Until(t, 60*time.Second, "line-10 in the page after the reconnect", func() (bool, string) {
 		l, err := lines()
 		return err == nil && contains(l, "line-10"), fmt.Sprint(l, err)
 	})
 	w.openRunGate("b", run.ID)
 	w.waitFinal(run.ID, 60*time.Second)
-	waitFor(t, 30*time.Second, "line-15 in the page", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "line-15 in the page", func() (bool, string) {
 		l, err := lines()
 		return err == nil && contains(l, "line-15"), fmt.Sprint(l, err)
 	})
@@ -211,7 +212,7 @@ func TestBrowser_CancelFromRunPageEndsRunCancelled(t *testing.T) {
 	if got.State != api.StateCancelled {
 		t.Fatalf("after Cancel run on the page: %s, want cancelled", describe(got))
 	}
-	waitFor(t, 30*time.Second, "the page to show cancelled", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the page to show cancelled", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.getElementById('run-state').textContent`)
 		return s == api.StateCancelled, fmt.Sprint(s, err)
 	})
@@ -301,7 +302,7 @@ printf 'bell\007 and \033[2J clear\n'`
 	}
 	signIn(t, ctx, w.url, w.token)
 	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
-	waitFor(t, 30*time.Second, "the stream to end", func() (bool, string) {
+	testwait.Until(t, 30*time.Second, "the stream to end", func() (bool, string) {
 		s, err := tryEval[string](ctx, `document.documentElement.dataset.stream`)
 		return s == "ended", fmt.Sprint(s, err)
 	})

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // world is one knotless-server process with its own data directory, the
@@ -43,7 +44,15 @@ type world struct {
 	// tag (NAME=VALUE) is in every step's environment, so the cleanup
 	// finds and kills whatever a step left running.
 	tag string
+	// env is more variables for every process (e.g. SSL_CERT_FILE for a
+	// server behind a TLS front), and httpc the client of api() (nil:
+	// the default).
+	env   []string
+	httpc *http.Client
 }
+
+// worldEnv is the environment of the world's processes: baseEnv and env.
+func (w *world) worldEnv() []string { return append(baseEnv(w.home), w.env...) }
 
 // newWorld starts a server with the given lease (and more server flags)
 // and creates admin/app.
@@ -56,10 +65,17 @@ func newWorld(t testing.TB, lease time.Duration, serverArgs ...string) *world {
 // address pods reach the host at, port 0).
 func newWorldAt(t testing.TB, listen string, lease time.Duration, serverArgs ...string) *world {
 	t.Helper()
+	return newWorldWith(t, listen, lease, nil, nil, serverArgs...)
+}
+
+// newWorldWith is newWorldAt whose processes get env too and whose api()
+// uses httpc (nil: the default client).
+func newWorldWith(t testing.TB, listen string, lease time.Duration, env []string, httpc *http.Client, serverArgs ...string) *world {
+	t.Helper()
 	root := t.TempDir()
 	w := &world{t: t, root: root, data: filepath.Join(root, "data"), home: filepath.Join(root, "home"),
 		lease: lease, serverArgs: serverArgs, repo: "admin/app", src: filepath.Join(root, "src"), gate: filepath.Join(root, "gate"),
-		tag: "KNOTLESS_E2E_TAG=" + randomHex(8)}
+		tag: "KNOTLESS_E2E_TAG=" + randomHex(8), env: env, httpc: httpc}
 	for _, d := range []string{w.home, w.src, w.gate} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -92,11 +108,11 @@ func (w *world) startServer(listen string) {
 	_ = os.Remove(urlFile) // a SIGKILLed server leaves it behind
 	retryUntil := time.Now().Add(15 * time.Second)
 	for {
-		w.server = startProc(w.t, "knotless-server", baseEnv(w.home), w.root, serverBin(),
+		w.server = startProc(w.t, "knotless-server", w.worldEnv(), w.root, serverBin(),
 			append([]string{"--data", w.data, "--listen", listen, "--lease", w.lease.String(),
 				"--max-registrations-per-minute", "1000"}, w.serverArgs...)...)
 		ok := false
-		waitFor(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
+		testwait.Until(w.t, 30*time.Second, "server.url and admin.token", func() (bool, string) {
 			u, err1 := os.ReadFile(urlFile)
 			tok, err2 := os.ReadFile(filepath.Join(w.data, "admin.token"))
 			if err1 == nil && err2 == nil && len(bytes.TrimSpace(u)) > 0 && len(bytes.TrimSpace(tok)) > 0 {
@@ -119,7 +135,7 @@ func (w *world) startServer(listen string) {
 		}
 		w.t.Fatalf("knotless-server exited early:\n%s", out)
 	}
-	waitFor(w.t, 10*time.Second, "the server to answer", func() (bool, string) {
+	testwait.Until(w.t, 10*time.Second, "the server to answer", func() (bool, string) {
 		var out api.DescribeServerOutput
 		err := w.api().Query(context.Background(), api.MethodDescribeServer, nil, &out)
 		return err == nil, fmt.Sprint(err)
@@ -152,7 +168,7 @@ func (w *world) restartServer() {
 
 // api returns an XRPC client with the admin's token.
 func (w *world) api() *api.Client {
-	return &api.Client{BaseURL: w.url, Auth: api.BearerToken(w.token)}
+	return &api.Client{BaseURL: w.url, Auth: api.BearerToken(w.token), HTTP: w.httpc}
 }
 
 // cliResult is what one knotless CLI process did.
@@ -169,7 +185,7 @@ func (w *world) cli(stdin string, args ...string) cliResult {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cliBin(), args...)
 	cmd.Dir = w.src
-	cmd.Env = append(baseEnv(w.home), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
+	cmd.Env = append(w.worldEnv(), "XDG_CONFIG_HOME="+filepath.Join(w.home, ".config"),
 		"KNOTLESS_SERVER="+w.url, "KNOTLESS_TOKEN="+w.token)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
@@ -209,13 +225,13 @@ func (w *world) registerRunner(name string) *runnerID {
 	w.t.Helper()
 	r := &runnerID{name: name, state: filepath.Join(w.root, name+".json"), work: filepath.Join(w.root, name+"-work")}
 	// The owner makes a one-use registration token; login reads it from
-	// the environment, as the README says.
+	// the environment, as docs/runner.md says.
 	token := strings.TrimSpace(w.cliOK("", "runner", "token", "--repo", w.repo))
 	if !strings.HasPrefix(token, "knreg_") {
 		w.t.Fatalf("knotless runner token printed %q, want a knreg_ token", token)
 	}
 	cmd := exec.Command(runnerBin(), "login", "--server", w.url, "--repo", w.repo, "--name", name, "--state", r.state)
-	cmd.Env = append(baseEnv(w.home), "KNOTLESS_REGISTRATION_TOKEN="+token)
+	cmd.Env = append(w.worldEnv(), "KNOTLESS_REGISTRATION_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("knotless-run login: %v\n%s", err, out)
@@ -247,7 +263,7 @@ func (w *world) startRunnerBin(bin string, r *runnerID, extra ...string) *proc {
 	w.t.Helper()
 	args := append([]string{"run", "--state", r.state, "--executor", "shell", "--work", r.work,
 		"--env", "GATE=" + w.gate, "--env", w.tag}, extra...)
-	return startProc(w.t, "knotless-run", baseEnv(w.home), w.root, bin, args...)
+	return startProc(w.t, "knotless-run", w.worldEnv(), w.root, bin, args...)
 }
 
 // gitEnv is the environment of git commands: an author and committer for a
@@ -255,7 +271,7 @@ func (w *world) startRunnerBin(bin string, r *runnerID, extra ...string) *proc {
 // given through GIT_CONFIG_* (never in a URL or an argument).
 func (w *world) gitEnv() []string {
 	auth := base64.StdEncoding.EncodeToString([]byte("admin:" + w.token))
-	return append(baseEnv(w.home),
+	return append(w.worldEnv(),
 		"GIT_AUTHOR_NAME=E2E", "GIT_AUTHOR_EMAIL=e2e@example.com",
 		"GIT_COMMITTER_NAME=E2E", "GIT_COMMITTER_EMAIL=e2e@example.com",
 		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
@@ -327,7 +343,7 @@ func (w *world) push(files map[string]string, want int) []api.Run {
 	before := w.latestPipeline()
 	w.git("push", "-q", w.url+"/"+w.repo+".git", "HEAD:refs/heads/main")
 	var runs []api.Run
-	waitFor(w.t, 15*time.Second, "the push's pipeline", func() (bool, string) {
+	testwait.Until(w.t, 15*time.Second, "the push's pipeline", func() (bool, string) {
 		p := w.latestPipeline()
 		if p <= before {
 			return false, "no new pipeline"
@@ -358,7 +374,7 @@ func (w *world) run(id int64) api.Run {
 func (w *world) waitRun(id int64, d time.Duration, what string, cond func(api.Run) bool) api.Run {
 	w.t.Helper()
 	var r api.Run
-	waitFor(w.t, d, fmt.Sprintf("run %d: %s", id, what), func() (bool, string) {
+	testwait.Until(w.t, d, fmt.Sprintf("run %d: %s", id, what), func() (bool, string) {
 		var err error
 		r, err = w.tryRun(id)
 		if err != nil {
@@ -402,7 +418,7 @@ func (w *world) stepLog(id int64, step int) string {
 // fails at once if the run ends first.
 func (w *world) waitGate(id int64, name string, d time.Duration) {
 	w.t.Helper()
-	waitFor(w.t, d, fmt.Sprintf("a step of run %d to create $GATE/%s", id, name), func() (bool, string) {
+	testwait.Until(w.t, d, fmt.Sprintf("a step of run %d to create $GATE/%s", id, name), func() (bool, string) {
 		if fileExists(filepath.Join(w.gate, name)) {
 			return true, ""
 		}

@@ -42,6 +42,8 @@ type AuditUser struct {
 	Username string   `json:"username"`
 	UID      string   `json:"uid,omitempty"`
 	Groups   []string `json:"groups,omitempty"`
+	// Extra is what the authenticator added (a JWT issuer's claim mappings).
+	Extra map[string][]string `json:"extra,omitempty"`
 }
 
 // AuditObjectRef names the object a request was about.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,20 @@ const (
 var execQuery = kubetest.AuditQuery{Resource: "pods", Subresource: "exec", Namespace: "kt-x", Name: "p",
 	User: "system:serviceaccount:kt-x:runner", RequestURIContains: "command=true"}
 
+// readA1 is execQuery.Match that also closes the channel it returns once
+// the reader has read event a1 (auditGet): the test then knows the reader
+// is past the file's first line, instead of sleeping and hoping.
+func readA1() (func(kubetest.AuditEvent) bool, <-chan struct{}) {
+	seen := make(chan struct{})
+	var once sync.Once
+	return func(ev kubetest.AuditEvent) bool {
+		if ev.AuditID == "a1" {
+			once.Do(func() { close(seen) })
+		}
+		return execQuery.Match(ev)
+	}, seen
+}
+
 func TestAuditSearchFindsAnEventWrittenInPiecesAfterItStarted(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	if err := os.WriteFile(path, []byte(auditGet+"not json\n"), 0o644); err != nil {
@@ -29,8 +44,9 @@ func TestAuditSearchFindsAnEventWrittenInPiecesAfterItStarted(t *testing.T) {
 	errc := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
+	match, readFirst := readA1()
 	go func() {
-		ev, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match)
+		ev, err := kubetest.SearchAuditLog(ctx, path, match)
 		found <- ev
 		errc <- err
 	}()
@@ -39,9 +55,15 @@ func TestAuditSearchFindsAnEventWrittenInPiecesAfterItStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	// Half a line first: the reader must wait for the rest.
+	// Half a line first, once the reader is at the file's end: it must wait
+	// for the rest. (Longer than one of its 250 ms polls, so that it reads
+	// the half line: a wait for time, not for a state.)
+	select {
+	case <-readFirst:
+	case err := <-errc:
+		t.Fatalf("the search ended before reading the first line: %v", err)
+	}
 	half := len(auditExec) / 2
-	time.Sleep(300 * time.Millisecond)
 	f.WriteString(auditExec[:half])
 	time.Sleep(300 * time.Millisecond)
 	f.WriteString(auditExec[half:])
@@ -63,11 +85,16 @@ func TestAuditSearchFollowsRotationAndReadsBackups(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
+	match, readFirst := readA1()
 	go func() {
-		_, err := kubetest.SearchAuditLog(ctx, path, execQuery.Match)
+		_, err := kubetest.SearchAuditLog(ctx, path, match)
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-readFirst:
+	case err := <-errc:
+		t.Fatalf("the search ended before reading the first line: %v", err)
+	}
 	// Rotate as the API server does: rename, then a new file.
 	if err := os.Rename(path, filepath.Join(dir, "audit-2026-07-01T10-00-02.000.log")); err != nil {
 		t.Fatal(err)

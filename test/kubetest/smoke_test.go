@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -67,25 +68,6 @@ func run(t *testing.T, cfg *rest.Config, pod *corev1.Pod, argv []string, stdin s
 		t.Fatalf("exec %q: %v", argv, err)
 	}
 	return string(o), string(e), code
-}
-
-// eventually polls check every second until it reports true or timeout
-// passes, then fails with what was awaited and the last observation.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		ok, seen := check()
-		if ok {
-			t.Logf("%s: after %s", what, time.Since(start).Round(100*time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last seen: %s", timeout, what, seen)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 func TestKube_JobBasePodRunsAndExecPassesStdinOutputAndExitCode(t *testing.T) {
@@ -192,15 +174,15 @@ func TestKube_EgressPolicyBlocksPodToPodButNotClusterDNS(t *testing.T) {
 	}
 	const enforce = time.Minute // policies are enforced asynchronously
 
-	eventually(t, enforce, "client pod to reach server pod port 8080 without a policy", connect)
-	eventually(t, enforce, "cluster DNS to resolve kubernetes.default without a policy", resolve)
+	testwait.UntilEvery(t, enforce, time.Second, "client pod to reach server pod port 8080 without a policy", connect)
+	testwait.UntilEvery(t, enforce, time.Second, "cluster DNS to resolve kubernetes.default without a policy", resolve)
 
 	policies := c.Client.NetworkingV1().NetworkPolicies(ns)
 	if _, err := policies.Create(t.Context(), egressPolicy(ns, "client"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create egress NetworkPolicy: %v", err)
 	}
-	eventually(t, enforce, "the egress policy to block client → server pod port 8080", blocked)
-	eventually(t, enforce, "cluster DNS to still resolve kubernetes.default under the egress policy", resolve)
+	testwait.UntilEvery(t, enforce, time.Second, "the egress policy to block client → server pod port 8080", blocked)
+	testwait.UntilEvery(t, enforce, time.Second, "cluster DNS to still resolve kubernetes.default under the egress policy", resolve)
 	if ok, seen := blocked(); !ok {
 		t.Fatalf("client reached the server again under the egress policy: %s", seen)
 	}
@@ -208,7 +190,7 @@ func TestKube_EgressPolicyBlocksPodToPodButNotClusterDNS(t *testing.T) {
 	if err := policies.Delete(t.Context(), "egress", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete egress NetworkPolicy: %v", err)
 	}
-	eventually(t, enforce, "client to reach server again after the policy's deletion", connect)
+	testwait.UntilEvery(t, enforce, time.Second, "client to reach server again after the policy's deletion", connect)
 }
 
 // egressPolicy is the egress policy job pods get: DNS to the cluster's

@@ -77,6 +77,13 @@ type Env struct {
 	// says the agent was asked to end its steps and exit and answered, so
 	// nothing runs any more. Required; idempotent.
 	Remove func(ctx context.Context, agentEnded bool) error
+	// Client, when set, is a client of the agent connected already (the
+	// kube executor's warm pods keep one): Base uses it instead of
+	// dialing. Its hello must name the run or AdoptFrom.
+	Client *agent.Client
+	// AdoptFrom, when set, is the run a warm agent serves until Attached
+	// adopts it for this one (agent.Client.Adopt): its hello may name it.
+	AdoptFrom string
 	// Attached, when set, runs once the agent answered (Prepare and
 	// Recover), with the connected client and the agent's hello: it
 	// writes what the setup log should say of the environment, or checks
@@ -245,7 +252,10 @@ const agentStartWait = 10 * time.Second
 // session. An agent that is not there yet (agent.ErrGone) is dialed again
 // for up to starting, while Env.Why has nothing to say.
 func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Duration) (*Session, error) {
-	client := b.client(id, env)
+	client := env.Client
+	if client == nil {
+		client = b.client(id, env)
+	}
 	deadline := time.Now().Add(starting)
 	hello, err := client.Connect(ctx)
 	for err != nil && errors.Is(err, agent.ErrGone) && time.Now().Before(deadline) && ctx.Err() == nil && env.Why(ctx) == nil {
@@ -255,6 +265,10 @@ func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Du
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("connect to the step agent in %s: %w", env.Name, err)
+	}
+	if hello.Run != id && (env.AdoptFrom == "" || hello.Run != env.AdoptFrom) {
+		_ = client.Close()
+		return nil, fmt.Errorf("the agent in %s serves run %q, not %q", env.Name, hello.Run, id)
 	}
 	if env.Attached != nil {
 		if err := env.Attached(ctx, client, hello); err != nil {
@@ -286,7 +300,7 @@ func (b *Base) client(id string, env *Env) *agent.Client {
 		DeadAfter: b.cfg.DeadAfter,
 		Logger:    b.log().With("run", id, "environment", env.Name),
 		OnHello: func(h agent.AgentHello) error {
-			if h.Run != id {
+			if h.Run != id && (env.AdoptFrom == "" || h.Run != env.AdoptFrom) {
 				return fmt.Errorf("the agent in %s serves run %q, not %q", env.Name, h.Run, id)
 			}
 			if hellos.Add(1) > 1 && b.cfg.Observer != nil {
@@ -366,6 +380,10 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Held is how many environments live sessions of this Base hold or are
+// being made for.
+func (b *Base) Held() int { return len(b.live.IDs()) }
 
 // Holds reports whether a live session of this Base holds (or is being
 // made for) id.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Helpers of the docker-specific tests. Every wait is bounded; every
@@ -104,6 +107,30 @@ func runStep(t testing.TB, s executor.Session, step executor.Step, d time.Durati
 	return res, out.Bytes(), err
 }
 
+// stepEnd is what a step's Exec returned.
+type stepEnd struct {
+	res executor.Result
+	err error
+}
+
+// startStep runs step in the background and returns once its output holds
+// "started" (its script must echo that first): the test then acts on a
+// running step, never after a fixed sleep. done receives what Exec
+// returned.
+func startStep(t *testing.T, ctx context.Context, s executor.Session, step executor.Step) (*syncBuffer, <-chan stepEnd) {
+	t.Helper()
+	out := &syncBuffer{}
+	done := make(chan stepEnd, 1)
+	go func() {
+		res, err := s.Exec(ctx, step, out)
+		done <- stepEnd{res, err}
+	}()
+	testwait.Until(t, time.Minute, "step "+step.ID+" to start", func() (bool, string) {
+		return bytes.Contains(out.Bytes(), []byte("started\n")), fmt.Sprintf("output %q", out.Bytes())
+	})
+	return out, done
+}
+
 // TestDocker_OOMKilledStepIsOOM: a step that allocates past --memory is
 // killed by the kernel and ends oom-killed (not exit-code, not success),
 // and the next step still runs.
@@ -161,10 +188,11 @@ func TestDocker_CancelAndExitCodes(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(time.Second); cancel() }()
-	res, err := s.Exec(ctx, executor.Step{ID: "9", Script: "sleep 300\n", Grace: time.Second}, nil)
-	if err != nil || res.Reason != api.ReasonCancelled {
-		t.Fatalf("cancel: %+v, %v", res, err)
+	defer cancel()
+	_, done := startStep(t, ctx, s, executor.Step{ID: "9", Script: "echo started; sleep 300\n", Grace: time.Second})
+	cancel()
+	if e := testwait.Receive(t, done, time.Minute, "the step to end"); e.err != nil || e.res.Reason != api.ReasonCancelled {
+		t.Fatalf("cancel: %+v, %v", e.res, e.err)
 	}
 }
 
@@ -235,13 +263,12 @@ func TestDocker_ContainerRemovedUnderAStepIsErrored(t *testing.T) {
 	spec, _ := f.spec(t, runID("gone"))
 	s := f.prepare(t, e, spec)
 	id := containerOf(t, s)
-	go func() {
-		time.Sleep(2 * time.Second)
-		_ = f.eng.Client.ContainerRemove(context.Background(), id, containerRemoveForce)
-	}()
-	res, _, err := runStep(t, s, executor.Step{ID: "1", Script: "sleep 300\n"}, 2*time.Minute)
-	if err == nil && (res.Reason == "" || !executor.EnvironmentFault(res.Reason)) {
-		t.Fatalf("result %+v: a removed container must end the step errored", res)
+	_, done := startStep(t, context.Background(), s, executor.Step{ID: "1", Script: "echo started; sleep 300\n"})
+	if err := f.eng.Client.ContainerRemove(context.Background(), id, containerRemoveForce); err != nil {
+		t.Fatal(err)
+	}
+	if e := testwait.Receive(t, done, 2*time.Minute, "the step to end"); e.err == nil && (e.res.Reason == "" || !executor.EnvironmentFault(e.res.Reason)) {
+		t.Fatalf("result %+v: a removed container must end the step errored", e.res)
 	}
 }
 
@@ -253,7 +280,7 @@ func TestDocker_DiskFloorHoldsARunBackThenLetsItStart(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
 	if err := mountTmpfs(dir, 8<<20); err != nil {
-		t.Skipf("cannot mount a small tmpfs (not root?): %v", err)
+		testenv.Skipf(t, "cannot mount a small tmpfs (not root?): %v", err)
 	}
 	t.Cleanup(func() { _ = unmount(dir) })
 	fill := filepath.Join(dir, "fill")
@@ -360,16 +387,16 @@ func TestDocker_ContainerStoppedFromOutsideIsErroredNotCancelled(t *testing.T) {
 	spec, _ := f.spec(t, runID("stopped"))
 	s := f.prepare(t, e, spec)
 	id := containerOf(t, s)
-	go func() {
-		time.Sleep(2 * time.Second)
-		_ = f.eng.Client.ContainerStop(context.Background(), id, container.StopOptions{})
-	}()
-	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "echo started; sleep 300\n", Grace: time.Second}, 2*time.Minute)
-	if err != nil {
-		t.Fatalf("exec: %v (output %q)", err, out)
+	out, done := startStep(t, context.Background(), s, executor.Step{ID: "1", Script: "echo started; sleep 300\n", Grace: time.Second})
+	if err := f.eng.Client.ContainerStop(context.Background(), id, container.StopOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if res.Reason != api.ReasonExecutor || !strings.Contains(res.Note, "exited") {
-		t.Fatalf("result %+v, want errored/executor saying the container exited", res)
+	end := testwait.Receive(t, done, 2*time.Minute, "the step to end")
+	if end.err != nil {
+		t.Fatalf("exec: %v (output %q)", end.err, out.Bytes())
+	}
+	if end.res.Reason != api.ReasonExecutor || !strings.Contains(end.res.Note, "exited") {
+		t.Fatalf("result %+v, want errored/executor saying the container exited", end.res)
 	}
 }
 
@@ -390,25 +417,13 @@ func TestDocker_ExecContainerGoesWhenNoRunnerIsConnected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Exec(ctx, executor.Step{ID: "1", Script: "sleep 300\n"}, nil)
-		done <- err
-	}()
-	time.Sleep(time.Second)
+	_, done := startStep(t, ctx, s, executor.Step{ID: "1", Script: "echo started; sleep 300\n"})
 	if err := s.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	<-done
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Receive(t, done, time.Minute, "the step to end")
+	testwait.Until(t, time.Minute, "the exec's container to go after its runner went", func() (bool, string) {
 		left := f.leftovers(t, spec.ID)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after its runner went, the exec's container is still there: %v", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprint(left)
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // ipRun runs ip(8) and fails the test with its output.
@@ -31,7 +32,7 @@ func TestDocker_LinkLocalAddressUnreachableFromTheDefaultNetwork(t *testing.T) {
 	tag := fmt.Sprintf("%d", time.Now().UnixNano()%1e6)
 	ns, hostIf, nsIf := "knll"+tag, "kllh"+tag, "klln"+tag
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Skipf("cannot make a network namespace (not root?): %v %s", err, out)
+		testenv.Skipf(t, "cannot make a network namespace (not root?): %v %s", err, out)
 	}
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "del", hostIf).Run()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // Env tells the suite what it can observe of one session's environment.
@@ -115,7 +117,7 @@ func FifoGate(dir string) func(t *testing.T) Gate {
 				// O_NONBLOCK: fails with ENXIO until the step has the
 				// pipe open for reading, so the test never blocks.
 				var f *os.File
-				poll(t, 30*time.Second, "the step to open the gate", func() bool {
+				testwait.For(t, 30*time.Second, "the step to open the gate", func() bool {
 					var err error
 					f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
 					if err != nil && !errors.Is(err, syscall.ENXIO) {

@@ -11,6 +11,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // stepDeadline bounds every step the suite runs, so a hang fails the
@@ -19,20 +20,6 @@ const stepDeadline = 2 * time.Minute
 
 // pollDeadline bounds every wait for a condition.
 const pollDeadline = 30 * time.Second
-
-// poll checks cond until it holds, failing the test after d.
-func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	delay := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, 20*time.Millisecond)
-	}
-}
 
 func randHex(t *testing.T, n int) string {
 	t.Helper()
@@ -62,7 +49,7 @@ type output struct {
 func (o *output) waitLine(t *testing.T, prefix string) []string {
 	t.Helper()
 	var fields []string
-	poll(t, pollDeadline, "output line "+prefix, func() bool {
+	testwait.For(t, pollDeadline, "output line "+prefix, func() bool {
 		for line := range strings.Lines(o.String()) {
 			if rest, ok := strings.CutPrefix(line, prefix); ok && strings.HasSuffix(line, "\n") {
 				fields = strings.Fields(rest)

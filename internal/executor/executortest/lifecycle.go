@@ -11,6 +11,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // lifecycleScenario builds and restarts executors itself.
@@ -227,7 +228,7 @@ func testEndedWhileDetached(t *testing.T, h Harness) {
 	<-ch
 	g.Open(t)
 	if env.Procs != nil {
-		poll(t, pollDeadline, "the step to end while detached", func() bool {
+		testwait.For(t, pollDeadline, "the step to end while detached", func() bool {
 			for _, p := range procs(t, env) {
 				if p.PID == pid && !p.Dead() {
 					return false
@@ -302,7 +303,7 @@ const waitEscapes = "until [ -f esc.pids ] && [ $(wc -l < esc.pids) -ge 3 ]; do 
 func escapedPids(t *testing.T, out *output) []int {
 	t.Helper()
 	var pids []int
-	poll(t, pollDeadline, "three esc lines", func() bool {
+	testwait.For(t, pollDeadline, "three esc lines", func() bool {
 		pids = pids[:0]
 		for line := range strings.Lines(out.String()) {
 			if rest, ok := strings.CutPrefix(line, "esc "); ok && strings.HasSuffix(line, "\n") {

@@ -45,25 +45,50 @@ type driver Executor
 // agent that cannot be delivered. On error the pod is deleted.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
+	if e.pool != nil {
+		if wp, why := e.pool.take(spec); wp != nil {
+			env, err := e.claimWarm(ctx, spec, serve, wp)
+			if err == nil {
+				return env, nil
+			}
+			e.log.Warn("a warm pod could not be taken; the run starts a pod of its own", "run", spec.ID, "pod", wp.name, "err", err)
+			e.logf(spec, "the warm pod %s could not be taken (%v): starting a pod of this run's own", wp.name, err)
+		} else {
+			e.logf(spec, "no warm pod: %s", why)
+		}
+	}
+	env, _, err := e.makePod(ctx, spec, serve, false)
+	return env, err
+}
+
+// makePod makes a job pod for spec, delivers the agent and returns the
+// pod as an environment (Make's work). A warm pod (warm true) carries no
+// run: LabelWarm instead of the run's labels, and a long
+// activeDeadlineSeconds that its claim shortens.
+func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.Serve, warm bool) (*agentenv.Env, *corev1.Pod, error) {
 	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
 	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
 	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
 	if err := e.watch(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	selector, err := e.nodeSelector(spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	timeout := spec.Timeout
 	if timeout <= 0 {
 		timeout = time.Hour
 	}
 	lbl := map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(spec.ID)}
+	if warm {
+		lbl[LabelWarm] = "true"
+		timeout = warmDeadline
+	}
 	for k, v := range spec.Labels {
 		if _, ok := lbl[k]; !ok && validLabelKey.MatchString(k) {
 			lbl[k] = labelValue(v)
@@ -78,7 +103,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	})
 	pod, err = e.createPod(ctx, spec, pod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	created := time.Now()
 	ok := false
@@ -95,14 +120,14 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
 	running, err := e.waitRunning(ctx, spec, pod.Name, created)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
 
 	t0 := time.Now()
 	dl, err := e.deliver(ctx, pod.Name, running.Spec.NodeName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := e.env(pod.Name, pod.UID, dl.stream)
 	if st, ok := dl.stream.(*stream); ok && dl.arch != "" {
@@ -119,6 +144,12 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		}
 	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
+	// What a warm pod's claim needs to know of it.
+	pod.Spec.NodeName = running.Spec.NodeName
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[annotationArch] = dl.arch
 	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
 		arch := "linux/" + dl.arch
 		if dl.assumed != "" {
@@ -132,7 +163,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		env.Ready = e.copyCheckout(spec.Workspace)
 	}
 	ok = true
-	return env, nil
+	return env, pod, nil
 }
 
 // Open finds the pod a handle names for Recover: it must still exist with

@@ -3,7 +3,8 @@ package kube_test
 import (
 	"context"
 	"errors"
-	"io"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // TestKube_ExitCodeLost pins that a step's own exit status is the
@@ -177,13 +179,9 @@ func (f *fixture) stepEndedFromOutside(t *testing.T, want string, end func(ctx c
 // waitOutput waits until out starts with want.
 func waitOutput(t *testing.T, out *syncBuffer, want string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.HasPrefix(string(out.Bytes()), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output %q after %s, want it to start with %q", out.Bytes(), d, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, d, "the output to start with "+strconv.Quote(want), func() (bool, string) {
+		return strings.HasPrefix(string(out.Bytes()), want), fmt.Sprintf("%q", out.Bytes())
+	})
 }
 
 // TestKube_BackgroundProcessHoldsStepOpen pins that a step that leaves a
@@ -338,23 +336,17 @@ func TestKube_KilledExecLeavesRunningPod(t *testing.T) {
 	s := f.prepare(t, e, f.spec(t, runID("orphan")))
 	pod := podOf(t, s)
 	ch := make(chan error, 1)
+	var out syncBuffer
 	go func() {
-		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, io.Discard)
+		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, &out)
 		ch <- err
 	}()
-	time.Sleep(2 * time.Second)
+	waitOutput(t, &out, "started\n", time.Minute)
 	// As a SIGKILL would: the connection ends, nothing else happens.
 	_ = s.Detach()
 	<-ch
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testwait.UntilEvery(t, 90*time.Second, 500*time.Millisecond, "the pod of a runner that vanished to stop running", func() (bool, string) {
 		p := f.storedPod(t, pod)
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod of a runner that vanished is still %s after 90 s", p.Status.Phase)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, string(p.Status.Phase)
+	})
 }

@@ -75,6 +75,19 @@ type Config struct {
 	// InCluster says the runner runs in a pod of the cluster (its
 	// ServiceAccount's configuration), for Doctor's identity checks.
 	InCluster bool
+	// WarmPods is how many warm pods the runner keeps ready for runs that
+	// ask for its defaults (image and resources): a claim takes one,
+	// skipping the pod's start and the agent's delivery; 0 (the default)
+	// keeps none. Never more than Capacity allows beside the runs in
+	// progress; ignored when Ephemeral. Each holds its requests of the
+	// namespace's quota while it waits.
+	WarmPods int
+	// WarmMaxAge is how long a warm pod waits for a claim before it is
+	// replaced (0: DefaultWarmMaxAge).
+	WarmMaxAge time.Duration
+	// Capacity is how many runs the runner executes at once (0: no
+	// bound), for the warm pool.
+	Capacity int
 }
 
 // Executor runs each run in a pod of its own, made from Config, with the
@@ -103,6 +116,9 @@ type Executor struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a pod of ours changes
+
+	pool     *warmPool // nil without Config.WarmPods
+	poolOnce sync.Once
 }
 
 var (
@@ -156,6 +172,12 @@ func New(cfg Config) (*Executor, error) {
 		stopWatch: make(chan struct{}),
 	}
 	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, labelValue)
+	if cfg.WarmPods > 0 && !cfg.Ephemeral {
+		if e.cfg.WarmMaxAge <= 0 {
+			e.cfg.WarmMaxAge = DefaultWarmMaxAge
+		}
+		e.pool = newWarmPool(e)
+	}
 	return e, nil
 }
 
@@ -167,9 +189,13 @@ func (e *Executor) PrepareEarly() bool { return true }
 // Client returns the executor's clientset (for doctor-style checks).
 func (e *Executor) Client() kubernetes.Interface { return e.client }
 
-// Close stops the executor's pod watch (io.Closer; always nil). Sessions
-// are not touched.
+// Close stops the warm pool (deleting its pods, which hold no run) and
+// the executor's pod watch (io.Closer; always nil). Sessions are not
+// touched.
 func (e *Executor) Close() error {
+	if e.pool != nil {
+		e.pool.close()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	select {
@@ -314,4 +340,21 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 // String describes the executor for logs.
 func (e *Executor) String() string {
 	return fmt.Sprintf("kube executor (namespace %s, runner %s)", e.ns, strings.TrimSpace(e.cfg.Runner))
+}
+
+var _ executor.Facter = (*Executor)(nil)
+
+// Facts implements executor.Facter: the namespace job pods go to, what
+// owns them, and, in a cluster, the runner's own pod.
+func (e *Executor) Facts() map[string]string {
+	f := map[string]string{"namespace": e.ns}
+	if o := ownerName(e.cfg.Owner); o != "" {
+		f["job pods owned by"] = strings.ToLower(o)
+	}
+	if e.cfg.InCluster {
+		if pod, err := ownPodName(); err == nil && pod != "" {
+			f["pod"] = pod
+		}
+	}
+	return f
 }

@@ -34,6 +34,8 @@ type Options struct {
 	imagePullGrace time.Duration
 	pendingTimeout time.Duration
 	owner          string
+	warmPods       int
+	warmMaxAge     time.Duration
 }
 
 var _ executor.Options = (*Options)(nil)
@@ -55,7 +57,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.pullSecrets, "pull-secret", nil, "image pull Secret in the job pods' namespace (repeatable)")
 	fs.DurationVar(&o.imagePullGrace, "image-pull-grace", DefaultImagePullGrace, "how long an image that cannot be pulled is retried before the run ends errored/image-pull")
 	fs.StringVar(&o.owner, "owner", "", "the object that owns the job pods, KIND/NAME: deployment/NAME (the runner's Deployment: job pods survive the runner pod's replacement and go with the Deployment), statefulset/NAME, configmap/NAME or pod/NAME; the runner needs get on it (default: in a cluster, the runner's own pod, which the garbage collector deletes the job pods with)")
-	fs.DurationVar(&o.pendingTimeout, "pending-timeout", DefaultPendingTimeout, "how long a job pod may stay unscheduled before the run ends errored/unschedulable")
+	fs.DurationVar(&o.pendingTimeout, "pending-timeout", DefaultPendingTimeout, "how long a job pod may stay unscheduled, or the namespace's quota refuse it, before the run ends errored/unschedulable")
+	fs.IntVar(&o.warmPods, "warm-pods", 0, "job pods kept started, their step agent connected, for runs that ask for --image and the default resources: a claim takes one and skips the pod's start; each holds its requests of the namespace's quota while it waits; never more than --capacity allows beside the runs in progress (0: none)")
+	fs.DurationVar(&o.warmMaxAge, "warm-max-age", DefaultWarmMaxAge, "how long a warm pod waits for a run before it is replaced")
 }
 
 // New makes the kube executor from the flags: client configuration by
@@ -71,6 +75,10 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		Config: agentenv.ConfigOf(setup), Rest: rc, Namespace: ns,
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
 		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, InCluster: inCluster,
+		WarmPods: o.warmPods, WarmMaxAge: o.warmMaxAge, Capacity: setup.Capacity,
+	}
+	if o.warmPods < 0 {
+		return nil, fmt.Errorf("--warm-pods %d: give 0 for none, or how many", o.warmPods)
 	}
 	if cfg.Disk, err = workflow.ParseSize(o.disk); err != nil {
 		return nil, fmt.Errorf("--disk %q: %v", o.disk, err)
@@ -172,19 +180,24 @@ func LoadClientConfig(kubeconfig, namespace string) (rc *rest.Config, ns string,
 // host name is the pod's name, Kubernetes' default), by UID, for job
 // pods in the same namespace. Errors: the pod cannot be read.
 func OwnPod(ctx context.Context, rc *rest.Config, ns string) (*metav1.OwnerReference, error) {
-	name := os.Getenv("POD_NAME")
-	if name == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, err
-		}
-		name = h
+	name, err := ownPodName()
+	if err != nil {
+		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
 	return ResolveOwner(ctx, client, ns, "pod", name)
+}
+
+// ownPodName is the name of the pod this process runs in: $POD_NAME (the
+// downward API), else the host name (Kubernetes' default for a pod's).
+func ownPodName() (string, error) {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name, nil
+	}
+	return os.Hostname()
 }
 
 // ParseNodeSelector reads KEY=VALUE pairs.

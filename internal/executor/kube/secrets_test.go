@@ -23,7 +23,8 @@ import (
 	"knotless.dev/knotless/test/kubetest"
 )
 
-// TestKube_SecretLeaksOrIsMangled pins promise 1 of SYSTEM.md on
+// TestKube_SecretLeaksOrIsMangled pins promise 1 (docs/architecture.md,
+// "Promises no part may break") on
 // Kubernetes: a secret value with newlines, quotes, $, =, backslashes and
 // non-ASCII text reaches the step byte-exact, and is nowhere else: not in
 // the stored pod, the namespace's events, the API server's audit log (any

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -54,16 +55,36 @@ func (c countingLog) count(s string) (int, []string) {
 
 // TestKube_IdleStreamCutFailsQuietStep pins actions/runner-container-hooks
 // #331: behind a proxy that cuts connections idle for 5 s, a step silent
-// for 12 s succeeds with its whole log (the agent protocol's heartbeats
-// keep the exec stream busy, and a cut stream would be re-dialed).
+// for 12 s succeeds with its whole log, and the exec stream to the agent is
+// never cut: the agent protocol's heartbeats keep it busy. The heartbeat
+// is a fifth of the proxy's limit here (1 s against 5 s), as the default
+// agent.DefaultHeartbeat (5 s) is of the idle timeouts load balancers
+// commonly have (AWS ELB 60 s, GCP 30 s, nginx 60 s). A connection of the
+// test's own that sends nothing is cut meanwhile: the proxy does cut idle
+// connections, so the stream's survival is the heartbeats' doing.
 func TestKube_IdleStreamCutFailsQuietStep(t *testing.T) {
+	const idle, heartbeat = 5 * time.Second, time.Second
 	f := newFixture(t)
-	px := newProxy(t, f.rest.Host, 5*time.Second)
+	px := newProxy(t, f.rest.Host, idle)
 	cfg := f.config()
 	cfg.Rest = px.config(f.rest)
+	cfg.Heartbeat = heartbeat
 	logs := newCountingLog()
 	cfg.Logger = slog.New(logs)
 	s := f.prepare(t, f.executor(t, cfg), f.spec(t, runID("idle")))
+	// The positive control: a connection through the proxy that stays
+	// silent (no TLS handshake even) is cut after idle.
+	silent, err := net.Dial("tcp", px.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	cut := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		_, _ = silent.Read(make([]byte, 1)) // returns when the proxy closes it
+		cut <- time.Since(start)
+	}()
 	t0 := time.Now()
 	res, out, err := runStep(t, s, "1", "echo start; sleep 12; echo done", 2*time.Minute)
 	if err != nil || res.ExitCode != 0 || res.Reason != "" || string(out) != "start\ndone\n" {
@@ -72,8 +93,19 @@ func TestKube_IdleStreamCutFailsQuietStep(t *testing.T) {
 	lost, msgs := logs.count("connection to the step agent lost")
 	t.Logf("step took %s; proxy: %d connections, %d cut for idleness; agent connections lost: %d %q",
 		time.Since(t0).Round(time.Millisecond), px.accepted.Load(), px.idleCuts.Load(), lost, msgs)
+	select {
+	case d := <-cut:
+		if d < idle {
+			t.Errorf("the silent connection ended after %s, before the proxy's idle limit %s: not the proxy's cut", d, idle)
+		}
+	case <-time.After(idle):
+		t.Fatalf("the proxy did not cut a connection silent for the whole step (%d idle cuts): the test proves nothing", px.idleCuts.Load())
+	}
+	if px.idleCuts.Load() == 0 {
+		t.Errorf("the proxy counted no idle cut")
+	}
 	if lost > 0 {
-		t.Errorf("the exec stream to the agent was cut %d times for idleness during a quiet step: heartbeats (Config.Heartbeat, default %s) did not keep it busy", lost, "5s")
+		t.Errorf("the exec stream to the agent was cut %d times for idleness during a quiet step: heartbeats every %s did not keep it busy", lost, heartbeat)
 	}
 }
 

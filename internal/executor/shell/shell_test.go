@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/testenv"
 
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/agent/agenttest"
@@ -409,7 +410,15 @@ func (c *cutConn) Write(p []byte) (int, error) {
 func TestShell_StreamCutAtRandomBytesLosesAndRepeatsNothing(t *testing.T) {
 	var cuts atomic.Int64
 	var cutting atomic.Bool
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("KNOTLESS_TEST_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("KNOTLESS_TEST_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("cut positions from seed %d (KNOTLESS_TEST_SEED=%d repeats them)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
 	var rngMu sync.Mutex
 	cfg := shell.Config{
 		Dial: func(ctx context.Context, socket string) (io.ReadWriteCloser, error) {
@@ -461,7 +470,7 @@ func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
 	var log bytes.Buffer
 	_, s := newSession(t, shell.Config{Dir: dir}, executor.Spec{ID: "run-9", Log: &log})
 	if !strings.Contains(log.String(), "cgroup v2") {
-		t.Skipf("steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
+		testenv.Skipf(t, "steps get no cgroup here (%q): without one, processes that left the step's group cannot be found once the agent is dead", log.String())
 	}
 	var out syncbuf.Buffer
 	type ended struct {

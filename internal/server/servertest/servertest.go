@@ -47,6 +47,9 @@ type Options struct {
 	MaxPushSize, MaxFetchRequest, RepoQuota int64
 	// MaxOutputsSize is server.Config's; default theirs.
 	MaxOutputsSize int64
+	// Clock is the server's clock (server.Config.Now); default the real
+	// one. Tests of expiry move it forward instead of sleeping.
+	Clock *Clock
 	// ReleaseDir is server.Config's: release files served at
 	// server.DownloadPath; default none.
 	ReleaseDir string
@@ -113,7 +116,7 @@ func (s *Server) start(ln net.Listener) {
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
-		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Database: s.opts.Database,
+		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Database: s.opts.Database, Now: s.opts.Clock.now(),
 	})
 	if err != nil {
 		ln.Close()

@@ -23,8 +23,8 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 	err := d.tx(ctx, func(tx querier) error {
 		ids = make([]int64, 0, len(np.Runs)) // empty again when the transaction is retried
 		err := tx.QueryRowContext(ctx,
-			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now).Scan(&pid)
+			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at, notes, rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now, notesArg(np.Notes), np.RerunOf).Scan(&pid)
 		if err != nil {
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
@@ -104,20 +104,37 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 
 // Pipeline implements store.Store.
 func (d *DB) Pipeline(ctx context.Context, id int64) (store.Pipeline, error) {
-	var p store.Pipeline
-	var created int64
-	err := d.db.QueryRowContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.before_sha, p.actor, p.created_at
-		FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id
-		WHERE p.id = ?`, id).Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &p.BeforeSHA, &p.Actor, &created)
+	p, err := scanPipeline(d.db.QueryRowContext(ctx, `SELECT `+pipelineCols+pipelineFrom+` WHERE p.id = ?`, id))
 	if err != nil {
 		return p, notFound(err, fmt.Sprintf("pipeline %d", id))
 	}
-	p.CreatedAt = fromMS(created)
 	return p, nil
 }
 
+const pipelineCols = `p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.before_sha, p.actor, p.created_at,
+	p.notes, p.rerun_of`
+
+const pipelineFrom = ` FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id`
+
+func scanPipeline(row interface{ Scan(...any) error }) (store.Pipeline, error) {
+	var p store.Pipeline
+	var created int64
+	var notes string
+	err := row.Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &p.BeforeSHA, &p.Actor, &created, &notes, &p.RerunOf)
+	p.CreatedAt, p.Notes = fromMS(created), parseList(notes)
+	return p, err
+}
+
+// notesArg stores notes: empty for none, else a JSON list.
+func notesArg(notes []string) string {
+	if len(notes) == 0 {
+		return ""
+	}
+	return jsonList(notes)
+}
+
 const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/' || repos.name,
-	p.ref, p.sha, p.event, p.before_sha, p.actor, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
+	p.ref, p.sha, p.event, p.before_sha, p.actor, p.notes, p.rerun_of, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
 	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
 	r.claimed_at, r.started_at, r.finished_at, r.lease_expires, r.concurrency_group, r.superseded_by,
 	r.matrix, r.fail_fast, r.attempt, r.retry_of, r.retried_by, r.retry_max, r.retry_when, r.timeout_ms, r.env_gone_at, r.exports`
@@ -127,11 +144,11 @@ const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
-	var secrets, runners, matrix, retryWhen, exports string
+	var secrets, runners, notes, matrix, retryWhen, exports string
 	var exit, runnerID, claimed, started, finished, lease, superseded, retryOf, retriedBy, envGone sql.NullInt64
 	var created, timeout int64
 	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event, &r.BeforeSHA, &r.Actor,
-		&r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
+		&notes, &r.RerunOf, &r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
 		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease,
 		&r.ConcurrencyGroup, &superseded,
 		&matrix, &r.FailFast, &r.Attempt, &retryOf, &retriedBy, &r.RetryMax, &retryWhen, &timeout, &envGone, &exports)
@@ -142,7 +159,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	r.RetryOf, r.RetriedBy, r.RetryWhen = retryOf.Int64, retriedBy.Int64, parseList(retryWhen)
 	r.Timeout, r.EnvGoneAt = time.Duration(timeout)*time.Millisecond, nullTime(envGone)
 	r.SupersededBy = superseded.Int64
-	r.Secrets, r.Runners = parseList(secrets), parseList(runners)
+	r.Secrets, r.Runners, r.Notes = parseList(secrets), parseList(runners), parseList(notes)
 	r.ExitCode = nullInt(exit)
 	r.RunnerID = runnerID.Int64
 	r.CreatedAt = fromMS(created)

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -46,29 +47,58 @@ func (d *DB) DeleteWebSession(ctx context.Context, idHash string) error {
 }
 
 // ListPipelines implements store.Store.
-func (d *DB) ListPipelines(ctx context.Context, repoID, before int64, limit int) ([]store.Pipeline, error) {
-	if limit <= 0 {
-		limit = 20
+func (d *DB) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]store.Pipeline, error) {
+	if f.Limit <= 0 {
+		f.Limit = 20
 	}
-	if before <= 0 {
-		before = 1<<63 - 1
+	if f.Before <= 0 {
+		f.Before = 1<<63 - 1
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT p.id, p.repo_id, a.handle || '/' || r.name, p.ref, p.sha, p.event, p.created_at
-		FROM pipelines p JOIN repos r ON r.id = p.repo_id JOIN accounts a ON a.id = r.owner_id
-		WHERE p.repo_id = ? AND p.id < ? ORDER BY p.id DESC LIMIT ?`, repoID, before, limit)
+	where := ` WHERE p.repo_id = ? AND p.id < ?`
+	args := []any{f.RepoID, f.Before}
+	if f.Ref != "" {
+		where += ` AND p.ref = ?`
+		args = append(args, f.Ref)
+	}
+	if f.SHA != "" {
+		where += ` AND p.sha = ?`
+		args = append(args, f.SHA)
+	}
+	if f.State != "" || f.Workflow != "" {
+		where += ` AND EXISTS (SELECT 1 FROM runs x WHERE x.pipeline_id = p.id AND (? = '' OR x.state = ?) AND (? = '' OR x.workflow = ?))`
+		args = append(args, f.State, f.State, f.Workflow, f.Workflow)
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT `+pipelineCols+pipelineFrom+where+` ORDER BY p.id DESC LIMIT ?`, append(args, f.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
 	}
 	defer rows.Close()
 	var out []store.Pipeline
 	for rows.Next() {
-		var p store.Pipeline
-		var created int64
-		if err := rows.Scan(&p.ID, &p.RepoID, &p.Repo, &p.Ref, &p.SHA, &p.Event, &created); err != nil {
+		p, err := scanPipeline(rows)
+		if err != nil {
 			return nil, fmt.Errorf("list pipelines: %w", err)
 		}
-		p.CreatedAt = fromMS(created)
 		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// RunWorkflows implements store.Store.
+func (d *DB) RunWorkflows(ctx context.Context, repoID int64, limit int) ([]string, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT DISTINCT workflow FROM
+		(SELECT workflow FROM runs WHERE repo_id = ? ORDER BY id DESC LIMIT 1000) AS recent ORDER BY workflow LIMIT ?`, repoID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list workflows of runs: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, fmt.Errorf("list workflows of runs: %w", err)
+		}
+		out = append(out, w)
 	}
 	return out, rows.Err()
 }
@@ -94,9 +124,16 @@ func (d *DB) ActiveRuns(ctx context.Context, repoID int64) ([]store.Run, error) 
 
 // SetRunnerProcess implements store.Store.
 func (d *DB) SetRunnerProcess(ctx context.Context, p store.RunnerProcess) error {
-	_, err := d.db.ExecContext(ctx, `INSERT INTO runner_processes (runner_id, executor, version, started_at)
-		VALUES (?, ?, ?, ?) ON CONFLICT (runner_id) DO UPDATE SET executor = excluded.executor,
-		version = excluded.version, started_at = excluded.started_at`, p.RunnerID, p.Executor, p.Version, ms(p.StartedAt))
+	facts := ""
+	if len(p.Facts) > 0 {
+		b, _ := json.Marshal(p.Facts)
+		facts = string(b)
+	}
+	_, err := d.db.ExecContext(ctx, `INSERT INTO runner_processes (runner_id, executor, version, started_at, digest, capacity, facts)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (runner_id) DO UPDATE SET executor = excluded.executor,
+		version = excluded.version, started_at = excluded.started_at, digest = excluded.digest,
+		capacity = excluded.capacity, facts = excluded.facts`, p.RunnerID, p.Executor, p.Version, ms(p.StartedAt),
+		p.Digest, p.Capacity, facts)
 	if err != nil {
 		return fmt.Errorf("record process of runner %d: %w", p.RunnerID, err)
 	}
@@ -105,7 +142,7 @@ func (d *DB) SetRunnerProcess(ctx context.Context, p store.RunnerProcess) error 
 
 // RunnerProcesses implements store.Store.
 func (d *DB) RunnerProcesses(ctx context.Context, repoID int64) (map[int64]store.RunnerProcess, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT p.runner_id, p.executor, p.version, p.started_at
+	rows, err := d.db.QueryContext(ctx, `SELECT p.runner_id, p.executor, p.version, p.started_at, p.digest, p.capacity, p.facts
 		FROM runner_processes p JOIN runners x ON x.id = p.runner_id WHERE x.repo_id = ?`, repoID)
 	if err != nil {
 		return nil, fmt.Errorf("list runner processes: %w", err)
@@ -115,8 +152,12 @@ func (d *DB) RunnerProcesses(ctx context.Context, repoID int64) (map[int64]store
 	for rows.Next() {
 		var p store.RunnerProcess
 		var started int64
-		if err := rows.Scan(&p.RunnerID, &p.Executor, &p.Version, &started); err != nil {
+		var facts string
+		if err := rows.Scan(&p.RunnerID, &p.Executor, &p.Version, &started, &p.Digest, &p.Capacity, &facts); err != nil {
 			return nil, fmt.Errorf("list runner processes: %w", err)
+		}
+		if facts != "" {
+			_ = json.Unmarshal([]byte(facts), &p.Facts)
 		}
 		p.StartedAt = fromMS(started)
 		out[p.RunnerID] = p

@@ -65,6 +65,8 @@ var tests = []struct {
 	{"Token_ExpiryDisabledAndLastUsedAtMostEveryMinute", testToken_ExpiryDisabledAndLastUsedAtMostEveryMinute},
 	{"WebSession_ExpiredOrDeletedIsNotFound", testWebSession_ExpiredOrDeletedIsNotFound},
 	{"ListPipelines_NewestFirstInPages", testListPipelines_NewestFirstInPages},
+	{"ListPipelines_FiltersByBranchCommitStateAndWorkflow", testListPipelines_FiltersByBranchCommitStateAndWorkflow},
+	{"RunnerProcess_KeepsDigestCapacityAndFacts", testRunnerProcess_KeepsDigestCapacityAndFacts},
 	{"Counts_RunsByStateAndReasonAndRunnersOnline", testCounts_RunsByStateAndReasonAndRunnersOnline},
 	{"Needs_RunWaitsUntilEveryNeedSucceeded", testNeeds_RunWaitsUntilEveryNeedSucceeded},
 	{"Needs_FailedNeedSkipsDependentsTransitively", testNeeds_FailedNeedSkipsDependentsTransitively},

@@ -54,6 +54,36 @@
     });
   }
 
+  // Characters that are not shown for what they are (the server's
+  // api.IsHiddenRune: C1 controls, format characters such as
+  // bidirectional overrides and isolates and zero-width characters, line
+  // and paragraph separators) are shown as their escape (\u202e), in an
+  // element of class "esc", so that no log line displays as another.
+  var HIDDEN = /[\u0080-\u009f\p{Cf}\p{Zl}\p{Zp}]/gu;
+
+  function escapeRune(cp) {
+    var h = cp.toString(16);
+    return cp > 0xffff ? "\\U" + ("00000000" + h).slice(-8) : "\\u" + ("0000" + h).slice(-4);
+  }
+
+  // appendText appends text to el: C0 controls as their pictures, hidden
+  // characters escaped.
+  function appendText(el, text) {
+    var last = 0, m;
+    HIDDEN.lastIndex = 0;
+    while ((m = HIDDEN.exec(text)) !== null) {
+      if (m.index > last) el.appendChild(document.createTextNode(visibleControls(text.slice(last, m.index))));
+      var cp = m[0].codePointAt(0);
+      var esc = document.createElement("span");
+      esc.className = "esc";
+      esc.title = "U+" + ("0000" + cp.toString(16).toUpperCase()).slice(-Math.max(4, cp.toString(16).length));
+      esc.textContent = escapeRune(cp);
+      el.appendChild(esc);
+      last = HIDDEN.lastIndex;
+    }
+    if (last < text.length) el.appendChild(document.createTextNode(visibleControls(text.slice(last))));
+  }
+
   function span(st, text) {
     var el = document.createElement("span");
     var cls = [];
@@ -66,7 +96,7 @@
     if (cls.length) el.className = cls.join(" ");
     if (st.fgRGB) el.style.color = st.fgRGB;
     if (st.bgRGB) el.style.backgroundColor = st.bgRGB;
-    el.textContent = visibleControls(text);
+    appendText(el, text);
     return el;
   }
 
@@ -94,6 +124,7 @@
     this.open = null;   // the last line when it has no newline yet
     this.openText = "";
     this.lineNo = this.start === 0 ? 1 : null;
+    this.times = []; // [offset, Unix ms] pairs, ascending: when the runner saw lines begin
     var self = this;
     var earlier = section.querySelector(".earlier");
     if (earlier) earlier.addEventListener("click", function () { self.loadEarlier(earlier); });
@@ -105,6 +136,23 @@
     });
   }
 
+  function pad(n, w) { return ("000" + n).slice(-(w || 2)); }
+
+  // mergeTimes adds an event's line times ([offset, ms] pairs, ascending).
+  StepLog.prototype.mergeTimes = function (ts) {
+    if (!ts || !ts.length) return;
+    var all = this.times.concat(ts).sort(function (a, b) { return a[0] - b[0]; });
+    this.times = all.filter(function (t, i) { return i === 0 || t[0] !== all[i - 1][0]; });
+  };
+
+  // timeAt is the time of the line starting at byte off: the last line
+  // time at or before it (null when none).
+  StepLog.prototype.timeAt = function (off) {
+    var lo = 0, hi = this.times.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (this.times[mid][0] <= off) lo = mid + 1; else hi = mid; }
+    return lo === 0 ? null : this.times[lo - 1][1];
+  };
+
   StepLog.prototype.lineElement = function (off, num) {
     var line = document.createElement("div");
     line.className = "l";
@@ -115,6 +163,16 @@
     a.textContent = num === null ? "\u00b7" : String(num);
     a.setAttribute("aria-label", "link to this line");
     line.appendChild(a);
+    var ts = document.createElement("span");
+    ts.className = "ts";
+    var ms = this.timeAt(off);
+    if (ms !== null) {
+      var d = new Date(ms);
+      ts.textContent = pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()) + "." + pad(d.getMilliseconds(), 3);
+      ts.title = d.toISOString() + " (when the runner saw the line begin)";
+      ts.dataset.ms = String(ms);
+    }
+    line.appendChild(ts);
     var t = document.createElement("span");
     t.className = "t";
     line.appendChild(t);
@@ -153,6 +211,7 @@
       cont = { el: this.open, text: this.openText, style: this.openStyle };
     }
     var styleBefore = JSON.parse(JSON.stringify(this.style));
+    this.mergeTimes(ev.times);
     var res = this.build(ev.text, ev.off, this.style, this.lineNo, frag, cont);
     this.lineNo = res.num;
     var tail = res.lines.length ? res.lines[res.lines.length - 1] : null;
@@ -173,6 +232,7 @@
     fetch("/-/runs/" + this.run.id + "/log/" + this.index + "?before=" + this.start, { credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
       .then(function (ev) {
+        self.mergeTimes(ev.times);
         var frag = document.createDocumentFragment();
         self.build(ev.text, ev.off, newStyle(), ev.off === 0 ? 1 : null, frag, null);
         if (ev.off === 0 && self.lineNo === null) self.renumber(frag);
@@ -196,9 +256,24 @@
   function RunPage(root) {
     this.root = root;
     this.id = root.dataset.run;
+    // A run still going is followed to the end of its log; one that had
+    // ended when the page opened opens at its top (state, message,
+    // steps), where a reader starts.
+    this.live = root.dataset.final !== "true";
     this.steps = {};
     var self = this;
     root.querySelectorAll("section.step").forEach(function (s) { self.steps[s.dataset.step] = new StepLog(s, self); });
+    var times = document.getElementById("show-times");
+    if (times) {
+      var key = "knotless.showTimes";
+      var apply = function () { root.classList.toggle("with-times", times.checked); };
+      try { times.checked = window.localStorage.getItem(key) === "1"; } catch (e) {}
+      apply();
+      times.addEventListener("change", function () {
+        apply();
+        try { window.localStorage.setItem(key, times.checked ? "1" : "0"); } catch (e) {}
+      });
+    }
     this.connect(root.dataset.from);
   }
 
@@ -211,7 +286,7 @@
   };
 
   RunPage.prototype.following = function () {
-    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 40 && !location.hash;
+    return this.live && window.innerHeight + window.scrollY >= document.body.scrollHeight - 40 && !location.hash;
   };
 
   RunPage.prototype.stepSection = function (st) {
@@ -248,6 +323,8 @@
     document.getElementById("run-duration").textContent = ev.duration || "";
     var cancel = document.getElementById("cancel");
     if (cancel) cancel.hidden = !ev.canCancel;
+    var rerun = document.getElementById("rerun");
+    if (rerun) rerun.hidden = !ev.canRerun;
     ev.steps.forEach(function (st) {
       var s = self.stepSection(st);
       var badge = s.querySelector("h3 .state");

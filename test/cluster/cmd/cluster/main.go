@@ -1,6 +1,6 @@
 // Command knotless-test-cluster builds, starts and stops the local
 // single-node Kubernetes cluster Knotless's tests run against. See
-// `knotless-test-cluster --help` and README.md "Try it on a local cluster".
+// `knotless-test-cluster --help` and docs/development.md "Try it on a local cluster".
 package main
 
 import (

@@ -1,4 +1,4 @@
--- Twin of sqlite/migrations/0010_pipeline_graph.sql.
+-- Twin of sqlite/migrations/0011_pipeline_graph.sql.
 ALTER TABLE runs ADD COLUMN matrix TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN fail_fast BOOLEAN NOT NULL DEFAULT FALSE;
 ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;

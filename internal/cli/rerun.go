@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"knotless.dev/knotless/internal/api"
+)
+
+func (s *session) runRerunCmd() *cobra.Command {
+	var pipeline string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "rerun ID | --pipeline N [-f]",
+		Short: "Run a finished run again, or a pipeline's failed runs",
+		Long: `Run again, in a new pipeline of the same ref, commit and event, the workflow
+of a finished run (ID), or with --pipeline the workflow of every run of a
+finished pipeline that did not succeed (failed, errored or cancelled). Each
+runs from its file at that commit, whatever its on: section says; the new
+pipeline names the one it re-runs, and you as who started it. Re-running
+takes the right to trigger runs of the repository (its owner, an admin). A
+run or pipeline that has not ended yet is refused (exit 1): cancel it or
+wait. Prints the new runs; with -f follows their logs to the end and exits
+0 only if every run succeeded.`,
+		Example: `  knotless run rerun 42
+  knotless run rerun --pipeline 17 -f`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if follow && s.jsonOut {
+				return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
+			}
+			var in api.RerunInput
+			var what string
+			switch {
+			case len(args) == 1 && pipeline != "":
+				return usageErrorf("name a run ID or --pipeline, not both")
+			case len(args) == 1:
+				id, err := parseRunID(args[0])
+				if err != nil {
+					return err
+				}
+				in.Run, what = id, fmt.Sprintf("run %d", id)
+			case pipeline != "":
+				id, err := strconv.ParseInt(pipeline, 10, 64)
+				if err != nil || id <= 0 {
+					return usageErrorf("--pipeline %q: want a pipeline id", pipeline)
+				}
+				in.Pipeline, what = id, fmt.Sprintf("the failed runs of pipeline %d", id)
+			default:
+				return usageErrorf("name a run ID, or --pipeline N for a pipeline's failed runs")
+			}
+			var p api.Pipeline
+			if err := s.procedure(ctx, api.MethodRerun, in, &p); err != nil {
+				return fmt.Errorf("re-run %s: %w", what, err)
+			}
+			if s.jsonOut {
+				return writeJSON(s.stdout(), p)
+			}
+			fmt.Fprintf(s.stdout(), "Pipeline %d re-runs %s of pipeline %d at %s (%s): %d %s.\n", p.ID, plural(len(p.Runs), "a run", "runs"),
+				p.RerunOf, api.VisibleText(shortRef(p.Ref)), shortSHA(p.SHA), len(p.Runs), plural(len(p.Runs), "run", "runs"))
+			return s.printNewRuns(ctx, p.Runs, follow)
+		},
+	}
+	cmd.Flags().StringVar(&pipeline, "pipeline", "", "re-run every run of this pipeline that did not succeed")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
+	return cmd
+}
+
+// printPipelineNotes prints the notes of the pipelines of runs, once per
+// pipeline, oldest pipeline first (e.g. a file in .knotless/workflows that
+// is not a workflow and did not run).
+func printPipelineNotes(w io.Writer, runs []api.Run) {
+	seen := map[int64]bool{}
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		if len(r.PipelineNotes) == 0 || seen[r.Pipeline] {
+			continue
+		}
+		seen[r.Pipeline] = true
+		for _, n := range r.PipelineNotes {
+			fmt.Fprintf(w, "Note, pipeline %d: %s\n", r.Pipeline, api.VisibleText(n))
+		}
+	}
+}
