@@ -14,6 +14,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/internal/testwait"
+	"knotless.dev/knotless/test/dockertest"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -23,18 +24,32 @@ import (
 func TestE2E_KubeMatrixOfTwoImagesRunsEachInItsImage(t *testing.T) {
 	t.Parallel()
 	k := newKubeRunner(t)
+	matrixOfTwoImages(t, k.args, kubetest.JobBaseImage, kubetest.JobOwnPathImage)
+}
+
+// The same on docker: each run's job container runs its own image.
+func TestE2E_DockerMatrixOfTwoImagesRunsEachInItsImage(t *testing.T) {
+	t.Parallel()
+	d := newDockerRunner(t)
+	matrixOfTwoImages(t, d.args, dockertest.JobImage, dockertest.OwnPathImage)
+}
+
+// matrixOfTwoImages pushes a workflow whose matrix is its image, base and
+// ownPath (an image with `hello` on its own PATH), to a runner with args,
+// and checks that each run ran in its image.
+func matrixOfTwoImages(t *testing.T, args []string, base, ownPath string) {
 	w := newWorld(t, 30*time.Second)
-	runner := w.startRunner(w.registerRunner("km"), append(k.args, "--capacity", "2")...)
+	runner := w.startRunner(w.registerRunner("images"), append(args, "--capacity", "2")...)
 	runs := byWorkflow(w.push(map[string]string{".knotless/workflows/images.yml": `on: {push: {}}
 matrix:
-  image: ["` + kubetest.JobBaseImage + `", "` + kubetest.JobOwnPathImage + `"]
+  image: ["` + base + `", "` + ownPath + `"]
 image: "{{ matrix.image }}"
 steps:
   - run: if command -v hello >/dev/null; then hello; else echo "no hello in {{ matrix.image }}"; fi
 `}, 2))
 	for image, want := range map[string]string{
-		kubetest.JobBaseImage:    "no hello in " + kubetest.JobBaseImage + "\n",
-		kubetest.JobOwnPathImage: "hello from the image's own PATH\n",
+		base:    "no hello in " + base + "\n",
+		ownPath: "hello from the image's own PATH\n",
 	} {
 		r, ok := runs["images ("+image+")"]
 		if !ok {
