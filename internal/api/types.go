@@ -100,6 +100,10 @@ func StepIsFinal(state string) bool {
 // errors and messages of the runner. Workflow steps are numbered from 1.
 const SetupStep = 0
 
+// RunStates are every run state, in the order of a run's life.
+var RunStates = []string{StateQueued, StateClaimed, StateRunning, StateSucceeded, StateFailed, StateCancelled,
+	StateErrored, StateSkipped}
+
 // IsFinal reports whether state is one a run never leaves.
 func IsFinal(state string) bool {
 	switch state {

@@ -150,8 +150,7 @@ func runDuration(r api.Run) string {
 func repoOf(r *http.Request) string { return r.PathValue("owner") + "/" + r.PathValue("name") }
 
 // states are the run states the Pipelines tab filters by.
-var states = []string{api.StateQueued, api.StateClaimed, api.StateRunning, api.StateSucceeded, api.StateFailed,
-	api.StateCancelled, api.StateErrored}
+var states = api.RunStates
 
 // pipelinesView is what pipelines.html shows.
 type pipelinesView struct {
