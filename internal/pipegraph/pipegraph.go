@@ -108,11 +108,7 @@ func baseName(r api.Run) string {
 	if len(r.Matrix) == 0 {
 		return r.Workflow
 	}
-	vals := make([]string, len(r.Matrix))
-	for i, v := range r.Matrix {
-		vals[i] = v.Value
-	}
-	if s, ok := strings.CutSuffix(r.Workflow, " ("+strings.Join(vals, ", ")+")"); ok {
+	if s, ok := strings.CutSuffix(r.Workflow, " ("+Label(r)+")"); ok {
 		return s
 	}
 	base := path.Base(r.WorkflowPath)

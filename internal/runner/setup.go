@@ -66,25 +66,17 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		}()
 	}
 
-	if e.job.Checkout != nil {
-		// Checkout tells what it does (fetching, then checking out).
-		if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
-			if early {
-				cancelPrep()
-				<-prepared
-				if prepErr == nil {
-					e.envLeft = true
-					e.cleanUp(sess)
-				}
+	// The workspace gets the commit (Checkout tells what it does:
+	// fetching, then checking out) and what the runs it needs left.
+	inputs := func() (string, error) {
+		if e.job.Checkout != nil {
+			if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
+				return "checkout failed: ", err
 			}
-			if res, stopped := stop(); stopped {
-				return nil, res, true
-			}
-			sl.printf("checkout failed: %v\n", err)
-			return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
 		}
+		return "", e.receiveNeeds(setupCtx)
 	}
-	if err := e.receiveNeeds(setupCtx); err != nil {
+	if what, err := inputs(); err != nil {
 		if early {
 			cancelPrep()
 			<-prepared
@@ -96,7 +88,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		if res, stopped := stop(); stopped {
 			return nil, res, true
 		}
-		sl.printf("%v\n", err)
+		sl.printf("%s%v\n", what, err)
 		return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
 	}
 	if early {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -192,27 +190,7 @@ func (s *Server) getNeedOutputs(w http.ResponseWriter, r *http.Request, x store.
 	if !slices.ContainsFunc(needs[id], func(n store.Need) bool { return n.Run == needID }) {
 		return xerr(http.StatusNotFound, api.ErrNotFound, "run %d does not need run %d", id, needID)
 	}
-	o, err := s.store.RunOutputs(ctx, needID)
-	if errors.Is(err, store.ErrNotFound) {
-		return xerr(http.StatusNotFound, api.ErrNotFound, "run %d stored no outputs", needID)
-	}
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(s.outputs.archive(needID))
-	if err != nil {
-		return fmt.Errorf("open outputs of run %d: %w", needID, err)
-	}
-	defer f.Close()
-	h := w.Header()
-	h.Set("Content-Type", "application/x-tar")
-	h.Set(api.OutputsSHA256Header, o.SHA256)
-	h.Set("Content-Length", fmt.Sprint(o.Size))
-	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, f); err != nil {
-		s.log.Warn("send outputs of a need", "run", id, "need", needID, "err", err)
-	}
-	return nil
+	return s.serveOutputs(w, r, needID)
 }
 
 // environmentsRemoved records that a runner's next process removed every

@@ -12,8 +12,10 @@ import (
 	"knotless.dev/knotless/internal/store"
 )
 
-// graphPipeline creates a pipeline of runs: for each, its workflow path,
-// its matrix value ("" for none) and the indexes of the runs it needs.
+// graphRun is one run graphPipeline creates: its workflow (path names
+// it), its matrix value ("" for none), the indexes of the runs it needs,
+// its retry maximum (on evicted and runner-lost), fail-fast, and a final
+// state to create it in ("" for queued).
 type graphRun struct {
 	path   string
 	value  string
@@ -24,6 +26,7 @@ type graphRun struct {
 	reason string
 }
 
+// graphPipeline creates one pipeline of runs in repo and returns them.
 func graphPipeline(t *testing.T, db store.Store, repo store.Repo, runs ...graphRun) []store.Run {
 	t.Helper()
 	np := store.NewPipeline{RepoID: repo.ID, Ref: "refs/heads/main", SHA: "abc", Event: "push"}
@@ -58,6 +61,20 @@ func claimFor(t *testing.T, db store.Store, x store.Runner, id int64) error {
 	_, err := db.ClaimRun(context.Background(), id, store.Claim{RunnerID: x.ID, RunnerName: x.Name,
 		TokenHash: fmt.Sprint("tok", id, now.UnixNano()), Now: now, LeaseUntil: now.Add(time.Minute)})
 	return err
+}
+
+// claimAndEnd claims run id for x and ends it with f (At now).
+func claimAndEnd(t *testing.T, db store.Store, x store.Runner, id int64, f store.RunFinal) store.Run {
+	t.Helper()
+	if err := claimFor(t, db, x, id); err != nil {
+		t.Fatal(err)
+	}
+	f.At = time.Now()
+	r, err := db.CompleteRun(context.Background(), id, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func runner(t *testing.T, db store.Store, repo store.Repo) store.Runner {
@@ -111,12 +128,7 @@ func testNeeds_RunWaitsUntilEveryNeedSucceeded(t *testing.T, open Opener) {
 		t.Errorf("needs %v, want c → %v", needs, want)
 	}
 	for _, r := range []store.Run{a, b} {
-		if err := claimFor(t, db, x, r.ID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.CompleteRun(ctx, r.ID, store.RunFinal{State: api.StateSucceeded, At: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
+		claimAndEnd(t, db, x, r.ID, store.RunFinal{State: api.StateSucceeded})
 		if r.ID == a.ID && slices.Contains(queuedIDs(t, db, repo), c.ID) {
 			t.Fatalf("c is claimable with b still queued")
 		}
@@ -138,14 +150,8 @@ func testNeeds_FailedNeedSkipsDependentsTransitively(t *testing.T, open Opener) 
 	x := runner(t, db, repo)
 	runs := graphPipeline(t, db, repo, graphRun{path: "build"}, graphRun{path: "test", needs: []int{0}},
 		graphRun{path: "deploy", needs: []int{1}}, graphRun{path: "lint"})
-	if err := claimFor(t, db, x, runs[0].ID); err != nil {
-		t.Fatal(err)
-	}
 	three := 3
-	done, err := db.CompleteRun(ctx, runs[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &three, At: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	done := claimAndEnd(t, db, x, runs[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &three})
 	if got := ids(done.Followups); !slices.Equal(got, []int64{runs[1].ID, runs[2].ID}) {
 		t.Errorf("followups %v, want test and deploy", got)
 	}
@@ -187,13 +193,7 @@ func testRetry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone(t *testing.T, o
 	x := runner(t, db, repo)
 	runs := graphPipeline(t, db, repo, graphRun{path: "build", retry: 1}, graphRun{path: "test", needs: []int{0}})
 	first := runs[0]
-	if err := claimFor(t, db, x, first.ID); err != nil {
-		t.Fatal(err)
-	}
-	ended, err := db.CompleteRun(ctx, first.ID, store.RunFinal{State: api.StateErrored, Reason: api.ReasonEvicted, At: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ended := claimAndEnd(t, db, x, first.ID, store.RunFinal{State: api.StateErrored, Reason: api.ReasonEvicted})
 	if len(ended.Followups) != 1 || ended.RetriedBy == 0 || ended.Followups[0].ID != ended.RetriedBy {
 		t.Fatalf("ended %+v with followups %v: want one new attempt", ended, ids(ended.Followups))
 	}
@@ -243,14 +243,8 @@ func testRetry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone(t *testing.T, o
 		{State: api.StateErrored, Reason: api.ReasonImagePull},
 	} {
 		r := graphPipeline(t, db, repo, graphRun{path: "x", retry: 3})[0]
-		if err := claimFor(t, db, x, r.ID); err != nil {
-			t.Fatal(err)
-		}
-		f.At, f.EnvironmentRemoved = time.Now(), true
-		got, err := db.CompleteRun(ctx, r.ID, f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f.EnvironmentRemoved = true
+		got := claimAndEnd(t, db, x, r.ID, f)
 		if got.RetriedBy != 0 || len(got.Followups) != 0 {
 			t.Errorf("a run ended %s/%s was retried", f.State, f.Reason)
 		}
@@ -302,15 +296,10 @@ func testFailFast_FailedMatrixRunCancelsItsSiblings(t *testing.T, open Opener) {
 	x := runner(t, db, repo)
 	runs := graphPipeline(t, db, repo, graphRun{path: "t", value: "a", ff: true}, graphRun{path: "t", value: "b", ff: true},
 		graphRun{path: "t", value: "c", ff: true}, graphRun{path: "other"})
-	for _, r := range runs[:2] {
-		if err := claimFor(t, db, x, r.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	failed, err := db.CompleteRun(ctx, runs[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode, At: time.Now()})
-	if err != nil {
+	if err := claimFor(t, db, x, runs[1].ID); err != nil {
 		t.Fatal(err)
 	}
+	failed := claimAndEnd(t, db, x, runs[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode})
 	if got := ids(failed.Followups); !slices.Equal(got, []int64{runs[1].ID, runs[2].ID}) {
 		t.Errorf("followups %v, want the two siblings", got)
 	}
@@ -329,12 +318,7 @@ func testFailFast_FailedMatrixRunCancelsItsSiblings(t *testing.T, open Opener) {
 		t.Errorf("another workflow's run: %s", o.State)
 	}
 	plain := graphPipeline(t, db, repo, graphRun{path: "t", value: "a"}, graphRun{path: "t", value: "b"})
-	if err := claimFor(t, db, x, plain[0].ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CompleteRun(ctx, plain[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode, At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	claimAndEnd(t, db, x, plain[0].ID, store.RunFinal{State: api.StateFailed, Reason: api.ReasonExitCode})
 	if s := mustRun(t, db, plain[1].ID); s.State != api.StateQueued {
 		t.Errorf("sibling without fail-fast: %s, want queued", s.State)
 	}
@@ -343,7 +327,6 @@ func testFailFast_FailedMatrixRunCancelsItsSiblings(t *testing.T, open Opener) {
 // Matrix values, exports and the retry settings survive the round trip.
 func testCreatePipeline_KeepsMatrixRetryAndExports(t *testing.T, open Opener) {
 	db := open(t)
-	ctx := context.Background()
 	repo, _ := seed(t, db, 0)
 	x := runner(t, db, repo)
 	r := graphPipeline(t, db, repo, graphRun{path: "t", value: "linux", retry: 2, ff: true})[0]
@@ -351,14 +334,8 @@ func testCreatePipeline_KeepsMatrixRetryAndExports(t *testing.T, open Opener) {
 		!slices.Equal(r.RetryWhen, []string{api.ReasonEvicted, api.ReasonRunnerLost}) || r.Attempt != 1 || r.Timeout != time.Hour {
 		t.Errorf("created run: %+v", r)
 	}
-	if err := claimFor(t, db, x, r.ID); err != nil {
-		t.Fatal(err)
-	}
-	done, err := db.CompleteRun(ctx, r.ID, store.RunFinal{State: api.StateSucceeded, At: time.Now(),
+	done := claimAndEnd(t, db, x, r.ID, store.RunFinal{State: api.StateSucceeded,
 		Exports: map[string]string{"VERSION": "1.2.3"}, EnvironmentRemoved: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if done.Exports["VERSION"] != "1.2.3" || done.EnvGoneAt == nil {
 		t.Errorf("completed run: exports %v, env gone %v", done.Exports, done.EnvGoneAt)
 	}
