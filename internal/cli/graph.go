@@ -20,7 +20,7 @@ func (s *session) printGraph(w io.Writer, runs []api.Run) error {
 	}
 	now := s.now()
 	first := runs[0]
-	fmt.Fprintf(w, "Pipeline %d: %s at %s (%s)\n\n", first.Pipeline, shortRef(first.Ref), shortSHA(first.SHA), first.Event)
+	fmt.Fprintf(w, "Pipeline %d: %s at %s (%s)\n\n", first.Pipeline, api.VisibleText(shortRef(first.Ref)), shortSHA(first.SHA), first.Event)
 	t := newTable(w, "STAGE", "RUN", "WORKFLOW", "STATE", "ATTEMPT", "NEEDS", "DURATION")
 	for _, g := range pipegraph.Layout(runs) {
 		stage := strconv.Itoa(g.Stage)
@@ -44,7 +44,11 @@ func (s *session) printGraph(w io.Writer, runs []api.Run) error {
 			}
 		}
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	printPipelineNotes(w, runs)
+	return nil
 }
 
 // graphRows adds what run show says of r's place in its pipeline: its
