@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -162,12 +163,20 @@ func median(ds []time.Duration) time.Duration {
 func BenchmarkE2E_KubeClaimToFinishedWarm(b *testing.B) {
 	k := newKubeRunner(b)
 	w := newWorld(b, 30*time.Second)
-	runner := w.startRunner(w.registerRunner("benchwarm"), append(k.args, "--cpus", "1", "--warm-pods", "1")...)
+	// cpu 500m, so that the warm pod waiting and the bare pod fit the
+	// test node beside each other.
+	runner := w.startRunner(w.registerRunner("benchwarm"), append(k.args, "--cpus", "500m", "--warm-pods", "1")...)
 	base, err := kubetest.NewBaseline(k.c.Config, k.ns)
 	if err != nil {
 		b.Fatal(err)
 	}
-	base.Pod = func(ns string) *corev1.Pod { return kube.BenchPod(ns, kubetest.MainContainer) }
+	base.Pod = func(ns string) *corev1.Pod {
+		p := kube.BenchPod(ns, kubetest.MainContainer)
+		for _, r := range []corev1.ResourceList{p.Spec.Containers[0].Resources.Requests, p.Spec.Containers[0].Resources.Limits} {
+			r[corev1.ResourceCPU] = resource.MustParse("500m")
+		}
+		return p
+	}
 	wf := map[string]string{".knotless/workflows/ci.yml": "on:\n  push: {}\nsteps:\n  - run: \"true\"\n"}
 	ready := func(n int) {
 		b.Helper()

@@ -324,7 +324,19 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 		ok("exit code", "7 as the step exited")
 	}
 	e.checkDisk(pctx, sess, ok)
+	e.checkWarm(ok)
 	e.checkEnforcement(pctx, sess, pod, ok, fail)
+}
+
+// checkWarm says what the warm pool holds (--warm-pods): informative.
+func (e *Executor) checkWarm(ok func(string, string)) {
+	if e.cfg.WarmPods == 0 {
+		ok("warm pods", "none (--warm-pods 0): every run starts a pod of its own")
+		return
+	}
+	def, _ := e.caps.Resolve(executor.Spec{})
+	ok("warm pods", fmt.Sprintf("up to %d kept started (image %s, cpu %s, memory %s, ephemeral storage %s each; replaced after %s), within --capacity beside the runs; they hold their requests of the namespace's quota while they wait",
+		e.cfg.WarmPods, e.cfg.Image, executor.FormatCPUs(def.MilliCPUs), workflow.FormatSize(def.Memory), workflow.FormatSize(def.Disk), e.cfg.WarmMaxAge))
 }
 
 // checkDisk says what bounds a job's disk on the test pod's node: the

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,7 +267,9 @@ func (e *Executor) makeWarm(ctx context.Context) (*warmPod, error) {
 	_, _ = rand.Read(b)
 	id := "warm-" + hex.EncodeToString(b)
 	serve := agent.Serve{Run: id, Heartbeat: e.cfg.Heartbeat, DeadAfter: e.cfg.DeadAfter}
-	env, pod, err := e.makePod(ctx, executor.Spec{ID: id}, serve, true)
+	// The pod's progress (waiting for a node, for an image) goes to the
+	// runner's log: no run's setup log is there to say it.
+	env, pod, err := e.makePod(ctx, executor.Spec{ID: id, Log: logLines{e.log.With("warm", id)}}, serve, true)
 	if err != nil {
 		return nil, err
 	}
@@ -379,4 +383,14 @@ func (e *Executor) WarmPool() (ready, making, taken int) {
 		return 0, 0, 0
 	}
 	return e.pool.status()
+}
+
+// logLines writes each line it gets as an Info line of log.
+type logLines struct{ log *slog.Logger }
+
+func (l logLines) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		l.log.Info(strings.TrimPrefix(line, "kube executor: "))
+	}
+	return len(p), nil
 }
