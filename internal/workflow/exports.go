@@ -3,6 +3,7 @@ package workflow
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode"
@@ -64,19 +65,10 @@ func ParseExports(b []byte) (map[string]string, []string) {
 // run that needs another one finds in NeedsDir/NEED.env.
 func FormatExports(values map[string]string) []byte {
 	var b bytes.Buffer
-	for _, k := range sortedNames(values) {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
 		b.WriteString(k + "=" + values[k] + "\n")
 	}
 	return b.Bytes()
-}
-
-func sortedNames(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // ValidExportValue reports whether v can be an exported value: UTF-8
