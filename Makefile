@@ -146,6 +146,14 @@ bench-docker: docker-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Docker_' -benchtime 10x ./internal/executor/docker
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench DockerClaimToFinished -benchtime 10x ./test/e2e
 
+# A 4-way matrix plus a run needing it on kube, push to last end, against
+# the same runs by hand one after another (docs/benchmarks.md "Pipeline
+# graph figure"); -benchtime 1x with the default step (sleep 0) is the tiny
+# form CI can afford.
+.PHONY: bench-pipeline
+bench-pipeline: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench KubePipelineGraphOverhead -benchtime 3x ./test/e2e
+
 clean:
 	rm -rf $(BIN) $(DIST) .demo
 

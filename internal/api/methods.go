@@ -153,6 +153,17 @@ const (
 	// when another runner holds it, NotFound when there is no such run. The
 	// old run token stops working (git fetch) at once.
 	MethodResumeRun = "dev.knotless.runner.resumeRun"
+	// P, runner. Params: run (a run the runner holds), need (a run it
+	// needs, ClaimedRun.Needs). Out: need's outputs archive
+	// (application/x-tar) with OutputsSHA256Header. Forbidden when the
+	// runner does not hold run, NotFound when need is not one of run's
+	// needs or stored no outputs.
+	MethodGetNeedOutputs = "dev.knotless.runner.getNeedOutputs"
+	// P, runner. In: EnvironmentsRemovedInput. Out: empty. The runner
+	// removed every environment it made (Executor.Sweep at its start)
+	// but those of the runs in Keep: the retries of its ended runs that
+	// waited for their environments to be gone may start.
+	MethodEnvironmentsRemoved = "dev.knotless.runner.environmentsRemoved"
 	// P, runner. In: IDTokensInput. Out: IDTokensOutput. The id tokens
 	// (OpenID Connect, signed by the server: docs/oidc.md) that step Step
 	// of a run this runner holds lists in its `id-tokens:`, issued at

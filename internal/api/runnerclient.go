@@ -233,6 +233,24 @@ func (c *RunnerClient) ResumeRun(ctx context.Context, run int64) (*ClaimedRun, e
 	return &out, nil
 }
 
+// NeedOutputs returns the body of need's outputs archive for run (a run
+// the runner holds that needs need) and the SHA-256 the server names for
+// it; the caller reads and closes the body, and checks the sum.
+func (c *RunnerClient) NeedOutputs(ctx context.Context, run, need int64) (io.ReadCloser, string, error) {
+	params := url.Values{"run": {strconv.FormatInt(run, 10)}, "need": {strconv.FormatInt(need, 10)}}
+	resp, err := c.xrpc.Do(ctx, http.MethodPost, MethodGetNeedOutputs, params, "", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return resp.Body, resp.Header.Get(OutputsSHA256Header), nil
+}
+
+// EnvironmentsRemoved tells the server that the runner removed every
+// environment it made but those of the runs in keep.
+func (c *RunnerClient) EnvironmentsRemoved(ctx context.Context, keep []int64) error {
+	return c.xrpc.Procedure(ctx, MethodEnvironmentsRemoved, EnvironmentsRemovedInput{Keep: keep}, nil)
+}
+
 // IDTokens asks for the id tokens in.Names of step in.Step of in.Run
 // (MethodIDTokens). The same input gives the same tokens. Their values
 // are secrets: never log them.

@@ -8,7 +8,8 @@ import (
 )
 
 // Run states. A run moves queued → claimed → running → one final state;
-// errored runs may also be created final (a workflow that failed to parse).
+// errored runs may also be created final (a workflow that failed to parse),
+// and a queued run ends skipped when a run it needs did not succeed.
 const (
 	StateQueued    = "queued"
 	StateClaimed   = "claimed"
@@ -17,6 +18,9 @@ const (
 	StateFailed    = "failed"
 	StateCancelled = "cancelled"
 	StateErrored   = "errored"
+	// StateSkipped: the run never started because a run it needs
+	// (`needs:`) ended without succeeding (ReasonNeedFailed).
+	StateSkipped = "skipped"
 )
 
 // Reasons a run (or step) did not succeed.
@@ -55,6 +59,12 @@ const (
 	// environment's doing, unlike evicted for the node's pressure or a
 	// drain, a retry rule can tell them apart.
 	ReasonPreempted = "preempted"
+	// ReasonNeedFailed: a run this one needs (`needs:`) ended without
+	// succeeding, so this one is skipped; the message names it.
+	ReasonNeedFailed = "need-failed"
+	// ReasonFailFast: another run of the same matrix failed and the
+	// workflow's `matrix: {fail-fast: true}` cancelled this one.
+	ReasonFailFast = "fail-fast"
 	// ReasonIDToken: the server did not give a step the id token it lists
 	// (`id-tokens:`); the message says why.
 	ReasonIDToken = "id-token"
@@ -90,10 +100,14 @@ func StepIsFinal(state string) bool {
 // errors and messages of the runner. Workflow steps are numbered from 1.
 const SetupStep = 0
 
+// RunStates are every run state, in the order of a run's life.
+var RunStates = []string{StateQueued, StateClaimed, StateRunning, StateSucceeded, StateFailed, StateCancelled,
+	StateErrored, StateSkipped}
+
 // IsFinal reports whether state is one a run never leaves.
 func IsFinal(state string) bool {
 	switch state {
-	case StateSucceeded, StateFailed, StateCancelled, StateErrored:
+	case StateSucceeded, StateFailed, StateCancelled, StateErrored, StateSkipped:
 		return true
 	}
 	return false
@@ -105,7 +119,8 @@ func IsReason(reason string) bool {
 	switch reason {
 	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
 		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
-		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken:
+		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken,
+		ReasonNeedFailed, ReasonFailFast:
 		return true
 	}
 	return false
@@ -253,10 +268,40 @@ type Run struct {
 	// ConcurrencyGroup is the run's expanded `concurrency:` group, when
 	// its workflow has one.
 	ConcurrencyGroup string `json:"concurrencyGroup,omitempty"`
-	Steps            []Step `json:"steps,omitempty"`
+	// Matrix is the run's values of its workflow's `matrix:` (none
+	// without one); its runs share WorkflowPath and Pipeline, and
+	// Workflow says the values ("test (linux, 1.26)").
+	Matrix []MatrixValue `json:"matrix,omitempty"`
+	// Needs are the runs of the pipeline this one waits for (`needs:`),
+	// by id, with the name the workflow gave each; a retried need is
+	// replaced by its latest attempt.
+	Needs []Need `json:"needs,omitempty"`
+	// Attempt counts the run's attempts from 1: a run that ended errored
+	// for its environment (`retry:`) is run again as a new run, Attempt
+	// + 1, with RetryOf the run before; RetriedBy is the run after.
+	Attempt   int   `json:"attempt,omitempty"`
+	RetryOf   int64 `json:"retryOf,omitempty"`
+	RetriedBy int64 `json:"retriedBy,omitempty"`
+	// Exports are the values the run's steps wrote to $KNOTLESS_EXPORT,
+	// for the runs that need it (MethodGetRun only).
+	Exports map[string]string `json:"exports,omitempty"`
+	Steps   []Step            `json:"steps,omitempty"`
 	// Outputs summarizes the outputs the run stored (MethodGetRun only);
 	// nil when it stored none.
 	Outputs *RunOutputs `json:"outputs,omitempty"`
+}
+
+// MatrixValue is one value of a run's matrix.
+type MatrixValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Need is one run another run waits for: Run's id, and Name, the entry of
+// `needs:` that names its workflow.
+type Need struct {
+	Run  int64  `json:"run"`
+	Name string `json:"name"`
 }
 
 // RunOutputs describes a run's stored outputs archive.
@@ -521,6 +566,9 @@ type ClaimedRun struct {
 	// CancelRequested is set (by MethodResumeRun) when a user asked to
 	// cancel the run while the runner was away.
 	CancelRequested bool `json:"cancelRequested,omitempty"`
+	// Needs are the runs this one needs, all succeeded, in the order of
+	// the workflow's `needs:` (a matrix need's runs in matrix order).
+	Needs []NeededRun `json:"needs,omitempty"`
 }
 
 // NewClaimedSecrets splits secret values into the Secrets and SecretBytes
@@ -652,6 +700,43 @@ type CompleteInput struct {
 	Reason   string `json:"reason,omitempty"`
 	Message  string `json:"message,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
+	// Exports are the values the run's steps exported (the workflow's
+	// export file, secrets masked), for the runs that need it; at most
+	// MaxExports names.
+	Exports map[string]string `json:"exports,omitempty"`
+	// EnvironmentRemoved says the runner removed the run's environment
+	// (its pod, container or processes are gone) before it reported: a
+	// retry of the run may start now.
+	EnvironmentRemoved bool `json:"environmentRemoved,omitempty"`
+}
+
+// Limits of CompleteInput.Exports (the workflow package's export file
+// limits, as the server enforces them).
+const (
+	MaxExports       = 100
+	MaxExportsBytes  = 64 << 10 // names and values together
+	MaxExportNameLen = 256
+)
+
+// NeededRun is a run that a claimed run needs (`needs:`), as its runner
+// receives it: the runner puts its outputs (fetched with
+// MethodGetNeedOutputs and checked against Outputs.SHA256) and its
+// exports into the checkout.
+type NeededRun struct {
+	Run      int64         `json:"run"`
+	Name     string        `json:"name"` // the entry of `needs:` naming its workflow
+	Workflow string        `json:"workflow"`
+	Matrix   []MatrixValue `json:"matrix,omitempty"`
+	// Outputs is nil when the run stored none.
+	Outputs *RunOutputs       `json:"outputs,omitempty"`
+	Exports map[string]string `json:"exports,omitempty"`
+}
+
+// EnvironmentsRemovedInput is the body of MethodEnvironmentsRemoved.
+type EnvironmentsRemovedInput struct {
+	// Keep are the runs whose environments the runner kept (it took them
+	// over); every other environment it ever made is gone.
+	Keep []int64 `json:"keep,omitempty"`
 }
 
 // IDTokensInput is the body of MethodIDTokens.

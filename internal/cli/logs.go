@@ -201,14 +201,21 @@ func (s *session) waitPipeline(ctx context.Context, repo string, after int64, ti
 	}
 }
 
-// followRuns follows runs one after the other and fails (exit 1, silently:
-// the summaries say why) unless every one succeeded.
+// followRuns follows runs one after the other, and the retry of each that
+// is retried (a new run, followed after the others), and fails (exit 1,
+// silently: the summaries say why) unless every run's last attempt
+// succeeded.
 func (s *session) followRuns(ctx context.Context, runs []api.Run) error {
 	runs = append([]api.Run(nil), runs...)
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
+	seen := map[int64]bool{}
+	for _, r := range runs {
+		seen[r.ID] = true
+	}
 	var final []api.Run
 	allOK := true
-	for i, r := range runs {
+	for i := 0; i < len(runs); i++ {
+		r := runs[i]
 		if len(runs) > 1 {
 			if i > 0 {
 				fmt.Fprintln(s.stdout())
@@ -220,18 +227,32 @@ func (s *session) followRuns(ctx context.Context, runs []api.Run) error {
 			return err
 		}
 		final = append(final, fr)
+		if fr.RetriedBy != 0 {
+			if !seen[fr.RetriedBy] {
+				next, err := s.getRun(ctx, fr.RetriedBy)
+				if err != nil {
+					return err
+				}
+				seen[next.ID] = true
+				runs = append(runs, next)
+			}
+			continue // its last attempt decides
+		}
 		allOK = allOK && ok
 	}
 	if len(final) > 1 {
-		n := 0
+		n, current := 0, 0
 		fmt.Fprintln(s.stdout())
 		for _, r := range final {
-			if r.State == api.StateSucceeded {
-				n++
+			if r.RetriedBy == 0 {
+				current++
+				if r.State == api.StateSucceeded {
+					n++
+				}
 			}
 			fmt.Fprint(s.stdout(), runlog.RunSummary(r))
 		}
-		fmt.Fprintf(s.stdout(), "pipeline %d: %d of %d runs succeeded\n", final[0].Pipeline, n, len(final))
+		fmt.Fprintf(s.stdout(), "pipeline %d: %d of %d runs succeeded\n", final[0].Pipeline, n, current)
 	}
 	if !allOK {
 		return errSilentFailure

@@ -111,7 +111,11 @@ func (s *session) runListCmd() *cobra.Command {
 		Short: "List runs, newest first",
 		Long: `List runs, newest first: of one repository with --repo (or $KNOTLESS_REPO),
 else of every repository you can see. --pipeline narrows to one pipeline;
-"latest" is the newest one.`,
+"latest" is the newest one.
+
+With --pipeline the runs are shown as their pipeline's graph: in stages (a
+workflow comes after the workflows it needs), the runs of a matrix under
+their workflow, and each retried run's attempts under it.`,
 		Example: `  knotless run list --repo alice/app
   knotless run list --repo alice/app --pipeline latest
   knotless run list --limit 5 --json`,
@@ -154,6 +158,13 @@ else of every repository you can see. --pipeline narrows to one pipeline;
 				fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
 				return nil
 			}
+			if pid != 0 {
+				all, err := s.pipelineRuns(ctx, r, pid)
+				if err != nil {
+					return err
+				}
+				return s.printGraph(s.stdout(), all)
+			}
 			if err := s.printRuns(s.stdout(), runs); err != nil {
 				return err
 			}
@@ -183,7 +194,7 @@ func (s *session) printRuns(w io.Writer, runs []api.Run) error {
 	now := s.now()
 	t := newTable(w, "RUN", "PIPELINE", "REPO", "WORKFLOW", "REF", "COMMIT", "STATE", "CREATED", "DURATION")
 	for _, r := range runs {
-		t.row(strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.Pipeline, 10), r.Repo, r.Workflow,
+		t.row(strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.Pipeline, 10), r.Repo, r.Workflow+attemptText(r),
 			shortRef(r.Ref), shortSHA(r.SHA), stateText(r.State, r.Reason), ago(r.CreatedAt, now), runDuration(r, now))
 	}
 	return t.flush()
@@ -237,6 +248,7 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 		kv.row("Note:", n)
 	}
 	kv.row("Workflow:", fmt.Sprintf("%s (%s)", r.Workflow, r.WorkflowPath))
+	s.graphRows(kv, r)
 	commit := fmt.Sprintf("%s at %s", shortSHA(r.SHA), shortRef(r.Ref))
 	if r.BeforeSHA != "" {
 		commit += fmt.Sprintf(" (was %s)", shortSHA(r.BeforeSHA))

@@ -3,15 +3,18 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/workflow"
 )
 
@@ -35,15 +38,30 @@ type LintIgnored struct {
 type LintOutput struct {
 	Files    []string      `json:"files"`
 	Problems []LintProblem `json:"problems"`
+	// Runs (with --expand) are the runs each file without problems makes
+	// in a pipeline.
+	Runs []LintRun `json:"runs,omitempty"`
 	// Ignored lists the entries of .knotless/workflows that are not
 	// workflow files (without FILES only).
 	Ignored []LintIgnored `json:"ignored"`
 }
 
+// LintRun is one run a workflow file makes (`workflow lint --expand`).
+type LintRun struct {
+	File   string            `json:"file"`
+	Name   string            `json:"name"`
+	Matrix []api.MatrixValue `json:"matrix,omitempty"`
+	// Needs are the needs: entries of its workflow; Retry says when it is
+	// retried ("never", or "up to 2 times on evicted, ...").
+	Needs []string `json:"needs,omitempty"`
+	Retry string   `json:"retry"`
+}
+
 func (s *session) workflowCmd() *cobra.Command {
 	cmd := group("workflow", "Check workflow files", `Work with workflow files (.knotless/workflows/*.yml). These commands need no
 server and no login.`)
-	cmd.AddCommand(&cobra.Command{
+	var expand bool
+	lint := &cobra.Command{
 		Use:   "lint [FILES...]",
 		Short: "Check workflow files and print every problem as FILE:LINE:COL",
 		Long: `Parse and validate workflow files exactly as the server does, and print every
@@ -51,6 +69,12 @@ problem as FILE:LINE:COL: message. Without FILES it checks
 .knotless/workflows/*.yml and *.yaml of the git work tree holding the
 current directory (or of the current directory outside one), from any
 directory of the checkout.
+
+needs: entries are checked against the other workflows of the directory
+(unknown or ambiguous names, a workflow needing itself, cycles), as the
+server checks them at a push. With --expand, lint also prints the runs each
+file makes: one per combination of its matrix, named by its values, with
+what it needs and when it is retried.
 
 A workflow file is a regular file named *.yml or *.yaml (in lower case)
 directly in .knotless/workflows, a real directory, as the server reads
@@ -67,15 +91,18 @@ Exits 1 when any file has a problem, else prints "N workflows OK" and
 exits 0. Needs no server.`,
 		Example: `  knotless workflow lint
   knotless workflow lint .knotless/workflows/ci.yml other.yml
+  knotless workflow lint --expand
   knotless workflow lint --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.lint(args)
+			return s.lint(args, expand)
 		},
-	})
+	}
+	lint.Flags().BoolVar(&expand, "expand", false, "also print the runs each file makes (matrix runs, needs, retry)")
+	cmd.AddCommand(lint)
 	return cmd
 }
 
-func (s *session) lint(files []string) error {
+func (s *session) lint(files []string, expand bool) error {
 	base := s.app.Dir
 	var ignored []LintIgnored
 	if len(files) == 0 {
@@ -143,20 +170,119 @@ func (s *session) lint(files []string) error {
 	if out.Ignored == nil {
 		out.Ignored = []LintIgnored{}
 	}
-	bad := 0
+	parsed := make([]workflow.PipelineFile, 0, len(files))
+	byFile := map[string][]LintProblem{}
 	for _, f := range files {
 		out.Files = append(out.Files, workflow.DisplayPath(f))
 		p := f
 		if base != "" && !filepath.IsAbs(p) {
 			p = filepath.Join(base, p)
 		}
-		probs := lintFile(f, p)
-		if len(probs) > 0 {
-			bad++
+		probs, runs := lintFile(f, p)
+		byFile[f] = probs
+		parsed = append(parsed, workflow.PipelineFile{Path: f, Runs: runs})
+	}
+	// needs: across the files, and the other workflows beside them.
+	check := append(slices.Clone(parsed), siblings(files, base)...)
+	needProblems, _ := workflow.CheckNeeds(check)
+	bad := 0
+	for i, f := range files {
+		for _, e := range needProblems[f] {
+			byFile[f] = append(byFile[f], LintProblem{File: orName(e.Path, f), Line: e.Line, Col: e.Col, Message: e.Msg})
 		}
-		out.Problems = append(out.Problems, probs...)
+		if len(byFile[f]) > 0 {
+			bad++
+			parsed[i].Runs = nil
+		}
+		out.Problems = append(out.Problems, byFile[f]...)
+	}
+	if expand {
+		out.Runs = expansion(parsed)
 	}
 	return s.printLint(out, bad, len(files))
+}
+
+// siblings parses the workflow files in the directories of files that are
+// not among them, for resolving needs: (their own problems are not
+// reported).
+func siblings(files []string, base string) []workflow.PipelineFile {
+	named := map[string]bool{}
+	dirs := map[string]bool{}
+	for _, f := range files {
+		named[filepath.Clean(f)] = true
+		dirs[filepath.Dir(f)] = true
+	}
+	var out []workflow.PipelineFile
+	for d := range dirs {
+		read := d
+		if base != "" && !filepath.IsAbs(read) {
+			read = filepath.Join(base, read)
+		}
+		entries, _ := os.ReadDir(read)
+		for _, e := range entries {
+			f := filepath.Join(d, e.Name())
+			if ok, err := workflow.CheckFile(filepath.ToSlash(filepath.Join(workflow.Dir, e.Name())), entryKind(e.Type())); named[filepath.Clean(f)] || !ok || err != nil {
+				continue
+			}
+			src, err := os.ReadFile(filepath.Join(read, e.Name()))
+			if err != nil {
+				continue
+			}
+			runs, _ := workflow.Expand(f, src)
+			out = append(out, workflow.PipelineFile{Path: f, Runs: runs})
+		}
+	}
+	slices.SortFunc(out, func(a, b workflow.PipelineFile) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// expansion lists the runs of the files without problems.
+func expansion(files []workflow.PipelineFile) []LintRun {
+	var out []LintRun
+	for _, f := range files {
+		for _, r := range f.Runs {
+			lr := LintRun{File: workflow.DisplayPath(f.Path), Name: r.Name, Retry: r.Retry.String()}
+			for _, v := range r.Combo {
+				lr.Matrix = append(lr.Matrix, api.MatrixValue{Name: v.Name, Value: v.Value})
+			}
+			for _, n := range r.Needs {
+				lr.Needs = append(lr.Needs, n.Name)
+			}
+			out = append(out, lr)
+		}
+	}
+	return out
+}
+
+// printExpansion prints the runs lint --expand found, file by file.
+func printExpansion(w io.Writer, runs []LintRun) {
+	for i := 0; i < len(runs); {
+		j := i
+		for j < len(runs) && runs[j].File == runs[i].File {
+			j++
+		}
+		r := runs[i]
+		fmt.Fprintf(w, "%s: %d %s", r.File, j-i, plural(j-i, "run", "runs"))
+		if len(r.Needs) > 0 {
+			fmt.Fprintf(w, ", needs %s", strings.Join(r.Needs, ", "))
+		}
+		if r.Retry != "never" {
+			fmt.Fprintf(w, ", retried %s", r.Retry)
+		}
+		fmt.Fprintln(w)
+		for _, x := range runs[i:j] {
+			vals := make([]string, len(x.Matrix))
+			for k, v := range x.Matrix {
+				vals[k] = v.Name + "=" + v.Value
+			}
+			if len(vals) > 0 {
+				fmt.Fprintf(w, "  %s    [%s]\n", x.Name, strings.Join(vals, ", "))
+			} else {
+				fmt.Fprintf(w, "  %s\n", x.Name)
+			}
+		}
+		i = j
+	}
 }
 
 // printLint prints the problems (or "N workflows OK") and fails when bad
@@ -180,6 +306,7 @@ func (s *session) printLint(out LintOutput, bad, files int) error {
 		return failf("%d problem(s) in %d of %d workflow(s)", len(out.Problems), bad, max(files, bad))
 	}
 	if !s.jsonOut {
+		printExpansion(s.stdout(), out.Runs)
 		fmt.Fprintf(s.stdout(), "%d %s OK\n", files, plural(files, "workflow", "workflows"))
 	}
 	return nil
@@ -222,17 +349,17 @@ func problemOf(name string, err error) []LintProblem {
 }
 
 // lintFile parses one file; name is what messages call it, path where it
-// is read from.
-func lintFile(name, path string) []LintProblem {
+// is read from. It returns its problems, or the runs it makes.
+func lintFile(name, path string) ([]LintProblem, []*workflow.Workflow) {
 	// The server's rule for what a workflow file is: a regular file; a
 	// symbolic link is reported, not followed.
 	if fi, err := os.Lstat(path); err == nil {
 		ok, err := workflow.CheckFile(name, lstatKind(fi))
 		if err != nil {
-			return problemOf(name, err)
+			return problemOf(name, err), nil
 		}
 		if !ok {
-			return []LintProblem{{File: workflow.DisplayPath(name), Message: "will not run: " + workflow.NotWorkflow(name, lstatKind(fi))}}
+			return []LintProblem{{File: workflow.DisplayPath(name), Message: "will not run: " + workflow.NotWorkflow(name, lstatKind(fi))}}, nil
 		}
 	}
 	src, err := os.ReadFile(path)
@@ -242,11 +369,11 @@ func lintFile(name, path string) []LintProblem {
 		if errors.As(err, &pe) {
 			msg = "cannot read: " + pe.Err.Error()
 		}
-		return []LintProblem{{File: workflow.DisplayPath(name), Message: msg}}
+		return []LintProblem{{File: workflow.DisplayPath(name), Message: msg}}, nil
 	}
-	_, err = workflow.Parse(name, src)
+	runs, err := workflow.Expand(name, src)
 	if err == nil {
-		return nil
+		return nil, runs
 	}
 	var list workflow.ErrorList
 	var one *workflow.Error
@@ -256,11 +383,11 @@ func lintFile(name, path string) []LintProblem {
 		for _, e := range list {
 			probs = append(probs, LintProblem{File: orName(e.Path, name), Line: e.Line, Col: e.Col, Message: e.Msg})
 		}
-		return probs
+		return probs, nil
 	case errors.As(err, &one):
-		return []LintProblem{{File: orName(one.Path, name), Line: one.Line, Col: one.Col, Message: one.Msg}}
+		return []LintProblem{{File: orName(one.Path, name), Line: one.Line, Col: one.Col, Message: one.Msg}}, nil
 	}
-	return []LintProblem{{File: workflow.DisplayPath(name), Message: err.Error()}}
+	return []LintProblem{{File: workflow.DisplayPath(name), Message: err.Error()}}, nil
 }
 
 func orName(p, name string) string {

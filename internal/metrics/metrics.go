@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,9 +45,7 @@ func Reason(reason string) string {
 
 // State is a run state as a label value: a known state, or "other".
 func State(state string) string {
-	switch state {
-	case api.StateQueued, api.StateClaimed, api.StateRunning, api.StateSucceeded, api.StateFailed,
-		api.StateCancelled, api.StateErrored:
+	if slices.Contains(api.RunStates, state) {
 		return state
 	}
 	return "other"

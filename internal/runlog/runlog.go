@@ -44,9 +44,15 @@ func StepFooter(s api.Step, d time.Duration) string {
 
 // RunSummary is the last line for a run, e.g.
 // "run 42 (ci): failed, exit-code, exit 1: step 2 (test) exited with 1".
-// A reason equal to the state ("cancelled") is left out.
+// A reason equal to the state ("cancelled") is left out; a retry says its
+// attempt ("run 43 (ci, attempt 2): ...") and a retried run the run that
+// retries it ("...; retried as run 43").
 func RunSummary(r api.Run) string {
-	out := fmt.Sprintf("run %d (%s): %s", r.ID, r.Workflow, r.State)
+	name := r.Workflow
+	if r.Attempt > 1 {
+		name += fmt.Sprintf(", attempt %d", r.Attempt)
+	}
+	out := fmt.Sprintf("run %d (%s): %s", r.ID, name, r.State)
 	if r.Reason != "" && r.Reason != r.State {
 		out += ", " + r.Reason
 	}
@@ -55,6 +61,9 @@ func RunSummary(r api.Run) string {
 	}
 	if r.Message != "" {
 		out += ": " + r.Message
+	}
+	if r.RetriedBy != 0 {
+		out += fmt.Sprintf("; retried as run %d", r.RetriedBy)
 	}
 	return out + "\n"
 }

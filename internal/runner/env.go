@@ -2,6 +2,7 @@ package runner
 
 import (
 	"strconv"
+	"strings"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/workflow"
@@ -32,6 +33,11 @@ func (j *Job) runEnv(wf *workflow.Workflow, workdir string) map[string]string {
 		"KNOTLESS_RUN":       strconv.FormatInt(j.Run, 10),
 		"KNOTLESS_WORKFLOW":  wf.Name,
 		"KNOTLESS_WORKSPACE": workdir,
+		"KNOTLESS_EXPORT":    strings.TrimRight(workdir, "/") + "/" + workflow.ExportFile,
+		"KNOTLESS_ATTEMPT":   strconv.Itoa(max(j.Attempt, 1)),
+	}
+	if len(wf.Needs) > 0 {
+		env["KNOTLESS_NEEDS"] = strings.TrimRight(workdir, "/") + "/" + workflow.NeedsDir
 	}
 	name, typ := api.RefName(j.Ref)
 	set := func(k, v string) {

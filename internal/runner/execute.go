@@ -101,6 +101,19 @@ type Job struct {
 	// running step goes on, and nothing more is reported (Execute returns
 	// a Result with an empty State). Nil never closes.
 	Handover <-chan struct{}
+	// Matrix is the run's values of its workflow's `matrix:` (nil when
+	// it has none): which of the workflow's runs this is.
+	Matrix []api.MatrixValue
+	// Needs are the runs this one needs (`needs:`), all succeeded: their
+	// outputs and exported values go into the checkout before the first
+	// step (needs.go). NeedOutputs opens the body of a needed run's
+	// outputs archive (the server's dev.knotless.runner.getNeedOutputs);
+	// nil when there is no server.
+	Needs       []api.NeededRun
+	NeedOutputs func(ctx context.Context, need int64) (io.ReadCloser, error)
+	// Attempt counts the run's attempts from 1 (0 reads as 1): a retry
+	// after its environment failed is attempt 2, ...
+	Attempt int
 }
 
 // Resume is what a restarted runner knows of a run it takes over, from the
@@ -233,6 +246,7 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 			}
 		}
 	}
+	res.EnvironmentRemoved = !e.envLeft
 	if err := rep.Done(res); err != nil {
 		log.Error("record run result", "err", err)
 	}
@@ -280,6 +294,9 @@ type execution struct {
 	lostWrite string
 	// services are the detached steps still running (services.go).
 	services []service
+	// envLeft says an environment of the run may still exist: one was
+	// made or recovered, and its cleanup did not succeed (yet).
+	envLeft bool
 }
 
 // noSpace records a write that failed because the runner's disk is full:
@@ -316,7 +333,7 @@ func (e *execution) run(ctx context.Context) Result {
 			resume.By, time.Now().UTC().Format(time.RFC3339))
 	}
 
-	wf, err := workflow.Parse(e.job.WorkflowPath, e.job.WorkflowSource)
+	wf, err := workflow.ParseRun(e.job.WorkflowPath, e.job.WorkflowSource, e.job.combo())
 	if err != nil {
 		sl.printf("%s\n", err.Error())
 		// Neutral advice: the same code serves pushed runs and `exec`.
@@ -371,6 +388,7 @@ func (e *execution) run(ctx context.Context) Result {
 		default:
 			sess, err = e.ex.Recover(setupCtx, *resume.Session)
 		}
+		e.envLeft = true // gone or not: only a cleanup or a sweep says so
 		if err != nil {
 			if e.handingOver() {
 				e.handedOver = true
@@ -406,7 +424,9 @@ func (e *execution) run(ctx context.Context) Result {
 		if err := sess.Cleanup(cctx); err != nil {
 			e.log.Error("clean up session", "err", err)
 			sl.printf("cleanup of the environment failed: %v\n", err)
+			return
 		}
+		e.envLeft = false
 	}()
 	// Caches: restored before the first step, saved after a success
 	// (caches.go); a run taken over in its environment was restored by
@@ -421,6 +441,7 @@ func (e *execution) run(ctx context.Context) Result {
 	}
 	res := e.steps(runCtx, sess, timeout)
 	if !e.handedOver && !e.handingOver() {
+		res.Exports = e.collectExports(ctx, sess)
 		e.collectOutputs(ctx, sess)
 		e.saveCaches(ctx, sess, res, caches)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -111,7 +112,7 @@ func execute(t *testing.T, ctx context.Context, job Job) (*memReporter, Result) 
 	t.Helper()
 	rep := newMemReporter()
 	res := Execute(ctx, job, testShell(t), rep)
-	if rep.result == nil || *rep.result != res {
+	if rep.result == nil || !reflect.DeepEqual(*rep.result, res) {
 		t.Fatalf("Done got %+v, Execute returned %+v", rep.result, res)
 	}
 	return rep, res

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func runDummy(t *testing.T, world *dummy.World, workflowYAML string) (*memReport
 	t.Helper()
 	rep := newMemReporter()
 	res := Execute(context.Background(), testJob(t, workflowYAML), dummy.New(world), rep)
-	if rep.result == nil || *rep.result != res {
+	if rep.result == nil || !reflect.DeepEqual(*rep.result, res) {
 		t.Fatalf("Done got %+v, Execute returned %+v", rep.result, res)
 	}
 	return rep, res

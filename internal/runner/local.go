@@ -45,7 +45,11 @@ type LocalOptions struct {
 	// LogLimit caps each step's log (DefaultLogLimit).
 	LogLimit int64
 	// Env holds extra variables for every step (--env), as Job.Env.
-	Env    map[string]string
+	Env map[string]string
+	// Matrix picks the run of a workflow with a matrix (--matrix
+	// NAME=VALUE): the one run whose values include all of these; it may
+	// be empty when the matrix makes one run.
+	Matrix map[string]string
 	Logger *slog.Logger
 }
 
@@ -98,8 +102,18 @@ func ExecLocal(ctx context.Context, opts LocalOptions) (Result, error) {
 		}
 	}
 	name := strings.TrimSuffix(filepath.Base(rel), filepath.Ext(rel))
-	if wf, err := workflow.Parse(rel, src); err == nil {
+	var matrix []api.MatrixValue
+	if runs, err := workflow.Expand(rel, src); err == nil {
+		wf, err := pickRun(runs, opts.Matrix)
+		if err != nil {
+			return Result{}, err
+		}
 		name = wf.Name
+		for _, v := range wf.Combo {
+			matrix = append(matrix, api.MatrixValue{Name: v.Name, Value: v.Value})
+		}
+	} else if len(opts.Matrix) > 0 {
+		return Result{}, usagef("--matrix: %s does not parse, so it has no runs to pick from (knotless workflow lint %s)", rel, rel)
 	}
 	gitOut := func(args ...string) string {
 		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
@@ -121,6 +135,7 @@ func ExecLocal(ctx context.Context, opts LocalOptions) (Result, error) {
 		Labels:         map[string]string{"knotless.dev/exec": fmt.Sprint(os.Getpid())},
 		LogLimit:       opts.LogLimit,
 		Logger:         opts.Logger,
+		Matrix:         matrix,
 	}
 	rep := &ConsoleReporter{Out: opts.Out, Workflow: name}
 	return Execute(ctx, job, opts.Executor, rep), nil
@@ -237,4 +252,41 @@ func (c *ConsoleReporter) Done(r Result) error {
 	}))
 	_, err := c.Out.Write(b.Bytes())
 	return err
+}
+
+// pickRun is the run of runs (a workflow's, workflow.Expand) whose matrix
+// values include every one of want: exactly one must; with want empty,
+// the workflow's only run.
+func pickRun(runs []*workflow.Workflow, want map[string]string) (*workflow.Workflow, error) {
+	if len(runs) == 1 && len(want) == 0 {
+		return runs[0], nil
+	}
+	if runs[0].Matrix == nil {
+		return nil, usagef("--matrix: the workflow has no matrix")
+	}
+	var found []*workflow.Workflow
+	var all []string
+	for _, r := range runs {
+		all = append(all, r.Combo.String())
+		ok := true
+		for k, v := range want {
+			if got, has := r.Combo.Get(k); !has || got != v {
+				ok = false
+			}
+		}
+		if ok {
+			found = append(found, r)
+		}
+	}
+	if len(found) == 1 {
+		return found[0], nil
+	}
+	what := "matches none"
+	if len(found) > 1 {
+		what = fmt.Sprintf("matches %d", len(found))
+	}
+	if len(want) == 0 {
+		what = fmt.Sprintf("makes %d runs", len(runs))
+	}
+	return nil, usagef("the workflow's matrix %s: pick one run with --matrix NAME=VALUE (repeatable); its runs: %s", what, strings.Join(all, "; "))
 }

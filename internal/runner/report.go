@@ -32,6 +32,12 @@ type Result struct {
 	Reason   string
 	Message  string
 	ExitCode *int
+	// Exports are the values the steps exported (workflow.ExportFile),
+	// secrets masked.
+	Exports map[string]string
+	// EnvironmentRemoved: no environment of the run is left (none was
+	// made, or its cleanup succeeded).
+	EnvironmentRemoved bool
 }
 
 // Reporter receives everything a run produces, in order. Log bytes it gets
@@ -71,6 +77,7 @@ func (r SpoolReporter) Step(u StepUpdate) error {
 func (r SpoolReporter) Done(res Result) error {
 	return r.Spool.Append(logship.JournalEntry{Complete: &api.CompleteInput{
 		Run: r.Spool.Run(), State: res.State, Reason: res.Reason, Message: res.Message, ExitCode: res.ExitCode,
+		Exports: res.Exports, EnvironmentRemoved: res.EnvironmentRemoved,
 	}})
 }
 

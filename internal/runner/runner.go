@@ -475,7 +475,7 @@ func (r *Runner) handle(runsCtx, shipCtx context.Context, cr *api.ClaimedRun) {
 		ctx, cancel := context.WithTimeout(shipCtx, 30*time.Second)
 		defer cancel()
 		_ = r.client.Complete(ctx, api.CompleteInput{Run: run.ID, State: api.StateErrored,
-			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error()})
+			Reason: api.ReasonExecutor, Message: "the runner could not create the run's spool: " + err.Error(), EnvironmentRemoved: true})
 		return
 	}
 	workspace := r.workspaces.take(run.Repo, run.WorkflowPath)
@@ -579,6 +579,11 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 		},
 	}
 	job.Resume, job.Handover = resume, r.handover
+	job.Matrix, job.Needs, job.Attempt = run.Matrix, cr.Needs, run.Attempt
+	job.NeedOutputs = func(ctx context.Context, need int64) (io.ReadCloser, error) {
+		body, _, err := r.client.NeedOutputs(ctx, run.ID, need)
+		return body, err
+	}
 	var rep Reporter = SpoolReporter{Spool: sp}
 	if r.cfg.Metrics != nil {
 		rep = observedReporter{SpoolReporter{Spool: sp}, r.cfg.Metrics}

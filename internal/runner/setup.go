@@ -66,22 +66,30 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		}()
 	}
 
-	if e.job.Checkout != nil {
-		// Checkout tells what it does (fetching, then checking out).
-		if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
-			if early {
-				cancelPrep()
-				<-prepared
-				if prepErr == nil {
-					e.cleanUp(sess)
-				}
+	// The workspace gets the commit (Checkout tells what it does:
+	// fetching, then checking out) and what the runs it needs left.
+	inputs := func() (string, error) {
+		if e.job.Checkout != nil {
+			if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
+				return "checkout failed: ", err
 			}
-			if res, stopped := stop(); stopped {
-				return nil, res, true
-			}
-			sl.printf("checkout failed: %v\n", err)
-			return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
 		}
+		return "", e.receiveNeeds(setupCtx)
+	}
+	if what, err := inputs(); err != nil {
+		if early {
+			cancelPrep()
+			<-prepared
+			if prepErr == nil {
+				e.envLeft = true
+				e.cleanUp(sess)
+			}
+		}
+		if res, stopped := stop(); stopped {
+			return nil, res, true
+		}
+		sl.printf("%s%v\n", what, err)
+		return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
 	}
 	if early {
 		<-prepared
@@ -89,6 +97,9 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		sl.flush()
 	} else {
 		sess, prepErr = e.ex.Prepare(setupCtx, spec)
+	}
+	if prepErr == nil {
+		e.envLeft = true
 	}
 	if prepErr != nil {
 		if res, stopped := stop(); stopped {
@@ -118,7 +129,9 @@ func (e *execution) cleanUp(sess executor.Session) {
 	defer cancel()
 	if err := sess.Cleanup(ctx); err != nil {
 		e.log.Error("clean up session", "err", err)
+		return
 	}
+	e.envLeft = false
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use.

@@ -199,6 +199,18 @@ func (r *Runner) cleanWorkDir(ctx context.Context, takeovers []*takeover) {
 	}
 	if err := r.cfg.Executor.Sweep(ctx, keepEnv); err != nil {
 		r.log.Error("sweep executor environments", "err", err)
+		return
+	}
+	// The retries of this runner's ended runs wait for their
+	// environments to be gone: they are.
+	var keep []int64
+	for _, t := range takeovers {
+		if t.id != "" {
+			keep = append(keep, t.sp.Run())
+		}
+	}
+	if err := r.client.EnvironmentsRemoved(ctx, keep); err != nil {
+		r.log.Warn("tell the server the environments of earlier processes are removed", "err", err)
 	}
 }
 

@@ -26,6 +26,7 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 		logLimit = int64(runner.DefaultLogLimit)
 		envs     = &envValue{}
 		envPass  = &envPassValue{}
+		matrix   = &envValue{}
 	)
 	cmd := &cobra.Command{
 		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
@@ -54,6 +55,7 @@ cancelled, 2 when the command line was wrong.`,
 		Example: `  knotless-run exec .knotless/workflows/ci.yml
   DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
   knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build
+  knotless-run exec test.yml --matrix os=debian --matrix go=1.26
   knotless-run exec --executor kube --namespace ci --image golang:1.26 ci.yml
   DOCKER_HOST=unix:///run/docker.sock knotless-run exec --executor docker --image golang:1.26 ci.yml`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -97,7 +99,7 @@ cancelled, 2 when the command line was wrong.`,
 			}
 			res, err := runner.ExecLocal(ctx, runner.LocalOptions{
 				File: args[0], Secrets: secrets, Executor: ex, Out: stdout,
-				LogLimit: logLimit, Env: env, Logger: log,
+				LogLimit: logLimit, Env: env, Logger: log, Matrix: matrix.m,
 			})
 			if err != nil {
 				return err
@@ -114,6 +116,7 @@ cancelled, 2 when the command line was wrong.`,
 	f.StringVar(&work, "work", "", "directory for the executor's files, among them the steps' HOME (default: a temporary one, removed)")
 	f.Var(envflag.Size{P: &logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi)")
 	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	f.Var(matrix, "matrix", "NAME=VALUE of the matrix run to execute, for a workflow with a matrix (repeatable)")
 	f.Var(envPass, "env-pass", envPassUsage)
 	envflag.BindAs(f, "work", "KNOTLESS_WORK")
 	envflag.BindAs(f, "log-limit", "KNOTLESS_LOG_LIMIT")

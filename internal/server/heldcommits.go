@@ -93,6 +93,7 @@ func (s *Server) releasePipeline(ctx context.Context, id int64, full string) {
 func (s *Server) runEnded(ctx context.Context, run store.Run) {
 	if api.IsFinal(run.State) {
 		s.metrics.runFinished(run)
+		s.followups(ctx, run) // before the release: a retry keeps the pipeline open
 		s.releasePipeline(ctx, run.PipelineID, run.Repo)
 		s.groupFreed(ctx, run)
 	}

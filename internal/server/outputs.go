@@ -287,7 +287,14 @@ func (s *Server) getOutputs(w http.ResponseWriter, r *http.Request, a store.Acco
 	if _, err := s.visibleRun(ctx, a, id); err != nil {
 		return err
 	}
-	o, err := s.store.RunOutputs(ctx, id)
+	return s.serveOutputs(w, r, id)
+}
+
+// serveOutputs answers r with run id's outputs archive (Range requests
+// served), with its SHA-256 in OutputsSHA256Header; NotFound when the
+// run stored none.
+func (s *Server) serveOutputs(w http.ResponseWriter, r *http.Request, id int64) error {
+	o, err := s.store.RunOutputs(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		return xerr(http.StatusNotFound, api.ErrNotFound, "run %d stored no outputs", id)
 	}

@@ -28,8 +28,9 @@ type workflowFile struct {
 // parsedWorkflow is a workflow file and the result of parsing it.
 type parsedWorkflow struct {
 	workflowFile
-	WF  *workflow.Workflow // nil when Err is set
-	Err error
+	WF   *workflow.Workflow   // the first of Runs; nil when Err is set
+	Runs []*workflow.Workflow // the runs it makes, one per matrix combination
+	Err  error
 }
 
 // workflowsAt lists and reads the workflow files (*.yml, *.yaml directly
@@ -110,24 +111,27 @@ func parseAll(files []workflowFile) []parsedWorkflow {
 			out = append(out, pw)
 			continue
 		}
-		pw.WF, pw.Err = safeParse(f.Path, f.Source)
-		if pw.Err == nil && pw.WF == nil {
+		pw.Runs, pw.Err = safeParse(f.Path, f.Source)
+		if pw.Err == nil && len(pw.Runs) == 0 {
 			pw.Err = fmt.Errorf("%s:1:1: workflow parser returned nothing", f.Path)
+		}
+		if pw.Err == nil {
+			pw.WF = pw.Runs[0]
 		}
 		out = append(out, pw)
 	}
 	return out
 }
 
-// safeParse is workflow.Parse that turns a panic into an error: a broken
+// safeParse is workflow.Expand that turns a panic into an error: a broken
 // workflow must never take the server down.
-func safeParse(p string, src []byte) (wf *workflow.Workflow, err error) {
+func safeParse(p string, src []byte) (runs []*workflow.Workflow, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			wf, err = nil, fmt.Errorf("%s:1:1: workflow parser failed: %v", p, v)
+			runs, err = nil, fmt.Errorf("%s:1:1: workflow parser failed: %v", p, v)
 		}
 	}()
-	return workflow.Parse(p, src)
+	return workflow.Expand(p, src)
 }
 
 // errorLines renders a parse error as FILE:LINE:COL lines.
@@ -151,11 +155,11 @@ func errorLines(p string, err error) []string {
 	return strings.Split(msg, "\n")
 }
 
-// workflowName is a workflow's name, or its file name without extension
-// when it did not parse.
+// workflowName is a workflow's name (for a matrix, without the values
+// of a run), or its file name without extension when it did not parse.
 func workflowName(pw parsedWorkflow) string {
-	if pw.WF != nil && pw.WF.Name != "" {
-		return pw.WF.Name
+	if pw.WF != nil && pw.WF.Base != "" {
+		return pw.WF.Base
 	}
 	base := path.Base(pw.Path)
 	return workflow.DisplayPath(strings.TrimSuffix(base, path.Ext(base)))
@@ -167,13 +171,18 @@ type plannedRun struct {
 	setupLog []byte
 }
 
-// planRuns selects the runs of one pipeline: of the workflows keep keeps,
-// a queued run per workflow that matches ev (every one when all is set: a
-// re-run), an errored run per file that failed to parse.
+// planRuns selects the runs of one pipeline: queued runs (one per matrix
+// combination) of each workflow that keep keeps and that matches ev
+// (every one it keeps when all is set: a re-run), with every workflow
+// they need (`needs:`, transitively, whatever its `on:` says), and an
+// errored run per selected file that failed to parse or whose needs are
+// wrong (workflow.CheckNeeds).
 func planRuns(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw parsedWorkflow) bool) []plannedRun {
+	selected, resolved := selectWithNeeds(parsed, ev, all, keep)
 	var out []plannedRun
+	first := map[string][]int{} // path → indexes of its runs in out
 	for _, pw := range parsed {
-		if !keep(pw) {
+		if !selected[pw.Path] {
 			continue
 		}
 		if pw.Err != nil {
@@ -191,18 +200,21 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw
 				},
 				setupLog: []byte(strings.Join(lines, "\n") + "\n"),
 			})
+			first[pw.Path] = []int{len(out) - 1}
 			continue
 		}
-		if !all && !pw.WF.Matches(ev) {
-			continue
+		for _, wf := range pw.Runs {
+			nr := store.NewRun{
+				Workflow: wf.Name, WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
+				Secrets: wf.Secrets, Runners: wf.Runners, State: api.StateQueued,
+			}
+			graphOf(&nr, wf)
+			concurrencyOf(&nr, wf, ev)
+			first[pw.Path] = append(first[pw.Path], len(out))
+			out = append(out, plannedRun{NewRun: nr})
 		}
-		nr := store.NewRun{
-			Workflow: workflowName(pw), WorkflowPath: workflow.DisplayPath(pw.Path), Source: string(pw.Source),
-			Secrets: pw.WF.Secrets, Runners: pw.WF.Runners, State: api.StateQueued,
-		}
-		concurrencyOf(&nr, pw.WF, ev)
-		out = append(out, plannedRun{NewRun: nr})
 	}
+	linkNeeds(out, parsed, resolved, first)
 	return out
 }
 

@@ -365,11 +365,11 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 		if err != nil {
 			// The runner will never see this run: end it so nobody waits.
 			msg := fmt.Sprintf("server could not hand the run to runner %s: %v", x.Name, err)
-			if _, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
-				State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now()}); cerr != nil {
+			if ended, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
+				State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now(), EnvironmentRemoved: true}); cerr != nil {
 				s.log.Error("end unclaimable run", "run", run.ID, "err", cerr)
 			} else {
-				s.releasePipeline(ctx, run.PipelineID, run.Repo)
+				s.runEnded(context.WithoutCancel(ctx), ended)
 			}
 			s.notify(runKey(run.ID))
 			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
@@ -392,8 +392,13 @@ func (s *Server) claimed(ctx context.Context, run store.Run, x store.Runner, tok
 		return nil, err
 	}
 	strs, raw := api.NewClaimedSecrets(secrets)
+	needs, err := s.claimedNeeds(ctx, run)
+	if err != nil {
+		return nil, err
+	}
 	owner, name, _ := strings.Cut(run.Repo, "/")
 	return &api.ClaimedRun{
+		Needs:          needs,
 		Run:            apiRun(run, nil),
 		WorkflowSource: src,
 		GitURL:         "/" + owner + "/" + name + ".git",
@@ -504,16 +509,29 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	if err := decodeInput(r, &in); err != nil {
 		return err
 	}
-	if !api.IsFinal(in.State) {
-		return badRequest("state %q is not final: want succeeded, failed, cancelled or errored", in.State)
+	if !api.IsFinal(in.State) || in.State == api.StateSkipped {
+		return badRequest("state %q is not a final state a runner reports: want succeeded, failed, cancelled or errored", in.State)
+	}
+	if err := checkExports(in.Exports); err != nil {
+		return err
 	}
 	before, err := s.heldRun(r.Context(), x, in.Run)
 	if err != nil {
 		return err
 	}
 	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: cut(in.Reason, maxReason),
-		Message: cut(in.Message, maxMessage), ExitCode: in.ExitCode, At: time.Now()})
+		Message: cut(in.Message, maxMessage), ExitCode: in.ExitCode, At: time.Now(),
+		Exports: in.Exports, EnvironmentRemoved: in.EnvironmentRemoved})
 	if errors.Is(err, store.ErrRunFinished) {
+		if in.EnvironmentRemoved {
+			// The server ended it first (runner-lost): its retry waits
+			// for this word.
+			ready, gerr := s.store.EnvironmentsGone(context.WithoutCancel(r.Context()), x.ID, in.Run, nil, time.Now())
+			if gerr != nil {
+				s.log.Warn("record a run's environment removed", "run", in.Run, "err", gerr)
+			}
+			s.retriesReady(ready)
+		}
 		return runFinished(run)
 	}
 	if err != nil {

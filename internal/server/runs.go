@@ -18,6 +18,7 @@ func apiRun(r store.Run, steps []api.Step) api.Run {
 		Workflow: r.Workflow, WorkflowPath: r.WorkflowPath, State: r.State, Reason: r.Reason,
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,
+		Matrix: r.Matrix, Attempt: r.Attempt, RetryOf: r.RetryOf, RetriedBy: r.RetriedBy,
 	}
 }
 
@@ -122,6 +123,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 	for _, run := range runs {
 		out.Runs = append(out.Runs, apiRun(run, nil))
 	}
+	if err := s.withNeeds(ctx, out.Runs); err != nil {
+		return err
+	}
 	if len(runs) == limit {
 		out.Cursor = strconv.FormatInt(runs[len(runs)-1].ID, 10)
 	}
@@ -146,9 +150,15 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, a store.Account)
 		return err
 	}
 	out := apiRun(one[0], steps)
+	out.Exports = one[0].Exports
 	if out.Outputs, err = s.runOutputs(r, id); err != nil {
 		return err
 	}
+	withNeeds := []api.Run{out}
+	if err := s.withNeeds(r.Context(), withNeeds); err != nil {
+		return err
+	}
+	out = withNeeds[0]
 	return writeJSON(w, out)
 }
 

@@ -21,9 +21,25 @@ const maxExplainRunners = 200
 func (s *Server) explainQueued(ctx context.Context, runs []store.Run) error {
 	byRepo := map[int64][]store.Runner{}
 	now := s.now()
+	var queued []int64
+	for _, r := range runs {
+		if r.State == api.StateQueued && r.Message == "" {
+			queued = append(queued, r.ID)
+		}
+	}
+	needs, err := s.store.Needs(ctx, queued)
+	if err != nil {
+		return err
+	}
 	for i := range runs {
 		r := &runs[i]
 		if r.State != api.StateQueued || r.Message != "" {
+			continue
+		}
+		if msg, err := s.waitingForGraph(ctx, *r, needs[r.ID], now); err != nil {
+			return err
+		} else if msg != "" {
+			r.Message = msg
 			continue
 		}
 		if holder, err := s.store.GroupHolder(ctx, *r); err != nil {

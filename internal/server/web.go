@@ -203,9 +203,16 @@ func (b webBackend) Pipelines(ctx context.Context, v web.Viewer, full string, q 
 	if err := s.explainQueued(ctx, runs); err != nil {
 		return out, err
 	}
+	all := make([]api.Run, len(runs))
+	for i, r := range runs {
+		all[i] = apiRun(r, nil)
+	}
+	if err := s.withNeeds(ctx, all); err != nil {
+		return out, err
+	}
 	byPipeline := map[int64][]api.Run{}
-	for _, r := range runs {
-		byPipeline[r.PipelineID] = append(byPipeline[r.PipelineID], apiRun(r, nil))
+	for _, r := range all {
+		byPipeline[r.Pipeline] = append(byPipeline[r.Pipeline], r)
 	}
 	subjects := s.commitSubjects(ctx, dir, shas)
 	for _, p := range ps {

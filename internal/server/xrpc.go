@@ -100,6 +100,8 @@ func (s *Server) methods() map[string]method {
 		api.MethodStartSession:            session(s.startSession),
 		api.MethodHandover:                runner(s.handover),
 		api.MethodResumeRun:               runner(s.resumeRun),
+		api.MethodGetNeedOutputs:          runner(s.getNeedOutputs),
+		api.MethodEnvironmentsRemoved:     runner(s.environmentsRemoved),
 		api.MethodIDTokens:                runner(s.idTokens),
 		api.MethodCreateRegistrationToken: user(p, s.createRegistrationToken),
 	}

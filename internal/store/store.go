@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // Errors every implementation returns (possibly wrapped; test with errors.Is).
@@ -130,6 +132,55 @@ type Run struct {
 	// SupersededBy is the newer run of the group that cancelled this one
 	// (cancel-in-progress); 0 when none.
 	SupersededBy int64
+	// Matrix is the run's values of its workflow's `matrix:`; nil when
+	// it has none. FailFast is the matrix's `fail-fast`.
+	Matrix   []api.MatrixValue
+	FailFast bool
+	// Attempt counts from 1; a retry (a new run) of a run that ended
+	// errored for its environment has RetryOf set to it, which then has
+	// RetriedBy set to the retry. RetryMax and RetryWhen are the
+	// workflow's `retry:` (0 and nil: none).
+	Attempt   int
+	RetryOf   int64
+	RetriedBy int64
+	RetryMax  int
+	RetryWhen []string
+	// Timeout is the workflow's `timeout:`: how long after its start
+	// every executor has stopped the run's environment, also when its
+	// runner is gone.
+	Timeout time.Duration
+	// EnvGoneAt is when the run's environment is known to be gone: when
+	// its runner reported it removed, or, for a run whose runner was
+	// lost, when the run's timeout (plus EnvGrace) has passed since its
+	// start. Nil while unknown. A retry of the run is not claimed before.
+	EnvGoneAt *time.Time
+	// Exports are the values the run's steps exported (RunFinal.Exports).
+	Exports map[string]string
+	// Followups are the other runs that ending this one changed, in
+	// their new state: the runs that needed it, skipped; its matrix
+	// siblings, cancelled (fail-fast); its next attempt, queued. Only a
+	// run as a call that ended it returns it has them (CompleteRun,
+	// CancelRun, ExpireLeases, RemoveRunner, EnvironmentsGone).
+	Followups []Run
+}
+
+// EnvGrace is what a lost run's environment is given past the run's
+// timeout before it counts as gone (Run.EnvGoneAt): the executors'
+// SIGTERM-to-SIGKILL wait and the removal of a pod or container.
+const EnvGrace = time.Minute
+
+// Need is one run another run waits for: Run's id, and the entry of the
+// waiting run's `needs:` (Name) that named Run's workflow.
+type Need struct {
+	Run  int64
+	Name string
+}
+
+// NewNeed is a need of a run to create: Index is the needed run's index
+// in NewPipeline.Runs.
+type NewNeed struct {
+	Index int
+	Name  string
 }
 
 // Step is one step of a run; index 0 is the setup log.
@@ -172,6 +223,16 @@ type NewRun struct {
 	Reason           string
 	Message          string
 	Steps            []Step
+	// Matrix, FailFast, RetryMax, RetryWhen and Timeout are Run's.
+	Matrix    []api.MatrixValue
+	FailFast  bool
+	RetryMax  int
+	RetryWhen []string
+	Timeout   time.Duration
+	// Needs are the runs of the same pipeline this one waits for: it is
+	// claimed only once all of them succeeded, and ends skipped
+	// (need-failed) as soon as one of them ends otherwise for good.
+	Needs []NewNeed
 }
 
 // NewPipeline is a pipeline to create, with all its runs, in one transaction.
@@ -220,6 +281,11 @@ type RunFinal struct {
 	Message  string
 	ExitCode *int
 	At       time.Time
+	// Exports are the values the run exported, stored with the result.
+	Exports map[string]string
+	// EnvironmentRemoved: the runner removed the run's environment before
+	// it reported (EnvGoneAt is At).
+	EnvironmentRemoved bool
 }
 
 // Runner is a registered runner identity of one repository.
@@ -345,9 +411,21 @@ type Store interface {
 	Steps(ctx context.Context, runID int64) ([]Step, error)
 	// ListRuns lists runs newest first.
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
-	// QueuedRuns lists the queued runs of a repository, oldest first,
-	// leaving out those an older run of their concurrency group holds back.
+	// QueuedRuns lists the queued runs of a repository that may be
+	// claimed now, oldest first: it leaves out those an older run of their
+	// concurrency group holds back, those whose needs have not all
+	// succeeded, and retries whose previous attempt's environment is not
+	// known to be gone (Run.EnvGoneAt, compared with the time now).
 	QueuedRuns(ctx context.Context, repoID int64) ([]Run, error)
+	// Needs returns the needs of each of runIDs (those with none are
+	// absent), each run's in the order they were created.
+	Needs(ctx context.Context, runIDs []int64) (map[int64][]Need, error)
+	// EnvironmentsGone records that the environments of runner runnerID's
+	// ended runs are gone at now: of run runID only, when it is not 0;
+	// else of every run the runner ever held but those in keep.
+	// Recorded times are never moved later. It returns the retries
+	// waiting for those environments that may be claimed now.
+	EnvironmentsGone(ctx context.Context, runnerID, runID int64, keep []int64, now time.Time) ([]Run, error)
 	// GroupHolder returns the oldest run of run's repository and
 	// concurrency group, older than run and not ended, that holds run
 	// back; 0 when none (or run has no group).
@@ -376,7 +454,13 @@ type Store interface {
 	// (see CompleteRun).
 	EnsureStep(ctx context.Context, runID int64, index int, name string, now time.Time) error
 	// CompleteRun records a run's final result once and clears its run
-	// token. Repeating the same state, reason and exit code succeeds without
+	// token. Ending a run (this way or any other) in the same
+	// transaction: creates its next attempt when its `retry:` allows
+	// (errored, with one of RetryWhen, Attempt <= RetryMax; the runs that
+	// needed it need the new attempt instead); else, when it did not
+	// succeed, skips the queued runs that need it (transitively), and,
+	// when it failed or errored in a fail-fast matrix, cancels its
+	// siblings that have not ended (fail-fast). See Run.Followups. Repeating the same state, reason and exit code succeeds without
 	// change; a different result on a final run is ErrRunFinished.
 	//
 	// Every path that ends a run (CompleteRun, CancelRun of a queued run,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/pipegraph"
 )
 
 // Viewer is the signed-in account a page is shown to.
@@ -41,6 +42,20 @@ type Pipeline struct {
 	// CanRerunFailed: the viewer may re-run runs of the repository, every
 	// run of the pipeline ended and one did not succeed.
 	CanRerunFailed bool
+}
+
+// Stages lays the pipeline's runs out as its graph (pipegraph.Layout):
+// stage by stage, each a list of workflow groups. Runs the filters hide
+// are left out of it.
+func (p Pipeline) Stages() [][]pipegraph.Group {
+	var out [][]pipegraph.Group
+	for _, g := range pipegraph.Layout(p.Runs) {
+		if len(out) < g.Stage {
+			out = append(out, make([][]pipegraph.Group, g.Stage-len(out))...)
+		}
+		out[g.Stage-1] = append(out[g.Stage-1], g)
+	}
+	return out
 }
 
 // PipelineQuery selects a page of a repository's Pipelines tab. Zero

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/pipegraph"
 )
 
 var funcs = template.FuncMap{
@@ -29,6 +30,9 @@ var funcs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"runDuration": runDuration,
+	"label":       pipegraph.Label,
+	"join":        strings.Join,
+	"inc":         func(i int) int { return i + 1 },
 	"vis":         vis,
 	"branchParam": func(ref string) string { // the branch filter's value for ref
 		if b, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
@@ -146,8 +150,7 @@ func runDuration(r api.Run) string {
 func repoOf(r *http.Request) string { return r.PathValue("owner") + "/" + r.PathValue("name") }
 
 // states are the run states the Pipelines tab filters by.
-var states = []string{api.StateQueued, api.StateClaimed, api.StateRunning, api.StateSucceeded, api.StateFailed,
-	api.StateCancelled, api.StateErrored}
+var states = api.RunStates
 
 // pipelinesView is what pipelines.html shows.
 type pipelinesView struct {

@@ -16,7 +16,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "concurrency", "id-tokens", "steps"}
+	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -53,15 +53,27 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	var steps *entry
 	var secrets []item
 	var envPos map[string]pos
+	templated := false // the name says the run's matrix values itself
 	var idDefs map[string]idTokenDef
 	for _, e := range es {
 		switch e.key {
 		case "name":
+			d.substituted = false
 			if s, ok := d.text(e, "name"); ok {
-				w.Name = s
+				w.Name, templated = s, d.substituted
 			}
 		case "on":
+			d.fixed = "on"
 			w.On = d.triggers(e)
+			d.fixed = ""
+		case "matrix":
+			// Read before the rest (parse): d.matrix, d.combo.
+		case "needs":
+			w.Needs = d.needs(e)
+		case "retry":
+			d.fixed = "retry"
+			w.Retry = d.retry(e)
+			d.fixed = ""
 		case "runners":
 			for _, it := range d.names(e, "runners", `[k8s-ci]`) {
 				w.Runners = append(w.Runners, it.s)
@@ -105,6 +117,15 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			steps = &e
 		default:
 			d.unknownKey(e, "the workflow", workflowKeys)
+		}
+	}
+	w.Base = w.Name
+	if d.matrix != nil {
+		w.Matrix, w.Combo = d.matrix, d.combo
+		if templated {
+			w.Base = defaultName(d.path)
+		} else {
+			w.Name += " (" + d.combo.Label() + ")"
 		}
 	}
 	allowed := map[string]bool{}

@@ -32,19 +32,47 @@ const (
 // Parse parses and validates the workflow file at path (used in messages
 // and for the default name) holding src. On any problem it returns a nil
 // Workflow and an ErrorList naming every problem found as PATH:LINE:COL,
-// in file order. It never panics.
+// in file order. It never panics. For a workflow with a matrix, every run
+// is checked and the first is returned (Expand returns them all).
 func Parse(path string, src []byte) (*Workflow, error) {
-	w, errs := parse(path, src)
+	runs, errs := parse(path, src, nil)
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return w, nil
+	return runs[0], nil
+}
+
+// Expand parses and validates the workflow file as Parse does and returns
+// every run it makes: one per combination of its matrix (Matrix.Runs),
+// each with its values in place, Combo set and Name saying them; the
+// workflow itself when it has no matrix.
+func Expand(path string, src []byte) ([]*Workflow, error) {
+	runs, errs := parse(path, src, nil)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return runs, nil
+}
+
+// ParseRun parses the workflow file for the one run with the matrix
+// values c (nil for a workflow without a matrix), as Expand gives it;
+// an error when the file has no such run (or has a matrix and c is nil).
+// Only that run is checked: what a runner needs of a run it claimed.
+func ParseRun(path string, src []byte, c Combo) (*Workflow, error) {
+	if c == nil {
+		c = Combo{}
+	}
+	runs, errs := parse(path, src, c)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return runs[0], nil
 }
 
 // LintFile returns every problem in the workflow file (nil if none), as
 // Parse would report them.
 func LintFile(path string, src []byte) ErrorList {
-	_, errs := parse(path, src)
+	_, errs := parse(path, src, nil)
 	return errs
 }
 
@@ -52,13 +80,30 @@ type decoder struct {
 	path    string
 	errs    ErrorList
 	aliases map[*ast.AliasNode]*ast.AnchorNode
+	// matrix and combo are the workflow's matrix and the run being
+	// decoded: strings get its `{{ matrix.NAME }}` values (substMatrix).
+	// brokenMatrix: the matrix has errors (reported once), so its uses
+	// are not. fixed, when set, names the key being read that cannot
+	// vary by run (on, needs, ...): a matrix value there is an error.
+	matrix       *Matrix
+	combo        Combo
+	matrixNames  []string // every name a run of the matrix has
+	brokenMatrix bool
+	fixed        string
+	// substituted is set when a matrix value was put into a string.
+	substituted bool
+	// work counts the mapping entries and list elements read: what
+	// checking every run of a matrix costs (maxMatrixWork).
+	work int
 }
 
 func (d *decoder) errorf(p pos, format string, args ...any) {
 	d.errs = append(d.errs, &Error{Path: d.path, Line: p.line, Col: p.col, Msg: fmt.Sprintf(format, args...)})
 }
 
-func parse(path string, src []byte) (*Workflow, ErrorList) {
+// parse decodes the runs of the workflow file: every run of its matrix
+// (only the run with values pick, when pick is not nil).
+func parse(path string, src []byte, pick Combo) ([]*Workflow, ErrorList) {
 	// Messages name the file safely; a file name that needs escaping is
 	// refused: the run's name comes from it (or it is shown beside an
 	// explicit name), and an explicit name may not hold a control
@@ -68,22 +113,120 @@ func parse(path string, src []byte) (*Workflow, ErrorList) {
 		d.errorf(pos{1, 1}, "%v; the workflow's name comes from it: rename the file", err)
 	}
 	root := d.document(src)
-	var w *Workflow
-	if root != nil && d.prepare(root) {
-		w = d.workflow(d.deref(root), nodePos(root))
+	if root == nil || !d.prepare(root) {
+		return nil, d.sorted(d.errs)
 	}
-	if len(d.errs) == 0 {
-		return w, nil
+	body, at := d.deref(root), nodePos(root)
+	var combos []Combo
+	var matrixAt pos
+	if me := d.matrixEntry(body); me != nil {
+		matrixAt = me.kpos
+		before := len(d.errs)
+		d.fixed = "matrix"
+		d.matrix = d.decodeMatrix(*me)
+		d.fixed = ""
+		if len(d.errs) > before {
+			d.matrix, d.brokenMatrix = nil, true
+		}
+		if d.matrix != nil {
+			var err error
+			if combos, err = d.matrix.Runs(); err != nil {
+				d.errorf(me.kpos, "%v", err)
+				d.matrix, d.brokenMatrix = nil, true
+			}
+		}
 	}
-	slices.SortStableFunc(d.errs, func(a, b *Error) int {
+	if pick != nil {
+		switch {
+		case d.matrix == nil && len(pick) > 0 && !d.brokenMatrix:
+			d.errorf(pos{1, 1}, "the run has matrix values %s but the workflow has no matrix", pick)
+			return nil, d.sorted(d.errs)
+		case d.matrix != nil:
+			i := slices.IndexFunc(combos, pick.Equal)
+			if i < 0 {
+				d.errorf(matrixAt, "the run's matrix values (%s) are not one of the workflow's runs", pick)
+				return nil, d.sorted(d.errs)
+			}
+			combos = combos[i : i+1]
+		}
+	}
+	if d.matrix == nil {
+		w := d.workflow(body, at)
+		if len(d.errs) > 0 {
+			return nil, d.sorted(d.errs)
+		}
+		return []*Workflow{w}, nil
+	}
+	// Each run is decoded with its values, so that a value that is wrong
+	// where it lands (an image with a space, a size without a unit) is
+	// reported; a problem of only some runs says which.
+	matrixErrs := d.errs
+	type seen struct {
+		err   *Error
+		runs  int
+		first Combo
+	}
+	var order []Error
+	found := map[Error]*seen{}
+	var names []string
+	for _, c := range combos {
+		for _, v := range c {
+			if !slices.Contains(names, v.Name) {
+				names = append(names, v.Name)
+			}
+		}
+	}
+	var out []*Workflow
+	for i, c := range combos {
+		r := &decoder{path: d.path, aliases: d.aliases, matrix: d.matrix, combo: c, matrixNames: names}
+		w := r.workflow(body, at)
+		for _, e := range r.errs {
+			if s, ok := found[*e]; ok {
+				s.runs++
+				continue
+			}
+			found[*e] = &seen{err: e, runs: 1, first: c}
+			order = append(order, *e)
+		}
+		out = append(out, w)
+		if i == 0 && r.work*len(combos) > maxMatrixWork {
+			d.errorf(matrixAt, "the matrix makes %d runs of a workflow of %d keys and list entries: too much to check (at most %d in all); make the matrix or the file smaller", len(combos), r.work, maxMatrixWork)
+			return nil, d.sorted(d.errs)
+		}
+	}
+	errs := slices.Clone(matrixErrs)
+	for _, k := range order {
+		s := found[k]
+		e := *s.err
+		if s.runs < len(combos) {
+			e.Msg += fmt.Sprintf(" (in the run with %s)", s.first)
+		}
+		errs = append(errs, &e)
+	}
+	if len(errs) > 0 {
+		return nil, d.sorted(errs)
+	}
+	return out, nil
+}
+
+// sorted orders errs by position and says each problem once (the same
+// node reached through two aliases reports the same problem twice).
+func (d *decoder) sorted(errs ErrorList) ErrorList {
+	seen := map[Error]bool{}
+	out := make(ErrorList, 0, len(errs))
+	for _, e := range errs {
+		if !seen[*e] {
+			seen[*e] = true
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *Error) int {
 		if a.Line != b.Line {
 			return a.Line - b.Line
 		}
 		return a.Col - b.Col
 	})
-	// The same node reached through two aliases reports the same problem
-	// twice; say it once.
-	return nil, slices.CompactFunc(d.errs, func(a, b *Error) bool { return *a == *b })
+	return out
 }
 
 // document checks the bytes and the YAML syntax and returns the body of

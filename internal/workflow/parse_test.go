@@ -28,6 +28,7 @@ func TestParse_DesignExampleGivesExpectedWorkflow(t *testing.T) {
 	want := &Workflow{
 		Path: ".knotless/workflows/test.yml",
 		Name: "test",
+		Base: "test",
 		On: Triggers{
 			Push:   &PushTrigger{Branches: []string{"main", "release/*"}, Tags: []string{"v*"}},
 			Pull:   &PullTrigger{Branches: []string{"main"}},

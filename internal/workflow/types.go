@@ -14,8 +14,26 @@ const DefaultTimeout = time.Hour
 
 // Workflow is one parsed and validated workflow file: one job.
 type Workflow struct {
-	Path      string            // as given to Parse, used in messages
-	Name      string            // `name:` or the file name without extension
+	Path string // as given to Parse, used in messages
+	// Name is `name:` or the file name without extension; for a run of a
+	// matrix it says the run's values: `name:` with its `{{ matrix.NAME }}`
+	// values in place when it has any, else the name followed by the
+	// values in parentheses ("test (linux, 1.26)").
+	Name string
+	// Base is the name without the run's values: what `needs:` calls the
+	// workflow (for a matrix whose `name:` holds values, the file name
+	// without extension). Name when the workflow has no matrix.
+	Base string
+	// Matrix is `matrix:` (nil when none) and Combo this run's values of
+	// it (nil when none).
+	Matrix *Matrix
+	Combo  Combo
+	// Needs is `needs:`: workflows of the same commit this one waits for
+	// (CheckNeeds resolves them).
+	Needs []Need
+	// Retry is `retry:`; nil: a run is never retried.
+	Retry *Retry
+
 	On        Triggers          // `on:`
 	Runners   []string          // `runners:`; empty = unlabelled work
 	Image     string            // `image:`

@@ -319,6 +319,7 @@ func (d *decoder) entriesDepth(n ast.Node, at pos, what string, depth int) ([]en
 	switch v := n.(type) {
 	case *ast.MappingNode:
 		pairs = v.Values
+		d.work += len(pairs)
 	case *ast.MappingValueNode:
 		pairs = []*ast.MappingValueNode{v}
 	default:
@@ -417,10 +418,10 @@ func (d *decoder) str(n ast.Node, at pos, what string) (string, bool) {
 	}
 	switch v := n.(type) {
 	case *ast.StringNode:
-		return v.Value, true
+		return d.substMatrix(v.Value, at, what), true
 	case *ast.LiteralNode:
 		t, _ := scalarText(v)
-		return t, true
+		return d.substMatrix(t, at, what), true
 	case *ast.NullNode:
 		d.errorf(at, "%s has no value; expected a string", what)
 		return "", false
@@ -450,6 +451,7 @@ func (d *decoder) list(n ast.Node, at pos, what, example string) ([]ast.Node, []
 		d.errorf(at, "%s must be a list, like %s; got %s", what, example, kind(n))
 		return nil, nil, false
 	}
+	d.work += len(seq.Values)
 	nodes := make([]ast.Node, 0, len(seq.Values))
 	ps := make([]pos, 0, len(seq.Values))
 	for i, raw := range seq.Values {

@@ -38,11 +38,17 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 				group = "" // it never waits, and nobody waits for it
 			}
 			var id int64
+			var gone any
+			if api.IsFinal(r.State) {
+				gone = now // it never ran
+			}
 			err := tx.QueryRowContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
-				source, secrets, runners, state, reason, message, created_at, finished_at, concurrency_group)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+				source, secrets, runners, state, reason, message, created_at, finished_at, concurrency_group,
+				matrix, fail_fast, retry_max, retry_when, timeout_ms, env_gone_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 				pid, np.RepoID, r.Workflow, r.WorkflowPath, r.Source, jsonList(r.Secrets), jsonList(r.Runners),
-				r.State, r.Reason, r.Message, now, finished, group).Scan(&id)
+				r.State, r.Reason, r.Message, now, finished, group,
+				jsonMatrix(r.Matrix), r.FailFast, r.RetryMax, jsonList(r.RetryWhen), r.Timeout.Milliseconds(), gone).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("insert run of %s: %w", r.WorkflowPath, err)
 			}
@@ -60,6 +66,18 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 			}
 			if api.IsFinal(r.State) {
 				if err := finishSteps(ctx, tx, id, r.State, r.Reason, np.CreatedAt); err != nil {
+					return err
+				}
+			}
+		}
+		if err := insertNeeds(ctx, tx, np.Runs, ids); err != nil {
+			return err
+		}
+		for i, r := range np.Runs {
+			if api.IsFinal(r.State) {
+				// The runs that need it never start: skipped, in this
+				// transaction (they are among the runs returned).
+				if _, err := afterEnd(ctx, tx, ids[i], np.CreatedAt); err != nil {
 					return err
 				}
 			}
@@ -118,23 +136,28 @@ func notesArg(notes []string) string {
 const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/' || repos.name,
 	p.ref, p.sha, p.event, p.before_sha, p.actor, p.notes, p.rerun_of, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
 	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
-	r.claimed_at, r.started_at, r.finished_at, r.lease_expires, r.concurrency_group, r.superseded_by`
+	r.claimed_at, r.started_at, r.finished_at, r.lease_expires, r.concurrency_group, r.superseded_by,
+	r.matrix, r.fail_fast, r.attempt, r.retry_of, r.retried_by, r.retry_max, r.retry_when, r.timeout_ms, r.env_gone_at, r.exports`
 
 const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
 	JOIN repos ON repos.id = r.repo_id JOIN accounts a ON a.id = repos.owner_id`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
-	var secrets, runners, notes string
-	var exit, runnerID, claimed, started, finished, lease, superseded sql.NullInt64
-	var created int64
+	var secrets, runners, notes, matrix, retryWhen, exports string
+	var exit, runnerID, claimed, started, finished, lease, superseded, retryOf, retriedBy, envGone sql.NullInt64
+	var created, timeout int64
 	err := row.Scan(&r.ID, &r.PipelineID, &r.RepoID, &r.RepoOwnerID, &r.Repo, &r.Ref, &r.SHA, &r.Event, &r.BeforeSHA, &r.Actor,
 		&notes, &r.RerunOf, &r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
 		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease,
-		&r.ConcurrencyGroup, &superseded)
+		&r.ConcurrencyGroup, &superseded,
+		&matrix, &r.FailFast, &r.Attempt, &retryOf, &retriedBy, &r.RetryMax, &retryWhen, &timeout, &envGone, &exports)
 	if err != nil {
 		return r, err
 	}
+	r.Matrix, r.Exports = parseMatrix(matrix), parseMap(exports)
+	r.RetryOf, r.RetriedBy, r.RetryWhen = retryOf.Int64, retriedBy.Int64, parseList(retryWhen)
+	r.Timeout, r.EnvGoneAt = time.Duration(timeout)*time.Millisecond, nullTime(envGone)
 	r.SupersededBy = superseded.Int64
 	r.Secrets, r.Runners, r.Notes = parseList(secrets), parseList(runners), parseList(notes)
 	r.ExitCode = nullInt(exit)
@@ -231,7 +254,7 @@ func (d *DB) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, erro
 }
 
 // runFinal lists the final run states, for SQL.
-const runFinal = `('succeeded', 'failed', 'cancelled', 'errored')`
+const runFinal = `('succeeded', 'failed', 'cancelled', 'errored', 'skipped')`
 
 // waitsForGroup is true (SQL) for a run of table alias t that an older run
 // of its repository and concurrency group, not yet ended, holds back.
@@ -241,9 +264,11 @@ func waitsForGroup(t string) string {
 }
 
 // QueuedRuns implements store.Store. Runs that wait for an older run of
-// their concurrency group are left out.
+// their concurrency group, for their needs or for the environment of
+// their previous attempt are left out.
 func (d *DB) QueuedRuns(ctx context.Context, repoID int64) ([]store.Run, error) {
-	return listRuns(ctx, d.db, "WHERE r.repo_id = ? AND r.state = ? AND NOT "+waitsForGroup("r")+" ORDER BY r.id", repoID, api.StateQueued)
+	return listRuns(ctx, d.db, "WHERE r.repo_id = ? AND r.state = ? AND NOT "+waitsForGroup("r")+
+		" AND NOT "+waitsForNeeds("r")+" AND NOT "+waitsForEnv("r")+" ORDER BY r.id", repoID, api.StateQueued, ms(time.Now()))
 }
 
 // GroupHolder implements store.Store.
@@ -291,10 +316,12 @@ func supersede(ctx context.Context, tx querier, repoID int64, group string, id i
 	msg := fmt.Sprintf("superseded by run %d (concurrency group %q, cancel-in-progress)", id, group)
 	for _, o := range olds {
 		if o.state == api.StateQueued {
-			_, err = tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?, superseded_by = ?
-				WHERE id = ?`, api.StateCancelled, api.ReasonSuperseded, msg, ms(now), id, o.id)
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET superseded_by = ? WHERE id = ?`, id, o.id)
 			if err == nil {
-				err = finishSteps(ctx, tx, o.id, api.StateCancelled, api.ReasonSuperseded, now)
+				_, err = endQueued(ctx, tx, o.id, api.StateCancelled, api.ReasonSuperseded, msg, now)
+			}
+			if err == nil {
+				_, err = afterEnd(ctx, tx, o.id, now)
 			}
 		} else {
 			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = TRUE, superseded_by = ? WHERE id = ?`, id, o.id)
@@ -321,14 +348,15 @@ func (d *DB) RunByToken(ctx context.Context, tokenHash string) (store.Run, error
 func (d *DB) ClaimRun(ctx context.Context, id int64, c store.Claim) (store.Run, error) {
 	res, err := d.db.ExecContext(ctx, `UPDATE runs SET state = ?, runner_id = ?, runner_name = ?, token_hash = ?,
 		claimed_at = ?, lease_expires = ? WHERE id = ? AND state = ? AND NOT `+waitsForGroup("runs")+`
+		AND NOT `+waitsForNeeds("runs")+` AND NOT `+waitsForEnv("runs")+`
 		AND (? = '' OR EXISTS (SELECT 1 FROM runners WHERE id = ? AND session = ? AND handed_over_at IS NULL))`,
 		api.StateClaimed, c.RunnerID, c.RunnerName, c.TokenHash, ms(c.Now), ms(c.LeaseUntil), id, api.StateQueued,
-		c.Session, c.RunnerID, c.Session)
+		ms(c.Now), c.Session, c.RunnerID, c.Session)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("claim run %d: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return store.Run{}, fmt.Errorf("claim run %d: no longer queued, or the runner's session ended: %w", id, store.ErrConflict)
+		return store.Run{}, fmt.Errorf("claim run %d: no longer queued, waiting, or the runner's session ended: %w", id, store.ErrConflict)
 	}
 	return d.Run(ctx, id)
 }
@@ -526,6 +554,9 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 			f.Reason = api.ReasonSuperseded
 			f.Message = fmt.Sprintf("superseded by run %d (concurrency group %q, cancel-in-progress)", r.SupersededBy, r.ConcurrencyGroup)
 		}
+		if reason, msg := cancelCause(ctx, tx, r.ID); reason != "" && f.State == api.StateCancelled && f.Reason == api.ReasonCancelled {
+			f.Reason, f.Message = reason, msg // the server's own cancel (fail-fast)
+		}
 		if api.IsFinal(r.State) {
 			out = r
 			if r.State == f.State && r.Reason == f.Reason && sameExit(r.ExitCode, f.ExitCode) {
@@ -533,18 +564,35 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 			}
 			return fmt.Errorf("complete run %d: already %s: %w", id, r.State, store.ErrRunFinished)
 		}
+		gone := envDeadline(r, f.At)
+		if f.EnvironmentRemoved {
+			gone = f.At
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, exit_code = ?,
-			finished_at = ?, token_hash = NULL, lease_expires = NULL WHERE id = ?`,
-			f.State, f.Reason, f.Message, intArg(f.ExitCode), ms(f.At), id); err != nil {
+			finished_at = ?, token_hash = NULL, lease_expires = NULL, exports = ?,
+			env_gone_at = CASE WHEN env_gone_at IS NOT NULL AND env_gone_at < ? THEN env_gone_at ELSE ? END WHERE id = ?`,
+			f.State, f.Reason, f.Message, intArg(f.ExitCode), ms(f.At), jsonMap(f.Exports), ms(gone), ms(gone), id); err != nil {
 			return fmt.Errorf("complete run %d: %w", id, err)
 		}
 		if err := finishSteps(ctx, tx, id, f.State, f.Reason, f.At); err != nil {
 			return err
 		}
+		follow, err := afterEnd(ctx, tx, id, f.At)
+		if err != nil {
+			return err
+		}
 		out, err = getRun(ctx, tx, id)
+		out.Followups = follow
 		return err
 	})
 	return out, err
+}
+
+// cancelCause is the reason and message of a cancel the server asked for
+// on its own (fail-fast) on run id; "" when none.
+func cancelCause(ctx context.Context, tx querier, id int64) (reason, msg string) {
+	_ = tx.QueryRowContext(ctx, `SELECT cancel_reason, cancel_message FROM runs WHERE id = ?`, id).Scan(&reason, &msg)
+	return reason, msg
 }
 
 // CancelRun implements store.Store.
@@ -560,18 +608,19 @@ func (d *DB) CancelRun(ctx context.Context, id int64, now time.Time) (store.Run,
 		case api.IsFinal(r.State):
 			return fmt.Errorf("cancel run %d: already %s: %w", id, r.State, store.ErrRunFinished)
 		case r.State == api.StateQueued:
-			_, err = tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?
-				WHERE id = ?`, api.StateCancelled, api.ReasonCancelled, "cancelled before a runner claimed it", ms(now), id)
-			if err == nil {
-				err = finishSteps(ctx, tx, id, api.StateCancelled, api.ReasonCancelled, now)
-			}
+			_, err = endQueued(ctx, tx, id, api.StateCancelled, api.ReasonCancelled, "cancelled before a runner claimed it", now)
 		default:
 			_, err = tx.ExecContext(ctx, `UPDATE runs SET cancel_requested = TRUE WHERE id = ?`, id)
 		}
 		if err != nil {
 			return fmt.Errorf("cancel run %d: %w", id, err)
 		}
+		follow, err := afterEnd(ctx, tx, id, now)
+		if err != nil {
+			return err
+		}
 		out, err = getRun(ctx, tx, id)
+		out.Followups = follow
 		return err
 	})
 	return out, err
@@ -639,15 +688,34 @@ func (d *DB) ExpireLeases(ctx context.Context, now time.Time) ([]store.Run, erro
 // endHeldRun ends run id, which a runner held, with state, reason and
 // msg at now (its token and lease dropped, its unfinished steps ended by
 // finishSteps) and returns it as it ended.
+//
+// Nobody reports that its environment is gone: that is known at its
+// timeout past its start (envDeadline), or when its runner's next
+// process says so (EnvironmentsGone). What its end does to the other
+// runs is done too (afterEnd; Run.Followups).
 func endHeldRun(ctx context.Context, tx querier, id int64, state, reason, msg string, now time.Time) (store.Run, error) {
+	r, err := getRun(ctx, tx, id)
+	if err != nil {
+		return r, err
+	}
+	if cause, causeMsg := cancelCause(ctx, tx, id); cause != "" && state == api.StateCancelled && reason == api.ReasonCancelled {
+		reason, msg = cause, causeMsg+"; "+msg
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
-		token_hash = NULL, lease_expires = NULL WHERE id = ?`, state, reason, msg, ms(now), id); err != nil {
+		token_hash = NULL, lease_expires = NULL, env_gone_at = ? WHERE id = ?`, state, reason, msg, ms(now),
+		ms(envDeadline(r, now)), id); err != nil {
 		return store.Run{}, fmt.Errorf("end run %d: %w", id, err)
 	}
 	if err := finishSteps(ctx, tx, id, state, reason, now); err != nil {
 		return store.Run{}, err
 	}
-	return getRun(ctx, tx, id)
+	follow, err := afterEnd(ctx, tx, id, now)
+	if err != nil {
+		return store.Run{}, err
+	}
+	out, err := getRun(ctx, tx, id)
+	out.Followups = follow
+	return out, err
 }
 
 // ExtendLeases implements store.Store.

@@ -68,6 +68,12 @@ var tests = []struct {
 	{"ListPipelines_FiltersByBranchCommitStateAndWorkflow", testListPipelines_FiltersByBranchCommitStateAndWorkflow},
 	{"RunnerProcess_KeepsDigestCapacityAndFacts", testRunnerProcess_KeepsDigestCapacityAndFacts},
 	{"Counts_RunsByStateAndReasonAndRunnersOnline", testCounts_RunsByStateAndReasonAndRunnersOnline},
+	{"Needs_RunWaitsUntilEveryNeedSucceeded", testNeeds_RunWaitsUntilEveryNeedSucceeded},
+	{"Needs_FailedNeedSkipsDependentsTransitively", testNeeds_FailedNeedSkipsDependentsTransitively},
+	{"Retry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone", testRetry_ErroredRunGetsANewAttemptOnceItsEnvironmentIsGone},
+	{"Retry_LostRunnersRetryWaitsForItsSweepOrTheTimeout", testRetry_LostRunnersRetryWaitsForItsSweepOrTheTimeout},
+	{"FailFast_FailedMatrixRunCancelsItsSiblings", testFailFast_FailedMatrixRunCancelsItsSiblings},
+	{"CreatePipeline_KeepsMatrixRetryAndExports", testCreatePipeline_KeepsMatrixRetryAndExports},
 }
 
 var replicaTests = []struct {
