@@ -56,7 +56,9 @@ func usage() {
 
   knotless-agent serve --dir DIR --socket PATH [flags]   run the agent for one run
   knotless-agent connect --socket PATH [--wait DUR]     bridge STDIN/STDOUT to a running agent
-  knotless-agent probe [--timeout 3s] dns:NAME tcp:HOST:PORT ...   network checks (knotless-run doctor)
+  knotless-agent probe [--timeout 3s] [--connected] dns:NAME tcp:HOST:PORT ...
+                                                       network checks (knotless-run doctor,
+                                                       and services' ports with --connected)
   knotless-agent version
 
 Run "knotless-agent serve -h" for the serve flags.

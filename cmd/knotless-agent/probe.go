@@ -22,11 +22,14 @@ import (
 //	tcp HOST:PORT unresolved ERROR
 //
 // Targets are dns:NAME and tcp:HOST:PORT. It exits 0 whatever it found,
-// 2 on a bad target.
+// 2 on a bad target; with --connected, 1 unless every tcp target
+// connected (a service's readiness by its ports).
 func probe(args []string) int {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
 	timeout := fs.Duration("timeout", 3*time.Second, "how long each target may take")
+	connected := fs.Bool("connected", false, "exit 1 unless every tcp target connected")
 	_ = fs.Parse(args)
+	code := 0
 	for _, t := range fs.Args() {
 		kind, target, _ := strings.Cut(t, ":")
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -41,6 +44,9 @@ func probe(args []string) int {
 		case "tcp":
 			var d net.Dialer
 			c, err := d.DialContext(ctx, "tcp", target)
+			if err != nil && *connected {
+				code = 1
+			}
 			switch {
 			case err == nil:
 				c.Close()
@@ -59,5 +65,5 @@ func probe(args []string) int {
 		}
 		cancel()
 	}
-	return 0
+	return code
 }

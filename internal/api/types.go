@@ -68,6 +68,12 @@ const (
 	// ReasonIDToken: the server did not give a step the id token it lists
 	// (`id-tokens:`); the message says why.
 	ReasonIDToken = "id-token"
+	// ReasonService: a service of the workflow (`services:`) could not
+	// start or be ready (it exited, its probe never passed within its
+	// ready-timeout), or the executor runs no services; the message names
+	// it. The workflow's doing: the run ends failed. (A service image that
+	// cannot be pulled is image-pull.)
+	ReasonService = "service"
 )
 
 // Step states.
@@ -120,7 +126,7 @@ func IsReason(reason string) bool {
 	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
 		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
 		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken,
-		ReasonNeedFailed, ReasonFailFast:
+		ReasonNeedFailed, ReasonFailFast, ReasonService:
 		return true
 	}
 	return false

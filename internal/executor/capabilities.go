@@ -1,6 +1,9 @@
 package executor
 
-import "io"
+import (
+	"context"
+	"io"
+)
 
 // The optional capabilities. An Executor or a Session has the ones it
 // implements; the runner finds them by type assertion, and this list is
@@ -18,10 +21,11 @@ import "io"
 //	on a Session:
 //	  Cacher         caches move by the executor's own path
 //	  DetachedSteps  `detach: true` steps (services) run beside later steps
+//	  ServiceLogger  the logs of the run's services (Spec.Services)
 //
 // Capabilities names the optional capabilities x (an Executor or a
 // Session) has, in the order of the list above: "early-prepare", "find",
-// "doctor", "facts", "close", "cache", "detached-steps".
+// "doctor", "facts", "close", "cache", "detached-steps", "service-logs".
 func Capabilities(x any) []string {
 	var out []string
 	if ep, ok := x.(EarlyPreparer); ok && ep.PrepareEarly() {
@@ -45,6 +49,9 @@ func Capabilities(x any) []string {
 	if _, ok := x.(DetachedSteps); ok {
 		out = append(out, "detached-steps")
 	}
+	if _, ok := x.(ServiceLogger); ok {
+		out = append(out, "service-logs")
+	}
 	return out
 }
 
@@ -55,4 +62,12 @@ func Capabilities(x any) []string {
 // (api.StartSessionInput.Facts). Safe to call concurrently.
 type Facter interface {
 	Facts() map[string]string
+}
+
+// ServiceLogger is implemented by a Session whose environment runs
+// services (Spec.Services): ServiceLog returns the end of service name's
+// output (STDOUT and STDERR), at most max bytes. The runner adds each
+// service's log to the run's setup log when the steps have ended.
+type ServiceLogger interface {
+	ServiceLog(ctx context.Context, name string, max int64) ([]byte, error)
 }

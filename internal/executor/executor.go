@@ -167,7 +167,56 @@ type Spec struct {
 	// Log receives the executor's own progress messages for the run's setup
 	// log (e.g. "shell executor ignores image golang:1.26").
 	Log io.Writer
+	// Services are the workflow's services (`services:`), started before
+	// Prepare returns and ready by their probes; Prepare fails with a
+	// *Fault (reason api.ReasonService, or image-pull) naming the one
+	// that could not start. Executors that run no images refuse them.
+	Services []Service
 }
+
+// Service is one service of a run: a container of its own image beside
+// the job's, sharing its network namespace (the steps reach it at
+// 127.0.0.1), hardened as the job's container is.
+type Service struct {
+	// Name is the service's name (workflow.Service.Name): a DNS label of
+	// at most 30 characters.
+	Name  string
+	Image string
+	// Env holds plain variables: they are in the container's spec.
+	Env map[string]string
+	// Command, when set, replaces the image's entrypoint and command.
+	Command []string
+	// Secrets are values by name that the service's command gets as
+	// variables. They never appear in a spec: the executor starts the
+	// command through the image's /bin/sh, which waits for them on a file
+	// of a memory file system that only this container mounts, written
+	// over an exec's STDIN (ServiceSecretsDir).
+	Secrets map[string]string
+	// Ports are TCP ports of 127.0.0.1 that must accept connections
+	// (probed from the job's container) before the service is ready.
+	Ports []int
+	// Ready, when set, is a shell command run in the service's container
+	// (/bin/sh -c) until it exits 0.
+	Ready string
+	// ReadyTimeout bounds the wait for readiness, counted from when the
+	// probes begin; 0 means 2 minutes.
+	ReadyTimeout time.Duration
+	// CPUs, MemoryBytes and DiskBytes are its limits (requests equal
+	// them); zero values mean DefaultServiceResources.
+	CPUs        string
+	MemoryBytes int64
+	DiskBytes   int64
+}
+
+// DefaultServiceResources are a service's limits when the workflow gives
+// none: 1 CPU, 512 MiB of memory, 1 GiB of disk (its /tmp).
+var DefaultServiceResources = Resources{MilliCPUs: 1000, Memory: 512 << 20, Disk: 1 << 30}
+
+// ServiceSecretsDir is where a service that asks for secrets finds them
+// (a memory file system only its container mounts): the file env there,
+// `export NAME='value'` lines, which its /bin/sh sources and removes
+// before it execs the service's command.
+const ServiceSecretsDir = "/knotless-service"
 
 // Step is one step to execute in a session.
 type Step struct {

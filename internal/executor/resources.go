@@ -101,3 +101,46 @@ func (c Caps) ImageAndResources(spec Spec, defaultImage string) (string, Resourc
 	r, err := c.Resolve(spec)
 	return image, r, err
 }
+
+// ServiceResources returns service s's resources: what the workflow asks
+// for, each value it leaves out DefaultServiceResources (at most the
+// cap). A service asking for more than a cap (the job's: --cpus, --memory,
+// --disk) is refused with a *Fault (reason executor) naming the service.
+func (c Caps) ServiceResources(s Service) (Resources, error) {
+	d := DefaultServiceResources
+	capped := Caps{MilliCPUs: min(d.MilliCPUs, c.MilliCPUs), Memory: min(d.Memory, c.Memory), Disk: d.Disk}
+	if c.Disk > 0 {
+		capped.Disk = min(d.Disk, c.Disk)
+	}
+	r := Resources{MilliCPUs: capped.MilliCPUs, Memory: capped.Memory, Disk: capped.Disk}
+	var over []string
+	if s.CPUs != "" {
+		m, err := workflow.ParseCPUs(s.CPUs)
+		if err != nil {
+			return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s resources.cpus %q: %v", s.Name, s.CPUs, err)}
+		}
+		if m > c.MilliCPUs {
+			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", FormatCPUs(m), FormatCPUs(c.MilliCPUs)))
+		} else {
+			r.MilliCPUs = m
+		}
+	}
+	if s.MemoryBytes > 0 {
+		if s.MemoryBytes > c.Memory {
+			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(s.MemoryBytes), workflow.FormatSize(c.Memory)))
+		} else {
+			r.Memory = s.MemoryBytes
+		}
+	}
+	if s.DiskBytes > 0 {
+		if c.Disk > 0 && s.DiskBytes > c.Disk {
+			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(s.DiskBytes), workflow.FormatSize(c.Disk)))
+		} else {
+			r.Disk = s.DiskBytes
+		}
+	}
+	if len(over) > 0 {
+		return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s asks for more than this runner allows: %s", s.Name, strings.Join(over, ", "))}
+	}
+	return r, nil
+}

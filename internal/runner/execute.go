@@ -263,6 +263,11 @@ func (e *execution) unusableSecret() (string, error) {
 			asked[n] = true
 		}
 	}
+	for _, s := range e.wf.Services {
+		for _, n := range s.Secrets {
+			asked[n] = true
+		}
+	}
 	for _, name := range sortedKeys(e.job.Secrets) {
 		if !asked[name] {
 			continue

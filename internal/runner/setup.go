@@ -38,6 +38,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		Timeout:     remaining,
 		Labels:      e.job.Labels,
 		Log:         sl,
+		Services:    e.serviceSpecs(),
 	}
 	// stop is the result of a setup that ended early: handed over, or the
 	// run stopped (cancelled, timed out).
@@ -150,4 +151,27 @@ func (l *lockedBuffer) Bytes() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]byte(nil), l.b.Bytes()...)
+}
+
+// serviceSpecs are the workflow's services for the executor, each with the
+// values of the secrets it asks for (a secret with no value for this run
+// is left out, and the setup log says so, as for a step).
+func (e *execution) serviceSpecs() []executor.Service {
+	var out []executor.Service
+	for _, s := range e.wf.Services {
+		secrets := map[string]string{}
+		for _, n := range s.Secrets {
+			if v, ok := e.job.Secrets[n]; ok {
+				secrets[n] = v
+			} else {
+				e.setup.printf("secret %s has no value for this run; service %s starts without it\n", n, s.Name)
+			}
+		}
+		out = append(out, executor.Service{
+			Name: s.Name, Image: s.Image, Env: s.Env, Command: s.Command, Secrets: secrets,
+			Ports: s.Ports, Ready: s.Ready, ReadyTimeout: s.ReadyTimeout,
+			CPUs: s.Resources.CPUs, MemoryBytes: s.Resources.MemoryBytes, DiskBytes: s.Resources.DiskBytes,
+		})
+	}
+	return out
 }

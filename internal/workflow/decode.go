@@ -16,7 +16,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
+	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "services", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -55,6 +55,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	var envPos map[string]pos
 	templated := false // the name says the run's matrix values itself
 	var idDefs map[string]idTokenDef
+	var services *entry
 	for _, e := range es {
 		switch e.key {
 		case "name":
@@ -113,6 +114,8 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 			w.Concurrency = d.concurrency(e)
 		case "id-tokens":
 			idDefs = d.idTokens(e)
+		case "services":
+			services = &e
 		case "steps":
 			steps = &e
 		default:
@@ -134,6 +137,9 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 		if p, clash := envPos[it.s]; clash {
 			d.errorf(p, "%s is both a secret and an env variable of the workflow; rename one", it.s)
 		}
+	}
+	if services != nil {
+		w.Services = d.services(*services, allowed)
 	}
 	d.checkIDTokens(idDefs, w.Timeout, allowed, envPos)
 	for name, def := range idDefs {

@@ -38,6 +38,8 @@ type Workflow struct {
 	Runners   []string          // `runners:`; empty = unlabelled work
 	Image     string            // `image:`
 	Arch      string            // `arch:`; "" = any
+	// Services are `services:`, in the file's order.
+	Services []Service
 	Env       map[string]string // `env:`
 	Secrets   []string          // `secrets:`
 	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted

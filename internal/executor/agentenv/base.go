@@ -108,6 +108,13 @@ type Env struct {
 	// returns gets the step's Result to add to (a Note about a limit the
 	// step reached).
 	AroundStep func() func(*executor.Result)
+	// Services, when set, reaches the environment's service containers
+	// (Spec.Services); nil for a driver that runs none, which then refuses
+	// a spec with services.
+	Services Services
+	// AgentPath is the step agent's program as the job's container sees
+	// it (for `knotless-agent probe --connected`); required with Services.
+	AgentPath string
 }
 
 // Base is the executor.Executor of an agent-based executor, over its
@@ -196,6 +203,12 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 		o.EnvironmentMade(b.name)
 	}
 	s, err := b.attach(ctx, spec.ID, env, agentStartWait)
+	if err == nil {
+		if err = startServices(ctx, spec, env, b.name); err != nil {
+			_ = s.Cleanup(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	if err != nil {
 		// The environment may say why its agent cannot be reached (the
 		// pod's program cannot execute there); it may take the runtime a
