@@ -426,6 +426,7 @@ func (e *execution) run(ctx context.Context) Result {
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
+		e.serviceLogs(cctx, sess)
 		if err := sess.Cleanup(cctx); err != nil {
 			e.log.Error("clean up session", "err", err)
 			sl.printf("cleanup of the environment failed: %v\n", err)

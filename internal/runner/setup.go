@@ -175,3 +175,32 @@ func (e *execution) serviceSpecs() []executor.Service {
 	}
 	return out
 }
+
+// serviceLogMax is how much of each service's log the setup log gets (its
+// end), in bytes.
+const serviceLogMax = 256 << 10
+
+// serviceLogs adds the log of each of the workflow's services to the
+// setup log (masked as all of it is), once the steps ended and before the
+// environment is removed: a service's log is read where the run's setup
+// is (`knotless logs RUN`, the web view's setup step).
+func (e *execution) serviceLogs(ctx context.Context, sess executor.Session) {
+	sl, ok := sess.(executor.ServiceLogger)
+	if !ok || e.wf == nil {
+		return
+	}
+	for _, s := range e.wf.Services {
+		b, err := sl.ServiceLog(ctx, s.Name, serviceLogMax)
+		if err != nil {
+			e.setup.printf("--- service %s: its log could not be read: %v\n", s.Name, err)
+			continue
+		}
+		e.setup.printf("--- service %s: its log (the last %d KiB at most) ---\n", s.Name, serviceLogMax>>10)
+		_, _ = e.setup.Write(b)
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			e.setup.printf("\n")
+		}
+		e.setup.printf("--- end of service %s's log ---\n", s.Name)
+	}
+	e.setup.flush()
+}

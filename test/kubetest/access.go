@@ -41,12 +41,14 @@ const (
 // adopted pod's owner reference) on pods, and get plus
 // create on pods/exec (WebSocket exec needs create since Kubernetes 1.35,
 // SPDY needs create, older WebSocket servers get), and list and watch on
-// events (why a pod that is gone ended). It returns a new slice.
+// events (why a pod that is gone ended), and get on pods/log (the logs of
+// a run's services). It returns a new slice.
 func PodRunnerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	}
 }
 

@@ -205,6 +205,7 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 	s, err := b.attach(ctx, spec.ID, env, agentStartWait)
 	if err == nil {
 		if err = startServices(ctx, spec, env, b.name); err != nil {
+			WriteServiceLogs(context.WithoutCancel(ctx), spec, env.Services)
 			_ = s.Cleanup(context.WithoutCancel(ctx))
 			return nil, err
 		}

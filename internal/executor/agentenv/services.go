@@ -83,8 +83,7 @@ func startServices(ctx context.Context, spec executor.Spec, env *Env, executorNa
 		return nil
 	}
 	if env.Services == nil {
-		return &executor.Fault{Reason: api.ReasonService, Message: fmt.Sprintf(
-			"the %s executor runs no services: this workflow's services (%s) need a runner with the docker or kube executor", executorName, serviceNames(spec.Services))}
+		return NoServices(spec, executorName)
 	}
 	for _, s := range spec.Services {
 		if len(s.Secrets) == 0 {
@@ -184,6 +183,38 @@ func waitService(ctx context.Context, spec executor.Spec, env *Env, s executor.S
 	return nil
 }
 
+// WriteServiceLogs writes the end of each of spec's services' logs (at
+// most 64 KiB each) to spec.Log, for a run whose services failed to start:
+// what the service said is in the setup log before its environment goes.
+func WriteServiceLogs(ctx context.Context, spec executor.Spec, svcs Services) {
+	if spec.Log == nil || svcs == nil {
+		return
+	}
+	for _, s := range spec.Services {
+		b, err := svcs.Log(ctx, s.Name, 64<<10)
+		if err != nil {
+			fmt.Fprintf(spec.Log, "--- service %s: its log could not be read: %v\n", s.Name, err)
+			continue
+		}
+		fmt.Fprintf(spec.Log, "--- service %s: its log ---\n%s", s.Name, b)
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			fmt.Fprintln(spec.Log)
+		}
+		fmt.Fprintf(spec.Log, "--- end of service %s's log ---\n", s.Name)
+	}
+}
+
+// NoServices is the refusal of an executor that runs no images (shell)
+// for a spec with services: a *executor.Fault with reason service naming
+// them and what runs them; nil for a spec without.
+func NoServices(spec executor.Spec, executorName string) error {
+	if len(spec.Services) == 0 {
+		return nil
+	}
+	return &executor.Fault{Reason: api.ReasonService, Message: fmt.Sprintf(
+		"the %s executor runs no images, so no services: this workflow's services (%s) need a runner with the docker or kube executor", executorName, serviceNames(spec.Services))}
+}
+
 // probeText says how a service's readiness is probed.
 func probeText(s executor.Service) string {
 	var parts []string
@@ -233,4 +264,19 @@ func (s *Session) ServiceLog(ctx context.Context, name string, max int64) ([]byt
 		return nil, fmt.Errorf("this environment runs no services")
 	}
 	return env.Services.Log(ctx, name, max)
+}
+
+// CappedBuffer keeps the first Max bytes written to it and drops the rest
+// (writes never fail): an exec's output read whole.
+type CappedBuffer struct {
+	bytes.Buffer
+	Max int
+}
+
+// Write implements io.Writer.
+func (c *CappedBuffer) Write(p []byte) (int, error) {
+	if room := c.Max - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

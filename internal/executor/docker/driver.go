@@ -81,12 +81,13 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 			labels[k] = v
 		}
 	}
-	cfg, hc := containerFor(containerSpec{
+	job := containerSpec{
 		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: nano, Memory: mem,
 		Pids: e.cfg.Pids, Runtime: e.cfg.Runtime, Network: netName,
 		Agent: e.cfg.Agent, Workspace: spec.Workspace,
 		Cmd: append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...),
-	})
+	}
+	cfg, hc := containerFor(job)
 	hc.AutoRemove = e.cfg.Ephemeral
 	name := containerName(e.cfg.Runner, spec.ID)
 	created, err := e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
@@ -118,7 +119,14 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	}
 	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
 		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), workflow.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
-	env := e.env(id, userOf(runAs))
+	if len(spec.Services) > 0 {
+		if err := e.startServices(ctx, spec, job, id, name); err != nil {
+			_ = e.removeServices(context.WithoutCancel(ctx), name)
+			e.removeContainer(context.WithoutCancel(ctx), id)
+			return nil, err
+		}
+	}
+	env := e.env(id, userOf(runAs), name)
 	if !e.cfg.Ephemeral {
 		// The checkout is complete by the first Exec, CopyIn or CopyOut
 		// (PrepareEarly), and no step has run yet: nothing in the
@@ -152,7 +160,7 @@ func (d *driver) Open(ctx context.Context, _ string, data json.RawMessage) (*age
 	if st.State == nil || !st.State.Running {
 		return nil, fmt.Errorf("%s: %w", stateMessage(st), executor.ErrNotRecoverable)
 	}
-	return e.env(h.Container, h.User), nil
+	return e.env(h.Container, h.User, strings.TrimPrefix(st.Name, "/")), nil
 }
 
 // List returns this runner's job containers (by their labels).
@@ -174,8 +182,10 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 // env is container id as an environment: each dial is a new exec of
 // `knotless-agent connect` as user; a container that is gone or no longer
 // running makes a dial fail with agent.ErrGone, and says why
-// (containerFault). A step's Note says when it reached the process limit.
-func (e *Executor) env(id, user string) *agentenv.Env {
+// (containerFault, then a service's serviceFault). A step's Note says
+// when it reached the process limit. Its services are the containers
+// named after name, the job container's (removed with it).
+func (e *Executor) env(id, user, name string) *agentenv.Env {
 	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
 	return &agentenv.Env{
 		Name: "container " + short(id),
@@ -190,8 +200,17 @@ func (e *Executor) env(id, user string) *agentenv.Env {
 			}
 			return e.openStream(ctx, id, user, connect)
 		},
-		Why:    func(ctx context.Context) *executor.Fault { return e.containerFault(ctx, id) },
-		Remove: func(ctx context.Context, _ bool) error { return e.removeContainer(ctx, id) },
+		Why: func(ctx context.Context) *executor.Fault {
+			if f := e.containerFault(ctx, id); f != nil {
+				return f
+			}
+			return e.serviceFault(ctx, name)
+		},
+		Remove: func(ctx context.Context, _ bool) error {
+			return errors.Join(e.removeServices(ctx, name), e.removeContainer(ctx, id))
+		},
+		Services:  containerServices{e: e, job: id, jobName: name, user: user},
+		AgentPath: AgentPath,
 		AroundStep: func() func(*executor.Result) {
 			if e.cfg.Pids <= 0 {
 				return nil

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,6 +74,10 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
 	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
 	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
+	services, err := e.services(spec)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := e.watch(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +104,7 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
 		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
-		Command: bootstrapCommand(serve),
+		Command: bootstrapCommand(serve), Services: services,
 	})
 	pod, err = e.createPod(ctx, spec, pod)
 	if err != nil {
@@ -118,8 +123,15 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 	}
 	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
 		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
+	for _, s := range services {
+		e.logf(spec, "service %s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), a sidecar of the pod hardened as the job's container, reachable at 127.0.0.1",
+			s.Name, s.Image, s.CPU.String(), s.Memory.String(), s.Disk.String())
+	}
 	running, err := e.waitRunning(ctx, spec, pod.Name, created)
 	if err != nil {
+		if f := (*executor.Fault)(nil); errors.As(err, &f) && f.Reason == api.ReasonService {
+			agentenv.WriteServiceLogs(context.WithoutCancel(ctx), spec, podServices{e: e, pod: pod.Name})
+		}
 		return nil, nil, err
 	}
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
@@ -286,6 +298,8 @@ func (e *Executor) env(name string, uid types.UID, first io.ReadWriteCloser) *ag
 		Remove: func(ctx context.Context, agentEnded bool) error {
 			return e.deletePod(ctx, name, uid, agentEnded)
 		},
+		Services:  podServices{e: e, pod: name},
+		AgentPath: AgentPath,
 	}
 }
 
@@ -306,7 +320,7 @@ func (e *Executor) why(ctx context.Context, name string) *executor.Fault {
 		}
 	}
 	if p != nil && running(p) && p.DeletionTimestamp == nil {
-		return nil
+		return serviceFault(p, time.Now(), time.Now(), time.Hour)
 	}
 	if p != nil && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 		if cs := jobStatus(p); cs != nil && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 && execFormatFault(cs) == nil {

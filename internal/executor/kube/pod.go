@@ -79,6 +79,8 @@ type podSpec struct {
 	// Command is PID 1's argv: a shell that waits for the agent and execs
 	// it (bootstrapCommand).
 	Command []string
+	// Services become native sidecars (serviceContainers).
+	Services []serviceSpec
 }
 
 // podFor returns the job pod for spec, hardened to pass Pod Security
@@ -91,8 +93,10 @@ type podSpec struct {
 // and ephemeral-storage (QoS Guaranteed); emptyDirs with sizeLimit Disk
 // for AgentDir, Workspace, Home and Tmp; restartPolicy Never;
 // activeDeadlineSeconds the run's timeout plus deadlineMargin; a 2 s
-// termination grace (the agent as PID 1 exits on SIGTERM at once).
-// Nothing secret is in it: no env, the command is the fixed bootstrap.
+// termination grace (the agent as PID 1 exits on SIGTERM at once); the
+// run's services as native sidecars hardened the same
+// (serviceContainers). Nothing secret is in it: no env, the command is
+// the fixed bootstrap.
 func podFor(s podSpec) *corev1.Pod {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:              s.CPU.DeepCopy(),
@@ -167,6 +171,11 @@ func podFor(s podSpec) *corev1.Pod {
 			}},
 			Volumes: volumes,
 		},
+	}
+	if len(s.Services) > 0 {
+		cs, vols := serviceContainers(s.Services, s.PullPolicy, csc)
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, cs...)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
 	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = ptr.To(s.RuntimeClass)

@@ -83,6 +83,9 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 			}
 		}
 	}
+	if f := serviceFault(pod, now, since, pullGrace); f != nil {
+		return f
+	}
 	switch pod.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
 		msg := fmt.Sprintf("the job pod ended (phase %s)", pod.Status.Phase)
@@ -141,7 +144,10 @@ func pendingNote(pod *corev1.Pod) string {
 	if pod == nil {
 		return ""
 	}
-	if cs := jobStatus(pod); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" {
+	if note := serviceNote(pod); note != "" {
+		return note
+	}
+	if cs := jobStatus(pod); cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason != "ContainerCreating" && cs.State.Waiting.Reason != "PodInitializing" {
 		return strings.TrimSpace(cs.State.Waiting.Reason + " " + cs.State.Waiting.Message)
 	}
 	for _, c := range pod.Status.Conditions {
@@ -215,6 +221,9 @@ func disruptionFault(reason, message string) *executor.Fault {
 // operator finds what added it; nil when none did.
 func initFault(pod *corev1.Pod) *executor.Fault {
 	for _, ic := range pod.Status.InitContainerStatuses {
+		if serviceName(ic.Name) != "" {
+			continue // the run's own services: serviceFault
+		}
 		if t := ic.State.Terminated; t != nil && t.ExitCode != 0 {
 			msg := fmt.Sprintf("the init container %q (image %s; not the runner's: added by an admission webhook or policy?) exited with code %d (%s)", ic.Name, ic.Image, t.ExitCode, t.Reason)
 			if m := strings.TrimSpace(t.Message); m != "" {

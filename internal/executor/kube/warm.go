@@ -197,6 +197,9 @@ func (p *warmPool) take(spec executor.Spec) (*warmPod, string) {
 	if spec.Image != "" && spec.Image != p.e.cfg.Image {
 		return nil, fmt.Sprintf("the workflow's image %s is not the runner's default %s, which the warm pods run", spec.Image, p.e.cfg.Image)
 	}
+	if len(spec.Services) > 0 {
+		return nil, "the workflow has services, which are containers of the run's own pod"
+	}
 	if spec.CPUs != "" || spec.MemoryBytes != 0 || spec.DiskBytes != 0 {
 		want, err := p.e.caps.Resolve(spec)
 		if def, _ := p.e.caps.Resolve(executor.Spec{}); err != nil || want != def {

@@ -116,6 +116,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if e.cfg.Dir == "" {
 		return nil, errors.New("the shell executor has no directory for its files (Config.Dir is empty)")
 	}
+	if err := agentenv.NoServices(spec, Name); err != nil {
+		return nil, err
+	}
 	if err := agentenv.CheckHostArch(spec); err != nil {
 		return nil, err
 	}
