@@ -37,7 +37,7 @@ func TestCapabilities_EachExecutorHasTheOnesItsDocsName(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.ex.Name(), got, tc.want)
 		}
 	}
-	if got := executor.Capabilities(&agentenv.Session{}); !slices.Equal(got, []string{"cache", "detached-steps"}) {
+	if got := executor.Capabilities(&agentenv.Session{}); !slices.Equal(got, []string{"cache", "detached-steps", "service-logs"}) {
 		t.Errorf("an agent session: %v", got)
 	}
 }

@@ -26,7 +26,7 @@ var errorCases = []struct {
 	{"NULByte", "steps:\n  - run: a\x00\n", []string{"2:11: workflow file contains a NUL byte"}},
 	{"UnknownTopKeySuggests", "name: x\nstpes:\n  - run: x\n", []string{
 		"1:1: missing steps",
-		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
+		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, services, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
 	}},
 	{"ArchUnknown", "arch: aarch64\nsteps: [{run: x}]\n", []string{`1:7: arch "aarch64": want one of amd64, arm64, 386, arm, ppc64le, s390x, riscv64 (the names Go and Kubernetes use: kubernetes.io/arch)`}},
 	{"UnknownKeyNoSuggestion", "steps: [{run: x}]\nversion: 1\n", []string{`2:1: unknown key "version" in the workflow; expected one of: name,`}},

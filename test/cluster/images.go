@@ -83,6 +83,16 @@ const JobFakeArmImage = "localhost/knotless/job-fakearm:2"
 // (exec format error), as an arm64-only image's cannot.
 const JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"
 
+// JobPostgresImage is JobBaseImage with this machine's PostgreSQL
+// (Debian's postgresql: its server, initdb and psql on PATH, with their
+// libraries and share files) and /usr/local/bin/pg-service, which
+// initializes a database in /tmp/pgdata (a password from
+// $POSTGRES_PASSWORD when set, for TCP; else trust) and runs the server on
+// 127.0.0.1:5432 as the container's user: the services tests' database,
+// and a job image whose steps have psql. Up skips it on a machine without
+// PostgreSQL.
+const JobPostgresImage = "localhost/knotless/job-postgres:1"
+
 // CoreDNSImage holds our CoreDNS build (no forward plugin).
 const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
 
@@ -141,7 +151,105 @@ func jobImages() ([]Image, error) {
 		return nil, err
 	}
 	arm64Only.Files = replaceFile(arm64Only.Files, File{Path: "/bin/sh", Mode: 0o755, Data: aarch64ELF()})
-	return []Image{jobBase, root, noTar, ownPath, fakeArm, arm64Only}, nil
+	imgs := []Image{jobBase, root, noTar, ownPath, fakeArm, arm64Only}
+	pg, err := postgresImage(JobPostgresImage)
+	if err != nil {
+		return nil, err
+	}
+	if pg.Ref != "" {
+		imgs = append(imgs, pg)
+	}
+	return imgs, nil
+}
+
+// PGServiceScript is JobPostgresImage's /usr/local/bin/pg-service.
+const PGServiceScript = `#!/bin/sh
+set -e
+export TZ=UTC
+D=/tmp/pgdata
+rm -rf "$D"
+if [ -n "$POSTGRES_PASSWORD" ]; then
+	printf '%s' "$POSTGRES_PASSWORD" > /tmp/pw
+	initdb -D "$D" -U postgres --no-locale -E UTF8 --auth-local=trust --auth-host=scram-sha-256 --pwfile=/tmp/pw > /tmp/initdb.log 2>&1 || { cat /tmp/initdb.log; exit 1; }
+	rm -f /tmp/pw
+else
+	initdb -D "$D" -U postgres --no-locale -E UTF8 --auth=trust > /tmp/initdb.log 2>&1 || { cat /tmp/initdb.log; exit 1; }
+fi
+echo "pg-service: database initialized; starting the server on 127.0.0.1:${PGPORT:-5432}"
+exec postgres -D "$D" -k /tmp -c listen_addresses=127.0.0.1 -c port="${PGPORT:-5432}" -c fsync=off -c shared_buffers=16MB
+`
+
+// postgresImage is JobPostgresImage (see there); an Image with no Ref when
+// this machine has no PostgreSQL.
+func postgresImage(ref string) (Image, error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	if len(bins) == 0 {
+		return Image{}, nil
+	}
+	img, err := busyboxImage(ref)
+	if err != nil {
+		return Image{}, err
+	}
+	files, binDir, err := PostgresFiles(filepath.Dir(filepath.Dir(bins[len(bins)-1])))
+	if err != nil {
+		return Image{}, err
+	}
+	img.Files = append(img.Files, files...)
+	img.Files = append(img.Files, File{Path: "/usr/local/bin/pg-service", Mode: 0o755, Data: []byte(PGServiceScript)})
+	img.Env = []string{"PATH=/usr/local/bin:" + binDir + ":/usr/bin:/bin", "HOME=/home/job", "TZ=UTC"}
+	return img, nil
+}
+
+// PostgresFiles are the files of the PostgreSQL installation in dir
+// (/usr/lib/postgresql/15) and its share directory, the shared libraries
+// its programs load (ldd) and the UTC time zone, at their paths on this
+// machine; binDir is its bin directory.
+func PostgresFiles(dir string) (files []File, binDir string, err error) {
+	share := "/usr/share/postgresql/" + filepath.Base(dir)
+	libs := map[string]bool{}
+	for _, root := range []string{dir, share} {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: target})
+			case d.Type().IsRegular():
+				fi, err := d.Info()
+				if err != nil {
+					return err
+				}
+				files = append(files, File{Path: p, Mode: fi.Mode().Perm(), Source: p})
+				if fi.Mode()&0o111 != 0 || strings.HasSuffix(p, ".so") {
+					out, _ := exec.Command("ldd", p).Output() // not every file is a program
+					for _, f := range strings.Fields(string(out)) {
+						if strings.HasPrefix(f, "/") {
+							libs[f] = true
+						}
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("PostgreSQL files under %s: %w", root, err)
+		}
+	}
+	for lib := range libs {
+		files = append(files, File{Path: lib, Mode: 0o755, Source: lib})
+	}
+	for _, tz := range []string{"/usr/share/zoneinfo/UTC", "/usr/share/zoneinfo/Etc/UTC"} {
+		if _, err := os.Stat(tz); err == nil {
+			files = append(files, File{Path: tz, Mode: 0o644, Source: tz})
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return files, filepath.Join(dir, "bin"), nil
 }
 
 // replaceFile returns files with f in place of the entry of its path.

@@ -37,6 +37,10 @@ const (
 	// JobFakeArmImage's `uname -m` says aarch64 on this amd64 node
 	// (test/cluster's JobFakeArmImage).
 	JobFakeArmImage = "localhost/knotless/job-fakearm:2"
+	// JobPostgresImage is JobBaseImage with PostgreSQL: psql for steps,
+	// and pg-service, which runs a database on 127.0.0.1:5432 (a password
+	// from $POSTGRES_PASSWORD when set) (test/cluster's JobPostgresImage).
+	JobPostgresImage = "localhost/knotless/job-postgres:1"
 	// JobArm64OnlyImage's /bin/sh is an arm64 program: its PID 1 cannot
 	// execute here (test/cluster's JobArm64OnlyImage).
 	JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"

@@ -62,6 +62,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if err != nil {
 		return nil, err
 	}
+	if err := e.serviceImages(ctx, spec); err != nil {
+		return nil, err
+	}
 	runAs := e.cfg.RunAs
 	if runAs.Image {
 		if runAs, err = imageUser(img, inspect.Config.User); err != nil {

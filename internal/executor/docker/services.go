@@ -91,15 +91,12 @@ func serviceFor(s executor.Service, r executor.Resources, job containerSpec, job
 	return cfg, hc
 }
 
-// startServices creates and starts spec's services beside the started
-// job container jobID (named jobName): each image present or pulled (one
-// that cannot be is image-pull, naming the service), then created and
-// started. It writes each to spec.Log. On error the services made so far
-// are left for the caller's removeServices.
-func (e *Executor) startServices(ctx context.Context, spec executor.Spec, job containerSpec, jobID, jobName string) error {
+// serviceImages makes sure every service's image is on the engine
+// (ensureImage), before the job's container is made: one that cannot be
+// pulled is image-pull, naming the service.
+func (e *Executor) serviceImages(ctx context.Context, spec executor.Spec) error {
 	for _, s := range spec.Services {
-		r, err := e.caps.ServiceResources(s)
-		if err != nil {
+		if _, err := e.caps.ServiceResources(s); err != nil {
 			return err
 		}
 		if _, err := e.ensureImage(ctx, spec, s.Image); err != nil {
@@ -107,6 +104,19 @@ func (e *Executor) startServices(ctx context.Context, spec executor.Spec, job co
 				return &executor.Fault{Reason: f.Reason, Message: "service " + s.Name + ": " + f.Message}
 			}
 			return fmt.Errorf("service %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// startServices creates and starts spec's services (their images present:
+// serviceImages) beside the started job container jobID (named jobName). It writes each to spec.Log. On error the services made so far
+// are left for the caller's removeServices.
+func (e *Executor) startServices(ctx context.Context, spec executor.Spec, job containerSpec, jobID, jobName string) error {
+	for _, s := range spec.Services {
+		r, err := e.caps.ServiceResources(s)
+		if err != nil {
+			return err
 		}
 		cfg, hc := serviceFor(s, r, job, jobID)
 		name := serviceContainerName(jobName, s.Name)

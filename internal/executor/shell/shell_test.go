@@ -23,6 +23,7 @@ import (
 	"knotless.dev/knotless/internal/testenv"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/executortest"
@@ -525,5 +526,22 @@ func TestShell_AgentKilledMidStepLeavesNoStepProcessAfterCleanup(t *testing.T) {
 			t.Fatalf("the step's escaped process %d outlived its dead agent's Cleanup", esc)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestShell_RefusesAServicesRunNamingTheServices: the shell executor runs
+// no images, so a run with services fails at once (reason service) naming
+// them and what runs them, and leaves nothing behind.
+func TestShell_RefusesAServicesRunNamingTheServices(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shell")
+	e := shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t)}, Dir: dir})
+	_, err := e.Prepare(context.Background(), executor.Spec{ID: "run-1", Workspace: t.TempDir(),
+		Services: []executor.Service{{Name: "db", Image: "postgres:16"}, {Name: "cache", Image: "redis:7"}}})
+	var f *executor.Fault
+	if !errors.As(err, &f) || f.Reason != api.ReasonService || !strings.Contains(f.Message, "db, cache") || !strings.Contains(f.Message, "docker or kube") {
+		t.Fatalf("Prepare: %v, want a service fault naming db, cache and the executors that run them", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused Prepare left %d entries in %s", len(entries), dir)
 	}
 }
