@@ -49,8 +49,8 @@ func selectWithNeeds(parsed []parsedWorkflow, ev workflow.Event, all bool, keep 
 	return selected, resolved
 }
 
-// graphOf sets what the store keeps of wf's matrix, retry and timeout on
-// nr.
+// graphOf sets what the store keeps of wf's matrix, retry, services and
+// timeout on nr.
 func graphOf(nr *store.NewRun, wf *workflow.Workflow) {
 	for _, v := range wf.Combo {
 		nr.Matrix = append(nr.Matrix, api.MatrixValue{Name: v.Name, Value: v.Value})
@@ -62,6 +62,7 @@ func graphOf(nr *store.NewRun, wf *workflow.Workflow) {
 		nr.RetryMax, nr.RetryWhen = wf.Retry.Max, wf.Retry.When
 	}
 	nr.Timeout = wf.Timeout
+	nr.Services = len(wf.Services)
 }
 
 // linkNeeds sets the Needs of each planned run: for each entry of its

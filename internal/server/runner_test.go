@@ -453,3 +453,23 @@ func TestRemoveRunner_RunsItHeldEndAtOnceSayingSo(t *testing.T) {
 		t.Errorf("the running step is %s, want errored/runner-lost", got)
 	}
 }
+
+// TestClaim_ShellRunnerDoesNotClaimAServicesRun: a run whose workflow has
+// services (images beside the job) is never given to a runner whose
+// process said it runs the shell executor, which cannot run them; a
+// docker runner of the same repository claims it.
+func TestClaim_ShellRunnerDoesNotClaimAServicesRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	queueOne(t, f, "services: {db: {image: localhost/knotless/job-postgres:1}}\n")
+	sh := f.RegisterRunner(t, f.repo, "sh", nil, true)
+	sh.StartSessionAs(t, "shell")
+	if got := claim(t, sh, 0); got != nil {
+		t.Fatalf("the shell runner claimed run %d, whose workflow has services", got.Run.ID)
+	}
+	dk := f.RegisterRunner(t, f.repo, "dk", nil, true)
+	dk.StartSessionAs(t, "docker")
+	if got := claim(t, dk, 0); got == nil {
+		t.Fatal("the docker runner claimed nothing: the services run should be its")
+	}
+}

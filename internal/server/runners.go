@@ -244,6 +244,11 @@ func qualifies(x store.Runner, run store.Run) bool {
 	return true
 }
 
+// runsImages reports whether a runner of executor name can run a
+// workflow's services (images): every executor but shell ("" is a runner
+// that did not say: an older one, given the benefit of the doubt).
+func runsImages(name string) bool { return name != "shell" }
+
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) error {
 	ctx := r.Context()
 	var in api.ClaimInput
@@ -338,10 +343,26 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (
 }
 
 // claimFirst claims the first run of queued x qualifies for and can get.
+// A run with services goes only to a runner whose executor runs images:
+// not to one whose latest process said it runs the shell executor.
 func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run) (*api.ClaimedRun, error) {
+	var executorName *string
 	for _, run := range queued {
 		if !qualifies(x, run) {
 			continue
+		}
+		if run.Services > 0 {
+			if executorName == nil {
+				procs, err := s.store.RunnerProcesses(ctx, x.RepoID)
+				if err != nil {
+					return nil, err
+				}
+				name := procs[x.ID].Executor
+				executorName = &name
+			}
+			if !runsImages(*executorName) {
+				continue
+			}
 		}
 		token, err := newToken(runTokenPrefix)
 		if err != nil {

@@ -145,6 +145,9 @@ type Run struct {
 	RetriedBy int64
 	RetryMax  int
 	RetryWhen []string
+	// Services is how many services the workflow lists (`services:`): a
+	// runner whose executor runs no images does not claim such a run.
+	Services int
 	// Timeout is the workflow's `timeout:`: how long after its start
 	// every executor has stopped the run's environment, also when its
 	// runner is gone.
@@ -223,11 +226,13 @@ type NewRun struct {
 	Reason           string
 	Message          string
 	Steps            []Step
-	// Matrix, FailFast, RetryMax, RetryWhen and Timeout are Run's.
+	// Matrix, FailFast, RetryMax, RetryWhen, Services and Timeout are
+	// Run's.
 	Matrix    []api.MatrixValue
 	FailFast  bool
 	RetryMax  int
 	RetryWhen []string
+	Services  int
 	Timeout   time.Duration
 	// Needs are the runs of the same pipeline this one waits for: it is
 	// claimed only once all of them succeeded, and ends skipped

@@ -28,6 +28,17 @@ var errorCases = []struct {
 		"1:1: missing steps",
 		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, services, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
 	}},
+	{"ServiceErrors", "secrets: [PW]\nservices:\n  Bad_Name: {image: x}\n  job: {image: x}\n  db:\n    env: {A: b}\n    secrets: [PW, OTHER]\n    ports: [5432, 70000, x]\n    imag: y\nsteps: [{run: x}]\n", []string{
+		`3:3: service name "Bad_Name": use 1-30 lower-case letters`,
+		`4:3: service name job is the job's own container`,
+		`5:3: service db has no image:`,
+		`5:3: service db asks for secrets but gives no command:`,
+		`7:19: secret OTHER is not listed in the workflow's secrets`,
+		`8:19: service db ports: 70000 is not a port number (1-65535)`,
+		`8:26: service db ports: want a port number (1-65535); got a string`,
+		`9:5: unknown key "imag" in service db; did you mean "image"?`,
+	}},
+	{"ServicesNotAMapping", "services: [postgres]\nsteps: [{run: x}]\n", []string{`1:11: services must be a mapping`}},
 	{"ArchUnknown", "arch: aarch64\nsteps: [{run: x}]\n", []string{`1:7: arch "aarch64": want one of amd64, arm64, 386, arm, ppc64le, s390x, riscv64 (the names Go and Kubernetes use: kubernetes.io/arch)`}},
 	{"UnknownKeyNoSuggestion", "steps: [{run: x}]\nversion: 1\n", []string{`2:1: unknown key "version" in the workflow; expected one of: name,`}},
 	{"UnknownStepKey", "steps:\n  - run: x\n    continue_on_error: true\n", []string{`3:5: unknown key "continue_on_error" in step 1; did you mean "continue-on-error"?`}},
@@ -183,5 +194,42 @@ func TestParse_ErrorsNameTheirLineAndColumn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestParse_ServicesReadAsWritten: every key of a service reaches
+// Service, in the file's order, with the defaults for what is left out.
+func TestParse_ServicesReadAsWritten(t *testing.T) {
+	src := `secrets: [PW]
+services:
+  db:
+    image: localhost/pg:1
+    env: {PGPORT: "5432"}
+    command: [pg-service, --fast]
+    secrets: [PW]
+    ports: [5432]
+    ready: pg_isready -h 127.0.0.1
+    ready-timeout: 90s
+    resources: {cpus: 500m, memory: 256Mi, disk: 1Gi}
+  cache:
+    image: redis:7
+steps: [{run: x}]
+`
+	w, err := Parse("ci.yml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Services) != 2 || w.Services[0].Name != "db" || w.Services[1].Name != "cache" {
+		t.Fatalf("services %+v", w.Services)
+	}
+	db, cache := w.Services[0], w.Services[1]
+	if db.Image != "localhost/pg:1" || db.Env["PGPORT"] != "5432" || strings.Join(db.Command, " ") != "pg-service --fast" ||
+		len(db.Secrets) != 1 || db.Secrets[0] != "PW" || len(db.Ports) != 1 || db.Ports[0] != 5432 ||
+		db.Ready != "pg_isready -h 127.0.0.1" || db.ReadyTimeout.String() != "1m30s" ||
+		db.Resources.CPUs != "500m" || db.Resources.MemoryBytes != 256<<20 || db.Resources.DiskBytes != 1<<30 {
+		t.Errorf("db %+v", db)
+	}
+	if cache.Image != "redis:7" || cache.Command != nil || cache.ReadyTimeout != DefaultReadyTimeout || cache.Ready != "" || len(cache.Ports) != 0 {
+		t.Errorf("cache %+v", cache)
 	}
 }

@@ -242,9 +242,16 @@ type Runner struct {
 // earlier one) and makes Client send it from then on.
 func (r *Runner) StartSession(t testing.TB) api.StartSessionOutput {
 	t.Helper()
+	return r.StartSessionAs(t, "none")
+}
+
+// StartSessionAs is StartSession of a runner process that says it runs
+// executor (shell, docker, kube).
+func (r *Runner) StartSessionAs(t testing.TB, executor string) api.StartSessionOutput {
+	t.Helper()
 	var out api.StartSessionOutput
 	if err := r.Client.Procedure(context.Background(), api.MethodStartSession,
-		api.StartSessionInput{Version: "test", Executor: "none"}, &out); err != nil {
+		api.StartSessionInput{Version: "test", Executor: executor}, &out); err != nil {
 		t.Fatalf("servertest: start session of runner %s: %v", r.Name, err)
 	}
 	r.mu.Lock()

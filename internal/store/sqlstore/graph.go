@@ -87,9 +87,9 @@ func afterEnd(ctx context.Context, tx querier, id int64, now time.Time) ([]store
 func retry(ctx context.Context, tx querier, r store.Run, now time.Time) (store.Run, error) {
 	var id int64
 	err := tx.QueryRowContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path, source, secrets,
-			runners, state, created_at, concurrency_group, matrix, fail_fast, attempt, retry_of, retry_max, retry_when, timeout_ms)
+			runners, state, created_at, concurrency_group, matrix, fail_fast, attempt, retry_of, retry_max, retry_when, timeout_ms, services)
 		SELECT pipeline_id, repo_id, workflow, workflow_path, source, secrets, runners, ?, ?, concurrency_group, matrix,
-			fail_fast, attempt + 1, id, retry_max, retry_when, timeout_ms FROM runs WHERE id = ? RETURNING id`,
+			fail_fast, attempt + 1, id, retry_max, retry_when, timeout_ms, services FROM runs WHERE id = ? RETURNING id`,
 		api.StateQueued, ms(now), r.ID).Scan(&id)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("create attempt %d of run %d: %w", r.Attempt+1, r.ID, err)

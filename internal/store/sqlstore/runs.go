@@ -44,11 +44,11 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 			}
 			err := tx.QueryRowContext(ctx, `INSERT INTO runs (pipeline_id, repo_id, workflow, workflow_path,
 				source, secrets, runners, state, reason, message, created_at, finished_at, concurrency_group,
-				matrix, fail_fast, retry_max, retry_when, timeout_ms, env_gone_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+				matrix, fail_fast, retry_max, retry_when, timeout_ms, env_gone_at, services)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 				pid, np.RepoID, r.Workflow, r.WorkflowPath, r.Source, jsonList(r.Secrets), jsonList(r.Runners),
 				r.State, r.Reason, r.Message, now, finished, group,
-				jsonMatrix(r.Matrix), r.FailFast, r.RetryMax, jsonList(r.RetryWhen), r.Timeout.Milliseconds(), gone).Scan(&id)
+				jsonMatrix(r.Matrix), r.FailFast, r.RetryMax, jsonList(r.RetryWhen), r.Timeout.Milliseconds(), gone, r.Services).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("insert run of %s: %w", r.WorkflowPath, err)
 			}
@@ -137,7 +137,7 @@ const runCols = `r.id, r.pipeline_id, r.repo_id, repos.owner_id, a.handle || '/'
 	p.ref, p.sha, p.event, p.before_sha, p.actor, p.notes, p.rerun_of, r.workflow, r.workflow_path, r.secrets, r.runners, r.state, r.reason,
 	r.message, r.exit_code, r.runner_id, r.runner_name, r.cancel_requested, r.created_at,
 	r.claimed_at, r.started_at, r.finished_at, r.lease_expires, r.concurrency_group, r.superseded_by,
-	r.matrix, r.fail_fast, r.attempt, r.retry_of, r.retried_by, r.retry_max, r.retry_when, r.timeout_ms, r.env_gone_at, r.exports`
+	r.matrix, r.fail_fast, r.attempt, r.retry_of, r.retried_by, r.retry_max, r.retry_when, r.timeout_ms, r.env_gone_at, r.exports, r.services`
 
 const runFrom = ` FROM runs r JOIN pipelines p ON p.id = r.pipeline_id
 	JOIN repos ON repos.id = r.repo_id JOIN accounts a ON a.id = repos.owner_id`
@@ -151,7 +151,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 		&notes, &r.RerunOf, &r.Workflow, &r.WorkflowPath, &secrets, &runners, &r.State, &r.Reason, &r.Message, &exit,
 		&runnerID, &r.RunnerName, &r.CancelRequested, &created, &claimed, &started, &finished, &lease,
 		&r.ConcurrencyGroup, &superseded,
-		&matrix, &r.FailFast, &r.Attempt, &retryOf, &retriedBy, &r.RetryMax, &retryWhen, &timeout, &envGone, &exports)
+		&matrix, &r.FailFast, &r.Attempt, &retryOf, &retriedBy, &r.RetryMax, &retryWhen, &timeout, &envGone, &exports, &r.Services)
 	if err != nil {
 		return r, err
 	}
