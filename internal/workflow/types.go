@@ -34,12 +34,12 @@ type Workflow struct {
 	// Retry is `retry:`; nil: a run is never retried.
 	Retry *Retry
 
-	On        Triggers          // `on:`
-	Runners   []string          // `runners:`; empty = unlabelled work
-	Image     string            // `image:`
-	Arch      string            // `arch:`; "" = any
+	On      Triggers // `on:`
+	Runners []string // `runners:`; empty = unlabelled work
+	Image   string   // `image:`
+	Arch    string   // `arch:`; "" = any
 	// Services are `services:`, in the file's order.
-	Services []Service
+	Services  []Service
 	Env       map[string]string // `env:`
 	Secrets   []string          // `secrets:`
 	Timeout   time.Duration     // `timeout:`; DefaultTimeout when omitted

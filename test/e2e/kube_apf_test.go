@@ -71,7 +71,9 @@ func TestE2E_KubeRunnerThrottledByAPIPriorityAndFairnessEndsEveryRunWithItsTrueR
 	if _, err := fc.PriorityLevelConfigurations().Create(ctx, plc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = fc.PriorityLevelConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = fc.PriorityLevelConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	if _, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"knotless.dev/knotless/internal/testenv"
 
 	"knotless.dev/knotless/internal/agent"
-	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/executortest"
 	"knotless.dev/knotless/internal/executor/shell"
