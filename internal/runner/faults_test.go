@@ -182,3 +182,61 @@ func firstDifference(a, b string) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestExecute_TakeoverWithoutCheckpointDoesNotRepeatTheLogsStart pins a
+// rollout restart's fault: a runner pod whose spool was rebuilt from the
+// server's record (no checkpoint: the output is made again from its first
+// byte, and only what lies past the server's size is sent) wrote the
+// restart marker before that first byte, which shifted everything, so the
+// server's log repeated the step's start after the marker's tail. Taken
+// over from the first byte, the log is the step's output exactly, with no
+// marker.
+func TestExecute_TakeoverWithoutCheckpointDoesNotRepeatTheLogsStart(t *testing.T) {
+	world := dummy.NewWorld()
+	wf := "on: {push: {}}\nsteps:\n  - run: |\n      print 300 before\n      wait go\n      print 300 after\n"
+	sp, err := logship.CreateSpool(t.TempDir(), 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := testJob(t, wf)
+	handover := make(chan struct{})
+	job.Handover = handover
+	done := make(chan Result, 1)
+	go func() { done <- Execute(context.Background(), job, dummy.New(world), SpoolReporter{Spool: sp}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(readLog(t, sp, 1), "before 300") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the step did not print; log %q", readLog(t, sp, 1))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(handover)
+	<-done
+	rec, err := sp.Record()
+	if err != nil || rec.Session == nil {
+		t.Fatalf("journal: %+v, %v", rec, err)
+	}
+	var h executor.Handle
+	if err := json.Unmarshal(rec.Session, &h); err != nil {
+		t.Fatal(err)
+	}
+	job2 := testJob(t, wf)
+	job2.Resume = &Resume{Session: &h, Started: time.Now(), Steps: rec.Steps, Checkpoints: map[int]logship.Checkpoint{}, By: "test"}
+	done2 := make(chan Result, 1)
+	go func() { done2 <- Execute(context.Background(), job2, dummy.New(world), SpoolReporter{Spool: sp}) }()
+	world.Open("go")
+	if res := <-done2; res.State != api.StateSucceeded {
+		t.Fatalf("taken-over run %+v, want succeeded", res)
+	}
+	var want strings.Builder
+	for i := 1; i <= 300; i++ {
+		fmt.Fprintf(&want, "before %d\n", i)
+	}
+	for i := 1; i <= 300; i++ {
+		fmt.Fprintf(&want, "after %d\n", i)
+	}
+	if got := readLog(t, sp, 1); got != want.String() {
+		t.Fatalf("step log taken over from its first byte: %d bytes, want %d (first difference at %d): %.200q",
+			len(got), want.Len(), firstDifference(got, want.String()), got)
+	}
+}

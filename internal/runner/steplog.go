@@ -229,7 +229,14 @@ func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
 		if e.job.Resume != nil && e.job.Resume.By != "" {
 			by = e.job.Resume.By
 		}
-		o.mark(RestartMarker(by, time.Now()))
+		// From the first byte (no checkpoint: the predecessor's spool was
+		// rebuilt from the server's record, or it died before its first
+		// one), the output is made again byte for byte and only what lies
+		// past what the server holds is sent: a marker here would shift
+		// it, and the server's log would repeat its start.
+		if at.Log > 0 {
+			o.mark(RestartMarker(by, time.Now()))
+		}
 	} else {
 		if w, err = e.rep.Log(idx); err != nil {
 			return nil, err
