@@ -120,7 +120,8 @@ steps:
 	w.commit(files)
 	// lint refuses the file, naming it escaped.
 	lint := w.cli("", "workflow", "lint")
-	if lint.code != 1 || !strings.Contains(lint.stdout, `esc\x1b]0;TITLE\x07\x1b[31mred.yml:1:1: the file name has a control character`) ||
+	if lint.code != 1 || !strings.Contains(lint.stdout, `esc\x1b]0;TITLE\x07\x1b[31mred.yml:1:1: the file name `) ||
+		!strings.Contains(lint.stdout, "U+001B (a control character)") ||
 		strings.ContainsAny(lint.stdout, "\x1b\a") {
 		t.Fatalf("lint: exit %d\n%q\n%s", lint.code, lint.stdout, lint.stderr)
 	}
