@@ -45,12 +45,28 @@ func CapsOf(job Job, disk int64) (Caps, error) {
 // and flag, written as the workflow spells them ("memory 4Gi (--memory
 // 2Gi)").
 func (c Caps) Resolve(spec Spec) (Resources, error) {
-	r := Resources{MilliCPUs: c.MilliCPUs, Memory: c.Memory, Disk: c.Disk}
+	r, over, err := c.within(Resources{MilliCPUs: c.MilliCPUs, Memory: c.Memory, Disk: c.Disk}, spec.CPUs, spec.MemoryBytes, spec.DiskBytes)
+	if err != nil {
+		return r, &Fault{Reason: api.ReasonExecutor, Message: err.Error()}
+	}
+	if len(over) > 0 {
+		return r, &Fault{Reason: api.ReasonExecutor, Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
+	}
+	return r, nil
+}
+
+// within returns base with each value asked for (cpus "" and sizes 0 ask
+// for nothing) that is within its cap in its place, and what was asked
+// beyond a cap, as the workflow spells it with the cap's flag. A disk is
+// bounded only where the runner has a disk cap. The error is an
+// unreadable cpus.
+func (c Caps) within(base Resources, cpus string, memory, disk int64) (Resources, []string, error) {
+	r := base
 	var over []string
-	if spec.CPUs != "" {
-		m, err := workflow.ParseCPUs(spec.CPUs)
+	if cpus != "" {
+		m, err := workflow.ParseCPUs(cpus)
 		if err != nil {
-			return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("resources.cpus %q: %v", spec.CPUs, err)}
+			return r, nil, fmt.Errorf("resources.cpus %q: %v", cpus, err)
 		}
 		if m > c.MilliCPUs {
 			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", FormatCPUs(m), FormatCPUs(c.MilliCPUs)))
@@ -58,24 +74,21 @@ func (c Caps) Resolve(spec Spec) (Resources, error) {
 			r.MilliCPUs = m
 		}
 	}
-	if spec.MemoryBytes > 0 {
-		if spec.MemoryBytes > c.Memory {
-			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(spec.MemoryBytes), workflow.FormatSize(c.Memory)))
+	if memory > 0 {
+		if memory > c.Memory {
+			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(memory), workflow.FormatSize(c.Memory)))
 		} else {
-			r.Memory = spec.MemoryBytes
+			r.Memory = memory
 		}
 	}
-	if spec.DiskBytes > 0 && c.Disk > 0 {
-		if spec.DiskBytes > c.Disk {
-			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(spec.DiskBytes), workflow.FormatSize(c.Disk)))
-		} else {
-			r.Disk = spec.DiskBytes
+	if disk > 0 {
+		if c.Disk > 0 && disk > c.Disk {
+			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(disk), workflow.FormatSize(c.Disk)))
+		} else if c.Disk > 0 || base.Disk > 0 {
+			r.Disk = disk
 		}
 	}
-	if len(over) > 0 {
-		return r, &Fault{Reason: api.ReasonExecutor, Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
-	}
-	return r, nil
+	return r, over, nil
 }
 
 // FormatCPUs writes millicores as a count when whole ("2"), else with the
@@ -108,36 +121,13 @@ func (c Caps) ImageAndResources(spec Spec, defaultImage string) (string, Resourc
 // --disk) is refused with a *Fault (reason executor) naming the service.
 func (c Caps) ServiceResources(s Service) (Resources, error) {
 	d := DefaultServiceResources
-	capped := Caps{MilliCPUs: min(d.MilliCPUs, c.MilliCPUs), Memory: min(d.Memory, c.Memory), Disk: d.Disk}
+	base := Resources{MilliCPUs: min(d.MilliCPUs, c.MilliCPUs), Memory: min(d.Memory, c.Memory), Disk: d.Disk}
 	if c.Disk > 0 {
-		capped.Disk = min(d.Disk, c.Disk)
+		base.Disk = min(d.Disk, c.Disk)
 	}
-	r := Resources{MilliCPUs: capped.MilliCPUs, Memory: capped.Memory, Disk: capped.Disk}
-	var over []string
-	if s.CPUs != "" {
-		m, err := workflow.ParseCPUs(s.CPUs)
-		if err != nil {
-			return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s resources.cpus %q: %v", s.Name, s.CPUs, err)}
-		}
-		if m > c.MilliCPUs {
-			over = append(over, fmt.Sprintf("cpus %s (--cpus %s)", FormatCPUs(m), FormatCPUs(c.MilliCPUs)))
-		} else {
-			r.MilliCPUs = m
-		}
-	}
-	if s.MemoryBytes > 0 {
-		if s.MemoryBytes > c.Memory {
-			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(s.MemoryBytes), workflow.FormatSize(c.Memory)))
-		} else {
-			r.Memory = s.MemoryBytes
-		}
-	}
-	if s.DiskBytes > 0 {
-		if c.Disk > 0 && s.DiskBytes > c.Disk {
-			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(s.DiskBytes), workflow.FormatSize(c.Disk)))
-		} else {
-			r.Disk = s.DiskBytes
-		}
+	r, over, err := c.within(base, s.CPUs, s.MemoryBytes, s.DiskBytes)
+	if err != nil {
+		return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s %v", s.Name, err)}
 	}
 	if len(over) > 0 {
 		return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s asks for more than this runner allows: %s", s.Name, strings.Join(over, ", "))}

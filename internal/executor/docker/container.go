@@ -103,9 +103,24 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 		StopSignal:      "SIGTERM",
 		StopTimeout:     ptr(2),
 	}
-	pids := s.Pids
+	hc := hardened(s, container.NetworkMode(s.Network), s.NanoCPUs, s.Memory)
+	hc.Tmpfs[AgentDir] = owned("0700")
+	hc.Tmpfs[Home] = owned("0700")
+	hc.Mounts = []mount.Mount{
+		{Type: mount.TypeBind, Source: s.Agent, Target: AgentPath, ReadOnly: true},
+		{Type: mount.TypeBind, Source: s.Workspace, Target: Workspace, ReadOnly: false},
+	}
+	return cfg, hc
+}
+
+// hardened is the host config the job's container and its services share:
+// network, a read-only root file system with a tmpfs /tmp of memory
+// bytes, CapDrop ALL, no-new-privileges, no privileged mode, a private IPC
+// namespace, no init, s's runtime and pids limit, no restart, nanoCPUs,
+// and memory with no swap.
+func hardened(s containerSpec, network container.NetworkMode, nanoCPUs, memory int64) *container.HostConfig {
 	hc := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(s.Network),
+		NetworkMode:    network,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges=true"},
@@ -115,24 +130,18 @@ func containerFor(s containerSpec) (*container.Config, *container.HostConfig) {
 		Runtime:        s.Runtime,
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		Tmpfs: map[string]string{
-			AgentDir:     owned("0700"),
-			Home:         owned("0700"),
-			agentenv.Tmp: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", s.Memory),
-		},
-		Mounts: []mount.Mount{
-			{Type: mount.TypeBind, Source: s.Agent, Target: AgentPath, ReadOnly: true},
-			{Type: mount.TypeBind, Source: s.Workspace, Target: Workspace, ReadOnly: false},
+			agentenv.Tmp: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", memory),
 		},
 		Resources: container.Resources{
-			NanoCPUs:   s.NanoCPUs,
-			Memory:     s.Memory,
-			MemorySwap: s.Memory,
+			NanoCPUs:   nanoCPUs,
+			Memory:     memory,
+			MemorySwap: memory,
 		},
 	}
-	if pids > 0 {
+	if pids := s.Pids; pids > 0 {
 		hc.Resources.PidsLimit = &pids
 	}
-	return cfg, hc
+	return hc
 }
 
 func ptr[T any](v T) *T { return &v }

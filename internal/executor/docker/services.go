@@ -62,31 +62,9 @@ func serviceFor(s executor.Service, r executor.Resources, job containerSpec, job
 	if cmd := agentenv.ServiceCommand(s); len(cmd) > 0 {
 		cfg.Entrypoint, cfg.Cmd = cmd[:1], cmd[1:]
 	}
-	hc := &container.HostConfig{
-		NetworkMode:    container.NetworkMode("container:" + jobID),
-		ReadonlyRootfs: true,
-		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges=true"},
-		Privileged:     false,
-		IpcMode:        "private",
-		Init:           ptr(false),
-		Runtime:        job.Runtime,
-		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
-		Tmpfs: map[string]string{
-			agentenv.Tmp: fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", r.Memory),
-		},
-		Resources: container.Resources{
-			NanoCPUs:   r.MilliCPUs * 1e6,
-			Memory:     r.Memory,
-			MemorySwap: r.Memory,
-		},
-	}
+	hc := hardened(job, container.NetworkMode("container:"+jobID), r.MilliCPUs*1e6, r.Memory)
 	if len(s.Secrets) > 0 {
 		hc.Tmpfs[executor.ServiceSecretsDir] = fmt.Sprintf("rw,noexec,nosuid,nodev,size=1m,mode=0700,uid=%d,gid=%d", job.RunAs.UID, job.RunAs.GID)
-	}
-	if job.Pids > 0 {
-		pids := job.Pids
-		hc.Resources.PidsLimit = &pids
 	}
 	return cfg, hc
 }
