@@ -28,14 +28,16 @@ import (
 
 // adoptWithoutSpool rebuilds the spool of held run h from the server's
 // record and the executor's environment, for recoverSpools to take over.
-// It reports false when it cannot (the executor is no Finder, the server
-// or the executor cannot be asked): the caller then ends the run. A run
+// It reports false when it cannot (a step started and the executor is no
+// Finder, the server or the executor cannot be asked): the caller then
+// ends the run. A run none of whose steps started is set up again with
+// any executor (a predecessor stopped between its claim and its first
+// record of it). A run
 // whose environment is gone although one of its steps started ends with
 // the executor's reason (pod-lost for kube), recorded in the spool; a run
 // whose steps had not started is set up again.
 func (r *Runner) adoptWithoutSpool(ctx context.Context, h api.HeldRun) bool {
-	finder, ok := r.cfg.Executor.(executor.Finder)
-	if !ok || h.CancelRequested {
+	if h.CancelRequested {
 		return false
 	}
 	log := r.log.With("run", h.Run)
@@ -46,16 +48,27 @@ func (r *Runner) adoptWithoutSpool(ctx context.Context, h api.HeldRun) bool {
 		log.Warn("cannot ask the server about a run this work directory knows nothing of", "err", err)
 		return false
 	}
-	id := "run-" + strconv.FormatInt(h.Run, 10)
-	handle, found, err := finder.Find(cctx, id)
-	if err != nil {
-		log.Warn("cannot look for the environment of a run this work directory knows nothing of", "err", err)
-		return false
-	}
 	started := false
 	for _, st := range cr.Run.Steps {
 		started = started || (st.Index > api.SetupStep && st.State != api.StepPending)
 	}
+	var handle executor.Handle
+	found := false
+	if finder, ok := r.cfg.Executor.(executor.Finder); ok {
+		id := "run-" + strconv.FormatInt(h.Run, 10)
+		handle, found, err = finder.Find(cctx, id)
+		if err != nil {
+			log.Warn("cannot look for the environment of a run this work directory knows nothing of", "err", err)
+			return false
+		}
+	} else if started {
+		// Its environment cannot be found by the run alone: a step
+		// that ran there is out of reach.
+		return false
+	}
+	// Else no step started: the run is set up again (the predecessor
+	// stopped between its claim and its first record of it, say; the
+	// sweep removes what it may have begun).
 	sp, err := logship.CreateSpool(r.path("spool"), h.Run)
 	if err != nil {
 		log.Error("rebuild the spool of a run", "err", err)
