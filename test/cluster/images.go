@@ -91,7 +91,7 @@ const JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"
 // 127.0.0.1:5432 as the container's user: the services tests' database,
 // and a job image whose steps have psql. Up skips it on a machine without
 // PostgreSQL.
-const JobPostgresImage = "localhost/knotless/job-postgres:1"
+const JobPostgresImage = "localhost/knotless/job-postgres:2"
 
 // CoreDNSImage holds our CoreDNS build (no forward plugin).
 const CoreDNSImage = "localhost/knotless/coredns:v1.15.0"
@@ -176,7 +176,7 @@ else
 	initdb -D "$D" -U postgres --no-locale -E UTF8 --auth=trust > /tmp/initdb.log 2>&1 || { cat /tmp/initdb.log; exit 1; }
 fi
 echo "pg-service: database initialized; starting the server on 127.0.0.1:${PGPORT:-5432}"
-exec postgres -D "$D" -k /tmp -c listen_addresses=127.0.0.1 -c port="${PGPORT:-5432}" -c fsync=off -c shared_buffers=16MB
+exec postgres -D "$D" -k /tmp -c listen_addresses=127.0.0.1 -c port="${PGPORT:-5432}" -c fsync=off -c shared_buffers=16MB -c jit=off
 `
 
 // postgresImage is JobPostgresImage (see there); an Image with no Ref when
@@ -213,6 +213,12 @@ func PostgresFiles(dir string) (files []File, binDir string, err error) {
 				return err
 			}
 			switch {
+			case strings.Contains(p, "/bitcode") || strings.Contains(p, "llvmjit"):
+				// The JIT (and the LLVM library it loads, ~100 MB): off
+				// without it.
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
 			case d.Type()&fs.ModeSymlink != 0:
 				target, err := os.Readlink(p)
 				if err != nil {

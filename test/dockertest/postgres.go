@@ -15,7 +15,7 @@ import (
 // /usr/local/bin/pg-service, as the cluster's job-postgres image: a
 // database on 127.0.0.1:5432 (a password from $POSTGRES_PASSWORD when
 // set) for the services tests, and psql for their steps.
-const PostgresImage = "localhost/knotless/job-postgres:1"
+const PostgresImage = "localhost/knotless/job-postgres:2"
 
 // pgService is PostgresImage's /usr/local/bin/pg-service (test/cluster's
 // PGServiceScript).
@@ -32,7 +32,7 @@ else
 	initdb -D "$D" -U postgres --no-locale -E UTF8 --auth=trust > /tmp/initdb.log 2>&1 || { cat /tmp/initdb.log; exit 1; }
 fi
 echo "pg-service: database initialized; starting the server on 127.0.0.1:${PGPORT:-5432}"
-exec postgres -D "$D" -k /tmp -c listen_addresses=127.0.0.1 -c port="${PGPORT:-5432}" -c fsync=off -c shared_buffers=16MB
+exec postgres -D "$D" -k /tmp -c listen_addresses=127.0.0.1 -c port="${PGPORT:-5432}" -c fsync=off -c shared_buffers=16MB -c jit=off
 `
 
 // EnsurePostgresImage imports PostgresImage into the engine unless it has
@@ -54,8 +54,18 @@ func (e *Engine) EnsurePostgresImage(t testing.TB) string {
 	libs := map[string]bool{}
 	for _, root := range []string{dir, "/usr/share/postgresql/" + filepath.Base(dir)} {
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
+			if err != nil {
 				return err
+			}
+			if strings.Contains(p, "/bitcode") || strings.Contains(p, "llvmjit") {
+				// The JIT (and the LLVM library it loads, ~100 MB).
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.IsDir() {
+				return nil
 			}
 			b, err := os.ReadFile(p) // a link's target's content
 			if err != nil {

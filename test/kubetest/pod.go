@@ -40,7 +40,7 @@ const (
 	// JobPostgresImage is JobBaseImage with PostgreSQL: psql for steps,
 	// and pg-service, which runs a database on 127.0.0.1:5432 (a password
 	// from $POSTGRES_PASSWORD when set) (test/cluster's JobPostgresImage).
-	JobPostgresImage = "localhost/knotless/job-postgres:1"
+	JobPostgresImage = "localhost/knotless/job-postgres:2"
 	// JobArm64OnlyImage's /bin/sh is an arm64 program: its PID 1 cannot
 	// execute here (test/cluster's JobArm64OnlyImage).
 	JobArm64OnlyImage = "localhost/knotless/job-arm64only:1"

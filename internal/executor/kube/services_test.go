@@ -30,7 +30,7 @@ import (
 func TestKube_PostgresServiceAnswersTheStep(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
-	cfg.Memory = 512 << 20
+	cfg.CPUs, cfg.Memory = "1", 512<<20
 	e := f.executor(t, cfg)
 	spec := f.spec(t, runID("pg"))
 	spec.Image = kubetest.JobPostgresImage
