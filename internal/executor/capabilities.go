@@ -17,6 +17,7 @@ import (
 //	                 work directory was lost adopts them)
 //	  Doctor         `knotless-run doctor` checks
 //	  Facter         facts of where runs go, for the server's Runners page
+//	  EnvironmentCounter  its environments by phase, for metrics
 //	  io.Closer      resources of the executor itself (a watch) to release
 //	on a Session:
 //	  Cacher         caches move by the executor's own path
@@ -25,7 +26,7 @@ import (
 //
 // Capabilities names the optional capabilities x (an Executor or a
 // Session) has, in the order of the list above: "early-prepare", "find",
-// "doctor", "facts", "close", "cache", "detached-steps", "service-logs".
+// "doctor", "facts", "count", "close", "cache", "detached-steps", "service-logs".
 func Capabilities(x any) []string {
 	var out []string
 	if ep, ok := x.(EarlyPreparer); ok && ep.PrepareEarly() {
@@ -39,6 +40,9 @@ func Capabilities(x any) []string {
 	}
 	if _, ok := x.(Facter); ok {
 		out = append(out, "facts")
+	}
+	if _, ok := x.(EnvironmentCounter); ok {
+		out = append(out, "count")
 	}
 	if _, ok := x.(io.Closer); ok {
 		out = append(out, "close")
@@ -70,4 +74,13 @@ type Facter interface {
 // service's log to the run's setup log when the steps have ended.
 type ServiceLogger interface {
 	ServiceLog(ctx context.Context, name string, max int64) ([]byte, error)
+}
+
+// EnvironmentCounter is implemented by an Executor that can count the
+// environments it holds by phase cheaply, from a cache (kube: its job pods
+// by status.phase, and "Warm" for the warm pool's), for the runner's
+// metrics (knotless_runner_job_pods). Phases are a small fixed set. Safe
+// to call concurrently; nil before the executor watches anything.
+type EnvironmentCounter interface {
+	EnvironmentsByPhase() map[string]int
 }

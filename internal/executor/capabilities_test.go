@@ -31,7 +31,7 @@ func TestCapabilities_EachExecutorHasTheOnesItsDocsName(t *testing.T) {
 	}{
 		{shell.New(shell.Config{Dir: t.TempDir()}), []string{"early-prepare"}},
 		{d, []string{"early-prepare", "doctor"}},
-		{k, []string{"early-prepare", "find", "doctor", "facts", "close"}},
+		{k, []string{"early-prepare", "find", "doctor", "facts", "count", "close"}},
 	} {
 		if got := executor.Capabilities(tc.ex); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.ex.Name(), got, tc.want)

@@ -48,6 +48,29 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// CountEnvironments adds knotless_runner_job_pods{phase}, read from c at
+// each scrape (the kube executor's job pods by status.phase, "Warm" for
+// unclaimed warm pods).
+func (m *Metrics) CountEnvironments(c executor.EnvironmentCounter) {
+	m.Registry.MustRegister(envCollector{c})
+}
+
+var jobPodsDesc = prometheus.NewDesc(metrics.Namespace+"_runner_job_pods",
+	"Job pods of this runner by phase (Pending, Running, Succeeded, Failed, Unknown; Warm for unclaimed warm pods), from its watch.",
+	[]string{"phase"}, nil)
+
+// envCollector collects knotless_runner_job_pods.
+type envCollector struct{ c executor.EnvironmentCounter }
+
+func (e envCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobPodsDesc }
+
+func (e envCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := e.c.EnvironmentsByPhase()
+	for _, phase := range []string{"Pending", "Running", "Succeeded", "Failed", "Unknown", "Warm"} {
+		ch <- prometheus.MustNewConstMetric(jobPodsDesc, prometheus.GaugeValue, float64(counts[phase]), phase)
+	}
+}
+
 // EnvironmentMade implements executor.Observer.
 func (m *Metrics) EnvironmentMade(ex string) { m.envMade.WithLabelValues(ex).Inc() }
 

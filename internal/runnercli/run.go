@@ -10,6 +10,7 @@ import (
 
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/envflag"
+	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -121,6 +122,9 @@ to do, cancels its running runs and exits 1.`,
 			ex, err := exf.newExecutor(work, name, log, false)
 			if err != nil {
 				return err
+			}
+			if c, ok := ex.(executor.EnvironmentCounter); ok && cfg.Metrics != nil {
+				cfg.Metrics.CountEnvironments(c)
 			}
 			st, err := runner.LoadState(statePath)
 			if err != nil {

@@ -122,10 +122,11 @@ type Executor struct {
 }
 
 var (
-	_ executor.Executor      = (*Executor)(nil)
-	_ executor.EarlyPreparer = (*Executor)(nil)
-	_ executor.Finder        = (*Executor)(nil)
-	_ executor.Doctor        = (*Executor)(nil)
+	_ executor.EnvironmentCounter = (*Executor)(nil)
+	_ executor.Executor           = (*Executor)(nil)
+	_ executor.EarlyPreparer      = (*Executor)(nil)
+	_ executor.Finder             = (*Executor)(nil)
+	_ executor.Doctor             = (*Executor)(nil)
 )
 
 // New returns a kube executor. It checks cfg but does not reach the API
@@ -357,4 +358,30 @@ func (e *Executor) Facts() map[string]string {
 		}
 	}
 	return f
+}
+
+// EnvironmentsByPhase implements executor.EnvironmentCounter: this
+// runner's job pods in the informer's cache by status.phase (Pending,
+// Running, Succeeded, Failed, Unknown), a warm pod unclaimed as "Warm";
+// nil before the first run or warm pod started the watch.
+func (e *Executor) EnvironmentsByPhase() map[string]int {
+	if e.lister == nil || e.synced == nil || !e.synced() {
+		return nil
+	}
+	pods, err := e.lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, p := range pods {
+		phase := string(p.Status.Phase)
+		if phase == "" {
+			phase = string(corev1.PodPending)
+		}
+		if p.Labels[LabelWarm] == "true" {
+			phase = "Warm"
+		}
+		out[phase]++
+	}
+	return out
 }

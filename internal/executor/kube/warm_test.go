@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,22 @@ func TestKube_DeletedWarmPodIsNoticedAndReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitWarm(t, e, map[types.UID]bool{wp.UID: true})
+}
+
+// TestKube_JobPodsByPhaseCountWarmAndClaimedPods: the runner's
+// knotless_runner_job_pods gauge reads EnvironmentsByPhase: a ready warm
+// pod counts as Warm, and once a run claims it, as Running.
+func TestKube_JobPodsByPhaseCountWarmAndClaimedPods(t *testing.T) {
+	f := newFixture(t)
+	e := f.warmExecutor(t, 1)
+	f.waitWarm(t, e, nil)
+	testwait.Until(t, 30*time.Second, "the warm pod counted as Warm", func() (bool, string) {
+		got := e.EnvironmentsByPhase()
+		return got["Warm"] == 1, fmt.Sprint(got)
+	})
+	f.prepare(t, e, f.spec(t, runID("phase")))
+	testwait.Until(t, 30*time.Second, "the claimed pod counted as Running", func() (bool, string) {
+		got := e.EnvironmentsByPhase()
+		return got["Running"] >= 1, fmt.Sprint(got)
+	})
 }
