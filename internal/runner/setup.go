@@ -106,7 +106,12 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		if res, stopped := stop(); stopped {
 			return nil, res, true
 		}
-		sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), prepErr)
+		if f := (*executor.Fault)(nil); errors.As(prepErr, &f) && f.Message != "" {
+			// Its own words, without the layers that wrapped them.
+			sl.printf("the %s executor could not prepare the run: %s\n", e.ex.Name(), f.Message)
+		} else {
+			sl.printf("the %s executor could not prepare the run: %v\n", e.ex.Name(), prepErr)
+		}
 		if f := (*executor.Fault)(nil); errors.As(prepErr, &f) && f.Reason != "" {
 			state := api.StateErrored
 			if !executor.EnvironmentFault(f.Reason) {

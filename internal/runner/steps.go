@@ -240,6 +240,12 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 		msg := fmt.Sprintf("step %d (%s): %s", idx, name, r.Reason)
 		if r.Reason == api.ReasonTimeout {
 			msg = fmt.Sprintf("step %d (%s) reached its timeout of %s", idx, name, st.Timeout)
+		} else if r.Note != "" {
+			msg += ": " + firstLine(r.Note)
+		}
+		if r.Reason == api.ReasonService {
+			// The run's services are gone for every later step too.
+			return upd, Result{State: api.StateFailed, Reason: r.Reason, Message: msg}, true
 		}
 		return upd, Result{State: api.StateFailed, Reason: r.Reason, Message: msg}, !st.ContinueOnError
 	case r.ExitCode != 0:

@@ -209,6 +209,7 @@ func (b *Base) prepare(ctx context.Context, spec executor.Spec) (*Session, error
 			_ = s.Cleanup(context.WithoutCancel(ctx))
 			return nil, err
 		}
+		s.checkServices = len(spec.Services) > 0
 	}
 	if err != nil {
 		// The environment may say why its agent cannot be reached (the

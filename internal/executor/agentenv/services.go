@@ -33,7 +33,6 @@ type Services interface {
 // Probe intervals of startServices.
 const (
 	serviceProbeEvery = 250 * time.Millisecond
-	serviceLogTail    = 2 << 10
 )
 
 // ServiceCommand is the argv a driver gives service s's container: its
@@ -135,7 +134,7 @@ func waitService(ctx context.Context, spec executor.Spec, env *Env, s executor.S
 			case code == 0:
 				portsOK = true
 			default:
-				last = strings.TrimSpace(string(out))
+				last = probeWords(string(out))
 			}
 		}
 		if portsOK && s.Ready == "" {
@@ -166,10 +165,7 @@ func waitService(ctx context.Context, spec executor.Spec, env *Env, s executor.S
 			if last != "" {
 				msg += "; the probe last said: " + last
 			}
-			if tail, err := env.Services.Log(context.WithoutCancel(ctx), s.Name, serviceLogTail); err == nil && len(bytes.TrimSpace(tail)) > 0 {
-				msg += "; its log ends: " + lastLines(string(tail), 5)
-			}
-			return &executor.Fault{Reason: api.ReasonService, Message: msg}
+			return &executor.Fault{Reason: api.ReasonService, Message: msg + "; its log is in the setup log"}
 		}
 		select {
 		case <-ctx.Done():
@@ -213,6 +209,33 @@ func NoServices(spec executor.Spec, executorName string) error {
 	}
 	return &executor.Fault{Reason: api.ReasonService, Message: fmt.Sprintf(
 		"the %s executor runs no images, so no services: this workflow's services (%s) need a runner with the docker or kube executor", executorName, serviceNames(spec.Services))}
+}
+
+// probeWords turns `knotless-agent probe` lines ("tcp 127.0.0.1:5432
+// reachable refused") into words for a person ("127.0.0.1:5432:
+// connection refused"), joined by "; ".
+func probeWords(out string) string {
+	var parts []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "tcp" {
+			if l = strings.TrimSpace(l); l != "" {
+				parts = append(parts, l)
+			}
+			continue
+		}
+		what := strings.Join(f[2:], " ")
+		switch {
+		case what == "reachable connected":
+			continue
+		case what == "reachable refused":
+			what = "connection refused (nothing listens there yet)"
+		case f[2] == "blocked" || f[2] == "unresolved":
+			what = strings.Join(f[3:], " ")
+		}
+		parts = append(parts, f[1]+": "+what)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // probeText says how a service's readiness is probed.

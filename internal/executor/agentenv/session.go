@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,10 @@ type Session struct {
 
 	readyOnce sync.Once
 	readyErr  error
+
+	// checkServices says the run has services (Spec.Services): each step's
+	// end asks the environment whether one stopped.
+	checkServices bool
 }
 
 var _ executor.Session = (*Session)(nil)
@@ -207,6 +212,14 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	res, err = s.runStep(ctx, follow, step, req, out, stop)
 	if err == nil && after != nil {
 		after(&res)
+	}
+	if err == nil && res.Reason == "" && s.checkServices {
+		// A service that stopped while the step ran (or before it) fails
+		// the step that could not use it, naming it.
+		if f := s.cfg.Env.Why(context.WithoutCancel(ctx)); f != nil && f.Reason == api.ReasonService {
+			res.Reason = api.ReasonService
+			res.Note = strings.TrimPrefix(res.Note+"; "+f.Message+" (by the end of this step)", "; ")
+		}
 	}
 	return res, err
 }

@@ -152,3 +152,37 @@ func TestDocker_UnpullableServiceImageFailsNamingTheService(t *testing.T) {
 		t.Fatalf("Prepare: %v, want image-pull naming service cache", err)
 	}
 }
+
+// TestDocker_ServiceThatDiesMidRunFailsTheStepNamingIt: a service that
+// exits while a step runs (a fresh user's trial found such a run
+// succeeded without a word) fails that step with reason service, its
+// note naming the service and its exit code.
+func TestDocker_ServiceThatDiesMidRunFailsTheStepNamingIt(t *testing.T) {
+	f := newFixture(t)
+	e := f.executor(t, f.config())
+	spec, _ := f.spec(t, runID("svcdies"))
+	spec.Services = []executor.Service{{Name: "flaky", Image: dockertest.JobImage, Command: []string{"/bin/sh", "-c", "sleep 2; exit 7"}}}
+	s := f.prepare(t, e, spec)
+	res, out, err := runStep(t, s, executor.Step{ID: "1", Script: "sleep 4; echo step-done\n"}, time.Minute)
+	if err != nil || res.Reason != api.ReasonService || !strings.Contains(res.Note, "service flaky") || !strings.Contains(res.Note, "code 7") {
+		t.Fatalf("step: %+v, %v\n%s; want reason service naming flaky and its exit code", res, err, out)
+	}
+}
+
+// TestDocker_ServiceNotReadyInTimeSaysWhatTheProbeFound: a port nobody
+// listens on ends the Prepare after ready-timeout, failed/service, with
+// the probe's finding in words (not the agent's "reachable refused").
+func TestDocker_ServiceNotReadyInTimeSaysWhatTheProbeFound(t *testing.T) {
+	f := newFixture(t)
+	e := f.executor(t, f.config())
+	spec, _ := f.spec(t, runID("svcslow"))
+	spec.Services = []executor.Service{{Name: "idle", Image: dockertest.JobImage, Command: []string{"sleep", "600"}, Ports: []int{5433}, ReadyTimeout: 3 * time.Second}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := e.Prepare(ctx, spec)
+	var fault *executor.Fault
+	if !errors.As(err, &fault) || fault.Reason != api.ReasonService || !strings.Contains(fault.Message, "was not ready within 3s") ||
+		!strings.Contains(fault.Message, "127.0.0.1:5433: connection refused") || strings.Contains(fault.Message, "reachable") {
+		t.Fatalf("Prepare: %v", err)
+	}
+}
