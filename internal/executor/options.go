@@ -66,8 +66,8 @@ var JobFlagNames = []string{"image", "cpus", "memory", "run-as"}
 // them, for the help ("docker, kube").
 func (j *JobFlags) AddFlags(fs *pflag.FlagSet, users string) {
 	fs.StringVar(&j.image, "image", "", "job image for workflows that name no image: (--executor "+users+")")
-	fs.StringVar(&j.cpus, "cpus", DefaultCPUs, "CPUs of a job container or pod (2, 0.5 or 500m; kube: requests = limits), and the most a workflow's resources: may ask for (--executor "+users+")")
-	fs.StringVar(&j.memory, "memory", "2Gi", "memory of a job container or pod (kube: requests = limits; docker: no swap, and the bound of each tmpfs: HOME, /tmp), and the most a workflow may ask for (--executor "+users+")")
+	fs.StringVar(&j.cpus, "cpus", DefaultCPUs, "CPUs of a job container or pod (2, 0.5 or 500m; kube: requests = limits), and the most a workflow's resources: may ask for, for the job and for each service (a service's own come on top: 1 CPU unless it says) (--executor "+users+")")
+	fs.StringVar(&j.memory, "memory", "2Gi", "memory of a job container or pod (kube: requests = limits; docker: no swap, and the bound of each tmpfs: HOME, /tmp), and the most a workflow may ask for, for the job and for each service (a service's own come on top: 512Mi unless it says) (--executor "+users+")")
 	fs.StringVar(&j.runAs, "run-as", DefaultRunAs.String(), "job container user: UID:GID, or image for the image's own numeric non-root user (--executor "+users+")")
 }
 
