@@ -16,7 +16,7 @@ PROGRAMS := knotless knotless-server knotless-run knotless-agent
 # the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
 STATIC  := CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
 
-.PHONY: release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
+.PHONY: test-gvisor release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
 all: build
 
@@ -78,6 +78,14 @@ testreport:
 test: vet cluster-up docker-up testreport
 	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...
+
+# The kube executor's shared suite (executortest), its secret and
+# hardening tests and doctor with every job pod in gVisor: RuntimeClass
+# gvisor, which cluster-up creates (test/kubetest first checks that a pod
+# of it runs; without the RuntimeClass the tests skip saying so).
+GVISOR_TESTS := ^(TestKube|TestKube_SecretLeaksOrIsMangled|TestKube_PodMissingAHardeningField|TestKube_RunAsVariantNotApplied|TestKube_RunnerServiceAccountCanReadSecrets|TestKube_JobImageWithoutTarCannotRun|TestKubeDoctor_PassesEveryCheckInACorrectNamespace)$$
+test-gvisor: cluster-up testreport
+	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
 
 test-unit: testreport
 	$(TESTREPORT) -- $(GO) test -count=1 -short ./internal/...
