@@ -74,10 +74,12 @@ testreport:
 	@$(GO) build -o $(TESTREPORT) ./scripts/testreport
 
 # Every test: unit, integration (real server, git, processes), the harness's
-# own, and end to end (the built programs as processes, the cluster).
+# own, and end to end (the built programs as processes, the cluster); then
+# the kube executor's suite again with job pods in gVisor (test-gvisor).
 test: vet cluster-up docker-up testreport
 	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...
+	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
 
 # The kube executor's shared suite (executortest), its secret and
 # hardening tests and doctor with every job pod in gVisor: RuntimeClass
@@ -95,7 +97,7 @@ test-e2e: build cluster-up docker-up testreport
 	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
 
 # The local Kubernetes cluster (test/cluster, its own Go module). It needs
-# root; the first build of its binaries takes ~20 minutes on 2 cores and is
+# root; the first build of its binaries takes ~25 minutes on 2 cores and is
 # cached in /var/cache/knotless-test-cluster.
 CLUSTER := $(BIN)/knotless-test-cluster
 
