@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 )
 
@@ -50,7 +51,8 @@ var (
 // Running within 2 minutes; when it does not (the node's runtime lacks the
 // handler, or the handler cannot start a sandbox), the test fails with
 // KNOTLESS_TEST_CLUSTER_REQUIRED=1 and skips without it, naming the pod's
-// status and the kubelet's events. The probe runs once per test process
+// status and the kubelet's events (at the kubelet's first "no runtime for"
+// event when the handler is missing). The probe runs once per test process
 // and class.
 func (c *Cluster) RequireRuntimeClass(t testing.TB, name string) {
 	t.Helper()
@@ -95,7 +97,32 @@ func (c *Cluster) probeRuntimeClass(t testing.TB, name string) error {
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create a probe pod: %w", err)
 	}
+	// A node without the handler: the kubelet retries the sandbox for
+	// ever and says why only in an event; stop at the first one.
+	noHandler := make(chan string, 1)
+	go func() {
+		for ctx.Err() == nil {
+			evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+				FieldSelector: fields.Set{"involvedObject.name": pod.Name, "reason": "FailedCreatePodSandBox"}.String(),
+			})
+			if err == nil {
+				for _, ev := range evs.Items {
+					if strings.Contains(ev.Message, "no runtime for") {
+						noHandler <- ev.Message
+						cancel()
+						return
+					}
+				}
+			}
+			_ = sleep(ctx, time.Second)
+		}
+	}()
 	p, err := WaitPod(ctx, c.Client, ns, pod.Name, PodRunning)
+	select {
+	case msg := <-noHandler:
+		return fmt.Errorf("the node's container runtime has no handler for it: the kubelet says %q", msg)
+	default:
+	}
 	if err != nil {
 		return err
 	}
