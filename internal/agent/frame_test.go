@@ -173,13 +173,14 @@ func TestTar_RoundTripAndPathsThatLeaveTheTreeAreRefused(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(ws, "out")); err != nil {
 		t.Fatal(err)
 	}
-	tree, name, closeTree, err := ResolveIn(ws, "out/planted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeTree()
-	if _, err := ExtractTar(context.Background(), bytes.NewReader(b.Bytes()), tree, name); err == nil {
-		t.Errorf("extracting through a link that leaves the workspace succeeded")
+	// ResolveIn refuses it (confined); were it to pass, the os.Root would.
+	if tree, name, closeTree, err := ResolveIn(ws, "out/planted"); err == nil {
+		defer closeTree()
+		if _, err := ExtractTar(context.Background(), bytes.NewReader(b.Bytes()), tree, name); err == nil {
+			t.Errorf("extracting through a link that leaves the workspace succeeded")
+		}
+	} else if !strings.Contains(err.Error(), "escapes from the workspace") {
+		t.Errorf("ResolveIn through a link that leaves the workspace: %v", err)
 	}
 	if _, _, _, err := ResolveIn(ws, "../x"); err == nil {
 		t.Errorf("a relative path that leaves the workspace was accepted")

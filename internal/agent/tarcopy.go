@@ -60,8 +60,9 @@ func (HostTree) Chtimes(name string, atime, mtime time.Time) error {
 func (HostTree) Remove(name string) error { return os.Remove(name) }
 
 // ResolveIn picks the tree for a path inside an environment: absolute paths
-// are plain paths; relative ones are confined to workdir by an os.Root.
-// close releases the root.
+// are plain paths; relative ones are confined to workdir by an os.Root,
+// and refused when a directory on the way is a symbolic link leaving it
+// (confined). close releases the root.
 func ResolveIn(workdir, p string) (t Tree, name string, close func(), err error) {
 	if filepath.IsAbs(p) {
 		return HostTree{}, filepath.Clean(p), func() {}, nil
@@ -73,7 +74,63 @@ func ResolveIn(workdir, p string) (t Tree, name string, close func(), err error)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("open workspace: %w", err)
 	}
-	return root, filepath.Clean(p), func() { _ = root.Close() }, nil
+	name = filepath.Clean(p)
+	if err := confined(root, name); err != nil {
+		_ = root.Close()
+		return nil, "", nil, err
+	}
+	return root, name, func() { _ = root.Close() }, nil
+}
+
+// maxLinks bounds the symbolic links confined follows (Linux's limit).
+const maxLinks = 40
+
+// confined resolves the directories on the way to name (all but its last
+// element) inside root, one at a time by Lstat and Readlink, and returns
+// an error when a symbolic link among them leads out of root (an absolute
+// target, or one climbing above it) or there are more than maxLinks. What
+// does not exist is left to the operation that follows. os.Root refuses
+// such paths itself on Linux, but it relies on openat(O_NOFOLLOW |
+// O_DIRECTORY) failing on a symbolic link, and gVisor's runsc follows the
+// link there instead: in a job pod of RuntimeClass gvisor, os.Root alone
+// would let `escape/etc/passwd` (escape -> /) through. Every path confined
+// hands to root has real directories only before its last element.
+func confined(root *os.Root, name string) error {
+	var resolved []string
+	pending := strings.Split(filepath.ToSlash(name), "/")
+	links := 0
+	for len(pending) > 1 {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(resolved) == 0 {
+				return fmt.Errorf("path %q leaves the workspace", name)
+			}
+			resolved = resolved[:len(resolved)-1]
+			continue
+		}
+		cur := filepath.Join(append(slices.Clone(resolved), c)...)
+		fi, err := root.Lstat(cur)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = append(resolved, c)
+			continue
+		}
+		if links++; links > maxLinks {
+			return fmt.Errorf("path %q: too many levels of symbolic links", name)
+		}
+		target, err := root.Readlink(cur)
+		if err != nil {
+			return err
+		}
+		if path.IsAbs(target) {
+			return fmt.Errorf("path %q escapes from the workspace through the symbolic link %s -> %s", name, cur, target)
+		}
+		pending = append(strings.Split(target, "/"), pending...)
+	}
+	return nil
 }
 
 func modeBits(m fs.FileMode) fs.FileMode {
@@ -231,7 +288,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 				}
 			}
 			// Writable while we fill it; its own mode is set at the end.
-			if err := t.Chmod(p, 0o700); err != nil {
+			if err := chmodDir(t, p, 0o700); err != nil {
 				// A directory that exists and is not ours (a volume's
 				// mount point owned by root, mode 0777) is merged into as
 				// it is: its mode and times stay.
@@ -263,7 +320,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
-		if err := t.Chmod(d.path, d.mode); err != nil {
+		if err := chmodDir(t, d.path, d.mode); err != nil {
 			return n, err
 		}
 		if err := t.Chtimes(d.path, d.mtime, d.mtime); err != nil {
@@ -271,6 +328,22 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 		}
 	}
 	return n, nil
+}
+
+// chmodDir sets the mode of the directory p of t through a descriptor of
+// it (fchmod), never by path: os.Root.Chmod calls fchmodat2 (Linux 6.6),
+// which a seccomp filter written before it refuses with EPERM where runc
+// answers ENOSYS (and Go falls back to the old call): gVisor applying a
+// pod's RuntimeDefault profile does, and every copy into a job pod of
+// RuntimeClass gvisor failed "chmodat: operation not permitted". A
+// descriptor also leaves no gap between the check and the change.
+func chmodDir(t Tree, p string, mode fs.FileMode) error {
+	d, err := t.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Chmod(mode)
 }
 
 // entryPath checks a tar entry's name: "." or "./REL" with REL a local
@@ -300,6 +373,9 @@ func extractFile(ctx context.Context, tr *tar.Reader, t Tree, p string, hdr *tar
 		}
 	}()
 	n, err := io.Copy(f, ctxReader{ctx, tr})
+	if err == nil && n == hdr.Size {
+		err = f.Chmod(mode) // through the descriptor: see chmodDir
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -308,9 +384,6 @@ func extractFile(ctx context.Context, tr *tar.Reader, t Tree, p string, hdr *tar
 	}
 	if n != hdr.Size {
 		return fmt.Errorf("write %s: got %d of %d bytes", p, n, hdr.Size)
-	}
-	if err := t.Chmod(p, mode); err != nil {
-		return err
 	}
 	if err := t.Chtimes(p, hdr.ModTime, hdr.ModTime); err != nil {
 		return err

@@ -40,10 +40,14 @@ configuration and namespace as run (--kubeconfig, --namespace, in a pod its
 ServiceAccount): the API server; each permission of the runner's Role
 (SelfSubjectAccessReview), and that Secrets are NOT readable; that the
 namespace enforces Pod Security "restricted" (a pod that breaks it must be
-refused, in a dry run); that a NetworkPolicy selects job pods (when the
-credential may list them); the runner's own pod and the job pods' owner
-(--owner). Unless --skip-machine it starts a job pod as a run would (--image),
-runs a step with a test secret sent over the stream, checks the exit code,
+refused, in a dry run); the RuntimeClass of job pods (--runtime-class: that
+it exists, when the credential may read it); that a NetworkPolicy selects job
+pods (when the credential may list them); the runner's own pod and the job
+pods' owner (--owner). Unless --skip-machine it starts a job pod as a run
+would (--image, --runtime-class: a node whose container runtime lacks the
+class's handler fails here, naming it and the fix; else the kernel the steps
+see is reported), runs a step with a test secret sent over the stream,
+checks the exit code,
 checks from inside the pod that DNS works while the API server, the node
 and another pod do not answer (the NetworkPolicy is enforced, not only
 present), and removes the pod.

@@ -9,7 +9,11 @@ import "fmt"
 // DNSIP. CoreDNS has no forward plugin: names outside the cluster do not
 // resolve, so no query leaves the machine. It runs as nobody with no
 // capabilities; net.ipv4.ip_unprivileged_port_start=53 (a namespaced,
-// safe sysctl) lets it bind port 53 like a real cluster's DNS.
+// safe sysctl) lets it bind port 53 like a real cluster's DNS. The
+// RuntimeClass gvisor runs pods in gVisor (containerd's runsc handler,
+// containerdConfig); its pod overhead is what a sandbox's own processes
+// (runsc-sandbox, runsc-gofer) add to the pod's memory cgroup, on top of
+// its containers' limits.
 func (c Config) addons() string {
 	return fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -151,5 +155,13 @@ spec:
   ports:
   - {name: dns, port: 53, protocol: UDP, targetPort: 53}
   - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
-`, ClusterDomain, CoreDNSImage, DNSIP)
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: %[4]s
+handler: %[5]s
+overhead:
+  podFixed: {memory: %[6]s}
+`, ClusterDomain, CoreDNSImage, DNSIP, RuntimeClassGVisor, RuntimeHandlerRunsc, GVisorPodOverhead)
 }

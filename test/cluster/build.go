@@ -33,6 +33,15 @@ const (
 	// old patches are not reused (and the other is not rebuilt).
 	NetworkPoliciesPatchLevel = "knotless2"
 	CoreDNSPatchLevel         = "knotless1"
+	// GVisorModule and GVisorVersion name gVisor's module: gVisor tags no
+	// module versions; the module proxy serves its `go` branch (the Go
+	// source the project generates from its Bazel tree) as pseudo-versions.
+	// runsc and containerd-shim-runsc-v1 are built from it.
+	GVisorModule  = "gvisor.dev/gvisor"
+	GVisorVersion = "v0.0.0-20260905035102-160fafc42237"
+	// GVisorPatchLevel names the revision of our build-time changes to the
+	// runsc shim (build_patch.go); runsc itself is built unchanged.
+	GVisorPatchLevel = "knotless1"
 )
 
 // BuildOptions configures Build and CachedBinaries.
@@ -60,6 +69,11 @@ type Binaries struct {
 	NetworkPolicies string
 	// CoreDNS is CoreDNS without the forward plugin.
 	CoreDNS string
+	// Runsc is gVisor's OCI runtime (the handler of RuntimeClass gvisor).
+	Runsc string
+	// RunscShim is containerd-shim-runsc-v1, containerd's shim for runsc,
+	// with our changes for containerd 1.6 (patchRunscShim).
+	RunscShim string
 }
 
 func (o BuildOptions) withDefaults() BuildOptions {
@@ -80,25 +94,41 @@ func (o BuildOptions) paths() Binaries {
 		Kube:            filepath.Join(dir, "kubernetes-"+KubernetesVersion, "kube"),
 		NetworkPolicies: filepath.Join(dir, "kube-network-policies-"+NetworkPoliciesVersion+"-"+NetworkPoliciesPatchLevel, "kube-network-policies"),
 		CoreDNS:         filepath.Join(dir, "coredns-"+CoreDNSVersion+"-"+CoreDNSPatchLevel, "coredns"),
+		Runsc:           filepath.Join(dir, gvisorDir, "runsc"),
+		RunscShim:       filepath.Join(dir, gvisorDir, "containerd-shim-runsc-v1"),
 	}
 }
 
-// CachedBinaries returns the binaries' paths and true when all three are
+// gvisorDir is the cache directory of runsc and its shim.
+const gvisorDir = "gvisor-" + GVisorVersion + "-" + GVisorPatchLevel
+
+// all lists every binary's path.
+func (b Binaries) all() []string {
+	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim}
+}
+
+// CachedBinaries returns the binaries' paths and true when all of them are
 // present in the cache as executable files. It never builds.
 func CachedBinaries(o BuildOptions) (Binaries, bool) {
 	b := o.paths()
-	return b, isExecutable(b.Kube) && isExecutable(b.NetworkPolicies) && isExecutable(b.CoreDNS)
+	for _, p := range b.all() {
+		if !isExecutable(p) {
+			return b, false
+		}
+	}
+	return b, true
 }
 
 // Build builds every binary missing from the cache, one after another, and
-// returns the paths of all three. Binaries already present are not rebuilt.
+// returns the paths of all of them. Binaries already present are not rebuilt.
 //
 // Each binary is written under a temporary name in the cache and renamed into
 // place only after it built (and, for CoreDNS, passed its check), so a failed
 // or cancelled build leaves nothing in the cache. Concurrent calls on one cache
 // directory are serialised by a lock file (<CacheDir>/.build.lock). The go
 // command is the one on PATH. Cancelling ctx interrupts the running go
-// command. A cold build of all three takes roughly 25 minutes on 2 cores.
+// command. A cold build of all of them takes roughly 30 minutes on 2 cores
+// (runsc and its shim about 5 of those).
 func Build(ctx context.Context, o BuildOptions) (Binaries, error) {
 	o = o.withDefaults()
 	b := o.paths()
@@ -118,6 +148,8 @@ func Build(ctx context.Context, o BuildOptions) (Binaries, error) {
 		{"kubernetes " + KubernetesVersion, b.Kube, buildKube},
 		{"kube-network-policies " + NetworkPoliciesVersion, b.NetworkPolicies, buildNetworkPolicies},
 		{"coredns " + CoreDNSVersion, b.CoreDNS, buildCoreDNS},
+		{"runsc " + GVisorVersion, b.Runsc, buildRunsc},
+		{"containerd-shim-runsc-v1 " + GVisorVersion, b.RunscShim, buildRunscShim},
 	}
 	for _, s := range steps {
 		if isExecutable(s.path) {
@@ -206,6 +238,57 @@ func buildCoreDNS(ctx context.Context, o BuildOptions, out string) error {
 		return err
 	}
 	return goBuild(ctx, o, src, ".", []string{"-trimpath", "-ldflags", "-s -w"}, out, checkCoreDNSPlugins)
+}
+
+// runscLDFlags strips runsc and stamps the version it reports (without it,
+// `runsc --version` says VERSION_MISSING).
+func runscLDFlags() string {
+	return "-s -w -X gvisor.dev/gvisor/runsc/version.version=" + GVisorVersion
+}
+
+// buildRunsc builds runsc unchanged, in the module cache's read-only copy
+// of gVisor (go build writes only its output there).
+func buildRunsc(ctx context.Context, o BuildOptions, out string) error {
+	src, err := moduleDir(ctx, GVisorModule, GVisorVersion)
+	if err != nil {
+		return err
+	}
+	return goBuild(ctx, o, src, "./runsc", []string{"-trimpath", "-ldflags", runscLDFlags()}, out, checkRunscVersion)
+}
+
+// buildRunscShim builds containerd-shim-runsc-v1 from a copy of gVisor with
+// our changes (patchRunscShim).
+func buildRunscShim(ctx context.Context, o BuildOptions, out string) error {
+	src, cleanup, err := moduleCopy(ctx, o, GVisorModule, GVisorVersion)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := patchRunscShim(src); err != nil {
+		return err
+	}
+	return goBuild(ctx, o, src, "./shim", []string{"-trimpath", "-ldflags", "-s -w"}, out, checkRunscShim)
+}
+
+// checkRunscVersion refuses a runsc that does not report GVisorVersion.
+func checkRunscVersion(ctx context.Context, bin string) error {
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("run %s --version: %w", bin, err)
+	}
+	if want := "runsc version " + GVisorVersion; !strings.Contains(string(out), want) {
+		return fmt.Errorf("%s --version says %q, want %q", bin, strings.TrimSpace(string(out)), want)
+	}
+	return nil
+}
+
+// checkRunscShim refuses a shim that does not start (`-v` prints its
+// version and exits 0).
+func checkRunscShim(ctx context.Context, bin string) error {
+	if out, err := exec.CommandContext(ctx, bin, "-v").CombinedOutput(); err != nil {
+		return fmt.Errorf("run %s -v: %w: %s", bin, err, out)
+	}
+	return nil
 }
 
 // checkCoreDNSPlugins refuses a CoreDNS binary that still lists the forward

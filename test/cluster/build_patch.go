@@ -271,3 +271,101 @@ func filesContaining(root, s string) ([]string, error) {
 	})
 	return found, err
 }
+
+// runscShimBootstrapFile is added to gVisor's shim/v1/cli package.
+const runscShimBootstrapFile = "shim/v1/cli/knotless_bootstrap.go"
+
+// runscShimBootstrapSource makes the shim's "start" action print what
+// containerd 1.6 (Debian 12's) reads. gVisor's shim is built on containerd
+// 2's shim library, whose start action prints bootstrap parameters as JSON
+// ({"version":2,"address":"unix:///run/containerd/s/...","protocol":"ttrpc"});
+// containerd 1.6 takes the whole output for the address and fails every
+// sandbox with `dial unix  {"version":2,...}: connect: invalid argument`.
+const runscShimBootstrapSource = `// Added by the Knotless test-cluster build step; not part of upstream.
+
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+)
+
+// knotlessPlainAddress runs run (the shim's main) and, for the "start"
+// action (the last argument containerd passes), writes to stdout only the
+// address of the JSON bootstrap parameters containerd 2's shim library
+// prints: containerd 1.6 reads the start action's output as the address.
+func knotlessPlainAddress(run func()) {
+	if len(os.Args) < 2 || os.Args[len(os.Args)-1] != "start" {
+		run()
+		return
+	}
+	stdout := os.Stdout
+	r, w, err := os.Pipe()
+	if err != nil {
+		run()
+		return
+	}
+	os.Stdout = w
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		read <- b
+	}()
+	run()
+	os.Stdout = stdout
+	w.Close()
+	out := <-read
+	var params struct {
+		Address string ` + "`json:\"address\"`" + `
+	}
+	if json.Unmarshal(out, &params) == nil && params.Address != "" {
+		out = []byte(params.Address)
+	}
+	_, _ = stdout.Write(out)
+}
+`
+
+// runscShimEdits are our changes to gVisor's containerd shim:
+//  1. the start action prints the plain address containerd 1.6 dials
+//     (knotlessPlainAddress, above);
+//  2. the shim keeps its inherited OOM score when it may not lower it to
+//     -999: root on our machines lacks CAP_SYS_RESOURCE, and upstream fails
+//     every sandbox with "failed to set OOM Score on shim: write
+//     /proc/PID/oom_score_adj: permission denied" (the reason containerd's
+//     config has restrict_oom_score_adj for runc).
+var runscShimEdits = []sourceEdit{
+	{
+		file:  "shim/v1/cli/cli.go",
+		old:   "\tcontainerdshim.Run(context.Background(), shim.NewShimManager(\"io.containerd.runsc.v1\"))\n",
+		new:   "\tknotlessPlainAddress(func() {\n\t\tcontainerdshim.Run(context.Background(), shim.NewShimManager(\"io.containerd.runsc.v1\"))\n\t})\n",
+		count: 1,
+	},
+	{
+		file: "pkg/shim/v1/manager.go",
+		old: "\tif err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil {\n" +
+			"\t\treturn shim.BootstrapParams{}, fmt.Errorf(\"failed to set OOM Score on shim: %w\", err)\n" +
+			"\t}\n",
+		new: "\tif err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil && !os.IsPermission(err) {\n" +
+			"\t\t// Knotless: without CAP_SYS_RESOURCE the shim keeps its inherited score.\n" +
+			"\t\treturn shim.BootstrapParams{}, fmt.Errorf(\"failed to set OOM Score on shim: %w\", err)\n" +
+			"\t}\n",
+		count: 1,
+	},
+}
+
+// patchRunscShim applies runscShimEdits to the gVisor source at root and
+// adds the knotlessPlainAddress helper.
+func patchRunscShim(root string) error {
+	if err := applyEdits(root, runscShimEdits); err != nil {
+		return fmt.Errorf("patch containerd-shim-runsc-v1: %w", err)
+	}
+	helper := filepath.Join(root, filepath.FromSlash(runscShimBootstrapFile))
+	if _, err := os.Stat(helper); err == nil {
+		return fmt.Errorf("patch containerd-shim-runsc-v1: %s exists already (patched twice?)", runscShimBootstrapFile)
+	}
+	if err := os.WriteFile(helper, []byte(runscShimBootstrapSource), 0o644); err != nil {
+		return fmt.Errorf("patch containerd-shim-runsc-v1: add %s: %w", runscShimBootstrapFile, err)
+	}
+	return nil
+}

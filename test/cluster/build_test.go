@@ -34,7 +34,7 @@ func TestKubeLDFlags_SameAsTheFirstKubeBuild(t *testing.T) {
 	}
 }
 
-func TestCachedBinaries_OnlyWhenAllThreeAreExecutables(t *testing.T) {
+func TestCachedBinaries_OnlyWhenAllAreExecutables(t *testing.T) {
 	o, _ := testOptions(t)
 	b, ok := CachedBinaries(o)
 	if ok {
@@ -44,6 +44,8 @@ func TestCachedBinaries_OnlyWhenAllThreeAreExecutables(t *testing.T) {
 		b.Kube:            filepath.Join(o.CacheDir, "kubernetes-v1.37.2", "kube"),
 		b.NetworkPolicies: filepath.Join(o.CacheDir, "kube-network-policies-v0.8.0-knotless2", "kube-network-policies"),
 		b.CoreDNS:         filepath.Join(o.CacheDir, "coredns-v1.15.0-knotless1", "coredns"),
+		b.Runsc:           filepath.Join(o.CacheDir, "gvisor-v0.0.0-20260905035102-160fafc42237-knotless1", "runsc"),
+		b.RunscShim:       filepath.Join(o.CacheDir, "gvisor-v0.0.0-20260905035102-160fafc42237-knotless1", "containerd-shim-runsc-v1"),
 	}
 	for got, w := range want {
 		if got != w {
@@ -52,6 +54,8 @@ func TestCachedBinaries_OnlyWhenAllThreeAreExecutables(t *testing.T) {
 	}
 	writeExecutable(t, b.Kube, "")
 	writeExecutable(t, b.NetworkPolicies, "")
+	writeExecutable(t, b.Runsc, "")
+	writeExecutable(t, b.RunscShim, "")
 	if err := os.MkdirAll(filepath.Dir(b.CoreDNS), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +66,13 @@ func TestCachedBinaries_OnlyWhenAllThreeAreExecutables(t *testing.T) {
 		t.Fatal("a non-executable coredns counted as cached")
 	}
 	writeExecutable(t, b.CoreDNS, "")
+	if err := os.Remove(b.RunscShim); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := CachedBinaries(o); ok {
+		t.Fatal("a cache without the runsc shim counted as complete")
+	}
+	writeExecutable(t, b.RunscShim, "")
 	if got, ok := CachedBinaries(o); !ok || got != b {
 		t.Fatalf("CachedBinaries = %+v, %v; want %+v, true", got, ok, b)
 	}
@@ -77,7 +88,7 @@ func TestCachedBinaries_DefaultCacheDir(t *testing.T) {
 func TestBuild_CachedBinariesAreNotRebuilt(t *testing.T) {
 	o, logs := testOptions(t)
 	b := o.paths()
-	for _, p := range []string{b.Kube, b.NetworkPolicies, b.CoreDNS} {
+	for _, p := range b.all() {
 		writeExecutable(t, p, "")
 	}
 	t.Setenv("PATH", "") // any go command run would fail
@@ -88,8 +99,8 @@ func TestBuild_CachedBinariesAreNotRebuilt(t *testing.T) {
 	if got != b {
 		t.Errorf("Build = %+v, want %+v", got, b)
 	}
-	if n := strings.Count(logs.String(), "binary cached"); n != 3 {
-		t.Errorf("logged %d cached binaries, want 3:\n%s", n, logs)
+	if n := strings.Count(logs.String(), "binary cached"); n != 5 {
+		t.Errorf("logged %d cached binaries, want 5:\n%s", n, logs)
 	}
 }
 

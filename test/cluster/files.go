@@ -32,6 +32,7 @@ func (c Config) writeConfigs() error {
 	}
 	files := map[string]string{
 		"containerd/config.toml":         c.containerdConfig(),
+		runscConfigFile:                  c.runscConfig(),
 		"cni/net.d/10-knotless.conflist": c.cniConfig(),
 		"kubelet/config.yaml":            c.kubeletConfig(),
 		"kube-proxy/config.yaml":         c.kubeProxyConfig(),
@@ -90,9 +91,47 @@ current-context: knotless-test
 // PauseImage is the pod sandbox image (containerd's sandbox_image).
 const PauseImage = "localhost/knotless/pause:1"
 
+// RuntimeClassGVisor is the RuntimeClass Up creates for gVisor; its handler
+// is RuntimeHandlerRunsc, the containerd runtime that runs pods in runsc.
+const (
+	RuntimeClassGVisor  = "gvisor"
+	RuntimeHandlerRunsc = "runsc"
+	// GVisorPodOverhead is the RuntimeClass's overhead.podFixed memory (a
+	// quantity): the kubelet adds it to the pod's memory cgroup limit, which
+	// with runsc holds the sandbox's own processes beside the steps.
+	GVisorPodOverhead = "64Mi"
+)
+
+// runscConfigFile (relative to the state directory) is the runsc shim's
+// options file: which runsc, its state root and its flags.
+const runscConfigFile = "containerd/runsc.toml"
+
+// runscConfig is the options file of containerd-shim-runsc-v1 (read
+// through the runtime's ConfigPath option): STATE/bin/runsc with its state
+// under STATE/run/runsc (wiped with the rest of the runtime state), the
+// systrap platform (ptrace-free, no /dev/kvm needed: what runs on our VMs),
+// and oci-seccomp so the pods' seccomp profile (RuntimeDefault) is applied
+// inside the sandbox as runc applies it (runsc ignores it otherwise).
+func (c Config) runscConfig() string {
+	return fmt.Sprintf(`binary_name = %q
+root = %q
+
+[runsc_config]
+  platform = "systrap"
+  oci-seccomp = "true"
+`, c.bin("runsc"), c.path("run", "runsc"))
+}
+
+// shimDir holds the links to containerd shims that are not Debian's
+// (containerd-shim-runsc-v1): containerd looks shims up on its PATH, and
+// containerd 1.6 ignores runtime_path when it starts a pod sandbox.
+func (c Config) shimDir() string { return c.path("shims") }
+
 // containerdConfig is containerd 1.6's config (version 2) with the CRI
 // plugin. restrict_oom_score_adj is required here: root lacks
 // CAP_SYS_RESOURCE and runc fails to set negative oom_score_adj otherwise.
+// Two runtime handlers: runc (the default) and runsc (gVisor, for pods of
+// RuntimeClass gvisor), whose shim reads runscConfig.
 func (c Config) containerdConfig() string {
 	return fmt.Sprintf(`version = 2
 root = %q
@@ -113,10 +152,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), PauseImage, c.path("cni", "net.d"))
+`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), PauseImage,
+		RuntimeHandlerRunsc, RuntimeHandlerRunsc, c.path(runscConfigFile), c.path("cni", "net.d"))
 }
 
 // cniConfig is a bridge network (cni0) with host-local IPAM over the node's
@@ -219,18 +264,25 @@ rules:
 
 // writeLinks makes STATE/bin/PROGRAM symlinks to the multi-call binary, so
 // every process has its own argv[0] (how the binary dispatches, and how
-// stop finds its own processes).
+// stop finds its own processes), to the other binaries of the cache
+// (runsc among them), and STATE/shims/containerd-shim-runsc-v1 to the runsc
+// shim (containerd's PATH has STATE/shims).
 func (c Config) writeLinks(b Binaries) error {
 	dir := c.path("bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	for _, d := range []string{dir, c.shimDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
-	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS}
+	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS, "runsc": b.Runsc}
 	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"} {
 		links[p] = b.Kube
 	}
+	paths := map[string]string{filepath.Join(c.shimDir(), "containerd-shim-runsc-v1"): b.RunscShim}
 	for name, target := range links {
-		link := filepath.Join(dir, name)
+		paths[filepath.Join(dir, name)] = target
+	}
+	for link, target := range paths {
 		if cur, err := os.Readlink(link); err == nil && cur == target {
 			continue
 		}

@@ -31,7 +31,10 @@ type process struct {
 func (c Config) processes() []process {
 	pki := func(f string) string { return c.path("pki", f) }
 	return []process{
-		{name: "containerd", path: "/usr/bin/containerd", args: []string{"--config", c.path("containerd", "config.toml")}},
+		// containerd finds shims on its PATH: Debian's runc shim in
+		// /usr/bin, the runsc shim in STATE/shims.
+		{name: "containerd", path: "/usr/bin/containerd", args: []string{"--config", c.path("containerd", "config.toml")},
+			env: []string{"PATH=" + processPath + ":" + c.shimDir()}},
 		{name: "etcd", path: c.bin("etcd"), args: joinFlags(
 			"--name=knotless-test",
 			"--data-dir="+c.path("etcd"),
@@ -119,6 +122,9 @@ func (c Config) componentKubeconfigs(name string) []string {
 	return []string{"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc}
 }
 
+// processPath is the PATH every process starts with.
+const processPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 func (c Config) pidFile(name string) string { return c.path("pids", name+".pid") }
 func (c Config) logFile(name string) string { return c.path("logs", name+".log") }
 
@@ -142,7 +148,8 @@ func (c Config) start(p process) error {
 	defer log.Close()
 	fmt.Fprintf(log, "\n==== %s started by the knotless test-cluster harness: %s %s\n", time.Now().UTC().Format(time.RFC3339), p.path, strings.Join(p.args, " "))
 	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, p.env...)
+	// A variable of p.env replaces the default (the last of duplicates wins).
+	cmd.Env = append([]string{"PATH=" + processPath, "HOME=/root"}, p.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = c.StateDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

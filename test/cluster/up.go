@@ -71,6 +71,7 @@ func (c Config) Up(ctx context.Context) error {
 	if err := c.writeLinks(bins); err != nil {
 		return err
 	}
+	c.checkRunsc(ctx)
 	if err := c.hostNetwork(ctx); err != nil {
 		return err
 	}
@@ -144,6 +145,30 @@ func (c Config) Up(ctx context.Context) error {
 	phase("")
 	c.Log.Info("cluster up", "took", time.Since(t0).Round(100*time.Millisecond), "kubeconfig", c.AdminKubeconfig(), "audit_log", c.AuditLog())
 	return nil
+}
+
+// checkRunsc runs `runsc do true` (gVisor's own smoke test: a sandbox on
+// the systrap platform, no network, the host's root file system read-only)
+// and logs the result. A failure is a warning, not an error: the cluster
+// serves every test that does not ask for RuntimeClass gvisor, and those
+// that do fail naming the pod's events (the sandbox cannot start).
+func (c Config) checkRunsc(ctx context.Context) {
+	root, err := os.MkdirTemp("", "knotless-runsc-check-")
+	if err != nil {
+		c.Log.Warn("runsc check skipped", "err", err)
+		return
+	}
+	defer os.RemoveAll(root)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	out, err := run(cctx, c.bin("runsc"), "--root", root, "--platform", "systrap", "--network", "none", "do", "true")
+	if err != nil {
+		c.Log.Warn("gVisor cannot run a sandbox on this machine: pods of RuntimeClass "+RuntimeClassGVisor+" will not start",
+			"err", err, "output", lastLines(out, 10))
+		return
+	}
+	c.Log.Info("runsc runs a sandbox", "platform", "systrap", "took", time.Since(t0).Round(10*time.Millisecond))
 }
 
 // ErrOtherCluster is returned by Up when another cluster holds the ports.

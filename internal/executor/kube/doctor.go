@@ -77,11 +77,14 @@ func (e *Executor) needed() []access {
 // create, and proves enforcement rather than a label); that a
 // NetworkPolicy selects job pods for ingress and egress (when the
 // credential may list them; the runner's Role need not: then the machine
-// check decides); the runner's own pod and the job pods' owner. With
-// machine it starts a job pod like a run's, runs a step with a test
-// secret over the stream, checks its exit code, probes from inside the
-// pod (DNS must work; the API server, the node, another pod must not
-// answer) and removes the pod.
+// check decides); the job pods' RuntimeClass (--runtime-class: that it
+// exists, when the credential may read it); the runner's own pod and the
+// job pods' owner. With machine it starts a job pod like a run's (under
+// the RuntimeClass: a node without its handler fails here, naming the
+// handler and the fix; with it, the kernel the steps see is reported),
+// runs a step with a test secret over the stream, checks its exit code,
+// probes from inside the pod (DNS must work; the API server, the node,
+// another pod must not answer) and removes the pod.
 func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executor.Check)) {
 	ok := func(name, detail string) { report(executor.Check{Name: name, OK: true, Detail: detail}) }
 	fail := func(name, detail, fix string) {
@@ -125,6 +128,7 @@ func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executo
 	}
 
 	e.checkPodSecurity(ctx, ok, fail)
+	e.checkRuntimeClass(ctx, machine, ok, fail)
 	e.checkNetworkPolicy(ctx, machine, ok, fail)
 	e.checkIdentity(ctx, ok, fail)
 	if machine {
@@ -174,6 +178,49 @@ func (e *Executor) checkPodSecurity(ctx context.Context, ok func(string, string)
 		fail(name, "a pod that breaks \"restricted\" was refused by a weaker level: "+firstLine(err.Error()), fix)
 	default:
 		fail(name, "the dry run of a pod failed otherwise: "+firstLine(err.Error()), "check that the runner may create pods (above); "+fix)
+	}
+}
+
+// runtimeClassCheck is the name of the check of --runtime-class.
+func (e *Executor) runtimeClassCheck() string {
+	if e.cfg.RuntimeClass == "" {
+		return "runtime class"
+	}
+	return "runtime class " + e.cfg.RuntimeClass
+}
+
+// checkRuntimeClass names the RuntimeClass job pods ask for and reads it
+// (its handler); a class that does not exist fails (the API server refuses
+// every job pod); one the credential may not read (cluster-scoped: the
+// runner's Role cannot grant it) is left to the test pod.
+func (e *Executor) checkRuntimeClass(ctx context.Context, machine bool, ok func(string, string), fail func(string, string, string)) {
+	name := e.runtimeClassCheck()
+	rc := e.cfg.RuntimeClass
+	if rc == "" {
+		ok(name, "none: job pods run in the nodes' default runtime (runc on most clusters: containers share the node's kernel); --runtime-class gvisor or kata runs them in a sandbox (docs/kubernetes.md, \"Stronger isolation\")")
+		return
+	}
+	later := "the test pod below checks that the node has its handler"
+	if !machine {
+		later = "run without --skip-machine to check that the nodes have its handler"
+	}
+	obj, err := e.client.NodeV1().RuntimeClasses().Get(ctx, rc, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		fail(name, fmt.Sprintf("the cluster has no RuntimeClass %s: the API server refuses every job pod", rc),
+			fmt.Sprintf("create it (apiVersion node.k8s.io/v1, kind RuntimeClass, name %s, handler: the runtime's handler in the nodes' container runtime, e.g. runsc for gVisor, kata for Kata Containers), or fix --runtime-class", rc))
+	case apierrors.IsForbidden(err):
+		ok(name, fmt.Sprintf("job pods ask for RuntimeClass %s; not read: the runner's credential may not get RuntimeClasses (cluster-scoped; least privilege): %s", rc, later))
+	case err != nil:
+		fail(name, "read RuntimeClass "+rc+": "+err.Error(), "check the API server")
+	default:
+		detail := fmt.Sprintf("job pods ask for RuntimeClass %s (handler %s", rc, obj.Handler)
+		if obj.Overhead != nil {
+			for res, q := range obj.Overhead.PodFixed {
+				detail += fmt.Sprintf(", pod overhead %s %s", res, q.String())
+			}
+		}
+		ok(name, detail+"): "+later)
 	}
 }
 
@@ -290,11 +337,21 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 	defer cancel()
 	sess, err := e.Prepare(pctx, executor.Spec{ID: id, Workspace: ws, Timeout: 5 * time.Minute, Log: &setup})
 	if err != nil {
-		fail("test job pod", firstLine(err.Error()), "see the line above it; kubectl -n "+e.ns+" describe pod for the events of a Pending pod")
+		msg := firstLine(err.Error())
+		if detail, fix, found := strings.Cut(msg, fixSep); found && e.cfg.RuntimeClass != "" {
+			fail(e.runtimeClassCheck()+" runs job pods", detail, fix)
+			fail("test job pod", "did not start: its node cannot run RuntimeClass "+e.cfg.RuntimeClass+" (above)", "see the check above")
+			return
+		}
+		fail("test job pod", msg, "see the line above it; kubectl -n "+e.ns+" describe pod for the events of a Pending pod")
 		return
 	}
 	pod := PodOf(sess)
-	ok("test job pod", fmt.Sprintf("%s running with the step agent in %s (image %s)", pod, time.Since(t0).Round(10*time.Millisecond), e.cfg.Image))
+	under := ""
+	if e.cfg.RuntimeClass != "" {
+		under = ", RuntimeClass " + e.cfg.RuntimeClass
+	}
+	ok("test job pod", fmt.Sprintf("%s running with the step agent in %s (image %s%s)", pod, time.Since(t0).Round(10*time.Millisecond), e.cfg.Image, under))
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -323,9 +380,27 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 	} else {
 		ok("exit code", "7 as the step exited")
 	}
+	e.checkKernel(pctx, sess, ok, fail)
 	e.checkDisk(pctx, sess, ok)
 	e.checkWarm(ok)
 	e.checkEnforcement(pctx, sess, pod, ok, fail)
+}
+
+// checkKernel reports, under --runtime-class, the kernel release the
+// steps see (`uname -r`): a sandbox's own (gVisor says 4.19.0-gvisor or
+// the like, Kata its VM's kernel), not the node's.
+func (e *Executor) checkKernel(ctx context.Context, sess executor.Session, ok func(string, string), fail func(string, string, string)) {
+	if e.cfg.RuntimeClass == "" {
+		return
+	}
+	name := e.runtimeClassCheck() + " runs job pods"
+	var out bytes.Buffer
+	res, err := sess.Exec(ctx, executor.Step{ID: "4", Name: "doctor kernel", Script: "uname -r"}, &out)
+	if err != nil || res.ExitCode != 0 {
+		fail(name, fmt.Sprintf("uname -r in the test pod: exit %d %v %s", res.ExitCode, err, strings.TrimSpace(out.String())), "the job image needs uname")
+		return
+	}
+	ok(name, "the steps see kernel "+strings.TrimSpace(out.String()))
 }
 
 // checkWarm says what the warm pool holds (--warm-pods): informative.

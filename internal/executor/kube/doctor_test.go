@@ -53,9 +53,10 @@ func jobPodPolicy() *networkingv1.NetworkPolicy {
 func doctorFixture(t *testing.T, rules []rbacv1.PolicyRule, policy bool) *fixture {
 	t.Helper()
 	c := kubetest.Connect(t)
+	rc := c.TestRuntimeClass(t)
 	ns := c.RestrictedNamespace(t)
 	path, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", rules)
-	f := &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t)}
+	f := &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t), runtimeClass: rc}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if policy {
@@ -118,6 +119,12 @@ func TestKubeDoctor_PassesEveryCheckInACorrectNamespace(t *testing.T) {
 		"the API server's Service unreachable from a job pod", "test job pod removed"} {
 		if _, ok := checks[name]; !ok {
 			t.Errorf("no check %q", name)
+		}
+	}
+	if rc := f.runtimeClass; rc != "" {
+		c := checks["runtime class "+rc+" runs job pods"]
+		if !c.OK || (rc == kubetest.GVisor && !kubetest.SandboxKernel(c.Detail)) {
+			t.Errorf("check %q: %+v, want OK naming the sandbox's kernel", "runtime class "+rc+" runs job pods", c)
 		}
 	}
 	var others int

@@ -42,8 +42,11 @@ type driver Executor
 // with reason image-pull and the kubelet's message), a pod unscheduled
 // past PendingTimeout (unschedulable, with the scheduler's message), a
 // pod the API server or the kubelet refuses (Pod Security, quota,
-// CreateContainerConfigError: reason executor with their message), an
-// agent that cannot be delivered. On error the pod is deleted.
+// CreateContainerConfigError: reason executor with their message), a
+// node whose container runtime cannot make the pod's sandbox (no handler
+// for the RuntimeClass: at once; other sandbox failures after a minute;
+// reason executor with the kubelet's event), an agent that cannot be
+// delivered. On error the pod is deleted.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
 	if e.pool != nil {

@@ -310,11 +310,15 @@ func (e *Executor) logf(spec executor.Spec, format string, args ...any) {
 
 // waitRunning waits until the pod's container runs, reporting in spec.Log
 // what it waits for (once per new message), and fails with a
-// *executor.Fault when podFault says the pod cannot run.
+// *executor.Fault when podFault says the pod cannot run, or the kubelet's
+// events say the runtime cannot make its sandbox (sandboxFault: a
+// RuntimeClass whose handler the node lacks at once, other failures after
+// sandboxGrace).
 func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name string, created time.Time) (*corev1.Pod, error) {
 	said := ""
 	tick := time.NewTicker(time.Second) // the grace periods pass without events
 	defer tick.Stop()
+	var lastEvents time.Time
 	for {
 		p, changed := e.pod(name)
 		if p != nil && running(p) {
@@ -323,6 +327,14 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 		if p != nil || time.Since(created) > 5*time.Second {
 			if f := podFault(p, time.Now(), created, e.cfg.ImagePullGrace, e.cfg.PendingTimeout); f != nil {
 				return nil, &executor.Fault{Reason: f.Reason, Message: f.Message}
+			}
+		}
+		// A scheduled pod whose sandbox the runtime cannot make stays
+		// ContainerCreating for ever; only the kubelet's events say why.
+		if p != nil && scheduled(p) && time.Since(lastEvents) >= sandboxPoll && time.Since(created) >= time.Second {
+			lastEvents = time.Now()
+			if f := e.sandboxFault(ctx, p, created); f != nil {
+				return nil, f
 			}
 		}
 		if note := pendingNote(p); note != "" && note != said {

@@ -33,20 +33,26 @@ type fixture struct {
 	rest       *rest.Config
 	kubeconfig string
 	agent      string
+	// runtimeClass is the job pods' RuntimeClass:
+	// $KNOTLESS_TEST_RUNTIME_CLASS (make test-gvisor: gvisor), checked by
+	// kubetest; "" for the node's default runtime.
+	runtimeClass string
 }
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	c := kubetest.Connect(t)
+	rc := c.TestRuntimeClass(t)
 	ns := c.RestrictedNamespace(t)
 	path, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
-	return &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t)}
+	return &fixture{c: c, ns: ns, rest: cfg, kubeconfig: path, agent: agenttest.Binary(t), runtimeClass: rc}
 }
 
 // config is the executor configuration tests start from: small pods of
-// the job base image, as runner "test".
+// the job base image, as runner "test", of the fixture's RuntimeClass.
 func (f *fixture) config() kube.Config {
-	return kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent}, Rest: f.rest, Namespace: f.ns, Disk: 256 << 20, PullPolicy: "Never"}
+	return kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent},
+		Rest: f.rest, Namespace: f.ns, Disk: 256 << 20, PullPolicy: "Never", RuntimeClass: f.runtimeClass}
 }
 
 func (f *fixture) executor(t testing.TB, cfg kube.Config) *kube.Executor {

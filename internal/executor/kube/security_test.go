@@ -65,6 +65,7 @@ func TestKube_PodMissingAHardeningField(t *testing.T) {
 	}
 
 	assertHardened(t, pod, 1000, 1000, 10*time.Minute, id)
+	f.assertRuntimeClass(t, pod)
 }
 
 // assertHardened checks every hardening field of a stored job pod; uid
