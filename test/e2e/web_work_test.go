@@ -243,6 +243,15 @@ func TestBrowser_RunnerRestartIsAMarkerLineInTheStepLog(t *testing.T) {
 	first := w.startRunner(rid)
 	run := w.pushOne(gatedWorkflow("echo before the restart\ntouch \"$GATE/printed-$KNOTLESS_RUN\"\n" + waitGateScript("go") + "\necho after the restart"))
 	w.waitGate(run.ID, fmt.Sprintf("printed-%d", run.ID), 60*time.Second)
+	// The marker stands where the new process goes on from the step's last
+	// checkpoint; a step taken over from its first byte is made again whole
+	// and has none (TestExecute_TakeoverWithoutCheckpointDoesNotRepeatTheLogsStart).
+	// So the kill waits until the server holds the first line: the runner
+	// shipped it, so it had checkpointed past it.
+	testwait.Until(t, 30*time.Second, "the first line on the server", func() (bool, string) {
+		l := w.stepLog(run.ID, 1)
+		return strings.Contains(l, "before the restart\n"), fmt.Sprintf("%q", l)
+	})
 	first.signal(t, syscall.SIGKILL)
 	first.wait(t, 10*time.Second)
 	second := w.startRunner(rid)
