@@ -13,6 +13,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/dockertest"
+	"knotless.dev/knotless/test/kubetest"
 )
 
 // A workflow with a PostgreSQL service (an image of its own, its password
@@ -26,16 +27,49 @@ func TestE2E_DockerPostgresServiceAnswersTheTestStep(t *testing.T) {
 	d := newDockerRunner(t)
 	img := d.eng.EnsurePostgresImage(t)
 	w := newWorld(t, 30*time.Second)
-	const password = "pg-s3cr3t-e2e"
-	w.cliOK(password+"\n", "secret", "set", "POSTGRES_PASSWORD", "--repo", w.repo)
 	rid := w.registerRunner("svc1")
 	d.cleanup(t, "svc1")
-	args := append([]string{}, d.args...)
-	for i, a := range args {
-		if a == "128Mi" {
-			args[i] = "512Mi"
+	runPostgresService(t, w, rid, img, withMemory(d.args, "512Mi"))
+	testwait.Until(t, 30*time.Second, "the job and service containers to be gone", func() (bool, string) {
+		left := d.containers(t, "svc1")
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}
+
+// The same through server, runner and CLI on kube: the service is a native
+// sidecar of the job pod, and the pod is gone after the run.
+func TestE2E_KubePostgresServiceAnswersTheTestStep(t *testing.T) {
+	t.Parallel()
+	k := newKubeRunner(t)
+	w := newWorld(t, 30*time.Second)
+	rid := w.registerRunner("ksvc1")
+	runPostgresService(t, w, rid, kubetest.JobPostgresImage, withMemory(k.args, "512Mi"))
+	testwait.Until(t, time.Minute, "the job pod to be gone", func() (bool, string) {
+		left := k.pods(t, "ksvc1")
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}
+
+// withMemory is a runner's arguments with its --memory value set to m.
+func withMemory(args []string, m string) []string {
+	out := append([]string{}, args...)
+	for i := range out {
+		if i > 0 && out[i-1] == "--memory" {
+			out[i] = m
 		}
 	}
+	return out
+}
+
+// runPostgresService pushes a workflow whose step queries a PostgreSQL
+// service of image img (its password a repository secret), runs it on
+// runner rid started with args and checks the run: succeeded, the step's
+// answer came from the service, the service's readiness and log are in the
+// setup log, and the secret is in no log.
+func runPostgresService(t *testing.T, w *world, rid *runnerID, img string, args []string) {
+	t.Helper()
+	const password = "pg-s3cr3t-e2e"
+	w.cliOK(password+"\n", "secret", "set", "POSTGRES_PASSWORD", "--repo", w.repo)
 	runner := w.startRunner(rid, args...)
 	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": `on:
   push: {}
@@ -67,13 +101,9 @@ steps:
 			t.Errorf("setup log lacks %q:\n%s", want, setup)
 		}
 	}
-	if strings.Contains(setup, password) {
-		t.Errorf("the setup log holds the service's secret")
+	if strings.Contains(setup, password) || strings.Contains(runner.output(), password) {
+		t.Errorf("the setup log or the runner's log holds the service's secret")
 	}
-	testwait.Until(t, 30*time.Second, "the job and service containers to be gone", func() (bool, string) {
-		left := d.containers(t, "svc1")
-		return len(left) == 0, strings.Join(left, ", ")
-	})
 }
 
 // A services workflow run with `knotless-run exec --executor shell` fails
