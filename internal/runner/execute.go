@@ -38,18 +38,22 @@ var (
 // Job is one run to execute: what the server's claim says (or what `exec`
 // found locally) plus where it executes on this host.
 type Job struct {
-	Run            int64
-	Pipeline       int64
-	Repo           string // OWNER/NAME
-	Ref            string // full ref, e.g. refs/heads/main
-	SHA            string
-	Event          string // push, tag or manual ("" for exec)
-	BeforeSHA      string // the ref's commit before the push; "" when new or manual
-	Actor          string // handle of who pushed or triggered
-	ServerURL      string // the server's URL, no trailing slash ("" for exec)
-	RunnerName     string // this runner's name
-	WorkflowPath   string // e.g. .knotless/workflows/ci.yml (for messages)
-	WorkflowSource []byte
+	Run      int64
+	Pipeline int64
+	Repo     string // OWNER/NAME
+	Ref      string // full ref, e.g. refs/heads/main
+	SHA      string
+	// WorkTreeChanges is how many paths of Workspace differ from SHA
+	// (git status --porcelain: changed, added, deleted, untracked): exec
+	// runs the work tree as it is, and the setup log's first line says so.
+	WorkTreeChanges int
+	Event           string // push, tag or manual ("" for exec)
+	BeforeSHA       string // the ref's commit before the push; "" when new or manual
+	Actor           string // handle of who pushed or triggered
+	ServerURL       string // the server's URL, no trailing slash ("" for exec)
+	RunnerName      string // this runner's name
+	WorkflowPath    string // e.g. .knotless/workflows/ci.yml (for messages)
+	WorkflowSource  []byte
 	// ID is the executor environment's ID; default "run-<Run>".
 	ID string
 	// Workspace is the checkout on this host; Checkout (when set) fills it.
@@ -330,6 +334,9 @@ func (e *execution) run(ctx context.Context) Result {
 	}
 	if e.job.Ref != "" {
 		commit += " (" + e.job.Ref + ")"
+	}
+	if n := e.job.WorkTreeChanges; n > 0 {
+		commit += fmt.Sprintf(" and the work tree's uncommitted changes (%d paths)", n)
 	}
 	if resume == nil {
 		sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)

@@ -123,19 +123,20 @@ func ExecLocal(ctx context.Context, opts LocalOptions) (Result, error) {
 		return strings.TrimSpace(string(out))
 	}
 	job := Job{
-		Repo:           "local/" + filepath.Base(root),
-		Ref:            gitOut("symbolic-ref", "-q", "HEAD"),
-		SHA:            gitOut("rev-parse", "-q", "--verify", "HEAD"),
-		WorkflowPath:   rel,
-		WorkflowSource: src,
-		ID:             fmt.Sprintf("exec-%d", os.Getpid()),
-		Workspace:      root,
-		Env:            opts.Env,
-		Secrets:        secrets,
-		Labels:         map[string]string{"knotless.dev/exec": fmt.Sprint(os.Getpid())},
-		LogLimit:       opts.LogLimit,
-		Logger:         opts.Logger,
-		Matrix:         matrix,
+		Repo:            "local/" + filepath.Base(root),
+		Ref:             gitOut("symbolic-ref", "-q", "HEAD"),
+		SHA:             gitOut("rev-parse", "-q", "--verify", "HEAD"),
+		WorkTreeChanges: countLines(gitOut("status", "--porcelain", "--untracked-files=all")),
+		WorkflowPath:    rel,
+		WorkflowSource:  src,
+		ID:              fmt.Sprintf("exec-%d", os.Getpid()),
+		Workspace:       root,
+		Env:             opts.Env,
+		Secrets:         secrets,
+		Labels:          map[string]string{"knotless.dev/exec": fmt.Sprint(os.Getpid())},
+		LogLimit:        opts.LogLimit,
+		Logger:          opts.Logger,
+		Matrix:          matrix,
 	}
 	rep := &ConsoleReporter{Out: opts.Out, Workflow: name}
 	return Execute(ctx, job, opts.Executor, rep), nil
@@ -289,4 +290,12 @@ func pickRun(runs []*workflow.Workflow, want map[string]string) (*workflow.Workf
 		what = fmt.Sprintf("makes %d runs", len(runs))
 	}
 	return nil, usagef("the workflow's matrix %s: pick one run with --matrix NAME=VALUE (repeatable); its runs: %s", what, strings.Join(all, "; "))
+}
+
+// countLines is how many lines s holds (0 for "").
+func countLines(s string) int {
+	if s == "" {
+		return 0
+	}
+	return strings.Count(s, "\n") + 1
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -121,4 +123,60 @@ func stepSections(out string) string {
 	}
 	out = footerDuration.ReplaceAllString(out[i:], "$1 ──")
 	return summaryRun.ReplaceAllString(out, "run N (")
+}
+
+// `knotless-run exec` runs the work tree as it is, so its setup log's
+// first line names the commit and, when the work tree differs from it, how
+// many paths do: a clean checkout reads as the commit alone.
+func TestE2E_ExecSaysWhenItRunsUncommittedChanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = baseEnv(t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	writeFile(t, filepath.Join(dir, ".knotless", "workflows", "ci.yml"), "on: {push: {}}\nsteps: [{run: cat data.txt}]\n")
+	writeFile(t, filepath.Join(dir, "data.txt"), "committed\n")
+	git("add", "-A")
+	git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "one")
+	head := git("rev-parse", "HEAD")
+	exe := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, runnerBin(), "exec", ".knotless/workflows/ci.yml")
+		cmd.Dir = dir
+		cmd.Env = baseEnv(t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("exec: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	clean := regexp.MustCompile(`(?m): run 0 of local/\S+, commit ` + head + ` \(refs/heads/main\)$`)
+	if out := exe(); !clean.MatchString(out) || !strings.Contains(out, "\ncommitted\n") {
+		t.Errorf("a clean work tree's exec:\n%s\nwant the commit alone and the committed file", out)
+	}
+	writeFile(t, filepath.Join(dir, "data.txt"), "changed\n")
+	writeFile(t, filepath.Join(dir, "new.txt"), "new\n")
+	out := exe()
+	if !strings.Contains(out, "commit "+head+" (refs/heads/main) and the work tree's uncommitted changes (2 paths)\n") || !strings.Contains(out, "\nchanged\n") {
+		t.Errorf("a changed work tree's exec:\n%s\nwant the commit and its 2 changed paths, and the changed file", out)
+	}
+}
+
+// writeFile writes data to path, making its directories.
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
