@@ -71,6 +71,8 @@ type AuditQuery struct {
 	Verb, Resource, Subresource, Namespace, Name string
 	User                                         string // user.username
 	RequestURIContains                           string
+	UserAgentPrefix                              string
+	Code                                         int // responseStatus.code, e.g. 429
 }
 
 // Match reports whether ev has every field q sets.
@@ -85,7 +87,9 @@ func (q AuditQuery) Match(ev AuditEvent) bool {
 		(q.Namespace == "" || q.Namespace == ref.Namespace) &&
 		(q.Name == "" || q.Name == ref.Name) &&
 		(q.User == "" || q.User == ev.User.Username) &&
-		(q.RequestURIContains == "" || strings.Contains(ev.RequestURI, q.RequestURIContains))
+		(q.RequestURIContains == "" || strings.Contains(ev.RequestURI, q.RequestURIContains)) &&
+		(q.UserAgentPrefix == "" || strings.HasPrefix(ev.UserAgent, q.UserAgentPrefix)) &&
+		(q.Code == 0 || ev.ResponseStatus != nil && ev.ResponseStatus.Code == q.Code)
 }
 
 // prefilter reports whether a raw log line may hold an event q matches:
