@@ -81,9 +81,10 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := e.watch(ctx); err != nil {
-		return nil, nil, err
-	}
+	// The informer (started once per process: the first pod of an `exec`
+	// waits for its list and watch) syncs while the pod is created.
+	watched := make(chan error, 1)
+	go func() { watched <- e.watch(ctx) }()
 	selector, err := e.nodeSelector(spec)
 	if err != nil {
 		return nil, nil, err
@@ -111,6 +112,7 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 	})
 	pod, err = e.createPod(ctx, spec, pod)
 	if err != nil {
+		<-watched
 		return nil, nil, err
 	}
 	created := time.Now()
@@ -120,6 +122,9 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 			_ = e.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID, false)
 		}
 	}()
+	if err := <-watched; err != nil {
+		return nil, nil, err
+	}
 	user := "uid:gid " + e.cfg.RunAs.String()
 	if e.cfg.RunAs.Image {
 		user = "the image's own user (non-root)"

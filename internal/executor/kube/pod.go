@@ -219,17 +219,25 @@ func bootstrapCommand(serve agent.Serve) []string {
 // listens already (a retried delivery), it asks for the program with the
 // pod's machine (line lineSendAgent and `uname -m`, "unknown" without
 // uname), reads its size (one line) and exactly that many bytes of it
-// from STDIN (head -c; the runner sends nothing more before the next
-// line, so nothing is read ahead, and the reader never depends on STDIN's
-// end), checks the count and makes it executable. Then it says
-// lineDelivered and becomes `knotless-agent connect`, which wakes PID 1
-// (bootstrapCommand) and waits for the agent's socket: the same exec
+// from STDIN (dd of whole 64 KiB blocks and head -c of the rest, or head
+// -c alone where dd fails before reading; the runner sends nothing more
+// before the next line, so nothing is read ahead, and the reader never
+// depends on STDIN's end), checks the count and makes it executable. Then
+// it says lineDelivered and becomes `knotless-agent connect`, which wakes
+// PID 1 (bootstrapCommand) and waits for the agent's socket: the same exec
 // carries the agent protocol. Tools it needs in the image: sh, head, wc,
-// chmod (uname optional).
+// chmod (uname and dd optional).
 func deliverScript() string {
 	return `set -e; umask 077; a=` + AgentPath + `; ` +
 		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + ` "$(uname -m 2>/dev/null || echo unknown)"; ` +
-		`read -r n; head -c "$n" > "$a"; got=$(wc -c < "$a"); ` +
+		`read -r n; ` +
+		// dd in 64 KiB blocks where it can (busybox's head -c, the
+		// job-base image's, moves ~10× less per CPU second, and a job
+		// pod's CPU limit binds), else head -c: an unknown dd or flag
+		// fails before it reads a byte. The size check below catches any
+		// other mishap.
+		`if dd bs=65536 count=$((n / 65536)) iflag=fullblock of="$a" 2>/dev/null; then head -c $((n % 65536)) >> "$a"; else head -c "$n" > "$a"; fi; ` +
+		`got=$(wc -c < "$a"); ` +
 		`[ "$got" -eq "$n" ] || { echo "knotless: the agent arrived truncated: $got of $n bytes" >&2; exit 98; }; ` +
 		`chmod 0500 "$a"; fi; ` +
 		`echo ` + lineDelivered + `; exec "$a" ` + strings.Join(agent.Connect{Socket: AgentSocket, Wait: 30 * time.Second, Wake: startFIFO}.Args(), " ")

@@ -1,0 +1,84 @@
+package kube
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The delivery script, run by real shells with the pod's paths moved to a
+// temporary directory, writes the program byte for byte whatever its size
+// against dd's 64 KiB blocks, with dd and where the image's dd fails before
+// reading (an unknown flag, or no dd at all: head -c alone), and then
+// execs it with the connect arguments. The "agent" is a shell script that
+// prints its arguments.
+func TestDeliverScript_WritesTheAgentWholeWithAndWithoutDD(t *testing.T) {
+	shells := [][]string{{"sh"}}
+	if _, err := exec.LookPath("busybox"); err == nil {
+		shells = append(shells, []string{"busybox", "sh"})
+	}
+	noDD := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noDD, "dd"), []byte("#!/bin/sh\necho 'dd: unknown operand iflag=fullblock' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shells {
+		for _, path := range []struct{ name, prefix string }{{"dd", ""}, {"no usable dd", noDD + ":"}} {
+			for _, pad := range []int{0, 1, 65536 - 70, 65536*3 + 5} {
+				t.Run(fmt.Sprintf("%s/%s/%d", strings.Join(sh, " "), path.name, pad), func(t *testing.T) {
+					dir := t.TempDir()
+					script := strings.ReplaceAll(deliverScript(), AgentDir+"/", dir+"/")
+					agent := []byte("#!/bin/sh\necho agent-ran \"$@\"\nexit 0\n#")
+					agent = append(agent, bytes.Repeat([]byte{'x'}, pad)...)
+					agent = append(agent, '\n')
+					cmd := exec.Command(sh[0], append(sh[1:], "-c", script)...)
+					cmd.Env = []string{"PATH=" + path.prefix + os.Getenv("PATH")}
+					in, err := cmd.StdinPipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					outPipe, err := cmd.StdoutPipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					var stderr bytes.Buffer
+					cmd.Stderr = &stderr
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					out := bufio.NewReader(outPipe)
+					line, _ := out.ReadString('\n')
+					if !strings.HasPrefix(line, lineSendAgent+" ") {
+						t.Fatalf("first line %q, want %s MACHINE; stderr %s", line, lineSendAgent, stderr.String())
+					}
+					fmt.Fprintf(in, "%d\n", len(agent))
+					in.Write(agent)
+					// Nothing more until the script says it has the program,
+					// as the runner does.
+					if line, _ = out.ReadString('\n'); line != lineDelivered+"\n" {
+						t.Fatalf("after the program: %q, want %s; stderr %s", line, lineDelivered, stderr.String())
+					}
+					in.Close()
+					rest, _ := out.ReadString('\n')
+					if err := cmd.Wait(); err != nil {
+						t.Fatalf("script: %v; stderr %s", err, stderr.String())
+					}
+					if !strings.HasPrefix(rest, "agent-ran connect ") {
+						t.Errorf("the program ran as %q, want agent-ran connect ...", rest)
+					}
+					got, err := os.ReadFile(filepath.Join(dir, "knotless-agent"))
+					if err != nil || !bytes.Equal(got, agent) {
+						t.Errorf("program written: %d bytes (%v), want %d, the same", len(got), err, len(agent))
+					}
+					if fi, err := os.Stat(filepath.Join(dir, "knotless-agent")); err != nil || fi.Mode().Perm() != 0o500 {
+						t.Errorf("program mode %v, %v; want 0500", fi.Mode(), err)
+					}
+				})
+			}
+		}
+	}
+}
