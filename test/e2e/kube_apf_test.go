@@ -131,19 +131,13 @@ func TestE2E_KubeRunnerThrottledByAPIPriorityAndFairnessEndsEveryRunWithItsTrueR
 // loadAsUserAgent is the user agent of loadAs's clients.
 const loadAsUserAgent = "knotless-e2e-apf-load"
 
-// loadAs lists the namespace's pods as the runner's ServiceAccount (its
-// kubeconfig in k.args) from n clients in a loop until ctx ends, keeping
+// loadAs lists the namespace's pods as the runner's ServiceAccount
+// (k.kubeconfig) from n clients in a loop until ctx ends, keeping
 // its API Priority and Fairness level busy; the returned channel closes
 // when they have stopped.
 func (k *kubeRunner) loadAs(t testing.TB, ctx context.Context, n int) <-chan struct{} {
 	t.Helper()
-	path := ""
-	for i, a := range k.args {
-		if a == "--kubeconfig" && i+1 < len(k.args) {
-			path = k.args[i+1]
-		}
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,31 +117,7 @@ var logTime = regexp.MustCompile(`^time=(\S+) `)
 // claimToFinished reads the runner's log for run id's "claimed run" and
 // "run finished" lines and returns the time between them.
 func claimToFinished(log string, id int64) (time.Duration, error) {
-	var claimed, finished time.Time
-	tag := fmt.Sprintf(" run=%d ", id)
-	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line+" ", tag) {
-			continue
-		}
-		m := logTime.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339Nano, m[1])
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.Contains(line, `msg="claimed run"`):
-			claimed = t
-		case strings.Contains(line, `msg="run finished"`):
-			finished = t
-		}
-	}
-	if claimed.IsZero() || finished.IsZero() {
-		return 0, fmt.Errorf("the runner's log has no claimed/finished lines for run %d", id)
-	}
-	return finished.Sub(claimed), nil
+	return logInterval(log, id, "claimed run", "run finished")
 }
 
 func median(ds []time.Duration) time.Duration {

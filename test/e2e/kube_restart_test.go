@@ -52,7 +52,7 @@ func newOwnedKubeRunner(t testing.TB) *kubeRunner {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the runner's Deployment: %v", err)
 	}
-	return &kubeRunner{c: c, ns: ns, args: []string{
+	return &kubeRunner{c: c, ns: ns, kubeconfig: path, args: []string{
 		"--executor", "kube", "--kubeconfig", path, "--namespace", ns, "--owner", "deployment/" + runnerDeployment,
 		"--image", kubetest.JobBaseImage, "--cpus", "200m", "--memory", "128Mi", "--disk", "256Mi",
 	}}

@@ -24,9 +24,10 @@ import (
 // ServiceAccount bound to exactly the runner's Role, and the knotless-run
 // flags that run job pods there with it.
 type kubeRunner struct {
-	c    *kubetest.Cluster
-	ns   string
-	args []string
+	c          *kubetest.Cluster
+	ns         string
+	kubeconfig string // the runner ServiceAccount's
+	args       []string
 }
 
 func newKubeRunner(t testing.TB) *kubeRunner {
@@ -34,7 +35,7 @@ func newKubeRunner(t testing.TB) *kubeRunner {
 	c := kubetest.Connect(t)
 	ns := c.RestrictedNamespace(t)
 	path, _ := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
-	return &kubeRunner{c: c, ns: ns, args: []string{
+	return &kubeRunner{c: c, ns: ns, kubeconfig: path, args: []string{
 		"--executor", "kube", "--kubeconfig", path, "--namespace", ns,
 		"--image", kubetest.JobBaseImage, "--cpus", "200m", "--memory", "128Mi", "--disk", "256Mi",
 	}}
