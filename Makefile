@@ -80,6 +80,17 @@ test: vet cluster-up docker-up testreport
 	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...
 	cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...
 	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
+	$(MAKE) bench-smoke
+
+# Every benchmark once at its smallest, so that one which no longer runs
+# fails the tests instead of the next measurement: each go test Benchmark*
+# with -benchtime 1x (one package at a time, as the figures are taken), and
+# the bench program with tiny sizes. About 5 minutes; the figures it prints
+# mean nothing (one sample, no baseline interleaving).
+.PHONY: bench-smoke
+bench-smoke: build cluster-up docker-up
+	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
+	$(GO) run ./bench -bin $(BIN) -n 1 -log-mb 1 -log-runs 1 -steps 2 -steps-runs 1 -restarts 1 -runners 5 -idle 2s
 
 # The kube executor's shared suite (executortest), its secret and
 # hardening tests and doctor with every job pod in gVisor: RuntimeClass

@@ -126,6 +126,8 @@ func (c *cluster) startRunner(ctx context.Context, name string, flags ...string)
 	state := filepath.Join(c.dir, name+".json")
 	login := exec.CommandContext(ctx, filepath.Join(c.bin, "knotless-run"), "login", "--server", c.url,
 		"--repo", c.repo, "--name", name, "--labels", "bench", "--state", state)
+	// The admin's API token is a registration credential too (api.RegistrationTokenHeader).
+	login.Env = append(os.Environ(), "KNOTLESS_REGISTRATION_TOKEN="+c.token)
 	if out, err := login.CombinedOutput(); err != nil {
 		return fmt.Errorf("knotless-run login: %w\n%s", err, out)
 	}

@@ -45,6 +45,11 @@ type Baseline struct {
 	Pod func(namespace string) *corev1.Pod
 	// Poll is the interval between Gets while waiting; 0 means BaselinePoll.
 	Poll time.Duration
+	// DeleteGracePeriod, when not nil, is the deletion's
+	// DeleteOptions.GracePeriodSeconds (0: the kubelet kills the
+	// containers at once, as a kube executor does once its agent has ended
+	// everything); nil leaves the pod's own terminationGracePeriodSeconds.
+	DeleteGracePeriod *int64
 }
 
 // NewBaseline returns a Baseline creating pods in namespace through cfg,
@@ -185,14 +190,14 @@ func (b *Baseline) ExecTrue(ctx context.Context, pod string) (time.Duration, err
 	return d, err
 }
 
-// DeleteGone deletes pod with background propagation (and the pod's own
-// grace period) and polls Get every b.Poll until it answers NotFound. It
+// DeleteGone deletes pod with background propagation (and
+// b.DeleteGracePeriod, else the pod's own grace period) and polls Get every b.Poll until it answers NotFound. It
 // returns the time from the delete request to that answer.
 func (b *Baseline) DeleteGone(ctx context.Context, pod string) (time.Duration, error) {
 	pods := b.Client.CoreV1().Pods(b.Namespace)
 	background := metav1.DeletePropagationBackground
 	start := time.Now()
-	err := pods.Delete(ctx, pod, metav1.DeleteOptions{PropagationPolicy: &background})
+	err := pods.Delete(ctx, pod, metav1.DeleteOptions{PropagationPolicy: &background, GracePeriodSeconds: b.DeleteGracePeriod})
 	if apierrors.IsNotFound(err) {
 		return time.Since(start), nil
 	}
