@@ -27,6 +27,10 @@ type local struct {
 	*agentenv.Base
 	dir, bin string
 	fault    atomic.Pointer[executor.Fault]
+	// compress is its Env.CompressCopies; sent and received count the
+	// bytes its connections to the agent carried.
+	compress       bool
+	sent, received atomic.Int64
 }
 
 func newLocal(dir, bin string) *local {
@@ -79,8 +83,12 @@ func (d *localDriver) env(dir string) *agentenv.Env {
 			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 				return nil, fmt.Errorf("%w: %v", agent.ErrGone, err)
 			}
-			return c, err
+			if err != nil {
+				return nil, err
+			}
+			return &counted{ReadWriteCloser: c, l: (*local)(d)}, nil
 		},
+		CompressCopies: d.compress,
 		Why: func(context.Context) *executor.Fault { return d.fault.Load() },
 		Remove: func(ctx context.Context, agentEnded bool) error {
 			if pid := agentPID(dir); pid > 1 && !agentEnded {
@@ -100,4 +108,23 @@ func agentPID(dir string) int {
 	b, _ := os.ReadFile(filepath.Join(dir, "agent.json"))
 	_ = json.Unmarshal(b, &st)
 	return st.PID
+}
+
+// counted counts what a connection carried into its local's sent and
+// received.
+type counted struct {
+	io.ReadWriteCloser
+	l *local
+}
+
+func (c *counted) Write(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Write(p)
+	c.l.sent.Add(int64(n))
+	return n, err
+}
+
+func (c *counted) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	c.l.received.Add(int64(n))
+	return n, err
 }

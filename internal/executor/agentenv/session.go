@@ -414,7 +414,11 @@ func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("copy %s into %s session %s: %w", src, s.cfg.Executor, s.cfg.ID, err)
 	}
-	_, err := s.cfg.Client.CopyIn(ctx, dst, func(w io.Writer) error {
+	req := agent.CopyIn{Dst: dst}
+	if s.cfg.Env.CompressCopies {
+		req.Compression = s.compression(ctx)
+	}
+	_, err := s.cfg.Client.CopyInWith(ctx, req, func(w io.Writer) error {
 		return agent.WriteTar(ctx, w, agent.HostTree{}, src)
 	})
 	if err != nil {
@@ -438,7 +442,11 @@ func (s *Session) CopyOut(ctx context.Context, src, dst string) error {
 	}
 	defer s.end(done)
 	dst = filepath.Clean(dst)
-	err = s.cfg.Client.CopyOut(ctx, src, func(r io.Reader) error {
+	req := agent.CopyOut{Src: src}
+	if s.cfg.Env.CompressCopies {
+		req.Compression = s.compression(ctx)
+	}
+	err = s.cfg.Client.CopyOutWith(ctx, req, func(r io.Reader) error {
 		_, err := agent.ExtractTar(ctx, r, agent.HostTree{}, dst)
 		return err
 	})
