@@ -76,11 +76,14 @@ testreport:
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster); then
 # the kube executor's suite again with job pods in gVisor (test-gvisor).
+# Each part prints "### make test: PART took Ns" (CI's log keeps each
+# part's time: the whole must stay under ~50 minutes on a cold machine).
+timed = start=$$(date +%s); $(2); rc=$$?; echo "\#\#\# make test: $(1) took $$(( $$(date +%s) - start ))s"; exit $$rc
 test: vet cluster-up docker-up testreport
-	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...
-	cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...
-	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
-	$(MAKE) bench-smoke
+	$(call timed,./...,$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...)
+	$(call timed,test/cluster,cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...)
+	$(call timed,gVisor suite,$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube)
+	$(call timed,bench-smoke,$(MAKE) bench-smoke)
 
 # Every benchmark once at its smallest, so that one which no longer runs
 # fails the tests instead of the next measurement: each go test Benchmark*
