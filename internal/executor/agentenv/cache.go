@@ -110,6 +110,15 @@ func (s *Session) SaveCache(ctx context.Context, src, stage string) error {
 	return nil
 }
 
+// copyCompression is CopyIn's and CopyOut's: compression where the
+// environment asks for it (Env.CompressCopies), else none.
+func (s *Session) copyCompression(ctx context.Context) string {
+	if !s.cfg.Env.CompressCopies {
+		return ""
+	}
+	return s.compression(ctx)
+}
+
 // compression is zstd when the agent speaks it.
 func (s *Session) compression(ctx context.Context) string {
 	if h, err := s.cfg.Client.Connect(ctx); err == nil && h.Speaks(agent.CompressionZstd) {

@@ -89,7 +89,7 @@ func (d *localDriver) env(dir string) *agentenv.Env {
 			return &counted{ReadWriteCloser: c, l: (*local)(d)}, nil
 		},
 		CompressCopies: d.compress,
-		Why: func(context.Context) *executor.Fault { return d.fault.Load() },
+		Why:            func(context.Context) *executor.Fault { return d.fault.Load() },
 		Remove: func(ctx context.Context, agentEnded bool) error {
 			if pid := agentPID(dir); pid > 1 && !agentEnded {
 				_ = syscall.Kill(pid, syscall.SIGTERM) // it ends its steps and exits

@@ -414,10 +414,7 @@ func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("copy %s into %s session %s: %w", src, s.cfg.Executor, s.cfg.ID, err)
 	}
-	req := agent.CopyIn{Dst: dst}
-	if s.cfg.Env.CompressCopies {
-		req.Compression = s.compression(ctx)
-	}
+	req := agent.CopyIn{Dst: dst, Compression: s.copyCompression(ctx)}
 	_, err := s.cfg.Client.CopyInWith(ctx, req, func(w io.Writer) error {
 		return agent.WriteTar(ctx, w, agent.HostTree{}, src)
 	})
@@ -442,10 +439,7 @@ func (s *Session) CopyOut(ctx context.Context, src, dst string) error {
 	}
 	defer s.end(done)
 	dst = filepath.Clean(dst)
-	req := agent.CopyOut{Src: src}
-	if s.cfg.Env.CompressCopies {
-		req.Compression = s.compression(ctx)
-	}
+	req := agent.CopyOut{Src: src, Compression: s.copyCompression(ctx)}
 	err = s.cfg.Client.CopyOutWith(ctx, req, func(r io.Reader) error {
 		_, err := agent.ExtractTar(ctx, r, agent.HostTree{}, dst)
 		return err
