@@ -298,9 +298,7 @@ func withoutCredential(raw string) string {
 }
 
 // git runs one git command in dir ("" = the current directory) with extra
-// environment entries, writing its output to out. The environment is the
-// runner's minus any GIT_* variable, plus GIT_TERMINAL_PROMPT=0: git never
-// asks for a password.
+// environment entries (gitEnv), writing its output to out.
 func git(ctx context.Context, dir string, extra []string, out io.Writer, args ...string) error {
 	if dir != "" {
 		args = append([]string{"-C", dir}, args...)
@@ -323,14 +321,27 @@ func git(ctx context.Context, dir string, extra []string, out io.Writer, args ..
 }
 
 // gitEnv is the environment of the git processes the runner starts: its
-// own minus any GIT_* variable, plus GIT_TERMINAL_PROMPT=0 (git never asks
-// for a password), plus extra.
+// own minus any GIT_* variable but the certificate authorities
+// (GIT_SSL_CAINFO, GIT_SSL_CAPATH), plus GIT_TERMINAL_PROMPT=0 (git never
+// asks for a password), plus extra. git trusts what the runner trusts:
+// without GIT_SSL_CAINFO, SSL_CERT_FILE (the CA file Go's TLS, hence the
+// runner's own requests, reads) becomes GIT_SSL_CAINFO, since git's TLS
+// library does not read SSL_CERT_FILE itself; a server whose certificate
+// a private CA signed is then fetched from by git as by the runner.
 func gitEnv(extra []string) []string {
 	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "LC_ALL=C"}
+	caInfo := false
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GIT_") && !strings.HasPrefix(kv, "LC_ALL=") {
+		switch name, _, _ := strings.Cut(kv, "="); {
+		case name == "GIT_SSL_CAINFO" || name == "GIT_SSL_CAPATH":
+			caInfo = caInfo || name == "GIT_SSL_CAINFO"
+			env = append(env, kv)
+		case !strings.HasPrefix(kv, "GIT_") && name != "LC_ALL":
 			env = append(env, kv)
 		}
+	}
+	if f := os.Getenv("SSL_CERT_FILE"); f != "" && !caInfo {
+		env = append(env, "GIT_SSL_CAINFO="+f)
 	}
 	return append(env, extra...)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -41,8 +43,66 @@ func fetchPack(ctx context.Context, mirror, url, sha, token string) error {
 }
 
 // fetchPackWants is fetchPack of several objects (commits, tags) at once;
-// a ref refs/knotless/<oid> keeps each one.
+// a ref refs/knotless/<oid> keeps each one. A failure on the way (no
+// connection, a 5xx or 429 answer, e.g. a proxy's 502 when the server
+// closed the connection it reused; a connection cut in the middle of the
+// pack) is tried again, up to transientTries in all; a refusal or an
+// upload-pack error is not.
 func fetchPackWants(ctx context.Context, mirror, url string, wants []string, token string) error {
+	return retryTransient(ctx, func() error { return fetchPackOnce(ctx, mirror, url, wants, token) })
+}
+
+// transientTries is how often a request that failed on the way is made
+// in all, transientPause the pause before the second (doubled before
+// each one after).
+const (
+	transientTries = 3
+	transientPause = 250 * time.Millisecond
+)
+
+// transientError marks a failure on the way to the server or back, which
+// the same request may not meet again.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// transient marks err as a failure on the way (nil stays nil).
+func transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err}
+}
+
+// transientStatus says whether an HTTP answer's status is one a proxy or
+// a busy server gives for a moment: 429 and 5xx.
+func transientStatus(code int) bool {
+	return code == http.StatusTooManyRequests || code >= 500
+}
+
+// retryTransient calls try until it succeeds, fails in a way that is not
+// transient, ctx ends, or it was called transientTries times; it returns
+// try's last error.
+func retryTransient(ctx context.Context, try func() error) error {
+	pause := transientPause
+	for i := 1; ; i++ {
+		err := try()
+		var te *transientError
+		if err == nil || i == transientTries || !errors.As(err, &te) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+// fetchPackOnce is one try of fetchPackWants.
+func fetchPackOnce(ctx context.Context, mirror, url string, wants []string, token string) error {
 	var body bytes.Buffer
 	writePkt(&body, "want "+wants[0]+" side-band-64k ofs-delta no-progress agent=knotless-run\n")
 	for _, w := range wants[1:] {
@@ -94,7 +154,17 @@ func fetchPackWants(ctx context.Context, mirror, url string, wants []string, tok
 // advertisedRefs asks the server for the refs of the repository at url
 // (GET info/refs, git's smart HTTP, protocol v0) and returns its branches
 // and tags, with the object an annotated tag peels to.
-func advertisedRefs(ctx context.Context, url, token string) ([]ref, error) {
+// A failure on the way is tried again as fetchPackWants does.
+func advertisedRefs(ctx context.Context, url, token string) (refs []ref, err error) {
+	err = retryTransient(ctx, func() error {
+		refs, err = advertisedRefsOnce(ctx, url, token)
+		return err
+	})
+	return refs, err
+}
+
+// advertisedRefsOnce is one try of advertisedRefs.
+func advertisedRefsOnce(ctx context.Context, url, token string) ([]ref, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(url, "/")+"/info/refs?service=git-upload-pack", nil)
 	if err != nil {
 		return nil, err
@@ -104,12 +174,16 @@ func advertisedRefs(ctx context.Context, url, token string) ([]ref, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, transient(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("info/refs: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("info/refs: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if transientStatus(resp.StatusCode) {
+			err = transient(err)
+		}
+		return nil, err
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/x-git-upload-pack-advertisement" {
 		return nil, fmt.Errorf("info/refs: answer of type %q", ct)
@@ -121,7 +195,7 @@ func advertisedRefs(ctx context.Context, url, token string) ([]ref, error) {
 	for flushes < 2 {
 		p, err := readPkt(r)
 		if err != nil {
-			return nil, fmt.Errorf("info/refs: %w", err)
+			return nil, cutOff(fmt.Errorf("info/refs: %w", err))
 		}
 		if p == nil {
 			flushes++
@@ -162,12 +236,15 @@ func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Wr
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("knotless-run:"+token)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return transient(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		err := fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if transientStatus(resp.StatusCode) {
+			err = transient(err)
+		}
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
 			err = fmt.Errorf("%w: %s", errRefused, strings.TrimSpace(string(msg)))
 		}
@@ -181,13 +258,13 @@ func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Wr
 	for {
 		line, err := peekPkt(r)
 		if err != nil {
-			return fmt.Errorf("upload-pack: %w", err)
+			return cutOff(fmt.Errorf("upload-pack: %w", err))
 		}
 		if len(line) > 0 && line[0] <= 3 {
 			break
 		}
 		if _, err := readPkt(r); err != nil {
-			return fmt.Errorf("upload-pack: %w", err)
+			return cutOff(fmt.Errorf("upload-pack: %w", err))
 		}
 		switch s := string(line); {
 		case strings.HasPrefix(s, "ERR "):
@@ -206,7 +283,7 @@ func demuxPack(r *bufio.Reader, w io.Writer) error {
 	for {
 		p, err := readPkt(r)
 		if err != nil {
-			return fmt.Errorf("upload-pack: %w", err)
+			return cutOff(fmt.Errorf("upload-pack: %w", err))
 		}
 		if p == nil {
 			return nil // flush: the pack is whole
@@ -266,6 +343,16 @@ func peekPkt(r *bufio.Reader) ([]byte, error) {
 		return nil, unexpectedEOF(err)
 	}
 	return p[4:], nil
+}
+
+// cutOff marks err transient when the answer broke off: it ended early
+// or its connection failed (not when it was malformed).
+func cutOff(err error) error {
+	var ne net.Error
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) || errors.Is(err, syscall.ECONNRESET) {
+		return transient(err)
+	}
+	return err
 }
 
 func unexpectedEOF(err error) error {

@@ -81,7 +81,10 @@ func newWorldWith(t testing.TB, listen string, lease time.Duration, env []string
 			t.Fatal(err)
 		}
 	}
-	// Registered first, so it runs last: after the runners are killed.
+	// Registered first, so it runs last: after the runners are killed,
+	// and its lines are the last of a failed test's output (what a CI
+	// log's excerpt shows).
+	var runsAtEnd string
 	t.Cleanup(func() {
 		if pids := killAgentsUnder(root); len(pids) > 0 {
 			t.Logf("killed step agents runners left running: %v", pids)
@@ -89,8 +92,17 @@ func newWorldWith(t testing.TB, listen string, lease time.Duration, env []string
 		if pids := killTagged(w.tag); len(pids) > 0 {
 			t.Logf("killed processes steps left running: %v", pids)
 		}
+		if runsAtEnd != "" {
+			t.Logf("──── runs of %s when the test failed ────\n%s", w.repo, runsAtEnd)
+		}
 	})
 	w.startServer(listen)
+	// Runs before the server is stopped (its cleanup came first).
+	t.Cleanup(func() {
+		if t.Failed() {
+			runsAtEnd = w.runSummary()
+		}
+	})
 	out := w.cliOK("", "repo", "create", "app")
 	if !strings.Contains(out, w.url+"/admin/app.git") {
 		t.Fatalf("repo create printed no clone URL %s/admin/app.git:\n%s", w.url, out)
@@ -442,6 +454,26 @@ func (w *world) openGate(name string) {
 }
 
 // describe formats a run for failure messages.
+// runSummary is a line per run of the repository (describe), oldest
+// first, or why there is none; it never fails the test.
+func (w *world) runSummary() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out api.ListRunsOutput
+	if err := w.api().Query(ctx, api.MethodListRuns, url.Values{"repo": {w.repo}}, &out); err != nil {
+		return fmt.Sprintf("(could not list them: %v)", err)
+	}
+	if len(out.Runs) == 0 {
+		return "(none)"
+	}
+	var b strings.Builder
+	for i := len(out.Runs) - 1; i >= 0; i-- {
+		r := out.Runs[i]
+		fmt.Fprintf(&b, "%s (%s, %s)\n", describe(r), r.Workflow, r.Ref)
+	}
+	return b.String()
+}
+
 func describe(r api.Run) string {
 	code := "-"
 	if r.ExitCode != nil {
