@@ -19,9 +19,10 @@ func median(d []time.Duration) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// bareRun is dockertest's BareRun, labelled as the fixture's.
-func bareRun(b *testing.B, f *fixture) (run, exec time.Duration) {
-	run, exec, err := f.eng.BareRun(context.Background(), map[string]string{docker.LabelRunner: f.runner})
+// bareRun is dockertest's BareRun, labelled as the fixture's, on network
+// ("": none).
+func bareRun(b *testing.B, f *fixture, network string) (run, exec time.Duration) {
+	run, exec, err := f.eng.BareRun(context.Background(), map[string]string{docker.LabelRunner: f.runner}, network)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,12 +58,14 @@ func BenchmarkDocker_RunAndStepOverhead(b *testing.B) {
 	f := newFixture(b)
 	e := f.executor(b, f.config())
 	knotlessRun(b, f, e, 1) // the network and the image, once
-	bareRun(b, f)
-	var run1, run50, bare, bareExec []time.Duration
+	bareRun(b, f, "")
+	var run1, run50, bare, bareNet, bareExec []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		r, x := bareRun(b, f)
+		r, x := bareRun(b, f, "")
 		bare, bareExec = append(bare, r), append(bareExec, x)
+		r, _ = bareRun(b, f, docker.NetworkName(f.runner))
+		bareNet = append(bareNet, r)
 		run1 = append(run1, knotlessRun(b, f, e, 1))
 		run50 = append(run50, knotlessRun(b, f, e, 50))
 	}
@@ -71,6 +74,8 @@ func BenchmarkDocker_RunAndStepOverhead(b *testing.B) {
 	b.ReportMetric(ms(m1), "run1-ms")
 	b.ReportMetric(ms(mb), "bare-run-ms")
 	b.ReportMetric(float64(m1)/float64(mb), "run1/bare")
+	b.ReportMetric(ms(median(bareNet)), "bare-net-run-ms")
+	b.ReportMetric(float64(m1)/float64(median(bareNet)), "run1/bare-net")
 	b.ReportMetric(ms(m50), "run50-ms")
 	b.ReportMetric(ms((m50-m1)/49), "step-ms")
 	b.ReportMetric(ms(median(bareExec)), "bare-exec-ms")
