@@ -299,9 +299,13 @@ func (o *stepOut) started() {
 	o.output = true
 }
 
-// note writes a line of the runner's own after the step's output.
+// note writes a line of the runner's own after the step's output, on a
+// line of its own: after a newline where the output ended without one.
 func (o *stepOut) note(s string) {
 	o.output = false
+	if err := o.m.Flush(); err == nil && o.file.n > 0 && o.file.last != '\n' {
+		s = "\n" + s
+	}
 	_, _ = io.WriteString(o.m, s)
 }
 
