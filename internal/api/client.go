@@ -46,9 +46,16 @@ func Retryable(err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+		return RetryableStatus(e.Status)
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// RetryableStatus reports whether an HTTP answer with status code may be
+// followed by success when the request is repeated unchanged: 5xx (a
+// proxy's 502 included) and 429.
+func RetryableStatus(code int) bool {
+	return code >= 500 || code == http.StatusTooManyRequests
 }
 
 // AuthFunc sets credentials on a request for the method nsid.

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // A run's commit reaches the mirror in one request to the server's
@@ -73,12 +75,6 @@ func transient(err error) error {
 		return nil
 	}
 	return &transientError{err}
-}
-
-// transientStatus says whether an HTTP answer's status is one a proxy or
-// a busy server gives for a moment: 429 and 5xx.
-func transientStatus(code int) bool {
-	return code == http.StatusTooManyRequests || code >= 500
 }
 
 // retryTransient calls try until it succeeds, fails in a way that is not
@@ -180,7 +176,7 @@ func advertisedRefsOnce(ctx context.Context, url, token string) ([]ref, error) {
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		err := fmt.Errorf("info/refs: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-		if transientStatus(resp.StatusCode) {
+		if api.RetryableStatus(resp.StatusCode) {
 			err = transient(err)
 		}
 		return nil, err
@@ -242,7 +238,7 @@ func requestPack(ctx context.Context, url, token string, body io.Reader, w io.Wr
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		err := fmt.Errorf("upload-pack: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-		if transientStatus(resp.StatusCode) {
+		if api.RetryableStatus(resp.StatusCode) {
 			err = transient(err)
 		}
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {

@@ -336,15 +336,22 @@ func (w *world) latestPipeline() int64 {
 // runs lists the repository's runs, of one pipeline when pipeline > 0.
 func (w *world) runs(pipeline int64) []api.Run {
 	w.t.Helper()
+	runs, err := w.listRuns(context.Background(), pipeline)
+	if err != nil {
+		w.t.Fatalf("list runs: %v", err)
+	}
+	return runs
+}
+
+// listRuns is runs without failing the test.
+func (w *world) listRuns(ctx context.Context, pipeline int64) ([]api.Run, error) {
 	q := url.Values{"repo": {w.repo}}
 	if pipeline > 0 {
 		q.Set("pipeline", strconv.FormatInt(pipeline, 10))
 	}
 	var out api.ListRunsOutput
-	if err := w.api().Query(context.Background(), api.MethodListRuns, q, &out); err != nil {
-		w.t.Fatalf("list runs: %v", err)
-	}
-	return out.Runs
+	err := w.api().Query(ctx, api.MethodListRuns, q, &out)
+	return out.Runs, err
 }
 
 // push commits files, pushes main and returns the runs of the pipeline the
@@ -459,16 +466,16 @@ func (w *world) openGate(name string) {
 func (w *world) runSummary() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var out api.ListRunsOutput
-	if err := w.api().Query(ctx, api.MethodListRuns, url.Values{"repo": {w.repo}}, &out); err != nil {
+	runs, err := w.listRuns(ctx, 0)
+	if err != nil {
 		return fmt.Sprintf("(could not list them: %v)", err)
 	}
-	if len(out.Runs) == 0 {
+	if len(runs) == 0 {
 		return "(none)"
 	}
 	var b strings.Builder
-	for i := len(out.Runs) - 1; i >= 0; i-- {
-		r := out.Runs[i]
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
 		fmt.Fprintf(&b, "%s (%s, %s)\n", describe(r), r.Workflow, r.Ref)
 	}
 	return b.String()
