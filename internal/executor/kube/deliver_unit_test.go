@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"io"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The delivery script, run by real shells with the pod's paths moved to a
 // temporary directory, writes the program byte for byte whatever its size
 // against dd's 64 KiB blocks, with dd and where the image's dd fails before
-// reading (an unknown flag, or no dd at all: head -c alone), and then
-// execs it with the connect arguments. The "agent" is a shell script that
+// reading (an unknown flag, or no dd at all: head -c alone), checks its
+// size with stat or, where stat fails, wc -c, and then execs it with the
+// connect arguments. The "agent" is a shell script that
 // prints its arguments.
 func TestDeliverScript_WritesTheAgentWholeWithAndWithoutDD(t *testing.T) {
 	shells := [][]string{{"sh"}}
@@ -26,8 +30,12 @@ func TestDeliverScript_WritesTheAgentWholeWithAndWithoutDD(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(noDD, "dd"), []byte("#!/bin/sh\necho 'dd: unknown operand iflag=fullblock' >&2\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	noStat := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noStat, "stat"), []byte("#!/bin/sh\necho 'stat: unrecognized option: c' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, sh := range shells {
-		for _, path := range []struct{ name, prefix string }{{"dd", ""}, {"no usable dd", noDD + ":"}} {
+		for _, path := range []struct{ name, prefix string }{{"dd", ""}, {"no usable dd", noDD + ":"}, {"no usable dd or stat", noDD + ":" + noStat + ":"}} {
 			for _, pad := range []int{0, 1, 65536 - 70, 65536*3 + 5} {
 				t.Run(fmt.Sprintf("%s/%s/%d", strings.Join(sh, " "), path.name, pad), func(t *testing.T) {
 					dir := t.TempDir()
@@ -80,5 +88,37 @@ func TestDeliverScript_WritesTheAgentWholeWithAndWithoutDD(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// The delivery wakes PID 1 itself once the program is in place, before
+// the connect starts (so the two programs start side by side): a reader
+// of the start pipe, held open read-write as PID 1 holds it, finds a line
+// there although the "agent" here never wakes anyone.
+func TestDeliverScript_WakesPID1BeforeTheConnectStarts(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "start")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid1, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pid1.Close()
+	script := strings.ReplaceAll(deliverScript(), AgentDir+"/", dir+"/")
+	agent := []byte("#!/bin/sh\necho agent-ran \"$@\"\n")
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Stdin = io.MultiReader(strings.NewReader(fmt.Sprintf("%d\n", len(agent))), bytes.NewReader(agent))
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "agent-ran connect ") {
+		t.Fatalf("script: %v; output %q", err, out)
+	}
+	if err := pid1.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(pid1).ReadString('\n')
+	if line != "go\n" {
+		t.Fatalf("the start pipe held %q (%v), want the delivery's wake-up line", line, err)
 	}
 }

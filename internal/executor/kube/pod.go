@@ -223,10 +223,10 @@ func bootstrapCommand(serve agent.Serve) []string {
 // -c alone where dd fails before reading; the runner sends nothing more
 // before the next line, so nothing is read ahead, and the reader never
 // depends on STDIN's end), checks the count and makes it executable. Then
-// it says lineDelivered and becomes `knotless-agent connect`, which wakes
-// PID 1 (bootstrapCommand) and waits for the agent's socket: the same exec
-// carries the agent protocol. Tools it needs in the image: sh, head, wc,
-// chmod (uname and dd optional).
+// it wakes PID 1 (bootstrapCommand), says lineDelivered and becomes
+// `knotless-agent connect`, which wakes PID 1 again while it waits for the
+// agent's socket: the same exec carries the agent protocol. Tools it needs
+// in the image: sh, head, wc, chmod (uname, dd and stat optional).
 func deliverScript() string {
 	return `set -e; umask 077; a=` + AgentPath + `; ` +
 		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + ` "$(uname -m 2>/dev/null || echo unknown)"; ` +
@@ -237,9 +237,16 @@ func deliverScript() string {
 		// fails before it reads a byte. The size check below catches any
 		// other mishap.
 		`if dd bs=65536 count=$((n / 65536)) iflag=fullblock of="$a" 2>/dev/null; then head -c $((n % 65536)) >> "$a"; else head -c "$n" > "$a"; fi; ` +
-		`got=$(wc -c < "$a"); ` +
+		// The size from the file's inode (stat), else by reading it
+		// (wc -c: busybox's reads byte by byte, 30-50 ms for the agent in a
+		// job pod).
+		`got=$(stat -c %s "$a" 2>/dev/null || wc -c < "$a"); ` +
 		`[ "$got" -eq "$n" ] || { echo "knotless: the agent arrived truncated: $got of $n bytes" >&2; exit 98; }; ` +
 		`chmod 0500 "$a"; fi; ` +
+		// Wake PID 1 now, so that the agent's start there overlaps the
+		// connect's start here (read-write: never blocks, with or without
+		// a reader; `connect --wake` wakes it again while it waits).
+		`if [ -p ` + startFIFO + ` ]; then echo go 1<>` + startFIFO + `; fi; ` +
 		`echo ` + lineDelivered + `; exec "$a" ` + strings.Join(agent.Connect{Socket: AgentSocket, Wait: 30 * time.Second, Wake: startFIFO}.Args(), " ")
 }
 
