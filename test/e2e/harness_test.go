@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"knotless.dev/knotless/internal/agent/agenttest"
 )
 
 // Paths set by TestMain.
@@ -78,13 +81,15 @@ func buildAndRun(m *testing.M) int {
 	}
 	// The step agent is static (no cgo, so no -race), as released; the
 	// upgrade build is a second knotless-run and agent with another version.
+	// Both agents are built as released (agenttest.ReleaseFlags), so a
+	// delivery moves the bytes it moves for users.
 	upgradeFlags := "-X knotless.dev/knotless/internal/version.Version=" + UpgradeVersion
 	for _, b := range []struct {
 		args []string
 		cgo  bool
 	}{
-		{[]string{"build", "-o", filepath.Join(dir, "knotless-agent"), "./cmd/knotless-agent"}, false},
-		{[]string{"build", "-ldflags", upgradeFlags, "-o", filepath.Join(dir, "upgrade", "knotless-agent"), "./cmd/knotless-agent"}, false},
+		{slices.Concat([]string{"build"}, agenttest.ReleaseFlags(), []string{"-o", filepath.Join(dir, "knotless-agent"), "./cmd/knotless-agent"}), false},
+		{slices.Concat([]string{"build"}, agenttest.ReleaseFlags(upgradeFlags), []string{"-o", filepath.Join(dir, "upgrade", "knotless-agent"), "./cmd/knotless-agent"}), false},
 		{[]string{"build", "-ldflags", upgradeFlags, "-o", filepath.Join(dir, "upgrade", "knotless-run"), "./cmd/knotless-run"}, true},
 	} {
 		build = exec.Command(goTool, b.args...)

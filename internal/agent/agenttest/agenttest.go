@@ -40,7 +40,7 @@ func WithArch(t testing.TB, arches ...string) string {
 			root, err := moduleRoot()
 			if err == nil {
 				p = filepath.Join(filepath.Dir(host), "knotless-agent-linux-"+arch)
-				cmd := exec.Command(goTool(), "build", "-trimpath", "-o", p, "./cmd/knotless-agent")
+				cmd := exec.Command(goTool(), append(append([]string{"build"}, ReleaseFlags()...), "-o", p, "./cmd/knotless-agent")...)
 				cmd.Dir = root
 				cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 				if b, berr := cmd.CombinedOutput(); berr != nil {
@@ -61,6 +61,15 @@ func WithArch(t testing.TB, arches ...string) string {
 	return out
 }
 
+// ReleaseFlags are the `go build` flags of the released step agent (the
+// Makefile's LDFLAGS but its version) followed by extra linker flags:
+// trimmed paths, no symbol table and no DWARF (-s -w). A test's agent is
+// then the size a runner sends (4.4 MB, not 6.6), which the kube
+// executor's delivery benchmarks measure.
+func ReleaseFlags(ldflags ...string) []string {
+	return []string{"-trimpath", "-ldflags", strings.Join(append([]string{"-s", "-w"}, ldflags...), " ")}
+}
+
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
@@ -69,7 +78,7 @@ func goTool() string {
 }
 
 // Binary returns the path of a knotless-agent built from this module's
-// source (CGO off). It is built once per test binary, into a directory
+// source (CGO off, ReleaseFlags). It is built once per test binary, into a directory
 // that lives as long as the process; a build failure fails the test.
 func Binary(t testing.TB) string {
 	t.Helper()
@@ -97,7 +106,7 @@ func build() (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "knotless-agent")
-	cmd := exec.Command(goTool(), "build", "-o", out, "./cmd/knotless-agent")
+	cmd := exec.Command(goTool(), append(append([]string{"build"}, ReleaseFlags()...), "-o", out, "./cmd/knotless-agent")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
