@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,44 @@ func TestKube_Arm64OnlyImageFailsFastNamingTheArchitecture(t *testing.T) {
 	}
 	if took > time.Minute {
 		t.Errorf("it took %s to say so", took)
+	}
+}
+
+// TestKube_AgentSentBeforeThePodAsksOnlyForTheMachineItReports: once a
+// node's job pod has reported its machine (uname -m), the next delivery
+// on that node sends the agent as soon as the exec is open, before the
+// pod asks. A pod there that reports another machine (an image whose
+// uname says aarch64) reads none of those bytes: the delivery asks again
+// and sends the arm64 agent, which cannot execute here, and the run ends
+// naming linux/arm64, as it does without the early send.
+func TestKube_AgentSentBeforeThePodAsksOnlyForTheMachineItReports(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config()
+	var log syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Agent = agenttest.WithArch(t, "arm64")
+	e := f.executor(t, cfg)
+	const asked, early = `msg="step agent delivered" `, `msg="step agent delivered before the pod asked" `
+
+	f.prepare(t, e, f.spec(t, runID("first")))
+	if got := string(log.Bytes()); !strings.Contains(got, asked) || strings.Contains(got, early) {
+		t.Fatalf("the node's first job pod: want the agent sent when asked, once; executor log:\n%s", got)
+	}
+	f.prepare(t, e, f.spec(t, runID("second")))
+	if got := string(log.Bytes()); strings.Count(got, asked) != 1 || strings.Count(got, early) != 1 {
+		t.Fatalf("the node's second job pod: want the agent sent before it asked; executor log:\n%s", got)
+	}
+
+	spec := f.spec(t, runID("otherarch"))
+	spec.Image = kubetest.JobFakeArmImage
+	fault, _ := prepareFault(t, e, spec)
+	if fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "linux/arm64") || !strings.Contains(fault.Message, "exec format error") {
+		t.Errorf("fault %+v, want executor naming linux/arm64 and exec format error", fault)
+	}
+	if got := string(log.Bytes()); !strings.Contains(got, "this pod reports another (aarch64, not x86_64)") {
+		t.Errorf("the early amd64 send was not refused by the aarch64 pod; executor log:\n%s", got)
+	}
+	if left := f.leftovers(t, spec.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ type delivery struct {
 func (e *Executor) deliver(ctx context.Context, pod, node string) (delivery, error) {
 	deadline := time.Now().Add(time.Minute)
 	for attempt := 1; ; attempt++ {
-		d, err := e.deliverOnce(ctx, pod, node)
+		d, err := e.deliverOnce(ctx, pod, node, attempt == 1)
 		if err == nil {
 			return d, nil
 		}
@@ -72,25 +73,69 @@ const (
 	lineDelivered = "knotless-agent-delivered"
 )
 
-func (e *Executor) deliverOnce(ctx context.Context, pod, node string) (delivery, error) {
+// errOtherMachine is a delivery that sent the agent for the machine the
+// node's earlier job pods reported, in a pod that reports another: the
+// next attempt waits to be asked.
+var errOtherMachine = errors.New("the agent was sent for the machine earlier job pods on the node reported, and this pod reports another")
+
+// deliverOnce is one delivery over one exec. With early set and the
+// node's machine known from an earlier job pod, the agent for it is sent
+// as soon as the exec is open, before the pod asks (its bytes wait in the
+// exec's STDIN until the script reads them): the pod's shell and uname
+// start while they travel. A pod that reports another machine ends the
+// script before it reads them (errOtherMachine).
+func (e *Executor) deliverOnce(ctx context.Context, pod, node string, early bool) (delivery, error) {
+	var sent chan error
+	var sentFor string
+	var bin []byte
+	if m, ok := e.nodeMachine.Load(node); ok && early {
+		if b, err := e.loadAgent(agentenv.UnameArch(m.(string))); err == nil {
+			sentFor, bin = m.(string), b
+		}
+	}
 	st, err := e.openStream(pod, []string{"/bin/sh", "-c", deliverScript()})
 	if err != nil {
 		return delivery{}, err
 	}
 	fail := func(err error) (delivery, error) {
 		_ = st.Close()
+		if sent != nil {
+			<-sent
+		}
 		return delivery{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = st.Close() })
 	defer stop()
 	t0 := time.Now()
+	if sentFor != "" {
+		sent = make(chan error, 1)
+		go func() { sent <- sendAgent(st, bin, sentFor) }()
+	}
 	line, err := readLine(st)
 	if err != nil {
 		return fail(fmt.Errorf("the delivery exec: %w", err))
 	}
 	tExec := time.Since(t0)
 	d := delivery{}
-	if machine, ok := strings.CutPrefix(line, lineSendAgent+" "); ok {
+	if machine, ok := strings.CutPrefix(line, lineSendAgent+" "); ok && sentFor != "" {
+		if machine != sentFor && machine != "unknown" {
+			e.nodeMachine.Store(node, machine)
+			return fail(fmt.Errorf("pod %s: %w (%s, not %s)", pod, errOtherMachine, machine, sentFor))
+		}
+		d.arch, d.size = agentenv.UnameArch(sentFor), len(bin)
+		if machine == "unknown" {
+			d.assumed = "as earlier job pods on node " + node + " reported"
+		}
+		if err := <-sent; err != nil {
+			sent = nil
+			return fail(fmt.Errorf("send the agent: %w", err))
+		}
+		sent = nil
+		if line, err = readLine(st); err != nil {
+			return fail(fmt.Errorf("the delivery exec after the agent was sent: %w", err))
+		}
+		e.log.Debug("step agent delivered before the pod asked", "pod", pod, "arch", d.arch, "asked_ms", tExec.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
+	} else if ok {
 		d.arch = agentenv.UnameArch(machine)
 		switch {
 		case machine == "unknown":
@@ -105,16 +150,14 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string) (delivery,
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
 		default:
 			e.nodeArch.Store(node, d.arch)
+			e.nodeMachine.Store(node, machine)
 		}
 		bin, err := e.loadAgent(d.arch)
 		if err != nil {
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})
 		}
-		if _, err := fmt.Fprintf(st, "%d\n", len(bin)); err != nil {
-			return fail(fmt.Errorf("send the agent's size: %w", err))
-		}
-		if _, err := st.Write(bin); err != nil {
-			return fail(fmt.Errorf("send the agent: %w", err))
+		if err := sendAgent(st, bin, ""); err != nil {
+			return fail(err)
 		}
 		d.size = len(bin)
 		tSent := time.Since(t0)
@@ -123,11 +166,32 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string) (delivery,
 		}
 		e.log.Debug("step agent delivered", "pod", pod, "arch", d.arch, "exec_ms", tExec.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
 	}
+	if sent != nil {
+		// Sent before asked, but the pod did not ask (an agent listening
+		// there already): the bytes would reach that agent.
+		return fail(fmt.Errorf("the delivery exec said %q where it asks for the agent", line))
+	}
 	if line != lineDelivered {
 		return fail(fmt.Errorf("the delivery exec said %q", line))
 	}
 	d.stream = st
 	return d, nil
+}
+
+// sendAgent writes the size line (and the machine the agent is for, when
+// sent before the pod asked) and the program's bytes.
+func sendAgent(w io.Writer, bin []byte, machine string) error {
+	size := strconv.Itoa(len(bin))
+	if machine != "" {
+		size += " " + machine
+	}
+	if _, err := io.WriteString(w, size+"\n"); err != nil {
+		return fmt.Errorf("send the agent's size: %w", err)
+	}
+	if _, err := w.Write(bin); err != nil {
+		return fmt.Errorf("send the agent: %w", err)
+	}
+	return nil
 }
 
 // readLine reads one line byte by byte, so that nothing after it is taken

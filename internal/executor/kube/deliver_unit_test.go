@@ -3,6 +3,7 @@ package kube
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -120,5 +121,53 @@ func TestDeliverScript_WakesPID1BeforeTheConnectStarts(t *testing.T) {
 	line, err := bufio.NewReader(pid1).ReadString('\n')
 	if line != "go\n" {
 		t.Fatalf("the start pipe held %q (%v), want the delivery's wake-up line", line, err)
+	}
+}
+
+// An agent sent before the pod asked names its machine on the size line:
+// a pod of another machine ends (97) before it reads a byte of it, so
+// nothing is written there to run; a pod without uname takes it, as it
+// takes the agent of the machine the node's earlier pods reported.
+func TestDeliverScript_RefusesAnAgentSentForAnotherMachine(t *testing.T) {
+	host, err := exec.Command("uname", "-m").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "aarch64"
+	if strings.TrimSpace(string(host)) == other {
+		other = "x86_64"
+	}
+	noUname := t.TempDir()
+	if err := os.WriteFile(filepath.Join(noUname, "uname"), []byte("#!/bin/sh\nexit 127\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := []byte("#!/bin/sh\necho agent-ran \"$@\"\n")
+	for _, c := range []struct {
+		name, pathPrefix string
+		wantRan          bool
+	}{{"another machine", "", false}, {"no uname", noUname + ":", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command("sh", "-c", strings.ReplaceAll(deliverScript(), AgentDir+"/", dir+"/"))
+			cmd.Env = []string{"PATH=" + c.pathPrefix + os.Getenv("PATH")}
+			cmd.Stdin = io.MultiReader(strings.NewReader(fmt.Sprintf("%d %s\n", len(agent), other)), bytes.NewReader(agent))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			_, statErr := os.Stat(filepath.Join(dir, "knotless-agent"))
+			if c.wantRan {
+				if err != nil || !strings.Contains(string(out), "agent-ran connect ") {
+					t.Fatalf("script: %v; output %q; stderr %s", err, out, stderr.String())
+				}
+				return
+			}
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 97 || !strings.Contains(stderr.String(), "an agent for machine "+other+" was sent") {
+				t.Fatalf("script: %v (want exit 97); output %q; stderr %s", err, out, stderr.String())
+			}
+			if statErr == nil {
+				t.Errorf("the agent for %s was written into the pod", other)
+			}
+		})
 	}
 }

@@ -218,7 +218,10 @@ func bootstrapCommand(serve agent.Serve) []string {
 // deliverScript is the first exec's shell script. Unless the agent
 // listens already (a retried delivery), it asks for the program with the
 // pod's machine (line lineSendAgent and `uname -m`, "unknown" without
-// uname), reads its size (one line) and exactly that many bytes of it
+// uname), reads its size (one line: the size, and optionally the machine
+// the runner sent it for before it asked, which must be this one unless
+// uname is missing; else it exits 97 reading nothing more) and exactly
+// that many bytes of it
 // from STDIN (dd of whole 64 KiB blocks and head -c of the rest, or head
 // -c alone where dd fails before reading; the runner sends nothing more
 // before the next line, so nothing is read ahead, and the reader never
@@ -229,8 +232,11 @@ func bootstrapCommand(serve agent.Serve) []string {
 // in the image: sh, head, wc, chmod (uname, dd and stat optional).
 func deliverScript() string {
 	return `set -e; umask 077; a=` + AgentPath + `; ` +
-		`if [ ! -S ` + AgentSocket + ` ]; then echo ` + lineSendAgent + ` "$(uname -m 2>/dev/null || echo unknown)"; ` +
-		`read -r n; ` +
+		`if [ ! -S ` + AgentSocket + ` ]; then u=$(uname -m 2>/dev/null || echo unknown); echo ` + lineSendAgent + ` "$u"; ` +
+		// A runner that sent before it was asked names the machine it
+		// sent for: another one here reads nothing and ends (97).
+		`read -r n m; ` +
+		`if [ -n "$m" ] && [ "$u" != unknown ] && [ "$m" != "$u" ]; then echo "knotless: an agent for machine $m was sent, this pod's is $u" >&2; exit 97; fi; ` +
 		// dd in 64 KiB blocks where it can (busybox's head -c, the
 		// job-base image's, moves ~10× less per CPU second, and a job
 		// pod's CPU limit binds), else head -c: an unknown dd or flag
