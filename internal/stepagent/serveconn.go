@@ -159,7 +159,35 @@ func (h *connHandler) run() {
 			h.a.log.Info("shutdown requested")
 			h.a.stopAll()
 			_ = h.cn.Write(agent.TypeShutdownDone)
+			h.awaitClose(shutdownLinger)
 			h.a.Shutdown()
+			return
+		}
+	}
+}
+
+// shutdownLinger bounds how long an agent asked to shut down waits for its
+// client to close the connection before it exits.
+const shutdownLinger = 2 * time.Second
+
+// awaitClose waits until the client closes the connection (it does on
+// reading ShutdownDone), at most d, discarding what else arrives. An
+// agent that exited at once could cut its answer off on the way: in a
+// job pod, PID 1's exit kills the exec's `knotless-agent connect`, which
+// may not have passed the answer on yet, and the client would then dial
+// again into a pod being torn down (and wait, and log that it could not).
+func (h *connHandler) awaitClose(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-h.cn.Frames():
+			if !ok {
+				return
+			}
+		case <-h.cn.Done():
+			return
+		case <-t.C:
 			return
 		}
 	}
