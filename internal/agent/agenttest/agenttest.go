@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +41,7 @@ func WithArch(t testing.TB, arches ...string) string {
 			root, err := moduleRoot()
 			if err == nil {
 				p = filepath.Join(filepath.Dir(host), "knotless-agent-linux-"+arch)
-				cmd := exec.Command(goTool(), append(append([]string{"build"}, ReleaseFlags()...), "-o", p, "./cmd/knotless-agent")...)
+				cmd := buildCommand(p)
 				cmd.Dir = root
 				cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 				if b, berr := cmd.CombinedOutput(); berr != nil {
@@ -68,6 +69,12 @@ func WithArch(t testing.TB, arches ...string) string {
 // executor's delivery benchmarks measure.
 func ReleaseFlags(ldflags ...string) []string {
 	return []string{"-trimpath", "-ldflags", strings.Join(append([]string{"-s", "-w"}, ldflags...), " ")}
+}
+
+// buildCommand is `go build` of the step agent into out with
+// ReleaseFlags; the caller sets its directory and environment.
+func buildCommand(out string) *exec.Cmd {
+	return exec.Command(goTool(), slices.Concat([]string{"build"}, ReleaseFlags(), []string{"-o", out, "./cmd/knotless-agent"})...)
 }
 
 func goTool() string {
@@ -106,7 +113,7 @@ func build() (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "knotless-agent")
-	cmd := exec.Command(goTool(), append(append([]string{"build"}, ReleaseFlags()...), "-o", out, "./cmd/knotless-agent")...)
+	cmd := buildCommand(out)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

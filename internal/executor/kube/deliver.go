@@ -85,7 +85,7 @@ var errOtherMachine = errors.New("the agent was sent for the machine earlier job
 // start while they travel. A pod that reports another machine ends the
 // script before it reads them (errOtherMachine).
 func (e *Executor) deliverOnce(ctx context.Context, pod, node string, early bool) (delivery, error) {
-	var sent chan error
+	var sent chan error // the early send's result; nil when none is under way
 	var sentFor string
 	var bin []byte
 	if m, ok := e.nodeMachine.Load(node); ok && early {
@@ -115,27 +115,29 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string, early bool
 	if err != nil {
 		return fail(fmt.Errorf("the delivery exec: %w", err))
 	}
-	tExec := time.Since(t0)
+	tAsked := time.Since(t0)
+	machine, asked := strings.CutPrefix(line, lineSendAgent+" ")
 	d := delivery{}
-	if machine, ok := strings.CutPrefix(line, lineSendAgent+" "); ok && sentFor != "" {
+	switch {
+	case sent != nil && !asked:
+		// Sent before asked, but the pod did not ask (an agent listening
+		// there already): the bytes would reach that agent.
+		return fail(fmt.Errorf("the delivery exec said %q where it asks for the agent", line))
+	case sent != nil:
 		if machine != sentFor && machine != "unknown" {
 			e.nodeMachine.Store(node, machine)
 			return fail(fmt.Errorf("pod %s: %w (%s, not %s)", pod, errOtherMachine, machine, sentFor))
 		}
-		d.arch, d.size = agentenv.UnameArch(sentFor), len(bin)
+		d.arch = agentenv.UnameArch(sentFor)
 		if machine == "unknown" {
 			d.assumed = "as earlier job pods on node " + node + " reported"
 		}
-		if err := <-sent; err != nil {
-			sent = nil
-			return fail(fmt.Errorf("send the agent: %w", err))
-		}
+		err := <-sent
 		sent = nil
-		if line, err = readLine(st); err != nil {
-			return fail(fmt.Errorf("the delivery exec after the agent was sent: %w", err))
+		if err != nil {
+			return fail(err)
 		}
-		e.log.Debug("step agent delivered before the pod asked", "pod", pod, "arch", d.arch, "asked_ms", tExec.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
-	} else if ok {
+	case asked:
 		d.arch = agentenv.UnameArch(machine)
 		switch {
 		case machine == "unknown":
@@ -143,33 +145,32 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string, early bool
 			// earlier job pods reported it, else the runner's own (an
 			// agent of the wrong one fails at once, naming it).
 			d.arch, d.assumed = runtime.GOARCH, "the runner's own"
-			if a, ok := e.nodeArch.Load(node); ok {
-				d.arch, d.assumed = a.(string), "as earlier job pods on node "+node+" reported"
+			if m, ok := e.nodeMachine.Load(node); ok {
+				d.arch, d.assumed = agentenv.UnameArch(m.(string)), "as earlier job pods on node "+node+" reported"
 			}
 		case d.arch == "":
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
 		default:
-			e.nodeArch.Store(node, d.arch)
 			e.nodeMachine.Store(node, machine)
 		}
-		bin, err := e.loadAgent(d.arch)
-		if err != nil {
+		if bin, err = e.loadAgent(d.arch); err != nil {
 			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})
 		}
 		if err := sendAgent(st, bin, ""); err != nil {
 			return fail(err)
 		}
+	}
+	if asked {
 		d.size = len(bin)
 		tSent := time.Since(t0)
 		if line, err = readLine(st); err != nil {
 			return fail(fmt.Errorf("the delivery exec after the agent was sent: %w", err))
 		}
-		e.log.Debug("step agent delivered", "pod", pod, "arch", d.arch, "exec_ms", tExec.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
-	}
-	if sent != nil {
-		// Sent before asked, but the pod did not ask (an agent listening
-		// there already): the bytes would reach that agent.
-		return fail(fmt.Errorf("the delivery exec said %q where it asks for the agent", line))
+		msg := "step agent delivered"
+		if sentFor != "" {
+			msg += " before the pod asked"
+		}
+		e.log.Debug(msg, "pod", pod, "arch", d.arch, "asked_ms", tAsked.Milliseconds(), "sent_ms", tSent.Milliseconds(), "started_ms", time.Since(t0).Milliseconds())
 	}
 	if line != lineDelivered {
 		return fail(fmt.Errorf("the delivery exec said %q", line))

@@ -107,9 +107,9 @@ type Executor struct {
 	agentErr  error
 	agentMu   sync.Mutex
 	agentBins map[string][]byte // read once per architecture
-	nodeArch  sync.Map          // node name → architecture its job pods reported
 	// nodeMachine: node name → what `uname -m` printed in its last job
-	// pod, for a delivery that sends the agent before the pod asks.
+	// pod (its architecture for an image without uname, and the agent a
+	// delivery sends before the pod asks).
 	nodeMachine sync.Map
 
 	watchOnce sync.Once
