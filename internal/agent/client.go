@@ -212,6 +212,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 	// makes progress.
 	chunk := OutputChunk
 	var dropped error // why the last connection dropped, until output resumes
+	var unz []byte    // an OutputZstd frame's output
 	for {
 		cn, err := c.conn(ctx)
 		if err != nil {
@@ -223,7 +224,7 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 		dropped = nil
 		before := offset
 		if started {
-			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset, Chunk: chunk})
+			err = cn.WriteJSON(TypeAttach, Attach{ID: st.ID, Offset: offset, Chunk: chunk, Compression: st.Compression})
 		} else {
 			req := st
 			req.Offset, req.Chunk = offset, chunk
@@ -252,8 +253,8 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 			case TypeStarted:
 				started = true
 				c.logStarted(f, st.ID, offset)
-			case TypeOutput:
-				err = writeOutput(f.Payload, st.ID, &offset, out, &werr)
+			case TypeOutput, TypeOutputZstd:
+				err = writeOutput(f.Type, f.Payload, st.ID, &offset, out, &werr, &unz)
 				f.Release()
 			case TypeExit:
 				var ex Exit
@@ -292,16 +293,23 @@ func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-ch
 	}
 }
 
-// writeOutput writes an Output payload of step id to out, past what
-// *offset says arrived already, and advances *offset. A write error is kept
-// in *werr (later output is discarded); an error return is the stream's.
-func writeOutput(payload []byte, id string, offset *int64, out io.Writer, werr *error) error {
+// writeOutput writes an Output or OutputZstd (type t) payload of step id
+// to out, past what *offset says arrived already, and advances *offset.
+// OutputZstd data is decompressed into *unz. A write error is kept in *werr
+// (later output is discarded); an error return is the stream's.
+func writeOutput(t Type, payload []byte, id string, offset *int64, out io.Writer, werr *error, unz *[]byte) error {
 	fid, off, data, err := DecodeOutput(payload)
 	if err != nil {
 		return err
 	}
 	if fid != id {
 		return nil
+	}
+	if t == TypeOutputZstd {
+		if data, err = DecompressOutput(*unz, data); err != nil {
+			return err
+		}
+		*unz = data[:0]
 	}
 	if off > *offset {
 		return fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", id, *offset, off)

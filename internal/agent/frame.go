@@ -38,7 +38,7 @@ type Type uint8
 
 // Frame types. Client → agent: Hello, Start, Attach, Stop, CopyIn, Data,
 // DataEnd, CopyOut, Shutdown, Heartbeat. Agent → client: Hello, Started,
-// Output, Exit, Data, DataEnd, CopyDone, Error, Heartbeat.
+// Output, OutputZstd, Exit, Data, DataEnd, CopyDone, Error, Heartbeat.
 const (
 	TypeHello        Type = 0x01 // ClientHello / AgentHello (JSON)
 	TypeHeartbeat    Type = 0x02 // empty; sent by either side while idle
@@ -50,6 +50,7 @@ const (
 	TypeStop         Type = 0x15 // Stop (JSON)
 	TypeSteps        Type = 0x16 // empty; answered by StepList
 	TypeStepList     Type = 0x17 // StepList (JSON)
+	TypeOutputZstd   Type = 0x18 // binary: see EncodeOutput; data is one zstd frame
 	TypeCopyIn       Type = 0x20 // CopyIn (JSON), then Data..., DataEnd
 	TypeCopyOut      Type = 0x21 // CopyOut (JSON); answered by Data..., DataEnd
 	TypeData         Type = 0x22 // raw tar bytes
@@ -76,6 +77,8 @@ func (t Type) String() string {
 		return "attach"
 	case TypeOutput:
 		return "output"
+	case TypeOutputZstd:
+		return "output-zstd"
 	case TypeExit:
 		return "exit"
 	case TypeStop:

@@ -63,6 +63,11 @@ type Start struct {
 	// Chunk caps the output bytes per Output frame (0: OutputChunk); a
 	// client whose connections keep breaking asks for smaller frames.
 	Chunk int `json:"chunk,omitempty"`
+	// Compression is "" or CompressionZstd: the client also reads
+	// OutputZstd frames, which the agent sends where compressing a frame's
+	// output makes it smaller (see CompressOutput). An agent that does not
+	// know the field sends Output frames only.
+	Compression string `json:"compression,omitempty"`
 	// Script is the step's script, byte-exact; the agent writes it to a
 	// private file and passes its path as the shell's last argument.
 	Script []byte `json:"script"`
@@ -105,6 +110,8 @@ type Attach struct {
 	ID     string `json:"id"`
 	Offset int64  `json:"offset"`
 	Chunk  int    `json:"chunk,omitempty"` // as Start.Chunk
+	// Compression is as Start.Compression.
+	Compression string `json:"compression,omitempty"`
 }
 
 // Stop asks the agent to stop a running step: SIGTERM to its processes,

@@ -98,7 +98,7 @@ func (h *connHandler) run() {
 			if req.Detach {
 				continue // a service: followed later, by Attach or another Start
 			}
-			h.follow(s, req.Offset, req.Chunk)
+			h.follow(s, req.Offset, req.Chunk, req.Compression)
 		case agent.TypeAttach:
 			req, ok := decode[agent.Attach](h, f)
 			if !ok {
@@ -109,7 +109,7 @@ func (h *connHandler) run() {
 				h.fail(t, req.ID, errors.New("no such step"))
 				continue
 			}
-			h.follow(s, req.Offset, req.Chunk)
+			h.follow(s, req.Offset, req.Chunk, req.Compression)
 		case agent.TypeStop:
 			req, ok := decode[agent.Stop](h, f)
 			if !ok {

@@ -8,20 +8,21 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
 	"knotless.dev/knotless/internal/agent"
 )
 
 // follow streams s's output from off, then its exit, on this connection;
 // a follow already running on it is ended first.
-func (h *connHandler) follow(s *step, off int64, chunk int) {
+func (h *connHandler) follow(s *step, off int64, chunk int, compression string) {
 	h.endFollow()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	h.stopFollow, h.followDone = cancel, done
 	go func() {
 		defer close(done)
-		if err := streamOutput(ctx, h.cn, s, off, chunk); err != nil && ctx.Err() == nil {
+		if err := streamOutput(ctx, h.cn, s, off, chunk, compression); err != nil && ctx.Err() == nil {
 			h.a.log.Debug("following a step's output ended", "step", s.id, "err", err)
 		}
 	}()
@@ -37,24 +38,69 @@ func (h *connHandler) endFollow() {
 
 // streamOutput sends s's output from byte off in frames of at most chunk
 // bytes, then its Exit, as the output grows, until ctx ends or a write
-// fails.
-func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64, chunk int) error {
+// fails. With compression CompressionZstd, a frame whose output shrinks
+// by compressing goes as OutputZstd; after a frame that did not, the next
+// incompressibleSkip frames go as they are without trying.
+//
+// A step that writes in small pieces (a shell loop, `head -c`'s 4 KiB
+// writes) would make a frame of each: while it runs, a frame of less
+// than coalesceBytes waits until coalesceDelay has passed since the
+// previous frame, so that one frame carries what arrived meanwhile. Output
+// after a quiet spell goes at once.
+func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64, chunk int, compression string) error {
 	if chunk <= 0 || chunk > agent.OutputChunk {
 		chunk = agent.OutputChunk
 	}
 	buf := make([]byte, chunk)
+	var (
+		z    []byte
+		sent time.Time // when the last frame went
+		wait *time.Timer
+	)
+	skip := 0
+	if compression == agent.CompressionZstd {
+		z = make([]byte, 0, chunk)
+	} else {
+		skip = -1 // never
+	}
 	for {
 		grown := s.growth()
 		done := s.isDone() // before size: once done, size is final
 		size := s.size.Load()
 		switch {
 		case off < size:
+			if pause := coalesceDelay - time.Since(sent); !done && size-off < coalesceBytes && pause > 0 {
+				if wait == nil {
+					wait = time.NewTimer(pause)
+					defer wait.Stop()
+				} else {
+					wait.Reset(pause)
+				}
+				select {
+				case <-wait.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				continue
+			}
 			n := min(int64(len(buf)), size-off)
 			k, err := s.out.ReadAt(buf[:n], off)
 			if k > 0 {
-				if err := cn.Write(agent.TypeOutput, agent.EncodeOutput(s.id, off), buf[:k]); err != nil {
+				t, data := agent.TypeOutput, buf[:k]
+				switch {
+				case skip > 0:
+					skip--
+				case skip == 0:
+					if zk, ok := agent.CompressOutput(z, data); ok {
+						t, data, z = agent.TypeOutputZstd, zk, zk[:0]
+					} else if k >= 512 {
+						skip = incompressibleSkip
+					}
+				}
+				if err := cn.Write(t, agent.EncodeOutput(s.id, off), data); err != nil {
 					return err
 				}
+				sent = time.Now()
 				off += int64(k)
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
@@ -74,6 +120,20 @@ func streamOutput(ctx context.Context, cn *agent.Conn, s *step, off int64, chunk
 		}
 	}
 }
+
+// coalesceDelay and coalesceBytes bound how long (since the previous
+// frame) and for how few bytes a running step's output waits for more
+// before it is sent: at most 500 frames a second of less than 256 KiB,
+// at most 2 ms later than without waiting.
+const (
+	coalesceDelay = 2 * time.Millisecond
+	coalesceBytes = 256 << 10
+)
+
+// incompressibleSkip is how many Output frames follow one that did not
+// shrink before the agent tries compressing again: output that is random
+// or compressed already costs a try in one frame of this many.
+const incompressibleSkip = 15
 
 func (h *connHandler) startCopyIn(req agent.CopyIn) {
 	if h.copyIn != nil {

@@ -129,12 +129,12 @@ func TestLocal_StepStoppedByASilentEnvironmentIsErroredNotCancelled(t *testing.T
 	}
 }
 
-// TestLocal_CompressCopiesSendsCopiesCompressed: with Env.CompressCopies
+// TestLocal_CompressSendsCopiesCompressed: with Env.Compress
 // (the kube executor's) a copy in and a copy out of 3.84 MB of text cross the
 // connection zstd-compressed, in a tenth of the bytes or less; without it
 // (the control) they cross whole. The file arrives byte for byte either
 // way.
-func TestLocal_CompressCopiesSendsCopiesCompressed(t *testing.T) {
+func TestLocal_CompressSendsCopiesCompressed(t *testing.T) {
 	text := bytes.Repeat([]byte("a line of a checkout, as source files have many\n"), 80_000) // 3.84 MB
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "big.txt"), text, 0o644); err != nil {

@@ -104,11 +104,12 @@ type Env struct {
 	// HostChown, when set, is called on what a host restore made (a file
 	// or a tree), to give it to the environment's user.
 	HostChown func(host string) error
-	// CompressCopies says the way to the agent is slower than compressing
+	// Compress says the way to the agent is slower than compressing
 	// (the kube executor's exec stream, through API server, kubelet and
 	// container runtime): CopyIn and CopyOut then send zstd (its fastest
-	// level) when the agent speaks it, as caches always do.
-	CompressCopies bool
+	// level) when the agent speaks it, as caches always do, and the
+	// agent compresses a step's output frames where that shrinks them.
+	Compress bool
 	// AroundStep, when set, is called as each Exec begins; the function it
 	// returns gets the step's Result to add to (a Note about a limit the
 	// step reached).

@@ -110,10 +110,10 @@ func (s *Session) SaveCache(ctx context.Context, src, stage string) error {
 	return nil
 }
 
-// copyCompression is CopyIn's and CopyOut's: compression where the
-// environment asks for it (Env.CompressCopies), else none.
-func (s *Session) copyCompression(ctx context.Context) string {
-	if !s.cfg.Env.CompressCopies {
+// streamCompression is CopyIn's and CopyOut's: compression where the
+// environment asks for it (Env.Compress), else none.
+func (s *Session) streamCompression(ctx context.Context) string {
+	if !s.cfg.Env.Compress {
 		return ""
 	}
 	return s.compression(ctx)

@@ -27,7 +27,7 @@ type local struct {
 	*agentenv.Base
 	dir, bin string
 	fault    atomic.Pointer[executor.Fault]
-	// compress is its Env.CompressCopies; sent and received count the
+	// compress is its Env.Compress; sent and received count the
 	// bytes its connections to the agent carried.
 	compress       bool
 	sent, received atomic.Int64
@@ -88,8 +88,8 @@ func (d *localDriver) env(dir string) *agentenv.Env {
 			}
 			return &counted{ReadWriteCloser: c, l: (*local)(d)}, nil
 		},
-		CompressCopies: d.compress,
-		Why:            func(context.Context) *executor.Fault { return d.fault.Load() },
+		Compress: d.compress,
+		Why:      func(context.Context) *executor.Fault { return d.fault.Load() },
 		Remove: func(ctx context.Context, agentEnded bool) error {
 			if pid := agentPID(dir); pid > 1 && !agentEnded {
 				_ = syscall.Kill(pid, syscall.SIGTERM) // it ends its steps and exits

@@ -165,6 +165,11 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 		out = io.Discard
 	}
 	req := startRequest(step)
+	if s.cfg.Env.Compress {
+		// Asked for, not negotiated: an agent sends Output frames
+		// whatever it is asked, and OutputZstd ones only if it knows them.
+		req.Compression = agent.CompressionZstd
+	}
 	id := req.ID
 	grace := time.Duration(req.GraceMS) * time.Millisecond
 
@@ -414,7 +419,7 @@ func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("copy %s into %s session %s: %w", src, s.cfg.Executor, s.cfg.ID, err)
 	}
-	req := agent.CopyIn{Dst: dst, Compression: s.copyCompression(ctx)}
+	req := agent.CopyIn{Dst: dst, Compression: s.streamCompression(ctx)}
 	_, err := s.cfg.Client.CopyInWith(ctx, req, func(w io.Writer) error {
 		return agent.WriteTar(ctx, w, agent.HostTree{}, src)
 	})
@@ -439,7 +444,7 @@ func (s *Session) CopyOut(ctx context.Context, src, dst string) error {
 	}
 	defer s.end(done)
 	dst = filepath.Clean(dst)
-	req := agent.CopyOut{Src: src, Compression: s.copyCompression(ctx)}
+	req := agent.CopyOut{Src: src, Compression: s.streamCompression(ctx)}
 	err = s.cfg.Client.CopyOutWith(ctx, req, func(r io.Reader) error {
 		_, err := agent.ExtractTar(ctx, r, agent.HostTree{}, dst)
 		return err

@@ -306,9 +306,9 @@ func (e *Executor) env(name string, uid types.UID, first io.ReadWriteCloser) *ag
 		Remove: func(ctx context.Context, agentEnded bool) error {
 			return e.deletePod(ctx, name, uid, agentEnded)
 		},
-		Services:       podServices{e: e, pod: name},
-		AgentPath:      AgentPath,
-		CompressCopies: true,
+		Services:  podServices{e: e, pod: name},
+		AgentPath: AgentPath,
+		Compress:  true,
 	}
 }
 
