@@ -3,11 +3,14 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 func writeTree(t *testing.T, dir string) {
@@ -92,5 +95,37 @@ func TestCompress_CorruptedZstdStreamIsAnError(t *testing.T) {
 	}
 	if _, err := Compress(io.Discard, "lz5"); err == nil {
 		t.Fatal("unknown compression accepted")
+	}
+}
+
+// TestOutputCompression_RoundTripsAndRefusesWhatIsNotAFrame: a frame's
+// output compresses and decompresses byte for byte; random output and
+// pieces under 512 bytes are not worth compressing; data that is not a
+// zstd frame, or one decoding to more than OutputChunk bytes, gives
+// ErrCorrupt.
+func TestOutputCompression_RoundTripsAndRefusesWhatIsNotAFrame(t *testing.T) {
+	text := bytes.Repeat([]byte("ok   knotless.dev/knotless/internal/agent 0.42s\n"), 22_000)[:OutputChunk]
+	z, ok := CompressOutput(nil, text)
+	if !ok || len(z) > len(text)/10 {
+		t.Fatalf("text: %d bytes compressed to %d (worth it: %v)", len(text), len(z), ok)
+	}
+	got, err := DecompressOutput(nil, z)
+	if err != nil || !bytes.Equal(got, text) {
+		t.Fatalf("text decompressed to %d bytes (err %v), want the %d compressed", len(got), err, len(text))
+	}
+	random := make([]byte, 64<<10)
+	rand.New(rand.NewSource(2)).Read(random)
+	if _, ok := CompressOutput(nil, random); ok {
+		t.Error("random bytes: compressing them said worth it")
+	}
+	if _, ok := CompressOutput(nil, bytes.Repeat([]byte("x"), 511)); ok {
+		t.Error("511 bytes: compressing them said worth it")
+	}
+	if _, err := DecompressOutput(nil, []byte("not a zstd frame")); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("garbage: %v, want ErrCorrupt", err)
+	}
+	big, _ := zstd.NewWriter(nil)
+	if _, err := DecompressOutput(nil, big.EncodeAll(make([]byte, OutputChunk+1), nil)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a frame of %d bytes: %v, want ErrCorrupt", OutputChunk+1, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,5 +177,95 @@ func TestLocal_CompressSendsCopiesCompressed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLocal_CompressSendsStepOutputCompressedOnlyWhereItShrinks: with
+// Env.Compress a step printing 3.84 MB of text sends a tenth of that or
+// less over the connection; one printing 2 MB of random bytes sends them
+// as they are (no frame grows by compressing); without Compress (the
+// control) the text crosses whole. The output arrives byte for byte in
+// every case.
+func TestLocal_CompressSendsStepOutputCompressedOnlyWhereItShrinks(t *testing.T) {
+	text := bytes.Repeat([]byte("a line of a build log, as compilers print many\n"), 80_000)
+	random := make([]byte, 2<<20)
+	_, _ = rand.NewChaCha8([32]byte{3}).Read(random)
+	work := t.TempDir()
+	for name, data := range map[string][]byte{"text": text, "random": random} {
+		if err := os.WriteFile(filepath.Join(work, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		compress bool
+		data     []byte
+	}{{"text", true, text}, {"random", true, random}, {"text", false, text}} {
+		t.Run(fmt.Sprintf("%s/compress=%v", c.name, c.compress), func(t *testing.T) {
+			l := newLocal(t.TempDir(), agenttest.Binary(t))
+			l.compress = c.compress
+			ctx := context.Background()
+			s, err := l.Prepare(ctx, executor.Spec{ID: "run-1", Workspace: work})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Cleanup(context.Background()) })
+			var out bytes.Buffer
+			received := l.received.Load()
+			res, err := s.Exec(ctx, executor.Step{ID: "print", Script: "cat " + c.name}, &out)
+			received = l.received.Load() - received
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("step: %+v, %v", res, err)
+			}
+			if !bytes.Equal(out.Bytes(), c.data) {
+				t.Fatalf("%d bytes of output arrived, not the %d the step printed", out.Len(), len(c.data))
+			}
+			t.Logf("%d bytes printed, %d received", len(c.data), received)
+			switch {
+			case c.compress && c.name == "text" && received > int64(len(c.data))/10:
+				t.Errorf("%d bytes received for %d bytes of text: not compressed", received, len(c.data))
+			case (!c.compress || c.name == "random") && received < int64(len(c.data)):
+				t.Errorf("%d bytes received for %d bytes that do not shrink: fewer than the output", received, len(c.data))
+			case c.name == "random" && received > int64(len(c.data))*101/100:
+				t.Errorf("%d bytes received for %d random bytes: more than the output and its frames", received, len(c.data))
+			}
+		})
+	}
+}
+
+// writeCounter counts the writes an Exec makes to its output: one per
+// output frame that arrived.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) { w.writes++; return w.Buffer.Write(p) }
+
+// TestLocal_ChattyStepOutputArrivesInFewFrames: a step writing 20,000
+// lines one write each (a shell loop's echo) reaches the client in at most
+// one frame per 2 ms of the step's run (plus the first), not a frame per
+// write; every line arrives, in order.
+func TestLocal_ChattyStepOutputArrivesInFewFrames(t *testing.T) {
+	l := newLocal(t.TempDir(), agenttest.Binary(t))
+	ctx := context.Background()
+	s, err := l.Prepare(ctx, executor.Spec{ID: "run-1", Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Cleanup(context.Background()) })
+	var out writeCounter
+	res, err := s.Exec(ctx, executor.Step{ID: "chatty", Script: `i=0; while [ $i -lt 20000 ]; do echo "line $i"; i=$((i+1)); done`}, &out)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("step: %+v, %v", res, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 20000 || lines[0] != "line 0" || lines[19999] != "line 19999" {
+		t.Fatalf("%d lines arrived (first %q), want line 0 … line 19999", len(lines), lines[0])
+	}
+	most := int(res.Duration/(2*time.Millisecond)) + 2
+	t.Logf("20000 writes in %v arrived in %d frames (at most %d)", res.Duration, out.writes, most)
+	if out.writes > most {
+		t.Errorf("20000 writes in %v arrived in %d frames: more than one per 2 ms (%d)", res.Duration, out.writes, most)
 	}
 }
