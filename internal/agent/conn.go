@@ -88,12 +88,19 @@ func newConn(rwc io.ReadWriteCloser, fr *FrameReader, fw *FrameWriter, heartbeat
 	if deadAfter <= 0 {
 		deadAfter = DefaultDeadAfter
 	}
-	c := &Conn{rwc: rwc, fr: fr, fw: fw, frames: make(chan Frame, 16), done: make(chan struct{}), stop: make(chan struct{})}
+	c := &Conn{rwc: rwc, fr: fr, fw: fw, frames: make(chan Frame, frameQueue), done: make(chan struct{}), stop: make(chan struct{})}
 	c.lastRecv.Store(time.Now().UnixNano())
 	go c.readLoop()
 	go c.beat(heartbeat, deadAfter)
 	return c
 }
+
+// frameQueue is how many received frames wait for their reader. Few: a
+// frame of output (up to 1 MiB) is best handled while it is still in the
+// CPU's cache from the socket's copy; with 16 waiting, the runner wrote
+// each one to its spool from memory, not from the cache, and a 100 MB log
+// took it ~12% longer end to end (docs/benchmarks.md, 2026-12-03).
+const frameQueue = 2
 
 func (c *Conn) readLoop() {
 	defer close(c.done)

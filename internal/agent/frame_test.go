@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -135,6 +136,50 @@ func TestConn_SilentConnectionIsClosedAfterDeadAfter(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a silent connection stayed open")
+	}
+}
+
+// TestConn_ReadsAtMostAFewFramesAheadOfItsReader pins how far the
+// connection's reader runs ahead of whoever takes its frames: frameQueue
+// frames waiting and one in hand, then the sender waits. It used to be 16
+// frames (16 MiB of output), and the runner then wrote each frame to its
+// spool long after the socket's copy had left the CPU's cache.
+func TestConn_ReadsAtMostAFewFramesAheadOfItsReader(t *testing.T) {
+	a, b := net.Pipe() // unbuffered: a frame is sent only when it is read
+	cn := newConn(a, NewFrameReader(a), NewFrameWriter(a), time.Hour, time.Hour)
+	defer cn.Close()
+	defer b.Close()
+	fw := NewFrameWriter(b)
+	var sent atomic.Int32
+	go func() {
+		payload := make([]byte, OutputChunk)
+		for i := byte(0); ; i++ {
+			payload[0] = i
+			if err := fw.WriteFrame(TypeOutput, payload); err != nil {
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	ahead := int32(frameQueue + 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for sent.Load() < ahead && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // would the reader take more?
+	if n := sent.Load(); n != ahead {
+		t.Fatalf("with nobody taking frames, %d were sent; want %d (frameQueue waiting, one in hand)", n, ahead)
+	}
+	for i := range 2 * ahead {
+		select {
+		case f := <-cn.Frames():
+			if f.Type != TypeOutput || len(f.Payload) != OutputChunk || f.Payload[0] != byte(i) {
+				t.Fatalf("frame %d: %s of %d bytes starting %d", i, f.Type, len(f.Payload), f.Payload[0])
+			}
+			f.Release()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("frame %d did not arrive once frames were taken", i)
+		}
 	}
 }
 

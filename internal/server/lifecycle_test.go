@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -219,6 +220,78 @@ func TestAppendLog_BodiesOfKnownAndUnknownLengthAndOverTheLimit(t *testing.T) {
 	}
 	if log := f.runLog(t, id, 1); len(log) != want.Len() {
 		t.Fatalf("a refused body stored bytes: the log has %d, want %d", len(log), want.Len())
+	}
+}
+
+// sizedPipe is a request body of a declared length (Content-Length) that
+// arrives as the test writes it.
+type sizedPipe struct {
+	*io.PipeReader
+	size int64
+}
+
+func (p sizedPipe) Size() int64 { return p.size }
+
+// TestAppendLog_ChunkIsWrittenAsItArrivesNotAfterItsLastByte pins that the
+// server writes a log chunk piece by piece while its body arrives: it used
+// to read a whole chunk (up to 8 MiB) into memory first, and copying 8 MiB
+// from memory into the file cost it several times what the copies of a
+// piece still in the CPU's cache do. While the body waits halfway, the
+// pieces already read are in the log (readable) and another log of the run
+// takes appends (no lock held across the network); a body cut off keeps
+// its whole pieces, and the runner's resend of the chunk from its offset
+// completes the log without a byte twice.
+func TestAppendLog_ChunkIsWrittenAsItArrivesNotAfterItsLastByte(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	r, c := claimedRun(t, f)
+	id := c.Run.ID
+	const size, first, piece = 1 << 20, 600 << 10, 256 << 10
+	chunk := make([]byte, size)
+	for i := range chunk {
+		chunk[i] = byte('a' + i/1000%26)
+	}
+	pr, pw := io.Pipe()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := r.Client.Do(context.Background(), http.MethodPost, api.MethodAppendLog,
+			url.Values{"run": {fmt.Sprint(id)}, "step": {"1"}, "offset": {"0"}},
+			"application/octet-stream", sizedPipe{pr, size})
+		sent <- err
+	}()
+	if _, err := pw.Write(chunk[:first]); err != nil {
+		t.Fatal(err)
+	}
+	// Two whole pieces have arrived; the rest of the body has not.
+	testwait.For(t, 10*time.Second, "the first pieces of a chunk whose body is still arriving are in the log", func() bool {
+		return len(f.runLog(t, id, 1)) == 2*piece
+	})
+	if got := f.runLog(t, id, 1); got != string(chunk[:2*piece]) {
+		t.Fatalf("the log holds %d bytes that differ from the chunk's first %d", len(got), 2*piece)
+	}
+	if n, err := appendLog(r, id, 2, 0, "beside\n"); err != nil || n != 7 {
+		t.Fatalf("append to step 2 while step 1's body waits: size %d, err %v", n, err)
+	}
+	pw.CloseWithError(errors.New("connection cut"))
+	if err := <-sent; err == nil {
+		t.Fatal("a request whose body broke off succeeded")
+	}
+	if got := len(f.runLog(t, id, 1)); got != 2*piece {
+		t.Fatalf("after the body broke off the log holds %d bytes, want its %d of whole pieces", got, 2*piece)
+	}
+	resp, err := r.Client.Do(context.Background(), http.MethodPost, api.MethodAppendLog,
+		url.Values{"run": {fmt.Sprint(id)}, "step": {"1"}, "offset": {"0"}},
+		"application/octet-stream", bytes.NewReader(chunk))
+	if err != nil {
+		t.Fatalf("resend the chunk: %v", err)
+	}
+	var out api.AppendLogOutput
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Size != size {
+		t.Fatalf("resend the chunk: size %d, err %v; want %d", out.Size, err, size)
+	}
+	resp.Body.Close()
+	if got := f.runLog(t, id, 1); got != string(chunk) {
+		t.Fatalf("the log after the resend (%d bytes) differs from the chunk (%d)", len(got), size)
 	}
 }
 
