@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,16 @@ func TestAppendLog_ChunkIsWrittenAsItArrivesNotAfterItsLastByte(t *testing.T) {
 	if err := <-sent; err == nil {
 		t.Fatal("a request whose body broke off succeeded")
 	}
+	// The client learns of the cut before the server's handler has ended:
+	// the step its first bytes made known is listed, with them, soon.
+	testwait.Until(t, 10*time.Second, "step 1 listed with the bytes of its whole pieces", func() (bool, string) {
+		var run api.Run
+		if err := f.alice().Query(context.Background(), api.MethodGetRun, url.Values{"run": {fmt.Sprint(id)}}, &run); err != nil {
+			return false, err.Error()
+		}
+		i := slices.IndexFunc(run.Steps, func(s api.Step) bool { return s.Index == 1 })
+		return i >= 0 && run.Steps[i].LogSize == 2*piece, fmt.Sprintf("steps %+v", run.Steps)
+	})
 	if got := len(f.runLog(t, id, 1)); got != 2*piece {
 		t.Fatalf("after the body broke off the log holds %d bytes, want its %d of whole pieces", got, 2*piece)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -256,21 +257,24 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 			Message: fmt.Sprintf("offset %d is past the %d bytes stored for run %d step %d; resend from %d",
 				offset, size, id, step, size)}
 	}
-	if err != nil {
-		return err
-	}
+	// What was written counts even when the body broke off after it: the
+	// step's first bytes make the step known, whichever request brought them
+	// (and the request's context may be gone with its connection).
 	if before == 0 && after > 0 {
 		name := ""
 		if step == api.SetupStep {
 			name = "setup"
 		}
-		if err := s.store.EnsureStep(ctx, id, int(step), name, time.Now()); err != nil {
+		if err := s.store.EnsureStep(context.WithoutCancel(ctx), id, int(step), name, time.Now()); err != nil {
 			return err
 		}
 	}
 	if after > before {
 		s.metrics.logBytes.Add(float64(after - before))
 		s.notify(runKey(id))
+	}
+	if err != nil {
+		return err
 	}
 	return writeJSON(w, api.AppendLogOutput{Size: after})
 }
