@@ -305,14 +305,14 @@ func writeOutput(t Type, payload []byte, id string, offset *int64, out io.Writer
 	if fid != id {
 		return nil
 	}
+	if off > *offset {
+		return fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", id, *offset, off)
+	}
 	if t == TypeOutputZstd {
 		if data, err = DecompressOutput(*unz, data); err != nil {
 			return err
 		}
 		*unz = data[:0]
-	}
-	if off > *offset {
-		return fmt.Errorf("agent protocol: output of step %s jumps from byte %d to %d", id, *offset, off)
 	}
 	if skip := *offset - off; skip > 0 {
 		if skip >= int64(len(data)) {

@@ -59,7 +59,7 @@ var (
 	outputEncoder = sync.OnceValue(func() *zstd.Encoder {
 		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
 			zstd.WithEncoderConcurrency(2), zstd.WithEncoderCRC(false),
-			zstd.WithWindowSize(OutputChunkWindow), zstd.WithLowerEncoderMem(true))
+			zstd.WithWindowSize(outputWindow), zstd.WithLowerEncoderMem(true))
 		if err != nil {
 			panic(err) // only for invalid options
 		}
@@ -75,9 +75,9 @@ var (
 	})
 )
 
-// OutputChunkWindow is the zstd window of an OutputZstd frame, in bytes: a
+// outputWindow is the zstd window of an OutputZstd frame, in bytes: a
 // power of two at least OutputChunk.
-const OutputChunkWindow = MaxPayload
+const outputWindow = MaxPayload
 
 // CompressOutput compresses one frame's output (at most OutputChunk bytes)
 // into dst's spare capacity and reports whether that is worth sending:
