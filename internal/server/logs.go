@@ -25,6 +25,9 @@ import (
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
+	// writes counts the writes under each mu: a logAppend whose last write
+	// was the last under its lock knows the log's size without a stat.
+	writes [64]uint64
 }
 
 // errGap: an append would leave a hole; size is what the log holds.
@@ -36,10 +39,11 @@ func (l *logFiles) path(run int64, step int) string {
 	return filepath.Join(l.dir, strconv.FormatInt(run, 10), strconv.Itoa(step)+".log")
 }
 
-func (l *logFiles) lock(run int64, step int) *sync.Mutex {
+// stripe is the index in mu and writes of the log of run's step.
+func (l *logFiles) stripe(run int64, step int) int {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d", run, step)
-	return &l.mu[h.Sum32()%uint32(len(l.mu))]
+	return int(h.Sum32() % uint32(len(l.mu)))
 }
 
 // size returns the log's size in bytes (0 when it does not exist). It
@@ -70,23 +74,63 @@ func (l *logFiles) size(run int64, step int) (int64, error) {
 // those of the bytes written are kept (a failure to is logged by the
 // caller's next read, never an error of the append).
 func (l *logFiles) append(run int64, step int, offset int64, data []byte, times ...api.LineTime) (before, after int64, err error) {
-	mu := l.lock(run, step)
-	mu.Lock()
-	defer mu.Unlock()
+	a, err := l.openAppend(run, step)
+	if err != nil {
+		return 0, 0, err
+	}
+	before, after, err = a.write(offset, data)
+	if cerr := a.close(times); err == nil {
+		err = cerr
+	}
+	return before, after, err
+}
+
+// logAppend is one request's append to a log, in one or more writes
+// through one open file: on a shared file system (NFS) each open and close
+// is a round trip to the file server, and a close waits for the written
+// bytes to reach it.
+type logAppend struct {
+	l        *logFiles
+	run      int64
+	step     int
+	stripe   int // logFiles.stripe
+	f        *os.File
+	from, to int64  // the bytes written so far: [from, to); from < 0 before any
+	writes   uint64 // logFiles.writes[stripe] after this append's last write
+}
+
+// openAppend opens the log of run's step for appending, creating it.
+func (l *logFiles) openAppend(run int64, step int) (*logAppend, error) {
 	p := l.path(run, step)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return 0, 0, fmt.Errorf("create log directory of run %d: %w", run, err)
+		return nil, fmt.Errorf("create log directory of run %d: %w", run, err)
 	}
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, 0, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
+		return nil, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", run, step, err)
+	return &logAppend{l: l, run: run, step: step, stripe: l.stripe(run, step), f: f, from: -1}, nil
+}
+
+// write appends data, which starts at byte offset of the log, as
+// logFiles.append does, holding the log's lock while it does.
+//
+// The log's size comes from a stat of the file, except when nothing was
+// written under the lock since this append's previous write: then it is
+// where that write ended. (On NFS, a stat of a file with bytes not yet
+// sent waits for them to reach the file server.)
+func (a *logAppend) write(offset int64, data []byte) (before, after int64, err error) {
+	mu := &a.l.mu[a.stripe]
+	mu.Lock()
+	defer mu.Unlock()
+	size := a.to
+	if a.from < 0 || a.l.writes[a.stripe] != a.writes {
+		fi, err := a.f.Stat()
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
+		}
+		size = fi.Size()
 	}
-	size := fi.Size()
 	if offset > size {
 		return size, size, &errGap{size: size}
 	}
@@ -94,13 +138,36 @@ func (l *logFiles) append(run int64, step int, offset int64, data []byte, times 
 	if skip >= int64(len(data)) {
 		return size, size, nil
 	}
-	n, err := f.Write(data[skip:])
-	if err != nil {
-		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", run, step, err)
+	n, err := a.f.Write(data[skip:])
+	if n > 0 {
+		if a.from < 0 {
+			a.from = size
+		}
+		a.to = size + int64(n)
+		a.l.writes[a.stripe]++
+		a.writes = a.l.writes[a.stripe]
 	}
-	dropBehind(f, size, size+int64(n))
-	l.appendTimes(run, step, size, size+int64(n), times)
-	return size, size + int64(n), f.Close()
+	if err != nil {
+		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", a.run, a.step, err)
+	}
+	dropBehind(a.f, size, size+int64(n))
+	return size, size + int64(n), nil
+}
+
+// close keeps the line times among times of the bytes written (in one
+// write to the times file) and closes the log; its error is the close's
+// (where a shared file system reports a write that failed).
+func (a *logAppend) close(times []api.LineTime) error {
+	if a.from >= 0 && len(times) > 0 {
+		mu := &a.l.mu[a.stripe]
+		mu.Lock()
+		a.l.appendTimes(a.run, a.step, a.from, a.to, times)
+		mu.Unlock()
+	}
+	if err := a.f.Close(); err != nil {
+		return fmt.Errorf("close log of run %d step %d: %w", a.run, a.step, err)
+	}
+	return nil
 }
 
 func (l *logFiles) timesPath(run int64, step int) string {
@@ -283,16 +350,17 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 // written: small enough to stay in the CPU's cache between the socket's
 // copy and the file's (a whole 8 MiB chunk did not, and writing it cost
 // the server several times what reading it did), large enough that the
-// file's open, stat and close per piece cost little.
+// lock and stat per piece cost little.
 const appendPiece = 256 << 10
 
 // appendBody appends the body of an appendLog request to the log of run's
 // step, which it starts at byte offset, piece by piece (appendPiece bytes
-// each, logFiles.append each) as it arrives, never holding the log's lock
-// while it waits for the network. It returns the log's size before the
-// first piece and after the last written. A body cut short leaves its
-// pieces written: the runner resends from its own offset and append skips
-// what the log holds. Errors: *errGap (offset past the log's size, nothing
+// each, through one open of the file) as it arrives, never holding the
+// log's lock while it waits for the network; the line times of the bytes
+// written go to the times file once, at the end. It returns the log's size
+// before the first piece and after the last written. A body cut short
+// leaves its whole pieces written (and their line times): the runner
+// resends from its own offset and append skips what the log holds. Errors: *errGap (offset past the log's size, nothing
 // read), 413 (Content-Length over maxLogChunk; a body without one is read
 // whole first, up to that limit), 400 (the body broke off), or the file's.
 func (s *Server) appendBody(r *http.Request, run int64, step int, offset int64, times []api.LineTime) (before, after int64, err error) {
@@ -309,17 +377,26 @@ func (s *Server) appendBody(r *http.Request, run int64, step int, offset int64, 
 	}
 	buf := chunkBuffers.get(int(min(r.ContentLength, appendPiece)))
 	defer chunkBuffers.put(buf)
+	a, err := s.logs.openAppend(run, step)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if cerr := a.close(times); err == nil {
+			err = cerr
+		}
+	}()
 	before = -1
 	for off, end := offset, offset+r.ContentLength; off < end || before < 0; {
 		n := int(min(int64(len(buf.b)), end-off))
 		if _, err := io.ReadFull(r.Body, buf.b[:n]); err != nil {
 			return max(before, 0), after, bodyError(err)
 		}
-		b, a, err := s.logs.append(run, step, off, buf.b[:n], times...)
+		b, aft, err := a.write(off, buf.b[:n])
 		if before < 0 {
 			before = b
 		}
-		after = a
+		after = aft
 		if err != nil {
 			return before, after, err
 		}

@@ -28,3 +28,39 @@ func TestLogFiles_LongLogHandedToTheDiskReadsBackWhole(t *testing.T) {
 		t.Fatalf("the log reads back %d bytes, not the %d written", len(got), want.Len())
 	}
 }
+
+// TestLogFiles_InterleavedAppendsToOneLogWriteEachByteOnce pins the size
+// an append that writes in pieces keeps between them (so that it need not
+// stat the file each time): when another append wrote to the log in
+// between (a runner's retry while its first request still arrives), the
+// next piece reads the log's size again and skips what the other wrote.
+func TestLogFiles_InterleavedAppendsToOneLogWriteEachByteOnce(t *testing.T) {
+	l := &logFiles{dir: t.TempDir()}
+	first, err := l.openAppend(7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := l.openAppend(7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(a *logAppend, offset int64, data string, want int64) {
+		t.Helper()
+		if _, after, err := a.write(offset, []byte(data)); err != nil || after != want {
+			t.Fatalf("write %q at %d: size %d, %v; want %d", data, offset, after, err, want)
+		}
+	}
+	write(first, 0, "abcd", 4)
+	write(first, 4, "ef", 6) // nothing in between: no stat needed
+	write(retry, 2, "cdefgh", 8)
+	write(first, 6, "ghij", 10) // the retry wrote "gh": only "ij" is new
+	write(retry, 8, "ijkl", 12)
+	for _, a := range []*logAppend{first, retry} {
+		if err := a.close(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := os.ReadFile(l.path(7, 1)); err != nil || string(got) != "abcdefghijkl" {
+		t.Fatalf("the log holds %q (%v), want each byte once: %q", got, err, "abcdefghijkl")
+	}
+}
