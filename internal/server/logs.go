@@ -21,12 +21,13 @@ import (
 
 // logFiles keeps step logs as files: DIR/logs/<run>/<step>.log, and their
 // line times (api.LineTime records) as <step>.times beside. A log's size
-// is its file's size; appends to one log are serialized.
+// is its file's size; writes to one log (and to its times) are serialized.
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
-	// writes counts the writes under each mu: a logAppend whose last write
-	// was the last under its lock knows the log's size without a stat.
+	// writes counts what happened under each mu (writes, and stats that
+	// found a size): a logAppend that saw the count last knows the log's
+	// size without a stat.
 	writes [64]uint64
 }
 
@@ -74,63 +75,73 @@ func (l *logFiles) size(run int64, step int) (int64, error) {
 // those of the bytes written are kept (a failure to is logged by the
 // caller's next read, never an error of the append).
 func (l *logFiles) append(run int64, step int, offset int64, data []byte, times ...api.LineTime) (before, after int64, err error) {
-	a, err := l.openAppend(run, step)
+	a, err := l.openAppend(run, step, times)
 	if err != nil {
 		return 0, 0, err
 	}
 	before, after, err = a.write(offset, data)
-	if cerr := a.close(times); err == nil {
+	if cerr := a.close(); err == nil {
 		err = cerr
 	}
 	return before, after, err
 }
 
 // logAppend is one request's append to a log, in one or more writes
-// through one open file: on a shared file system (NFS) each open and close
-// is a round trip to the file server, and a close waits for the written
-// bytes to reach it.
+// through one open file (and one of its times file): on a shared file
+// system (NFS) each open and close is a round trip to the file server, and
+// a close waits for the written bytes to reach it.
 type logAppend struct {
-	l        *logFiles
-	run      int64
-	step     int
-	stripe   int // logFiles.stripe
-	f        *os.File
-	from, to int64  // the bytes written so far: [from, to); from < 0 before any
-	writes   uint64 // logFiles.writes[stripe] after this append's last write
+	l      *logFiles
+	run    int64
+	step   int
+	stripe int // logFiles.stripe
+	f      *os.File
+	tf     *os.File       // the times file, opened at the first time kept
+	times  []api.LineTime // the request's line times not yet passed
+	size   int64          // the log's size as this append last knew it
+	seen   uint64         // logFiles.writes[stripe] when size was right; 0: never
+	buf    []byte         // line time records being written
 }
 
-// openAppend opens the log of run's step for appending, creating it.
-func (l *logFiles) openAppend(run int64, step int) (*logAppend, error) {
+// openAppend opens the log of run's step for writing, creating it; times
+// are the line times of what the append will write (offsets ascending).
+func (l *logFiles) openAppend(run int64, step int, times []api.LineTime) (*logAppend, error) {
 	p := l.path(run, step)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return nil, fmt.Errorf("create log directory of run %d: %w", run, err)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
 	}
-	return &logAppend{l: l, run: run, step: step, stripe: l.stripe(run, step), f: f, from: -1}, nil
+	return &logAppend{l: l, run: run, step: step, stripe: l.stripe(run, step), f: f, times: times}, nil
 }
 
-// write appends data, which starts at byte offset of the log, as
-// logFiles.append does, holding the log's lock while it does.
+// write stores data, which starts at byte offset of the log, as
+// logFiles.append does, with the line times of the bytes it writes, all
+// under the log's lock: a log's bytes and its times file grow in the same
+// order whichever requests interleave.
 //
-// The log's size comes from a stat of the file, except when nothing was
-// written under the lock since this append's previous write: then it is
-// where that write ended. (On NFS, a stat of a file with bytes not yet
-// sent waits for them to reach the file server.)
+// The log's size comes from a stat of the file, unless nothing was written
+// under the lock since this append last knew it. (On NFS a stat of a file
+// with bytes not yet sent waits for them to reach the file server.) The
+// bytes go at their offset (pwrite), not at the file's end: should another
+// server replica have appended the same bytes meanwhile, they land on
+// themselves instead of twice.
 func (a *logAppend) write(offset int64, data []byte) (before, after int64, err error) {
 	mu := &a.l.mu[a.stripe]
 	mu.Lock()
 	defer mu.Unlock()
-	size := a.to
-	if a.from < 0 || a.l.writes[a.stripe] != a.writes {
+	if a.seen == 0 || a.l.writes[a.stripe] != a.seen {
 		fi, err := a.f.Stat()
 		if err != nil {
 			return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
 		}
-		size = fi.Size()
+		a.size = fi.Size()
+		a.l.writes[a.stripe]++ // a fresh count, so that seen is never 0
+		a.seen = a.l.writes[a.stripe]
 	}
+	size := a.size
 	if offset > size {
 		return size, size, &errGap{size: size}
 	}
@@ -138,14 +149,12 @@ func (a *logAppend) write(offset int64, data []byte) (before, after int64, err e
 	if skip >= int64(len(data)) {
 		return size, size, nil
 	}
-	n, err := a.f.Write(data[skip:])
+	n, err := a.f.WriteAt(data[skip:], size)
 	if n > 0 {
-		if a.from < 0 {
-			a.from = size
-		}
-		a.to = size + int64(n)
+		a.size = size + int64(n)
 		a.l.writes[a.stripe]++
-		a.writes = a.l.writes[a.stripe]
+		a.seen = a.l.writes[a.stripe]
+		a.writeTimes(size, a.size)
 	}
 	if err != nil {
 		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", a.run, a.step, err)
@@ -154,15 +163,38 @@ func (a *logAppend) write(offset int64, data []byte) (before, after int64, err e
 	return size, size + int64(n), nil
 }
 
-// close keeps the line times among times of the bytes written (in one
-// write to the times file) and closes the log; its error is the close's
+// writeTimes appends the line times of bytes [from, to), just written, to
+// the times file (the caller holds the log's lock). Best effort: times are
+// a help to read a log.
+func (a *logAppend) writeTimes(from, to int64) {
+	a.buf = a.buf[:0]
+	for len(a.times) > 0 && a.times[0].Offset < to {
+		if a.times[0].Offset >= from {
+			a.buf = api.AppendLineTime(a.buf, a.times[0])
+		}
+		a.times = a.times[1:]
+	}
+	if len(a.buf) == 0 {
+		return
+	}
+	if a.tf == nil {
+		f, err := os.OpenFile(a.l.timesPath(a.run, a.step), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return
+		}
+		if fi, err := f.Stat(); err == nil && fi.Size()%api.LineTimeSize != 0 {
+			_ = f.Truncate(fi.Size() - fi.Size()%api.LineTimeSize) // a torn record
+		}
+		a.tf = f
+	}
+	_, _ = a.tf.Write(a.buf)
+}
+
+// close closes the log and its times file; its error is the log's close's
 // (where a shared file system reports a write that failed).
-func (a *logAppend) close(times []api.LineTime) error {
-	if a.from >= 0 && len(times) > 0 {
-		mu := &a.l.mu[a.stripe]
-		mu.Lock()
-		a.l.appendTimes(a.run, a.step, a.from, a.to, times)
-		mu.Unlock()
+func (a *logAppend) close() error {
+	if a.tf != nil {
+		_ = a.tf.Close()
 	}
 	if err := a.f.Close(); err != nil {
 		return fmt.Errorf("close log of run %d step %d: %w", a.run, a.step, err)
@@ -172,30 +204,6 @@ func (a *logAppend) close(times []api.LineTime) error {
 
 func (l *logFiles) timesPath(run int64, step int) string {
 	return filepath.Join(l.dir, strconv.FormatInt(run, 10), strconv.Itoa(step)+".times")
-}
-
-// appendTimes keeps the line times among ts whose offsets are in [from,
-// to), the bytes just written, after the last one kept (the caller holds
-// the log's lock). Best effort: times are a help to read a log.
-func (l *logFiles) appendTimes(run int64, step int, from, to int64, ts []api.LineTime) {
-	var buf []byte
-	for _, t := range ts {
-		if t.Offset >= from && t.Offset < to {
-			buf = api.AppendLineTime(buf, t)
-		}
-	}
-	if len(buf) == 0 {
-		return
-	}
-	f, err := os.OpenFile(l.timesPath(run, step), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size()%api.LineTimeSize != 0 {
-		_ = f.Truncate(fi.Size() - fi.Size()%api.LineTimeSize) // a torn record
-	}
-	_, _ = f.Write(buf)
 }
 
 // lineTimes returns the line times of the log with offsets in [from, to),
@@ -349,18 +357,19 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 // appendPiece is how much of an appendLog body is read before it is
 // written: small enough to stay in the CPU's cache between the socket's
 // copy and the file's (a whole 8 MiB chunk did not, and writing it cost
-// the server several times what reading it did), large enough that the
-// lock and stat per piece cost little.
+// the server several times what reading it did), large enough that a
+// lock and a write per piece cost little.
 const appendPiece = 256 << 10
 
 // appendBody appends the body of an appendLog request to the log of run's
 // step, which it starts at byte offset, piece by piece (appendPiece bytes
 // each, through one open of the file) as it arrives, never holding the
 // log's lock while it waits for the network; the line times of the bytes
-// written go to the times file once, at the end. It returns the log's size
-// before the first piece and after the last written. A body cut short
-// leaves its whole pieces written (and their line times): the runner
-// resends from its own offset and append skips what the log holds. Errors: *errGap (offset past the log's size, nothing
+// written go to the times file with them. It returns the log's size
+// before the body and after its last piece (written or skipped as held
+// already). A body cut short leaves its whole pieces written (and their
+// line times): the runner resends from its own offset and append skips
+// what the log holds. Errors: *errGap (offset past the log's size, nothing
 // read), 413 (Content-Length over maxLogChunk; a body without one is read
 // whole first, up to that limit), 400 (the body broke off), or the file's.
 func (s *Server) appendBody(r *http.Request, run int64, step int, offset int64, times []api.LineTime) (before, after int64, err error) {
@@ -375,29 +384,27 @@ func (s *Server) appendBody(r *http.Request, run int64, step int, offset int64, 
 	if r.ContentLength > maxLogChunk {
 		return 0, 0, bodyTooLarge(maxLogChunk)
 	}
-	buf := chunkBuffers.get(int(min(r.ContentLength, appendPiece)))
-	defer chunkBuffers.put(buf)
-	a, err := s.logs.openAppend(run, step)
+	a, err := s.logs.openAppend(run, step, times)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer func() {
-		if cerr := a.close(times); err == nil {
+		if cerr := a.close(); err == nil {
 			err = cerr
 		}
 	}()
-	before = -1
-	for off, end := offset, offset+r.ContentLength; off < end || before < 0; {
+	// An offset past the log's end is refused before the body is read.
+	if before, after, err = a.write(offset, nil); err != nil {
+		return before, after, err
+	}
+	buf := chunkBuffers.get(int(min(r.ContentLength, appendPiece)))
+	defer chunkBuffers.put(buf)
+	for off, end := offset, offset+r.ContentLength; off < end; {
 		n := int(min(int64(len(buf.b)), end-off))
 		if _, err := io.ReadFull(r.Body, buf.b[:n]); err != nil {
-			return max(before, 0), after, bodyError(err)
+			return before, after, bodyError(err)
 		}
-		b, aft, err := a.write(off, buf.b[:n])
-		if before < 0 {
-			before = b
-		}
-		after = aft
-		if err != nil {
+		if _, after, err = a.write(off, buf.b[:n]); err != nil {
 			return before, after, err
 		}
 		off += int64(n)

@@ -2,8 +2,12 @@ package server
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
+	"slices"
 	"testing"
+
+	"knotless.dev/knotless/internal/api"
 )
 
 // TestLogFiles_LongLogHandedToTheDiskReadsBackWhole pins that dropping a
@@ -34,13 +38,21 @@ func TestLogFiles_LongLogHandedToTheDiskReadsBackWhole(t *testing.T) {
 // stat the file each time): when another append wrote to the log in
 // between (a runner's retry while its first request still arrives), the
 // next piece reads the log's size again and skips what the other wrote.
+// The line times go with their bytes: each once, in order (they were
+// written at each request's end, and two requests' overlapping times
+// then came out twice and out of order, which the times file's binary
+// search cannot read).
 func TestLogFiles_InterleavedAppendsToOneLogWriteEachByteOnce(t *testing.T) {
 	l := &logFiles{dir: t.TempDir()}
-	first, err := l.openAppend(7, 1)
+	var times []api.LineTime // a line every 2 bytes; a retry sends the same
+	for off := int64(0); off < 12; off += 2 {
+		times = append(times, api.LineTime{Offset: off, UnixMS: 1000 + off})
+	}
+	first, err := l.openAppend(7, 1, times)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry, err := l.openAppend(7, 1)
+	retry, err := l.openAppend(7, 1, times)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +68,25 @@ func TestLogFiles_InterleavedAppendsToOneLogWriteEachByteOnce(t *testing.T) {
 	write(first, 6, "ghij", 10) // the retry wrote "gh": only "ij" is new
 	write(retry, 8, "ijkl", 12)
 	for _, a := range []*logAppend{first, retry} {
-		if err := a.close(nil); err != nil {
+		if err := a.close(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got, err := os.ReadFile(l.path(7, 1)); err != nil || string(got) != "abcdefghijkl" {
 		t.Fatalf("the log holds %q (%v), want each byte once: %q", got, err, "abcdefghijkl")
+	}
+	raw, err := os.ReadFile(l.timesPath(7, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []api.LineTime
+	for ; len(raw) >= api.LineTimeSize; raw = raw[api.LineTimeSize:] {
+		var lt api.LineTime
+		lt.Offset = int64(binary.LittleEndian.Uint64(raw))
+		lt.UnixMS = int64(binary.LittleEndian.Uint64(raw[8:]))
+		got = append(got, lt)
+	}
+	if !slices.Equal(got, times) {
+		t.Fatalf("the times file holds %v, want each line's time once, in order: %v", got, times)
 	}
 }
