@@ -25,9 +25,8 @@ import (
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
-	// writes counts what happened under each mu (writes, and stats that
-	// found a size): a logAppend that saw the count last knows the log's
-	// size without a stat.
+	// writes counts the writes under each mu: a logAppend that saw the
+	// count last knows the log's size without a stat.
 	writes [64]uint64
 }
 
@@ -99,7 +98,8 @@ type logAppend struct {
 	tf     *os.File       // the times file, opened at the first time kept
 	times  []api.LineTime // the request's line times not yet passed
 	size   int64          // the log's size as this append last knew it
-	seen   uint64         // logFiles.writes[stripe] when size was right; 0: never
+	known  bool           // size was known once
+	seen   uint64         // logFiles.writes[stripe] when size was right
 	buf    []byte         // line time records being written
 }
 
@@ -132,14 +132,12 @@ func (a *logAppend) write(offset int64, data []byte) (before, after int64, err e
 	mu := &a.l.mu[a.stripe]
 	mu.Lock()
 	defer mu.Unlock()
-	if a.seen == 0 || a.l.writes[a.stripe] != a.seen {
+	if !a.known || a.l.writes[a.stripe] != a.seen {
 		fi, err := a.f.Stat()
 		if err != nil {
 			return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
 		}
-		a.size = fi.Size()
-		a.l.writes[a.stripe]++ // a fresh count, so that seen is never 0
-		a.seen = a.l.writes[a.stripe]
+		a.size, a.known, a.seen = fi.Size(), true, a.l.writes[a.stripe]
 	}
 	size := a.size
 	if offset > size {
@@ -374,11 +372,10 @@ const appendPiece = 256 << 10
 // whole first, up to that limit), 400 (the body broke off), or the file's.
 func (s *Server) appendBody(r *http.Request, run int64, step int, offset int64, times []api.LineTime) (before, after int64, err error) {
 	if r.ContentLength < 0 {
-		data, release, err := readLogChunk(r, maxLogChunk)
+		data, err := readLimited(r, maxLogChunk)
 		if err != nil {
 			return 0, 0, err
 		}
-		defer release()
 		return s.logs.append(run, step, offset, data, times...)
 	}
 	if r.ContentLength > maxLogChunk {
