@@ -7,7 +7,10 @@
 //	testreport -- go test -count=1 ./...
 //
 // It adds -json after "test", and exits with go test's status (1 when go
-// test could not be started).
+// test could not be started). After the skips it prints the slowest
+// top-level tests (wall-clock seconds, as go test -json's Elapsed), so that
+// a CI log says where a test phase's minutes went. With TESTREPORT_JSON set
+// to a file name, every event line is also appended to that file.
 package main
 
 import (
@@ -44,7 +47,17 @@ func main() {
 		os.Exit(1)
 	}
 	r := newReport(os.Stdout)
-	r.read(stdout)
+	if name := os.Getenv("TESTREPORT_JSON"); name != "" {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		r.read(io.TeeReader(stdout, f))
+	} else {
+		r.read(stdout)
+	}
 	err = cmd.Wait()
 	r.summary()
 	var exit *exec.ExitError
@@ -63,6 +76,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on pass, fail and skip
 }
 
 // report prints events as plain `go test` would and keeps the skips.
@@ -70,7 +84,17 @@ type report struct {
 	out   io.Writer
 	buf   map[string][]string // output of a test still running, by package and test
 	skips map[string]*skip    // by package and call site
+	tests []timed             // top-level tests that ended, with their time
 }
+
+// timed is one top-level test and how long it ran, in seconds.
+type timed struct {
+	name    string
+	seconds float64
+}
+
+// slowest is how many of the slowest tests the summary lists.
+const slowest = 15
 
 // skip is one place tests skipped at: how often, and its first message.
 type skip struct {
@@ -97,6 +121,9 @@ func (r *report) read(in io.Reader) {
 
 func (r *report) event(e event) {
 	key := e.Package + " " + e.Test
+	if e.Test != "" && !strings.Contains(e.Test, "/") && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip") {
+		r.tests = append(r.tests, timed{strings.TrimPrefix(e.Package, "knotless.dev/knotless/") + " " + e.Test, e.Elapsed})
+	}
 	switch {
 	case e.Action == "build-output":
 		fmt.Fprint(r.out, e.Output)
@@ -166,5 +193,14 @@ func (r *report) summary() {
 	fmt.Fprintf(r.out, "skips: %d tests skipped at %d places\n", total, len(all))
 	for _, s := range all {
 		fmt.Fprintf(r.out, "%5d  %s: %s\n", s.n, s.where, s.message)
+	}
+	sort.SliceStable(r.tests, func(i, j int) bool { return r.tests[i].seconds > r.tests[j].seconds })
+	n := min(len(r.tests), slowest)
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(r.out, "slowest tests (%d of %d):\n", n, len(r.tests))
+	for _, t := range r.tests[:n] {
+		fmt.Fprintf(r.out, "%7.1fs  %s\n", t.seconds, t.name)
 	}
 }
