@@ -48,7 +48,7 @@ demo-scale: build
 	$(GO) run ./test/scale/cmd/demo-scale -bin $(BIN) $(DEMO_SCALE_FLAGS)
 
 vet:
-	$(GO) vet ./...
+	$(TESTBUILD) $(GO) vet ./...
 	cd test/cluster && $(GO) vet ./...
 
 # Tests that need the cluster fail (instead of skipping) when it is not up;
@@ -73,27 +73,48 @@ testreport:
 	@mkdir -p $(BIN)
 	@$(GO) build -o $(TESTREPORT) ./scripts/testreport
 
+# How the tests build: as `make build` builds the programs (STATIC: no
+# cgo, no VCS stamp, no build paths), so every package the tests
+# share with the programs and with internal/deploy's builds compiles once
+# (with cgo the whole dependency tree compiled a second time; no test
+# needs cgo).
+TESTBUILD := CGO_ENABLED=0 GOAMD64=v1 GOARM64=v8.0 GOFLAGS='-buildvcs=false -trimpath'
+E2E := ./test/e2e
+
 # Every test: unit, integration (real server, git, processes), the harness's
-# own, and end to end (the built programs as processes, the cluster); then
-# the kube executor's suite again with job pods in gVisor (test-gvisor).
-# Each part prints "### make test: PART took Ns" (CI's log keeps each
-# part's time: the whole must stay under ~50 minutes on a cold machine).
+# own, and end to end (the built programs as processes, the cluster), each
+# go test Benchmark* once (-benchtime 1x, bench-smoke's), the kube
+# executor's suite again with job pods in gVisor (test-gvisor) and the
+# bench program with tiny sizes. Three parts run at once (test-parts, each
+# printed whole when it ends): test/e2e, the other packages, the gVisor
+# suite then the bench program; test/cluster's own tests restart the
+# cluster, so they run after them, alone. Each part prints "### make test:
+# PART took Ns" (CI's log keeps each part's time: docs/development.md "CI").
 timed = start=$$(date +%s); $(2); rc=$$?; echo "\#\#\# make test: $(1) took $$(( $$(date +%s) - start ))s"; exit $$rc
-test: vet cluster-up docker-up testreport
-	$(call timed,./...,$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./...)
-	$(call timed,test/cluster,cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...)
-	$(call timed,gVisor suite,$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube)
-	$(call timed,bench-smoke,$(MAKE) bench-smoke)
+test: vet cluster-up docker-up testreport build
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-part-e2e test-part-packages test-part-gvisor-bench
+	@$(call timed,test/cluster,cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...)
+
+.PHONY: test-part-e2e test-part-packages test-part-gvisor-bench
+test-part-e2e:
+	@$(call timed,test/e2e,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $(E2E))
+test-part-packages:
+	@$(call timed,./... but test/e2e,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $$($(GO) list ./... | grep -vx 'knotless.dev/knotless/test/e2e'))
+test-part-gvisor-bench:
+	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./internal/executor/kube)
+	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 
 # Every benchmark once at its smallest, so that one which no longer runs
 # fails the tests instead of the next measurement: each go test Benchmark*
 # with -benchtime 1x (one package at a time, as the figures are taken), and
-# the bench program with tiny sizes. About 5 minutes; the figures it prints
-# mean nothing (one sample, no baseline interleaving).
+# the bench program with tiny sizes (`make test` runs both, the go test
+# ones beside the tests). The figures it prints mean nothing (one sample,
+# no baseline interleaving).
+BENCH_SMOKE_PROGRAM := $(GO) run ./bench -bin $(BIN) -n 1 -log-mb 1 -log-runs 1 -steps 2 -steps-runs 1 -restarts 1 -runners 5 -idle 2s
 .PHONY: bench-smoke
 bench-smoke: build cluster-up docker-up
-	$(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
-	$(GO) run ./bench -bin $(BIN) -n 1 -log-mb 1 -log-runs 1 -steps 2 -steps-runs 1 -restarts 1 -runners 5 -idle 2s
+	$(TESTBUILD) $(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
+	$(TESTBUILD) $(BENCH_SMOKE_PROGRAM)
 
 # The kube executor's shared suite (executortest), its secret and
 # hardening tests and doctor with every job pod in gVisor: RuntimeClass

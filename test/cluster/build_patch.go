@@ -206,29 +206,49 @@ func patchNetworkPolicies(root string) error {
 	return nil
 }
 
-// coreDNSEdits leave the forward plugin out of CoreDNS: no query of a test
-// may leave the machine. zplugin.go imports the plugins (registering them) and
-// zdirectives.go orders their directives; both are generated from plugin.cfg
-// upstream, and we edit the generated files directly.
-var coreDNSEdits = []sourceEdit{
-	{
-		file:  "core/plugin/zplugin.go",
-		old:   "\t_ \"github.com/coredns/coredns/plugin/forward\"\n",
-		new:   "",
-		count: 1,
-	},
-	{
-		file:  "core/dnsserver/zdirectives.go",
-		old:   "\t\"forward\",\n",
-		new:   "",
-		count: 1,
-	},
-}
+// CoreDNSPlugins are the only plugins our CoreDNS build holds: those the
+// cluster's Corefile (addons.go) uses, and log for debugging. Upstream's
+// default build holds some sixty, among them forward, grpc and the cloud
+// providers' (route53, azure, clouddns), whose SDKs made most of its build
+// time; leaving them out keeps every query inside the machine (no forward,
+// no grpc) and builds in a fraction of the time.
+var CoreDNSPlugins = []string{"cache", "errors", "health", "kubernetes", "loadbalance", "log", "ready"}
 
-// patchCoreDNS applies coreDNSEdits to the CoreDNS source at root and checks
-// that nothing outside the plugin itself still imports the forward plugin.
+// coreDNSPluginImport is the import line of one plugin in zplugin.go.
+const coreDNSPluginImport = "\t_ \"github.com/coredns/coredns/plugin/%s\"\n"
+
+// patchCoreDNS leaves every plugin but CoreDNSPlugins out of the CoreDNS
+// source at root: zplugin.go imports the plugins (registering them) and
+// zdirectives.go orders their directives; both are generated from plugin.cfg
+// upstream, and we filter the generated files, keeping upstream's order. It
+// fails when a wanted plugin is missing from either file, when nothing is
+// left out (patched already, or upstream changed its layout), and when
+// anything outside the forward plugin itself still imports it.
 func patchCoreDNS(root string) error {
-	if err := applyEdits(root, coreDNSEdits); err != nil {
+	keep := map[string]bool{}
+	for _, p := range CoreDNSPlugins {
+		keep[p] = true
+	}
+	if err := filterLines(root, "core/plugin/zplugin.go", func(line string) (bool, string) {
+		if !strings.HasPrefix(line, "\t_ \"") {
+			return true, ""
+		}
+		name := strings.TrimSuffix(line[strings.LastIndex(line, "/")+1:], "\"")
+		if !strings.HasPrefix(line, "\t_ \"github.com/coredns/coredns/plugin/") {
+			name = "" // another module's plugin (caddy's onevent)
+		}
+		return keep[name], name
+	}); err != nil {
+		return fmt.Errorf("patch coredns: %w", err)
+	}
+	if err := filterLines(root, "core/dnsserver/zdirectives.go", func(line string) (bool, string) {
+		t := strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "\t\"") || !strings.HasSuffix(t, "\",") {
+			return true, ""
+		}
+		name := strings.Trim(t, "\",")
+		return keep[name], name
+	}); err != nil {
 		return fmt.Errorf("patch coredns: %w", err)
 	}
 	left, err := filesContaining(root, "\"github.com/coredns/coredns/plugin/forward\"")
@@ -237,6 +257,48 @@ func patchCoreDNS(root string) error {
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("patch coredns: the forward plugin is still imported by %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// filterLines rewrites file (relative to root) without the lines that
+// decide drops. decide returns whether to keep a line and, for a line that
+// names a plugin, its name. Every plugin of CoreDNSPlugins must be named
+// and kept, and at least one named line dropped, or the file is left as it
+// was and an error names it.
+func filterLines(root, file string, decide func(line string) (keep bool, name string)) error {
+	path := filepath.Join(root, filepath.FromSlash(file))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	var out strings.Builder
+	kept, dropped := map[string]bool{}, 0
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		keep, name := decide(strings.TrimSuffix(line, "\n"))
+		if !keep {
+			dropped++
+			continue
+		}
+		if name != "" {
+			kept[name] = true
+		}
+		out.WriteString(line)
+	}
+	for _, p := range CoreDNSPlugins {
+		if !kept[p] {
+			return fmt.Errorf("%s does not name the plugin %s (has the upstream version changed?)", file, p)
+		}
+	}
+	if dropped == 0 {
+		return fmt.Errorf("%s: nothing to leave out (patched already, or the upstream layout changed)", file)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if err := os.WriteFile(path, []byte(out.String()), info.Mode().Perm()); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	return nil
 }

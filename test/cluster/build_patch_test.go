@@ -122,8 +122,11 @@ func TestPatchNetworkPolicies_FailsOnANewQueueExpression(t *testing.T) {
 	}
 }
 
-func TestPatchCoreDNS_RealModuleLosesForwardOnly(t *testing.T) {
+// The patched CoreDNS imports exactly CoreDNSPlugins and orders exactly
+// their directives, in upstream's order; forward is gone from both.
+func TestPatchCoreDNS_RealModuleKeepsOnlyTheCorefilesPlugins(t *testing.T) {
 	src := moduleSource(t, CoreDNSModule, CoreDNSVersion)
+	before := readSource(t, src, "core/dnsserver/zdirectives.go")
 	if err := patchCoreDNS(src); err != nil {
 		t.Fatalf("patch: %v", err)
 	}
@@ -135,14 +138,23 @@ func TestPatchCoreDNS_RealModuleLosesForwardOnly(t *testing.T) {
 	if strings.Contains(directives, `"forward"`) {
 		t.Error("zdirectives.go still lists the forward directive")
 	}
-	for _, want := range []string{"plugin/kubernetes\"", "plugin/cache\"", "plugin/health\"", "plugin/ready\""} {
-		if !strings.Contains(plugins, want) {
-			t.Errorf("zplugin.go lost %s", want)
+	if n := strings.Count(plugins, "\t_ \""); n != len(CoreDNSPlugins) {
+		t.Errorf("zplugin.go imports %d plugins, want %d (%v):\n%s", n, len(CoreDNSPlugins), CoreDNSPlugins, plugins)
+	}
+	for _, p := range CoreDNSPlugins {
+		if !strings.Contains(plugins, "plugin/"+p+"\"") {
+			t.Errorf("zplugin.go lost %s", p)
+		}
+		if !strings.Contains(directives, `"`+p+`",`) {
+			t.Errorf("zdirectives.go lost %s", p)
 		}
 	}
-	for _, want := range []string{`"kubernetes"`, `"cache"`, `"errors"`, `"loop"`} {
-		if !strings.Contains(directives, want) {
-			t.Errorf("zdirectives.go lost %s", want)
+	for i, p := range CoreDNSPlugins {
+		for _, q := range CoreDNSPlugins[i+1:] {
+			a, b := strings.Index(directives, `"`+p+`",`), strings.Index(directives, `"`+q+`",`)
+			if (a < b) != (strings.Index(before, `"`+p+`",`) < strings.Index(before, `"`+q+`",`)) {
+				t.Errorf("zdirectives.go changed the order of %s and %s", p, q)
+			}
 		}
 	}
 	parseDir(t, filepath.Join(src, "core", "plugin"))

@@ -43,7 +43,7 @@ func TestCachedBinaries_OnlyWhenAllAreExecutables(t *testing.T) {
 	want := map[string]string{
 		b.Kube:            filepath.Join(o.CacheDir, "kubernetes-v1.37.2", "kube"),
 		b.NetworkPolicies: filepath.Join(o.CacheDir, "kube-network-policies-v0.8.0-knotless2", "kube-network-policies"),
-		b.CoreDNS:         filepath.Join(o.CacheDir, "coredns-v1.15.0-knotless1", "coredns"),
+		b.CoreDNS:         filepath.Join(o.CacheDir, "coredns-v1.15.0-knotless2", "coredns"),
 		b.Runsc:           filepath.Join(o.CacheDir, "gvisor-v0.0.0-20260905035102-160fafc42237-knotless1", "runsc"),
 		b.RunscShim:       filepath.Join(o.CacheDir, "gvisor-v0.0.0-20260905035102-160fafc42237-knotless1", "containerd-shim-runsc-v1"),
 	}
@@ -165,9 +165,14 @@ func TestCheckCoreDNSPlugins_RefusesABinaryWithForward(t *testing.T) {
 		t.Errorf("a binary listing forward: err = %v, want one naming forward", err)
 	}
 	without := filepath.Join(dir, "without")
-	writeExecutable(t, without, "#!/bin/sh\nprintf 'acl\\ncache\\nhealth\\nkubernetes\\nready\\non\\n'\n")
+	writeExecutable(t, without, "#!/bin/sh\nprintf 'cache\\nerrors\\nhealth\\nkubernetes\\nloadbalance\\nlog\\nprometheus\\nready\\n'\n")
 	if err := checkCoreDNSPlugins(context.Background(), without); err != nil {
 		t.Errorf("a binary without forward failed the check: %v", err)
+	}
+	grpc := filepath.Join(dir, "grpc")
+	writeExecutable(t, grpc, "#!/bin/sh\nprintf 'cache\\nerrors\\ngrpc\\nhealth\\nkubernetes\\nloadbalance\\nlog\\nready\\n'\n")
+	if err := checkCoreDNSPlugins(context.Background(), grpc); err == nil || !strings.Contains(err.Error(), "grpc") {
+		t.Errorf("a binary listing grpc: err = %v, want one naming grpc", err)
 	}
 	// A binary that is not CoreDNS (or lost the plugins the cluster needs).
 	other := filepath.Join(dir, "other")

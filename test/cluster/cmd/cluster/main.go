@@ -107,6 +107,19 @@ time: on a healthy cluster it only imports job images it does not hold yet.`,
 		},
 		downCmd(&cfg),
 		&cobra.Command{
+			Use:   "packages",
+			Short: "Print the Debian packages the cluster runs on, one a line",
+			Long: `packages prints the Debian packages that up installs when they are missing,
+one a line, so that a script can install them together with its own in one
+apt-get run (.ci/run does). It needs neither root nor a cluster.`,
+			Args: cobra.NoArgs,
+			// No defaults to find: this works on any machine.
+			PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
+			Run: func(*cobra.Command, []string) {
+				fmt.Println(strings.Join(cluster.Packages, "\n"))
+			},
+		},
+		&cobra.Command{
 			Use:   "status",
 			Short: "Say whether the cluster is up (exit 0, with each process's memory) or not (exit 1)",
 			Args:  cobra.NoArgs,
