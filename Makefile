@@ -74,11 +74,11 @@ testreport:
 	@$(GO) build -o $(TESTREPORT) ./scripts/testreport
 
 # How the tests build: as `make build` builds the programs (STATIC: no
-# cgo, no VCS stamp; build paths kept: BenchmarkKube_CopyIn reads GOROOT), so packages the tests
-# share with the programs and with internal/deploy's builds compiles once
-# (with cgo the whole dependency tree compiled a second time; no test
-# needs cgo).
-TESTBUILD := CGO_ENABLED=0 GOAMD64=v1 GOARM64=v8.0 GOFLAGS=-buildvcs=false
+# cgo, no VCS stamp), but with build paths (BenchmarkKube_CopyIn and _Log
+# read GOROOT, which -trimpath empties), so the test binaries do not reuse
+# make build's compiled packages; vet, the three test parts and bench-smoke
+# reuse each other's.
+TESTBUILD := $(STATIC)
 E2E := ./test/e2e
 
 # Every test: unit, integration (real server, git, processes), the harness's

@@ -214,9 +214,6 @@ func patchNetworkPolicies(root string) error {
 // no grpc) and builds in a fraction of the time.
 var CoreDNSPlugins = []string{"cache", "errors", "health", "kubernetes", "loadbalance", "log", "ready"}
 
-// coreDNSPluginImport is the import line of one plugin in zplugin.go.
-const coreDNSPluginImport = "\t_ \"github.com/coredns/coredns/plugin/%s\"\n"
-
 // patchCoreDNS leaves every plugin but CoreDNSPlugins out of the CoreDNS
 // source at root: zplugin.go imports the plugins (registering them) and
 // zdirectives.go orders their directives; both are generated from plugin.cfg
@@ -229,7 +226,7 @@ func patchCoreDNS(root string) error {
 	for _, p := range CoreDNSPlugins {
 		keep[p] = true
 	}
-	if err := filterLines(root, "core/plugin/zplugin.go", func(line string) (bool, string) {
+	if err := filterLines(root, "core/plugin/zplugin.go", CoreDNSPlugins, func(line string) (bool, string) {
 		if !strings.HasPrefix(line, "\t_ \"") {
 			return true, ""
 		}
@@ -241,7 +238,7 @@ func patchCoreDNS(root string) error {
 	}); err != nil {
 		return fmt.Errorf("patch coredns: %w", err)
 	}
-	if err := filterLines(root, "core/dnsserver/zdirectives.go", func(line string) (bool, string) {
+	if err := filterLines(root, "core/dnsserver/zdirectives.go", CoreDNSPlugins, func(line string) (bool, string) {
 		t := strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "\t\"") || !strings.HasSuffix(t, "\",") {
 			return true, ""
@@ -263,10 +260,10 @@ func patchCoreDNS(root string) error {
 
 // filterLines rewrites file (relative to root) without the lines that
 // decide drops. decide returns whether to keep a line and, for a line that
-// names a plugin, its name. Every plugin of CoreDNSPlugins must be named
-// and kept, and at least one named line dropped, or the file is left as it
-// was and an error names it.
-func filterLines(root, file string, decide func(line string) (keep bool, name string)) error {
+// names something (a plugin), its name. Every name of want must be named
+// and kept, and at least one line dropped, or the file is left as it was
+// and an error names it.
+func filterLines(root, file string, want []string, decide func(line string) (keep bool, name string)) error {
 	path := filepath.Join(root, filepath.FromSlash(file))
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -285,7 +282,7 @@ func filterLines(root, file string, decide func(line string) (keep bool, name st
 		}
 		out.WriteString(line)
 	}
-	for _, p := range CoreDNSPlugins {
+	for _, p := range want {
 		if !kept[p] {
 			return fmt.Errorf("%s does not name the plugin %s (has the upstream version changed?)", file, p)
 		}
