@@ -32,7 +32,7 @@ build:
 # in one file with these files' digests (docs/kubernetes.md). ~1 min per
 # program and architecture the first time on 2 cores.
 release:
-	$(GO) run ./scripts/deploy release -o $(DIST)
+	$(TESTBUILD) $(GO) run ./scripts/deploy release -o $(DIST)
 
 demo: build
 	@bash scripts/demo.sh
@@ -74,34 +74,38 @@ testreport:
 	@$(GO) build -o $(TESTREPORT) ./scripts/testreport
 
 # How the tests build: as `make build` builds the programs (STATIC: no
-# cgo, no VCS stamp), but with build paths (BenchmarkKube_CopyIn and _Log
-# read GOROOT, which -trimpath empties), so the test binaries do not reuse
-# make build's compiled packages; vet, the three test parts and bench-smoke
-# reuse each other's.
-TESTBUILD := $(STATIC)
+# cgo, no VCS stamp, -trimpath), so every package the tests share with the
+# programs, with internal/deploy's release builds and with each other
+# compiles once (with cgo, or with build paths, the whole dependency tree
+# compiled a second time; no test needs either). A -trimpath test binary's
+# runtime.GOROOT is empty: tests ask `go env GOROOT`.
+TESTBUILD := CGO_ENABLED=0 GOAMD64=v1 GOARM64=v8.0 GOFLAGS='-buildvcs=false -trimpath'
 E2E := ./test/e2e
+KUBE_PKG := internal/executor/kube
 
 # Every test: unit, integration (real server, git, processes), the harness's
 # own, and end to end (the built programs as processes, the cluster), each
 # go test Benchmark* once (-benchtime 1x, bench-smoke's), the kube
 # executor's suite again with job pods in gVisor (test-gvisor) and the
 # bench program with tiny sizes. Three parts run at once (test-parts, each
-# printed whole when it ends): test/e2e, the other packages, the gVisor
-# suite then the bench program; test/cluster's own tests restart the
-# cluster, so they run after them, alone. Each part prints "### make test:
+# printed whole when it ends), about equally long: test/e2e; the other
+# packages but the kube executor's; the gVisor suite, then the kube
+# executor's package, then the bench program. test/cluster's own tests
+# restart the cluster, so they run after them, alone. Each part prints "### make test:
 # PART took Ns" (CI's log keeps each part's time: docs/development.md "CI").
 timed = start=$$(date +%s); $(2); rc=$$?; echo "\#\#\# make test: $(1) took $$(( $$(date +%s) - start ))s"; exit $$rc
 test: vet cluster-up docker-up testreport build
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-part-e2e test-part-packages test-part-gvisor-bench
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-part-e2e test-part-packages test-part-kube-bench
 	@$(call timed,test/cluster,cd test/cluster && $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 15m ./...)
 
-.PHONY: test-part-e2e test-part-packages test-part-gvisor-bench
+.PHONY: test-part-e2e test-part-packages test-part-kube-bench
 test-part-e2e:
 	@$(call timed,test/e2e,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $(E2E))
 test-part-packages:
-	@$(call timed,./... but test/e2e,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $$($(GO) list ./... | grep -vx 'knotless.dev/knotless/test/e2e'))
-test-part-gvisor-bench:
-	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./internal/executor/kube)
+	@$(call timed,./... but test/e2e and $(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $$($(GO) list ./... | grep -vx -e 'knotless.dev/knotless/test/e2e' -e 'knotless.dev/knotless/$(KUBE_PKG)'))
+test-part-kube-bench:
+	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./$(KUBE_PKG))
+	@$(call timed,$(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x ./$(KUBE_PKG))
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 
 # Every benchmark once at its smallest, so that one which no longer runs
@@ -212,14 +216,14 @@ clean:
 # this machine's knotless-run and both agents in it, a docker archive for
 # `docker load` or `ctr -n k8s.io images import`.
 deploy-digests:
-	$(GO) run ./scripts/deploy digests
+	$(TESTBUILD) $(GO) run ./scripts/deploy digests
 
 deploy-digests-check:
-	$(GO) run ./scripts/deploy digests -check
+	$(TESTBUILD) $(GO) run ./scripts/deploy digests -check
 
 runner-image:
 	@mkdir -p $(BIN)
-	$(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
+	$(TESTBUILD) $(GO) run ./scripts/deploy image -o $(BIN)/knotless-runner-image.tar -ref localhost/knotless/runner:$(VERSION)
 
 # From the first command of the runner's deployment to its session with
 # the server, 5 samples, median in ms (docs/kubernetes.md "The kube executor").

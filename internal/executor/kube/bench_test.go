@@ -9,10 +9,11 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,7 +133,7 @@ func BenchmarkKube_CopyIn(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	source := filepath.Join(runtime.GOROOT(), "src", "cmd")
+	source := filepath.Join(goRoot(b), "src", "cmd")
 	text := b.TempDir()
 	corpus := goSource(b, filepath.Join(source, "compile"), 100e6)
 	for i := 0; i < 100; i++ {
@@ -160,6 +161,20 @@ func BenchmarkKube_CopyIn(b *testing.B) {
 
 // goSource returns n bytes of the .go files below dir, concatenated and
 // repeated as often as needed.
+// goRoot returns the Go installation's root as `go env GOROOT` prints it
+// (not runtime.GOROOT, which a -trimpath test binary reports empty: the
+// tests build with -trimpath to share make build's compiled packages).
+// It fails b when the go command cannot say.
+func goRoot(b *testing.B) string {
+	b.Helper()
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	root := strings.TrimSpace(string(out))
+	if err != nil || root == "" {
+		b.Fatalf("go env GOROOT: %q, %v", root, err)
+	}
+	return root
+}
+
 func goSource(b *testing.B, dir string, n int) []byte {
 	b.Helper()
 	var all []byte
@@ -224,7 +239,7 @@ func (c *checkWriter) Write(p []byte) (int, error) {
 func BenchmarkKube_Log(b *testing.B) {
 	f := newFixture(b)
 	work := b.TempDir()
-	text := goSource(b, filepath.Join(runtime.GOROOT(), "src", "cmd", "compile"), 10e6)
+	text := goSource(b, filepath.Join(goRoot(b), "src", "cmd", "compile"), 10e6)
 	random := make([]byte, 10e6)
 	_, _ = rand.NewChaCha8([32]byte{9}).Read(random)
 	for name, data := range map[string][]byte{"text": text, "random": random} {
