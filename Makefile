@@ -105,7 +105,7 @@ test-part-packages:
 	@$(call timed,./... but test/e2e and $(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $$($(GO) list ./... | grep -vx -e 'knotless.dev/knotless/test/e2e' -e 'knotless.dev/knotless/$(KUBE_PKG)'))
 test-part-kube-bench:
 	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./$(KUBE_PKG))
-	@$(call timed,$(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x ./$(KUBE_PKG))
+	@$(call timed,$(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x ./$(KUBE_PKG))
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 
 # Every benchmark once at its smallest, so that one which no longer runs
