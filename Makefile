@@ -11,10 +11,10 @@ LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
 PROGRAMS := knotless knotless-server knotless-run knotless-agent
 # How every program is built, as internal/deploy.Build builds the files
 # the manifests' digests name (BuildEnv there): static (no cgo: nothing
-# needs it, SQLite is modernc.org's Go), no build paths, no VCS stamp, the
+# needs it, SQLite is modernc.org's Go), no build paths (-trimpath), no VCS stamp, the
 # baseline instruction set; the same source, VERSION and Go release give
 # the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
-STATIC  := CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOAMD64=v1 GOARM64=v8.0
+STATIC  := CGO_ENABLED=0 GOFLAGS='-buildvcs=false -trimpath' GOAMD64=v1 GOARM64=v8.0
 
 .PHONY: test-gvisor release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
 
@@ -24,7 +24,7 @@ all: build
 # byte for byte the files of the release for its architecture.
 build:
 	@mkdir -p $(BIN)
-	$(STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
+	$(STATIC) $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(addprefix ./cmd/,$(PROGRAMS))
 
 # The release, from this checkout, into $(DIST)/: every program for
 # linux/amd64 and linux/arm64 (knotless-run-linux-amd64, ...), SHA256SUMS,
@@ -73,13 +73,13 @@ testreport:
 	@mkdir -p $(BIN)
 	@$(GO) build -o $(TESTREPORT) ./scripts/testreport
 
-# How the tests build: as `make build` builds the programs (STATIC: no
-# cgo, no VCS stamp, -trimpath), so every package the tests share with the
-# programs, with internal/deploy's release builds and with each other
-# compiles once (with cgo, or with build paths, the whole dependency tree
-# compiled a second time; no test needs either). A -trimpath test binary's
-# runtime.GOROOT is empty: tests ask `go env GOROOT`.
-TESTBUILD := CGO_ENABLED=0 GOAMD64=v1 GOARM64=v8.0 GOFLAGS='-buildvcs=false -trimpath'
+# How the tests build: as `make build` builds the programs (STATIC), so
+# every package the tests share with the programs, with internal/deploy's
+# release builds and with each other compiles once (with cgo, or with
+# build paths, the whole dependency tree compiled a second time; no test
+# needs either). A -trimpath test binary's runtime.GOROOT is empty: tests
+# ask `go env GOROOT`.
+TESTBUILD := $(STATIC)
 E2E := ./test/e2e
 KUBE_PKG := internal/executor/kube
 

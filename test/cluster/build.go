@@ -382,8 +382,9 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 
 	// No DWARF: every binary is linked stripped (-s -w), so the compiler's
 	// debug information would be made only to be thrown away; skipping it
-	// saves about a seventh of the build's CPU time. Stack traces do not
-	// need it (they read the pclntab).
+	// saves about 6% of the CPU time (a cold arm64 build of knotless-run
+	// and knotless-agent: 359 against 383 CPU-seconds). Stack traces do
+	// not need it (they read the pclntab).
 	args := append(append([]string{"build", "-gcflags=all=-dwarf=false"}, flags...), "-o", tmp, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
