@@ -89,8 +89,10 @@ KUBE_PKG := internal/executor/kube
 # executor's suite again with job pods in gVisor (test-gvisor) and the
 # bench program with tiny sizes. Three parts run at once (test-parts, each
 # printed whole when it ends), about equally long: test/e2e; the other
-# packages but the kube executor's; the gVisor suite, then the kube
-# executor's package, then the bench program. test/cluster's own tests
+# packages but the kube executor's, then the kube executor's tests that
+# the gVisor suite runs, in runc; the gVisor suite, then the kube
+# executor's other tests and its benchmarks (-skip: the two halves are the
+# package's tests, each once), then the bench program. test/cluster's own tests
 # restart the cluster, so they run after them, alone. Each part prints "### make test:
 # PART took Ns" (CI's log keeps each part's time: docs/development.md "CI").
 timed = start=$$(date +%s); $(2); rc=$$?; echo "\#\#\# make test: $(1) took $$(( $$(date +%s) - start ))s"; exit $$rc
@@ -103,9 +105,10 @@ test-part-e2e:
 	@$(call timed,test/e2e,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $(E2E))
 test-part-packages:
 	@$(call timed,./... but test/e2e and $(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x $$($(GO) list ./... | grep -vx -e 'knotless.dev/knotless/test/e2e' -e 'knotless.dev/knotless/$(KUBE_PKG)'))
+	@$(call timed,$(KUBE_PKG): the gVisor suite's tests in runc,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./$(KUBE_PKG))
 test-part-kube-bench:
 	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./$(KUBE_PKG))
-	@$(call timed,$(KUBE_PKG),$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -bench . -benchtime 1x ./$(KUBE_PKG))
+	@$(call timed,$(KUBE_PKG): the other tests and the benchmarks,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -skip '$(GVISOR_TESTS)' -bench . -benchtime 1x ./$(KUBE_PKG))
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 
 # Every benchmark once at its smallest, so that one which no longer runs

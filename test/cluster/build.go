@@ -257,7 +257,7 @@ func buildKube(ctx context.Context, o BuildOptions, out string) error {
 	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
 		return fmt.Errorf("find the kube module: %w", err)
 	}
-	return goBuild(ctx, o, dir, ".", []string{"-trimpath", "-ldflags", kubeLDFlags(KubernetesVersion)}, out, nil)
+	return goBuild(ctx, o, dir, ".", []string{gcflagsNoDWARFNoInlines, "-trimpath", "-ldflags", kubeLDFlags(KubernetesVersion)}, out, nil)
 }
 
 func buildNetworkPolicies(ctx context.Context, o BuildOptions, out string) error {
@@ -269,7 +269,7 @@ func buildNetworkPolicies(ctx context.Context, o BuildOptions, out string) error
 	if err := patchNetworkPolicies(src); err != nil {
 		return err
 	}
-	return goBuild(ctx, o, src, "./cmd", []string{"-trimpath", "-ldflags", "-s -w"}, out, nil)
+	return goBuild(ctx, o, src, "./cmd", []string{gcflagsNoDWARFNoInlines, "-trimpath", "-ldflags", "-s -w"}, out, nil)
 }
 
 func buildCoreDNS(ctx context.Context, o BuildOptions, out string) error {
@@ -281,7 +281,7 @@ func buildCoreDNS(ctx context.Context, o BuildOptions, out string) error {
 	if err := patchCoreDNS(src); err != nil {
 		return err
 	}
-	return goBuild(ctx, o, src, ".", []string{"-trimpath", "-ldflags", "-s -w"}, out, checkCoreDNSPlugins)
+	return goBuild(ctx, o, src, ".", []string{gcflagsNoDWARFNoInlines, "-trimpath", "-ldflags", "-s -w"}, out, checkCoreDNSPlugins)
 }
 
 // runscLDFlags strips runsc and stamps the version it reports (without it,
@@ -297,7 +297,7 @@ func buildRunsc(ctx context.Context, o BuildOptions, out string) error {
 	if err != nil {
 		return err
 	}
-	return goBuild(ctx, o, src, "./runsc", []string{"-trimpath", "-ldflags", runscLDFlags()}, out, checkRunscVersion)
+	return goBuild(ctx, o, src, "./runsc", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", runscLDFlags()}, out, checkRunscVersion)
 }
 
 // buildRunscShim builds containerd-shim-runsc-v1 from a copy of gVisor with
@@ -311,7 +311,7 @@ func buildRunscShim(ctx context.Context, o BuildOptions, out string) error {
 	if err := patchRunscShim(src); err != nil {
 		return err
 	}
-	return goBuild(ctx, o, src, "./shim", []string{"-trimpath", "-ldflags", "-s -w"}, out, checkRunscShim)
+	return goBuild(ctx, o, src, "./shim", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", "-s -w"}, out, checkRunscShim)
 }
 
 // checkRunscVersion refuses a runsc that does not report GVisorVersion.
@@ -361,6 +361,28 @@ func checkCoreDNSPlugins(ctx context.Context, bin string) error {
 	return nil
 }
 
+// Compiler flags of the cluster's builds (go build -gcflags, for every
+// package of the binary, the standard library's included).
+//
+// No DWARF anywhere: every binary is linked stripped (-s -w), so the
+// compiler's debug information would be made only to be thrown away;
+// skipping it saves about 6% of the CPU time (a cold arm64 build of
+// knotless-run and knotless-agent: 359 against 383 CPU-seconds). Stack
+// traces do not need it (they read the pclntab).
+//
+// No inlining (-l) in Kubernetes, kube-network-policies and CoreDNS:
+// the compiler spends a sixth of its time less (k8s.io/client-go/kubernetes
+// and k8s.io/kubernetes/pkg/apis/core/v1 from cold, standard library
+// cached: 149 against 177 CPU-seconds), and these are test programs, idle
+// most of the time, where a slower call costs less than the minutes a
+// cold build takes. gVisor keeps its inlining: its sandbox carries every
+// system call of a gVisor job pod, so the gVisor suite would pay for each
+// call made slower, and it is built as its own releases are.
+const (
+	gcflagsNoDWARF          = "-gcflags=all=-dwarf=false"
+	gcflagsNoDWARFNoInlines = "-gcflags=all=-dwarf=false -l"
+)
+
 // goBuild runs `go build <flags> -o <tmp> <pkg>` in dir, checks the result
 // with check (when not nil), and renames it to out. Output of the go command
 // is kept and its end returned in the error when the build fails.
@@ -380,12 +402,7 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 	defer os.RemoveAll(tmpDir)
 	tmp := filepath.Join(tmpDir, filepath.Base(out))
 
-	// No DWARF: every binary is linked stripped (-s -w), so the compiler's
-	// debug information would be made only to be thrown away; skipping it
-	// saves about 6% of the CPU time (a cold arm64 build of knotless-run
-	// and knotless-agent: 359 against 383 CPU-seconds). Stack traces do
-	// not need it (they read the pclntab).
-	args := append(append([]string{"build", "-gcflags=all=-dwarf=false"}, flags...), "-o", tmp, pkg)
+	args := append(append([]string{"build"}, flags...), "-o", tmp, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
 	cmd.Env = buildEnv()
