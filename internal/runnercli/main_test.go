@@ -316,9 +316,10 @@ func TestExec_KilledExecLeavesNoStepRunning(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	testwait.For(t, 30*time.Second, "the step to start", func() bool { return strings.Contains(out.String(), "started\n") })
-	if len(pidsWithArg(marker)) != 1 {
-		t.Fatalf("no step process with argument %s", marker)
-	}
+	// The shell prints "started" before it forks sleep: under load the
+	// sleep may not exist yet when the line arrives (CI failed here with
+	// "no step process"), so wait for it rather than look once.
+	testwait.For(t, 30*time.Second, "the step's sleep "+marker+" to run", func() bool { return len(pidsWithArg(marker)) == 1 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -197,9 +197,12 @@ steps:
 	if final.State != api.StateErrored || final.Reason != api.ReasonRunnerLost || !strings.Contains(final.Message, "handed the run over") {
 		t.Fatalf("%s, want errored/runner-lost saying the run was handed over", describe(final))
 	}
-	if pids := pidsWithArg(sleepArg); len(pids) != 2 {
-		t.Fatalf("the step's processes %v: want both sleeps still running under the agent, or the test proves nothing", pids)
-	}
+	// The step touches its gate before it forks the second sleep: wait
+	// for both rather than look once.
+	testwait.Until(t, 10*time.Second, "both sleeps of the step, still running under the agent (or the test proves nothing)", func() (bool, string) {
+		pids := pidsWithArg(sleepArg)
+		return len(pids) == 2, fmt.Sprint(pids)
+	})
 	sessionDir := filepath.Join(rid.work, "shell", "run-"+itoa(run.ID))
 	if !fileExists(sessionDir) {
 		t.Fatalf("no session directory %s", sessionDir)
