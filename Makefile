@@ -133,7 +133,7 @@ bench-smoke: build cluster-up docker-up
 # hardening tests and doctor with every job pod in gVisor: RuntimeClass
 # gvisor, which cluster-up creates (test/kubetest first checks that a pod
 # of it runs; without the RuntimeClass the tests skip saying so). About
-# 4.5 minutes alone; ~9.5 minutes in make test beside the other parts.
+# 4.5 minutes alone; 5-11 minutes in make test beside the other parts.
 GVISOR_TESTS := ^(TestKube|TestKube_GVisorJobPodRunsOnTheNodeKernel|TestKube_SecretLeaksOrIsMangled|TestKube_PodMissingAHardeningField|TestKube_RunAsVariantNotApplied|TestKube_RunnerServiceAccountCanReadSecrets|TestKube_JobImageWithoutTarCannotRun|TestKubeDoctor_PassesEveryCheckInACorrectNamespace)$$
 test-gvisor: cluster-up testreport
 	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
@@ -146,7 +146,7 @@ test-e2e: build cluster-up docker-up testreport
 	$(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 25m ./internal/... ./test/...
 
 # The local Kubernetes cluster (test/cluster, its own Go module). It needs
-# root; the first build of its binaries takes ~25 minutes on 2 cores and is
+# root; the first build of its binaries takes 14-30 minutes on 2 cores and is
 # cached in /var/cache/knotless-test-cluster.
 CLUSTER := $(BIN)/knotless-test-cluster
 

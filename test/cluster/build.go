@@ -136,9 +136,10 @@ func CachedBinaries(o BuildOptions) (Binaries, bool) {
 // or cancelled build leaves nothing in the cache. Concurrent calls on one cache
 // directory are serialised by a lock file (<CacheDir>/.build.lock). The go
 // command is the one on PATH. Cancelling ctx interrupts the running go
-// commands. A cold build of all of them takes about 28 minutes on 2 cores
-// beside make build (CI's cold run: Kubernetes 28 min, kube-network-policies
-// 13, runsc 7.5, CoreDNS 5, the shim 2, in three lines).
+// commands. A cold build of all of them took 14 minutes on 2 cores beside
+// make build (a cold CI run on AMD EPYC: Kubernetes 13m44s;
+// kube-network-policies 5m47s then CoreDNS 2m18s; runsc 4m45s then the
+// shim 1m16s), and about twice that on a slower 2-core machine.
 func Build(ctx context.Context, o BuildOptions) (Binaries, error) {
 	o = o.withDefaults()
 	b := o.paths()

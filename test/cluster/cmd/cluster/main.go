@@ -48,7 +48,7 @@ machine: kube-apiserver with an audit log, etcd, kube-controller-manager,
 kube-scheduler, kubelet with containerd and runc (and gVisor's runsc for pods
 of RuntimeClass ` + cluster.RuntimeClassGVisor + `), kube-proxy, NetworkPolicies enforced by
 kube-network-policies, and CoreDNS. Binaries are built from source once (about
-25–30 minutes on 2 cores) and cached; images are built locally and
+14–30 minutes on 2 cores) and cached; images are built locally and
 imported, nothing is pulled. It needs root and installs the Debian packages it
 uses (` + strings.Join(cluster.Packages, ", ") + `).
 
