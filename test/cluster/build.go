@@ -43,6 +43,15 @@ const (
 	// GVisorPatchLevel names the revision of our build-time changes to the
 	// runsc shim (build_patch.go); runsc itself is built unchanged.
 	GVisorPatchLevel = "knotless1"
+	// ContainerdModule and ContainerdVersion name containerd's module:
+	// containerd, ctr and containerd-shim-runc-v2 are built from it,
+	// unchanged.
+	ContainerdModule  = "github.com/containerd/containerd/v2"
+	ContainerdVersion = "v2.4.2"
+	// RuncModule and RuncVersion name runc's module (built unchanged, with
+	// cgo and libseccomp: BuildPackages).
+	RuncModule  = "github.com/opencontainers/runc"
+	RuncVersion = "v1.5.3"
 )
 
 // BuildOptions configures Build and CachedBinaries.
@@ -74,8 +83,13 @@ type Binaries struct {
 	// Runsc is gVisor's OCI runtime (the handler of RuntimeClass gvisor).
 	Runsc string
 	// RunscShim is containerd-shim-runsc-v1, containerd's shim for runsc,
-	// with our changes for containerd 1.6 (patchRunscShim).
+	// with our changes (patchRunscShim).
 	RunscShim string
+	// Containerd, Ctr and RuncShim are containerd's daemon, its client and
+	// its shim for runc (containerd-shim-runc-v2).
+	Containerd, Ctr, RuncShim string
+	// Runc is the OCI runtime of every pod but gVisor's.
+	Runc string
 }
 
 func (o BuildOptions) withDefaults() BuildOptions {
@@ -98,15 +112,22 @@ func (o BuildOptions) paths() Binaries {
 		CoreDNS:         filepath.Join(dir, "coredns-"+CoreDNSVersion+"-"+CoreDNSPatchLevel, "coredns"),
 		Runsc:           filepath.Join(dir, gvisorDir, "runsc"),
 		RunscShim:       filepath.Join(dir, gvisorDir, "containerd-shim-runsc-v1"),
+		Containerd:      filepath.Join(dir, containerdDir, "containerd"),
+		Ctr:             filepath.Join(dir, containerdDir, "ctr"),
+		RuncShim:        filepath.Join(dir, containerdDir, "containerd-shim-runc-v2"),
+		Runc:            filepath.Join(dir, "runc-"+RuncVersion, "runc"),
 	}
 }
+
+// containerdDir is the cache directory of containerd's binaries.
+const containerdDir = "containerd-" + ContainerdVersion
 
 // gvisorDir is the cache directory of runsc and its shim.
 const gvisorDir = "gvisor-" + GVisorVersion + "-" + GVisorPatchLevel
 
 // all lists every binary's path.
 func (b Binaries) all() []string {
-	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim}
+	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc}
 }
 
 // CachedBinaries returns the binaries' paths and true when all of them are
@@ -200,6 +221,10 @@ func buildLines(b Binaries) [][]buildStep {
 		{
 			{"runsc " + GVisorVersion, b.Runsc, buildRunsc},
 			{"containerd-shim-runsc-v1 " + GVisorVersion, b.RunscShim, buildRunscShim},
+			{"containerd " + ContainerdVersion, b.Containerd, buildContainerd("./cmd/containerd")},
+			{"ctr " + ContainerdVersion, b.Ctr, buildContainerd("./cmd/ctr")},
+			{"containerd-shim-runc-v2 " + ContainerdVersion, b.RuncShim, buildContainerd("./cmd/containerd-shim-runc-v2")},
+			{"runc " + RuncVersion, b.Runc, buildRunc},
 		},
 		{
 			{"kube-network-policies " + NetworkPoliciesVersion, b.NetworkPolicies, buildNetworkPolicies},
@@ -315,6 +340,66 @@ func buildRunscShim(ctx context.Context, o BuildOptions, out string) error {
 	return goBuild(ctx, o, src, "./shim", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", "-s -w"}, out, checkRunscShim)
 }
 
+// buildContainerd returns the build of one of containerd's commands (pkg,
+// e.g. ./cmd/ctr) in the module cache's read-only copy, stamped with
+// ContainerdVersion; the three commands share their compiled packages
+// through the go build cache.
+func buildContainerd(pkg string) func(context.Context, BuildOptions, string) error {
+	return func(ctx context.Context, o BuildOptions, out string) error {
+		src, err := moduleDir(ctx, ContainerdModule, ContainerdVersion)
+		if err != nil {
+			return err
+		}
+		ld := "-s -w -X " + ContainerdModule + "/version.Version=" + ContainerdVersion
+		return goBuildEnv(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, nil, out, checkVersion(ContainerdVersion))
+	}
+}
+
+// buildRunc builds runc with cgo (its nsenter is C) and seccomp (without
+// it runc refuses every seccomp profile, RuntimeDefault included), linked
+// statically; netgo and osusergo keep glibc's NSS out of it. The packages
+// it needs (BuildPackages) are installed first if missing.
+func buildRunc(ctx context.Context, o BuildOptions, out string) error {
+	if err := ensureThesePackages(ctx, o.Log, BuildPackages); err != nil {
+		return fmt.Errorf("runc's build packages: %w", err)
+	}
+	src, err := moduleDir(ctx, RuncModule, RuncVersion)
+	if err != nil {
+		return err
+	}
+	ld := "-s -w -X main.version=" + strings.TrimPrefix(RuncVersion, "v") + " -extldflags -static"
+	return goBuildEnv(ctx, o, src, ".", []string{gcflagsNoDWARF, "-trimpath", "-tags", "seccomp netgo osusergo urfave_cli_no_docs", "-ldflags", ld},
+		[]string{"CGO_ENABLED=1"}, out, checkRunc)
+}
+
+// checkVersion returns a check that runs `BIN --version` and refuses a
+// binary whose output does not name version.
+func checkVersion(version string) func(context.Context, string) error {
+	return func(ctx context.Context, bin string) error {
+		out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s --version: %w: %s", filepath.Base(bin), err, out)
+		}
+		if !strings.Contains(string(out), version) {
+			return fmt.Errorf("%s --version says %q, want %s", filepath.Base(bin), strings.TrimSpace(string(out)), version)
+		}
+		return nil
+	}
+}
+
+// checkRunc refuses a runc that does not report RuncVersion or was built
+// without libseccomp.
+func checkRunc(ctx context.Context, bin string) error {
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runc --version: %w: %s", err, out)
+	}
+	if !strings.Contains(string(out), "runc version "+strings.TrimPrefix(RuncVersion, "v")) || !strings.Contains(string(out), "libseccomp: ") {
+		return fmt.Errorf("runc --version says %q, want version %s with libseccomp", strings.TrimSpace(string(out)), RuncVersion)
+	}
+	return nil
+}
+
 // checkRunscVersion refuses a runsc that does not report GVisorVersion.
 func checkRunscVersion(ctx context.Context, bin string) error {
 	out, err := exec.CommandContext(ctx, bin, "--version").Output()
@@ -389,6 +474,13 @@ const (
 // is kept and its end returned in the error when the build fails.
 func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []string, out string,
 	check func(context.Context, string) error) error {
+	return goBuildEnv(ctx, o, dir, pkg, flags, nil, out, check)
+}
+
+// goBuildEnv is goBuild with env added to buildEnv's (a later entry wins:
+// CGO_ENABLED=1 turns cgo on).
+func goBuildEnv(ctx context.Context, o BuildOptions, dir, pkg string, flags, env []string, out string,
+	check func(context.Context, string) error) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("find the go command on PATH: %w", err)
@@ -406,7 +498,7 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 	args := append(append([]string{"build"}, flags...), "-o", tmp, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
-	cmd.Env = buildEnv()
+	cmd.Env = append(buildEnv(), env...)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	// An interrupted go command removes its temporary work directory; a
@@ -415,7 +507,7 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 	cmd.WaitDelay = 30 * time.Second
 
 	o.Log.Info("build start", "binary", out, "dir", dir,
-		"command", "CGO_ENABLED=0 GOFLAGS=-buildvcs=false "+goBin+" "+shellJoin(args))
+		"command", strings.Join(shownEnv(env), " ")+" "+goBin+" "+shellJoin(args))
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		o.Log.Error("build failed", "binary", out, "duration", time.Since(start).Round(time.Second).String(), "error", err)
@@ -439,6 +531,20 @@ func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []strin
 	o.Log.Info("build done", "binary", out, "duration", time.Since(start).Round(time.Second).String(),
 		"size_mib", fmt.Sprintf("%.1f", float64(size)/(1<<20)))
 	return nil
+}
+
+// shownEnv is what the build log shows of a go command's environment:
+// buildEnv's settings, with env's in place of them or after them.
+func shownEnv(env []string) []string {
+	shown := []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "CGO_ENABLED=") {
+			shown[0] = kv
+			continue
+		}
+		shown = append(shown, kv)
+	}
+	return shown
 }
 
 // moduleCopy downloads module@version through the go command (the module

@@ -109,7 +109,7 @@ func TestContainerdConfig_RunscHandlerForTheRuntimeClass(t *testing.T) {
 	c := Config{StateDir: "/state"}
 	cfg := c.containerdConfig()
 	for _, want := range []string{
-		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]`,
+		`[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runsc]`,
 		`runtime_type = "io.containerd.runsc.v1"`,
 		`TypeUrl = "io.containerd.runsc.v1.options"`,
 		`ConfigPath = "/state/containerd/runsc.toml"`,
@@ -131,8 +131,8 @@ func TestContainerdConfig_RunscHandlerForTheRuntimeClass(t *testing.T) {
 			env = p.env
 		}
 	}
-	if len(env) != 1 || !strings.HasPrefix(env[0], "PATH=/usr/local/sbin:") || !strings.HasSuffix(env[0], ":/state/shims") {
-		t.Errorf("containerd's environment %v: want a PATH ending in /state/shims", env)
+	if len(env) != 1 || !strings.HasPrefix(env[0], "PATH=/state/shims:/usr/local/sbin:") {
+		t.Errorf("containerd's environment %v: want a PATH starting with /state/shims", env)
 	}
 	addons := c.addons()
 	for _, want := range []string{"kind: RuntimeClass", "name: gvisor", "handler: runsc", "podFixed: {memory: 64Mi}"} {
@@ -142,11 +142,12 @@ func TestContainerdConfig_RunscHandlerForTheRuntimeClass(t *testing.T) {
 	}
 }
 
-// The shim link lands where containerd's PATH looks, runsc beside the
-// cluster's other programs.
-func TestWriteLinks_RunscAndItsShim(t *testing.T) {
+// The shim links land where containerd's PATH looks, runsc, runc,
+// containerd and ctr beside the cluster's other programs.
+func TestWriteLinks_RuntimesAndTheirShims(t *testing.T) {
 	c := Config{StateDir: t.TempDir()}
-	b := Binaries{Kube: "/c/kube", NetworkPolicies: "/c/np", CoreDNS: "/c/coredns", Runsc: "/c/g/runsc", RunscShim: "/c/g/containerd-shim-runsc-v1"}
+	b := Binaries{Kube: "/c/kube", NetworkPolicies: "/c/np", CoreDNS: "/c/coredns", Runsc: "/c/g/runsc", RunscShim: "/c/g/containerd-shim-runsc-v1",
+		Containerd: "/c/d/containerd", Ctr: "/c/d/ctr", RuncShim: "/c/d/containerd-shim-runc-v2", Runc: "/c/r/runc"}
 	if err := c.writeLinks(b); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +155,17 @@ func TestWriteLinks_RunscAndItsShim(t *testing.T) {
 		filepath.Join(c.StateDir, "bin", "runsc"):                      b.Runsc,
 		filepath.Join(c.StateDir, "shims", "containerd-shim-runsc-v1"): b.RunscShim,
 		filepath.Join(c.StateDir, "bin", "kubelet"):                    b.Kube,
+		filepath.Join(c.StateDir, "bin", "containerd"):                 b.Containerd,
+		filepath.Join(c.StateDir, "bin", "ctr"):                        b.Ctr,
+		filepath.Join(c.StateDir, "bin", "runc"):                       b.Runc,
+		filepath.Join(c.StateDir, "shims", "containerd-shim-runc-v2"):  b.RuncShim,
 	} {
 		if got, err := os.Readlink(link); err != nil || got != want {
 			t.Errorf("%s -> %q (%v), want %s", link, got, err, want)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(c.StateDir, "shims")); len(ents) != 1 {
-		t.Errorf("shims holds %d entries, want only the runsc shim", len(ents))
+	if ents, _ := os.ReadDir(filepath.Join(c.StateDir, "shims")); len(ents) != 2 {
+		t.Errorf("shims holds %d entries, want only the runc and runsc shims", len(ents))
 	}
 }
 
@@ -224,5 +229,22 @@ func TestRunsc_CannotRunASandboxOnThisMachine(t *testing.T) {
 	}
 	if got := strings.TrimSpace(stdout.String()); !strings.Contains(got, "gvisor") {
 		t.Errorf("uname -r in the sandbox = %q, want gVisor's kernel", got)
+	}
+}
+
+// A runc built without libseccomp would refuse every pod's RuntimeDefault
+// profile at start; the build's check refuses it in the cache instead.
+func TestCheckRunc_RefusesOneWithoutSeccomp(t *testing.T) {
+	dir := t.TempDir()
+	v := strings.TrimPrefix(RuncVersion, "v")
+	bad := filepath.Join(dir, "bad")
+	writeExecutable(t, bad, "#!/bin/sh\necho 'runc version "+v+"'\necho 'spec: 1.3.0'\necho 'go: go1.26'\n")
+	if err := checkRunc(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "libseccomp") {
+		t.Errorf("a runc without libseccomp: err = %v, want one naming libseccomp", err)
+	}
+	good := filepath.Join(dir, "good")
+	writeExecutable(t, good, "#!/bin/sh\necho 'runc version "+v+"'\necho 'spec: 1.3.0'\necho 'libseccomp: 2.5.4'\n")
+	if err := checkRunc(context.Background(), good); err != nil {
+		t.Errorf("a runc with libseccomp: %v", err)
 	}
 }

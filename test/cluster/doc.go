@@ -2,7 +2,8 @@
 // single-node Kubernetes cluster on this machine for Knotless's tests and for
 // people trying Knotless: kube-apiserver, etcd, kube-controller-manager,
 // kube-scheduler, kubelet, kube-proxy (one multi-call binary built from
-// k8s.io/kubernetes v1.37.2), containerd and runc from Debian, the bridge CNI
+// k8s.io/kubernetes v1.37.2), containerd 2 and runc built from their Go
+// modules, gVisor's runsc for RuntimeClass gvisor, the bridge CNI
 // plugin, kube-network-policies enforcing NetworkPolicies, and CoreDNS.
 //
 // Everything it writes lives in the state directory (default

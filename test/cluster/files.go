@@ -122,45 +122,61 @@ root = %q
 `, c.bin("runsc"), c.path("run", "runsc"))
 }
 
-// shimDir holds the links to containerd shims that are not Debian's
-// (containerd-shim-runsc-v1): containerd looks shims up on its PATH, and
-// containerd 1.6 ignores runtime_path when it starts a pod sandbox.
+// shimDir holds the links to the containerd shims the harness builds
+// (containerd-shim-runc-v2, containerd-shim-runsc-v1): containerd looks
+// shims up on its PATH, which has shimDir first, so a Debian containerd
+// package's shim (docker.io brings one) is never taken for ours.
 func (c Config) shimDir() string { return c.path("shims") }
 
-// containerdConfig is containerd 1.6's config (version 2) with the CRI
-// plugin. restrict_oom_score_adj is required here: root lacks
-// CAP_SYS_RESOURCE and runc fails to set negative oom_score_adj otherwise.
-// Two runtime handlers: runc (the default) and runsc (gVisor, for pods of
-// RuntimeClass gvisor), whose shim reads runscConfig.
+// containerdConfig is containerd 2's config (version 4, what `containerd
+// config migrate` writes) with the CRI plugin split in two as containerd
+// 2 splits it: images (the snapshotter, the pause image pinned as the
+// sandbox image) and runtime. imports is empty: the default would read the
+// host's /etc/containerd/conf.d, which belongs to another containerd. The
+// sockets are set on their server plugins: version 4 ignores a top-level
+// [grpc] section and would serve on /run/containerd, the host's.
+// restrict_oom_score_adj is required here: root lacks CAP_SYS_RESOURCE
+// and runc fails to set negative oom_score_adj otherwise. Two runtime
+// handlers: runc (the default; STATE/bin/runc, the one Build built) and
+// runsc (gVisor, for pods of RuntimeClass gvisor), whose shim reads
+// runscConfig.
 func (c Config) containerdConfig() string {
-	return fmt.Sprintf(`version = 2
+	return fmt.Sprintf(`version = 4
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+imports = []
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = %q
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = %q
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %q
+
+[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %q
         SystemdCgroup = false
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%s]
       runtime_type = "io.containerd.runsc.v1"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.%s.options]
         TypeUrl = "io.containerd.runsc.v1.options"
         ConfigPath = %q
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = %q
-`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), PauseImage,
+`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), c.containerdSocket()+".ttrpc", PauseImage, c.bin("runc"),
 		RuntimeHandlerRunsc, RuntimeHandlerRunsc, c.path(runscConfigFile), c.path("cni", "net.d"))
 }
 
@@ -265,8 +281,8 @@ rules:
 // writeLinks makes STATE/bin/PROGRAM symlinks to the multi-call binary, so
 // every process has its own argv[0] (how the binary dispatches, and how
 // stop finds its own processes), to the other binaries of the cache
-// (runsc among them), and STATE/shims/containerd-shim-runsc-v1 to the runsc
-// shim (containerd's PATH has STATE/shims).
+// (containerd, ctr, runc and runsc among them), and STATE/shims/ to the
+// runc and runsc shims (containerd's PATH has STATE/shims first).
 func (c Config) writeLinks(b Binaries) error {
 	dir := c.path("bin")
 	for _, d := range []string{dir, c.shimDir()} {
@@ -274,11 +290,15 @@ func (c Config) writeLinks(b Binaries) error {
 			return err
 		}
 	}
-	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS, "runsc": b.Runsc}
+	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS, "runsc": b.Runsc,
+		"containerd": b.Containerd, "ctr": b.Ctr, "runc": b.Runc}
 	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"} {
 		links[p] = b.Kube
 	}
-	paths := map[string]string{filepath.Join(c.shimDir(), "containerd-shim-runsc-v1"): b.RunscShim}
+	paths := map[string]string{
+		filepath.Join(c.shimDir(), "containerd-shim-runsc-v1"): b.RunscShim,
+		filepath.Join(c.shimDir(), "containerd-shim-runc-v2"):  b.RuncShim,
+	}
 	for name, target := range links {
 		paths[filepath.Join(dir, name)] = target
 	}

@@ -100,6 +100,33 @@ func TestNodeName_IsAValidSubdomain(t *testing.T) {
 	}
 }
 
+// containerd serves its gRPC and ttrpc sockets in the state directory and
+// nowhere else, runs pods with the runc Build built, and reads no config
+// but ours. Found by trying it: containerd 2's config version 4 ignores a
+// top-level [grpc] address, and the cluster's containerd came up on
+// /run/containerd/containerd.sock, the host's (Docker's containerd).
+func TestContainerdConfig_ServesOnlyInTheStateDirWithItsOwnRunc(t *testing.T) {
+	c := Config{StateDir: "/state"}
+	cfg := c.containerdConfig()
+	for _, want := range []string{
+		"version = 4",
+		"imports = []",
+		"[plugins.'io.containerd.server.v1.grpc']\n  address = \"/state/run/containerd.sock\"",
+		"[plugins.'io.containerd.server.v1.ttrpc']\n  address = \"/state/run/containerd.sock.ttrpc\"",
+		`BinaryName = "/state/bin/runc"`,
+		`sandbox = "` + PauseImage + `"`,
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd config lacks %s:\n%s", want, cfg)
+		}
+	}
+	for _, line := range strings.Split(cfg, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "[") && !strings.HasPrefix(strings.TrimSpace(line), "[plugins.") {
+			t.Errorf("containerd config has a top-level section %s, which version 4 ignores or moves", line)
+		}
+	}
+}
+
 // The API server starts with --authentication-config naming the file Up
 // writes, which trusts no JWT issuer until a test adds one.
 func TestProcesses_APIServerReadsTheAuthenticationConfigWithNoIssuer(t *testing.T) {

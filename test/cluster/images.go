@@ -313,7 +313,7 @@ var OwnPathFiles = []File{
 // job image whose ref it does not hold yet (one `ctr images ls`, so it is
 // cheap when all are there). It leaves present images alone.
 func (c Config) ensureJobImages(ctx context.Context) error {
-	out, err := run(ctx, "ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "ls", "-q")
+	out, err := run(ctx, c.bin("ctr"), "--address", c.containerdSocket(), "-n", "k8s.io", "images", "ls", "-q")
 	if err != nil {
 		return fmt.Errorf("list images: %w", err)
 	}
@@ -458,7 +458,7 @@ func (c Config) ImportImage(ctx context.Context, img Image) error {
 	if err := tarball.WriteToFile(archive, tag, v1img); err != nil {
 		return fmt.Errorf("write image archive %s: %w", archive, err)
 	}
-	if _, err := run(ctx, "ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", archive); err != nil {
+	if _, err := run(ctx, c.bin("ctr"), "--address", c.containerdSocket(), "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", archive); err != nil {
 		return fmt.Errorf("import image %s: %w", img.Ref, err)
 	}
 	c.Log.Info("imported image", "ref", img.Ref, "size", len(layerTar))

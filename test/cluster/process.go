@@ -31,10 +31,10 @@ type process struct {
 func (c Config) processes() []process {
 	pki := func(f string) string { return c.path("pki", f) }
 	return []process{
-		// containerd finds shims on its PATH: Debian's runc shim in
-		// /usr/bin, the runsc shim in STATE/shims.
-		{name: "containerd", path: "/usr/bin/containerd", args: []string{"--config", c.path("containerd", "config.toml")},
-			env: []string{"PATH=" + processPath + ":" + c.shimDir()}},
+		// containerd finds shims on its PATH: ours (runc's and runsc's)
+		// in STATE/shims, first.
+		{name: "containerd", path: c.bin("containerd"), args: []string{"--config", c.path("containerd", "config.toml")},
+			env: []string{"PATH=" + c.shimDir() + ":" + processPath}},
 		{name: "etcd", path: c.bin("etcd"), args: joinFlags(
 			"--name=knotless-test",
 			"--data-dir="+c.path("etcd"),

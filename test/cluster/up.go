@@ -87,7 +87,7 @@ func (c Config) Up(ctx context.Context) error {
 		return err
 	}
 	if err := poll(ctx, "containerd", 30*time.Second, 100*time.Millisecond, func() (bool, string, error) {
-		_, err := run(ctx, "ctr", "--address", c.containerdSocket(), "version")
+		_, err := run(ctx, c.bin("ctr"), "--address", c.containerdSocket(), "version")
 		return err == nil, fmt.Sprint(err), c.exited(procs["containerd"])
 	}); err != nil {
 		return err

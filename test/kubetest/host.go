@@ -37,6 +37,10 @@ func (c *Cluster) HostIP(t testing.TB) string {
 	return ""
 }
 
+// CtrPath is the cluster's own ctr (containerd's client, the version of its
+// containerd), linked in its state directory.
+func (c *Cluster) CtrPath() string { return filepath.Join(c.StateDir, "bin", "ctr") }
+
 // ContainerdSocket is the cluster's containerd socket.
 func (c *Cluster) ContainerdSocket() string {
 	return filepath.Join(c.StateDir, "run", "containerd.sock")
@@ -48,7 +52,7 @@ func (c *Cluster) HasImage(t testing.TB, ref string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "ls", "-q").CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.CtrPath(), "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "ls", "-q").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ctr images ls: %v\n%s", err, out)
 	}
@@ -67,7 +71,7 @@ func (c *Cluster) ImportImage(t testing.TB, archive string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", archive).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.CtrPath(), "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", archive).CombinedOutput()
 	if err != nil {
 		t.Fatalf("import image %s: %v\n%s", archive, err, out)
 	}
@@ -95,7 +99,7 @@ func (c *Cluster) RemoveImage(t testing.TB, ref string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "rm", ref).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, c.CtrPath(), "--address", c.ContainerdSocket(), "-n", "k8s.io", "images", "rm", ref).CombinedOutput(); err != nil {
 		t.Logf("remove image %s: %v\n%s", ref, err, out)
 	}
 }

@@ -45,7 +45,7 @@ func newRoot() *cobra.Command {
 		Short: "A real single-node Kubernetes cluster for Knotless's tests",
 		Long: `knotless-test-cluster runs a real single-node Kubernetes ` + cluster.KubernetesVersion + ` cluster on this
 machine: kube-apiserver with an audit log, etcd, kube-controller-manager,
-kube-scheduler, kubelet with containerd and runc (and gVisor's runsc for pods
+kube-scheduler, kubelet with containerd ` + cluster.ContainerdVersion + ` and runc ` + cluster.RuncVersion + ` (and gVisor's runsc for pods
 of RuntimeClass ` + cluster.RuntimeClassGVisor + `), kube-proxy, NetworkPolicies enforced by
 kube-network-policies, and CoreDNS. Binaries are built from source once (about
 14–30 minutes on 2 cores) and cached; images are built locally and
@@ -80,8 +80,8 @@ State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
 				if err != nil {
 					return err
 				}
-				fmt.Printf("kube                      %s\nkube-network-policies     %s\ncoredns                   %s\nrunsc                     %s\ncontainerd-shim-runsc-v1  %s\n",
-					b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim)
+				fmt.Printf("kube                      %s\nkube-network-policies     %s\ncoredns                   %s\nrunsc                     %s\ncontainerd-shim-runsc-v1  %s\ncontainerd                %s\nctr                       %s\ncontainerd-shim-runc-v2   %s\nrunc                      %s\n",
+					b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc)
 				return nil
 			},
 		},
