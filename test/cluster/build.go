@@ -262,11 +262,12 @@ func kubeLDFlags(version string) string {
 }
 
 // buildEnv is the environment of every go command of the build step. CGO is
-// off so the binaries are static; VCS stamping is off because the sources are
+// off so the binaries are static (on only for runc, which links statically
+// itself: cgoSetting); VCS stamping is off because the sources are
 // module copies (and the kube build must match the cache keys of earlier
 // builds). GOFLAGS is replaced, not extended, so a caller's flags (-mod=vendor,
 // -race) cannot change what is built.
-func buildEnv() []string {
+func buildEnv(cgo bool) []string {
 	env := make([]string, 0, len(os.Environ())+4)
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
@@ -275,7 +276,18 @@ func buildEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off", "GOTOOLCHAIN=local")
+	return append(env, cgoSetting(cgo), buildGOFLAGS, "GOWORK=off", "GOTOOLCHAIN=local")
+}
+
+// buildGOFLAGS is the GOFLAGS of buildEnv.
+const buildGOFLAGS = "GOFLAGS=-buildvcs=false"
+
+// cgoSetting is buildEnv's CGO_ENABLED entry.
+func cgoSetting(cgo bool) string {
+	if cgo {
+		return "CGO_ENABLED=1"
+	}
+	return "CGO_ENABLED=0"
 }
 
 func buildKube(ctx context.Context, o BuildOptions, out string) error {
@@ -354,7 +366,7 @@ func buildContainerd(pkg string) func(context.Context, BuildOptions, string) err
 			return err
 		}
 		ld := "-s -w -X " + ContainerdModule + "/version.Version=" + ContainerdVersion
-		return goBuildEnv(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, nil, out, checkVersion(ContainerdVersion))
+		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(ContainerdVersion))
 	}
 }
 
@@ -371,20 +383,22 @@ func buildRunc(ctx context.Context, o BuildOptions, out string) error {
 		return err
 	}
 	ld := "-s -w -X main.version=" + strings.TrimPrefix(RuncVersion, "v") + " -extldflags -static"
-	return goBuildEnv(ctx, o, src, ".", []string{gcflagsNoDWARF, "-trimpath", "-tags", "seccomp netgo osusergo urfave_cli_no_docs", "-ldflags", ld},
-		[]string{"CGO_ENABLED=1"}, out, checkRunc)
+	return goBuildCgo(ctx, o, src, ".", []string{gcflagsNoDWARF, "-trimpath", "-tags", "seccomp netgo osusergo urfave_cli_no_docs", "-ldflags", ld},
+		true, out, checkRunc)
 }
 
 // checkVersion returns a check that runs `BIN --version` and refuses a
-// binary whose output does not name version.
-func checkVersion(version string) func(context.Context, string) error {
+// binary whose output lacks any of wants.
+func checkVersion(wants ...string) func(context.Context, string) error {
 	return func(ctx context.Context, bin string) error {
-		out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, "--version").Output()
 		if err != nil {
-			return fmt.Errorf("%s --version: %w: %s", filepath.Base(bin), err, out)
+			return fmt.Errorf("run %s --version: %w", bin, err)
 		}
-		if !strings.Contains(string(out), version) {
-			return fmt.Errorf("%s --version says %q, want %s", filepath.Base(bin), strings.TrimSpace(string(out)), version)
+		for _, want := range wants {
+			if !strings.Contains(string(out), want) {
+				return fmt.Errorf("%s --version says %q, want %q", bin, strings.TrimSpace(string(out)), want)
+			}
 		}
 		return nil
 	}
@@ -392,28 +406,10 @@ func checkVersion(version string) func(context.Context, string) error {
 
 // checkRunc refuses a runc that does not report RuncVersion or was built
 // without libseccomp.
-func checkRunc(ctx context.Context, bin string) error {
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runc --version: %w: %s", err, out)
-	}
-	if !strings.Contains(string(out), "runc version "+strings.TrimPrefix(RuncVersion, "v")) || !strings.Contains(string(out), "libseccomp: ") {
-		return fmt.Errorf("runc --version says %q, want version %s with libseccomp", strings.TrimSpace(string(out)), RuncVersion)
-	}
-	return nil
-}
+var checkRunc = checkVersion("runc version "+strings.TrimPrefix(RuncVersion, "v"), "libseccomp: ")
 
 // checkRunscVersion refuses a runsc that does not report GVisorVersion.
-func checkRunscVersion(ctx context.Context, bin string) error {
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
-	if err != nil {
-		return fmt.Errorf("run %s --version: %w", bin, err)
-	}
-	if want := "runsc version " + GVisorVersion; !strings.Contains(string(out), want) {
-		return fmt.Errorf("%s --version says %q, want %q", bin, strings.TrimSpace(string(out)), want)
-	}
-	return nil
-}
+var checkRunscVersion = checkVersion("runsc version " + GVisorVersion)
 
 // checkRunscShim refuses a shim that does not start (`-v` prints its
 // version and exits 0).
@@ -477,12 +473,11 @@ const (
 // is kept and its end returned in the error when the build fails.
 func goBuild(ctx context.Context, o BuildOptions, dir, pkg string, flags []string, out string,
 	check func(context.Context, string) error) error {
-	return goBuildEnv(ctx, o, dir, pkg, flags, nil, out, check)
+	return goBuildCgo(ctx, o, dir, pkg, flags, false, out, check)
 }
 
-// goBuildEnv is goBuild with env added to buildEnv's (a later entry wins:
-// CGO_ENABLED=1 turns cgo on).
-func goBuildEnv(ctx context.Context, o BuildOptions, dir, pkg string, flags, env []string, out string,
+// goBuildCgo is goBuild with cgo on when cgo is true.
+func goBuildCgo(ctx context.Context, o BuildOptions, dir, pkg string, flags []string, cgo bool, out string,
 	check func(context.Context, string) error) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -501,7 +496,7 @@ func goBuildEnv(ctx context.Context, o BuildOptions, dir, pkg string, flags, env
 	args := append(append([]string{"build"}, flags...), "-o", tmp, pkg)
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(buildEnv(), env...)
+	cmd.Env = buildEnv(cgo)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	// An interrupted go command removes its temporary work directory; a
@@ -510,7 +505,7 @@ func goBuildEnv(ctx context.Context, o BuildOptions, dir, pkg string, flags, env
 	cmd.WaitDelay = 30 * time.Second
 
 	o.Log.Info("build start", "binary", out, "dir", dir,
-		"command", strings.Join(shownEnv(env), " ")+" "+goBin+" "+shellJoin(args))
+		"command", cgoSetting(cgo)+" "+buildGOFLAGS+" "+goBin+" "+shellJoin(args))
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		o.Log.Error("build failed", "binary", out, "duration", time.Since(start).Round(time.Second).String(), "error", err)
@@ -534,20 +529,6 @@ func goBuildEnv(ctx context.Context, o BuildOptions, dir, pkg string, flags, env
 	o.Log.Info("build done", "binary", out, "duration", time.Since(start).Round(time.Second).String(),
 		"size_mib", fmt.Sprintf("%.1f", float64(size)/(1<<20)))
 	return nil
-}
-
-// shownEnv is what the build log shows of a go command's environment:
-// buildEnv's settings, with env's in place of them or after them.
-func shownEnv(env []string) []string {
-	shown := []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"}
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "CGO_ENABLED=") {
-			shown[0] = kv
-			continue
-		}
-		shown = append(shown, kv)
-	}
-	return shown
 }
 
 // moduleCopy downloads module@version through the go command (the module
@@ -582,7 +563,7 @@ func moduleDir(ctx context.Context, module, version string) (string, error) {
 	cmd := exec.CommandContext(ctx, goBin, "mod", "download", "-json", module+"@"+version)
 	// Outside any module, so no go.mod around the caller is consulted.
 	cmd.Dir = os.TempDir()
-	cmd.Env = buildEnv()
+	cmd.Env = buildEnv(false)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, runErr := cmd.Output()

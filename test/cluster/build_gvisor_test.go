@@ -72,7 +72,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir, build.Env = dir, buildEnv()
+	build.Dir, build.Env = dir, buildEnv(false)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the helper: %v\n%s", err, out)
 	}

@@ -348,7 +348,7 @@ func TestNFQueueTarget_WorksOnThisKernel(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "./knotlessproof")
 	cmd.Dir = src
-	cmd.Env = buildEnv()
+	cmd.Env = buildEnv(false)
 	out, err := cmd.CombinedOutput()
 	t.Logf("go test ./knotlessproof in the patched kube-network-policies:\n%s", out)
 	if err != nil {
