@@ -41,6 +41,8 @@ func main() {
 		os.Exit(connect(os.Args[2:]))
 	case "probe":
 		os.Exit(probe(os.Args[2:]))
+	case stepagent.LimitCommand:
+		os.Exit(stepagent.ExecLimited(os.Args[2:]))
 	case "version", "--version":
 		fmt.Println("knotless-agent", version.Version)
 	case "-h", "--help", "help":
@@ -59,6 +61,7 @@ func usage() {
   knotless-agent probe [--timeout 3s] [--connected] dns:NAME tcp:HOST:PORT ...
                                                        network checks (knotless-run doctor,
                                                        and services' ports with --connected)
+  knotless-agent limit NPROC PATH ARGV0 [ARG...]       how the agent starts a step under --nproc
   knotless-agent version
 
 Run "knotless-agent serve -h" for the serve flags.
@@ -82,6 +85,7 @@ func serve(args []string) int {
 		Dir: sv.Dir, Workdir: sv.Workdir, Home: sv.Home, PATH: sv.PATH, Tmp: sv.Tmp, Run: sv.Run,
 		Deadline: sv.Deadline, Linger: sv.Linger, Heartbeat: sv.Heartbeat, DeadAfter: sv.DeadAfter,
 		ExitWithParent: sv.ExitWithParent, ExitWithoutClient: sv.ExitWithoutClient, NoCgroups: sv.NoCgroups,
+		Nproc: sv.Nproc,
 	}
 	if sv.ImageEnv {
 		cfg.Base = stepagent.ImageBase(os.Environ())

@@ -38,6 +38,16 @@ type AgentHello struct {
 	Compression []string `json:"compression,omitempty"`
 	// Steps are the steps the agent knows, in the order they started.
 	Steps []StepInfo `json:"steps,omitempty"`
+	// UID is the uid the agent runs as, in its own user namespace.
+	UID int `json:"uid"`
+	// UIDMap is the text of the agent's /proc/self/uid_map (empty when it
+	// cannot be read): whether its user namespace is the node's
+	// (UIDMapRemapped, DescribeUIDMap).
+	UIDMap string `json:"uid_map,omitempty"`
+	// Nproc is the process limit every step starts with (RLIMIT_NPROC,
+	// Serve.Nproc), or 0 for none: the agent applies it only in a user
+	// namespace of its own.
+	Nproc int `json:"nproc,omitempty"`
 }
 
 // StepInfo describes a step the agent started.

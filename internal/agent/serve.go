@@ -76,6 +76,13 @@ type Serve struct {
 	ReadyFD int
 	// LogLevel is debug, info, warn or error (empty: info).
 	LogLevel string
+	// Nproc (> 0) is every step's process limit, RLIMIT_NPROC
+	// (setrlimit(2)): the processes and threads of the steps' user, the
+	// agent's own among them. The agent applies it only in a user
+	// namespace of its own (UIDMapRemapped), where the kernel counts them
+	// for this namespace's uids alone; in the node's, the uid's count is
+	// every process of that uid on the node, other pods' included.
+	Nproc int
 }
 
 // Register defines the flags of `knotless-agent serve` on fs, bound to
@@ -100,6 +107,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Program, "program", "", "the agent's program as exec bridges run it: restored there when a step removes or changes it")
 	fs.IntVar(&s.ReadyFD, "ready-fd", 0, "file descriptor to write \"ready\\n\" to (then close) once listening")
 	fs.StringVar(&s.LogLevel, "log-level", "", "debug, info, warn or error (default info)")
+	fs.IntVar(&s.Nproc, "nproc", 0, "every step's process limit (RLIMIT_NPROC: processes and threads of the steps' user), applied only in a user namespace of the agent's own (0: none)")
 }
 
 // Args is the agent's argv after the program: "serve" and one

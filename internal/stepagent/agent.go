@@ -65,6 +65,9 @@ type Config struct {
 	// Version is the agent's program version.
 	Version string
 	Logger  *slog.Logger
+	// Nproc (> 0) is every step's process limit (agent.Serve.Nproc),
+	// applied only in a user namespace of the agent's own.
+	Nproc int
 }
 
 // Agent owns one run's environment: it starts steps detached from any
@@ -75,6 +78,11 @@ type Agent struct {
 	pid  int
 	reap *reaper
 	cg   cgroups
+	// uidMap is the agent's /proc/self/uid_map; nproc the steps'
+	// process limit in force (Config.Nproc where the namespace is the
+	// agent's own, else 0).
+	uidMap string
+	nproc  int
 
 	mu       sync.Mutex
 	steps    map[string]*step
@@ -119,6 +127,15 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, log: log, pid: os.Getpid(), reap: newReaper(), cg: cg,
 		steps: map[string]*step{}, lastSeen: time.Now(), shutdown: make(chan struct{}),
+	}
+	var own bool
+	a.uidMap, own = ownUserNamespace()
+	if cfg.Nproc > 0 {
+		if own {
+			a.nproc = cfg.Nproc
+		} else {
+			log.Warn("no process limit for the steps: the agent is not in a user namespace of its own, where RLIMIT_NPROC would count every process of its uid on the machine", "nproc", cfg.Nproc, "uid_map", a.uidMap)
+		}
 	}
 	log.Info("agent ready", "run", cfg.Run, "pid", a.pid, "kill", a.cg.describe(), "workdir", cfg.Workdir, "version", cfg.Version)
 	return a, nil
@@ -259,7 +276,8 @@ func (a *Agent) hello(ch agent.ClientHello) agent.AgentHello {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := agent.AgentHello{Agent: a.cfg.Version, Run: a.cfg.Run, PID: a.pid, Kill: a.cg.describe(),
-		Workdir: a.cfg.Workdir, Home: a.cfg.Home, Compression: []string{agent.CompressionZstd}}
+		Workdir: a.cfg.Workdir, Home: a.cfg.Home, Compression: []string{agent.CompressionZstd},
+		UID: os.Getuid(), UIDMap: a.uidMap, Nproc: a.nproc}
 	for _, s := range a.order {
 		h.Steps = append(h.Steps, s.info())
 	}

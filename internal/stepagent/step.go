@@ -169,7 +169,11 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	}
 	start := time.Now()
 	oomBefore, oomKnown := oomKills(cgDir)
-	pid, waitCh, err := a.reap.forkExec(shellPath, append(slices.Clip(argv), script), attr)
+	path, args := shellPath, append(slices.Clip(argv), script)
+	if a.nproc > 0 {
+		path, args = limitedArgv(a.nproc, path, args)
+	}
+	pid, waitCh, err := a.reap.forkExec(path, args, attr)
 	if err == nil {
 		preferOOMVictim(pid)
 	}

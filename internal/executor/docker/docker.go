@@ -31,7 +31,7 @@ const Name = "docker"
 
 // Defaults of Config.
 const (
-	DefaultPids     = 1024
+	DefaultPids     = executor.DefaultPids
 	DefaultDiskPoll = 5 * time.Second
 )
 

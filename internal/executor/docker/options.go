@@ -14,7 +14,6 @@ import (
 // it also reads the shared job flags (--image, --cpus, --memory,
 // --run-as).
 type Options struct {
-	pids      int64
 	runtime   string
 	network   string
 	diskFloor string
@@ -30,7 +29,6 @@ func (*Options) UsesJob() bool { return true }
 
 // AddFlags adds the docker executor's own flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.Int64Var(&o.pids, "pids", DefaultPids, "process limit of a job container (-1: none); a fork bomb is contained and reported")
 	fs.StringVar(&o.runtime, "runtime", "", "container runtime of job containers, e.g. runsc (default: the engine's)")
 	fs.StringVar(&o.network, "network", "", "network of job containers: a network's name, or none (default: the runner's own bridge network, no inter-container communication, the runner's host unreachable)")
 	fs.StringVar(&o.diskFloor, "disk-floor", "0", "free space the Docker data disk must have before a run starts (e.g. 5Gi; 0: none): a run waits, saying so in its log")
@@ -41,15 +39,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // version negotiated), the step agent setup.Agent (or the one beside
 // knotless-run).
 func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
-	cfg := Config{Config: agentenv.ConfigOf(setup), Pids: o.pids, Runtime: o.runtime, Network: o.network}
+	cfg := Config{Config: agentenv.ConfigOf(setup), Pids: setup.Job.Pids, Runtime: o.runtime, Network: o.network}
 	var err error
 	if o.diskFloor != "" && o.diskFloor != "0" {
 		if cfg.DiskFloor, err = workflow.ParseSize(o.diskFloor); err != nil {
 			return nil, fmt.Errorf("--disk-floor %q: %v", o.diskFloor, err)
 		}
-	}
-	if o.pids == 0 {
-		return nil, fmt.Errorf("--pids 0: give a positive limit, or -1 for none")
 	}
 	if cfg.Agent, err = agentenv.HostAgent(setup.Agent); err != nil {
 		return nil, err

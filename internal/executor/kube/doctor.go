@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
+	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/workflow"
 )
@@ -381,6 +382,7 @@ func (e *Executor) checkMachine(ctx context.Context, ok func(string, string), fa
 		ok("exit code", "7 as the step exited")
 	}
 	e.checkKernel(pctx, sess, ok, fail)
+	e.checkUserNamespace(pctx, sess, pod, ok, fail)
 	e.checkDisk(pctx, sess, ok)
 	e.checkWarm(ok)
 	e.checkEnforcement(pctx, sess, pod, ok, fail)
@@ -401,6 +403,34 @@ func (e *Executor) checkKernel(ctx context.Context, sess executor.Session, ok fu
 		return
 	}
 	ok(name, "the steps see kernel "+strings.TrimSpace(out.String()))
+}
+
+// checkUserNamespace reads the test pod's /proc/self/uid_map from a step
+// and says whether job pods get a user namespace of their own
+// (--user-namespace): under required a pod without one fails (Prepare
+// has refused it already), under auto and off it is said as it is.
+func (e *Executor) checkUserNamespace(ctx context.Context, sess executor.Session, pod string, ok func(string, string), fail func(string, string, string)) {
+	const name = "user namespace"
+	var out bytes.Buffer
+	res, err := sess.Exec(ctx, executor.Step{ID: "5", Name: "doctor user namespace", Script: "cat /proc/self/uid_map"}, &out)
+	if err != nil || res.ExitCode != 0 {
+		fail(name, fmt.Sprintf("cat /proc/self/uid_map in the test pod: exit %d %v %s", res.ExitCode, err, strings.TrimSpace(out.String())), "the job image needs cat")
+		return
+	}
+	text := strings.TrimSpace(out.String())
+	desc := agent.DescribeUIDMap(text)
+	_, why := e.wantsUserNamespace()
+	switch {
+	case agent.UIDMapRemapped(text):
+		ok(name, fmt.Sprintf("the test pod %s runs in one of its own: %s (--user-namespace %s); --pids %d holds in it", pod, desc, e.cfg.UserNamespace, e.cfg.Pids))
+	case e.cfg.UserNamespace == UserNamespaceRequired:
+		fail(name, fmt.Sprintf("the test pod %s runs with %s", pod, desc), "run job pods on nodes with containerd 2 or CRI-O 1.25, runc 1.2 and Linux 6.3 or later (--node-selector), or give --user-namespace auto")
+	default:
+		if why == "" {
+			why = "its node's container runtime ignores hostUsers: false"
+		}
+		ok(name, fmt.Sprintf("none: the test pod %s runs with %s (%s); job pods run as their non-root uid of the node, --run-as image refuses images that run as root, and --pids has no effect", pod, desc, why))
+	}
 }
 
 // checkWarm says what the warm pool holds (--warm-pods): informative.

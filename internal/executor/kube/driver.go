@@ -68,8 +68,30 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 // makePod makes a job pod for spec, delivers the agent and returns the
 // pod as an environment (Make's work). A warm pod (warm true) carries no
 // run: LabelWarm instead of the run's labels, and a long
-// activeDeadlineSeconds that its claim shortens.
+// activeDeadlineSeconds that its claim shortens. Under --user-namespace
+// auto, a pod whose node cannot make its user namespace is deleted and
+// made again without one, and later pods of the RuntimeClass ask for
+// none (wantsUserNamespace).
 func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.Serve, warm bool) (*agentenv.Env, *corev1.Pod, error) {
+	userns, why := e.wantsUserNamespace()
+	env, pod, err := e.makePodOnce(ctx, spec, serve, warm, userns, why)
+	if userns && e.cfg.UserNamespace == UserNamespaceAuto && usernsRefused(pod, err) {
+		var f *executor.Fault
+		errors.As(err, &f)
+		why = fmt.Sprintf("a node's runtime refused one to a pod of this RuntimeClass: %s", strings.SplitN(f.Message, fixSep, 2)[0])
+		e.usernsRefused.Store(e.cfg.RuntimeClass, why)
+		e.log.Warn("job pods of this RuntimeClass get no user namespace from now on (--user-namespace auto)", "runtime_class", e.cfg.RuntimeClass, "err", f.Message)
+		e.logf(spec, "user namespace: refused: %s; --user-namespace auto: the pod is made again without one", strings.SplitN(f.Message, fixSep, 2)[0])
+		return e.makePodOnce(ctx, spec, serve, warm, false, why)
+	}
+	return env, pod, err
+}
+
+// makePodOnce makes one pod for makePod, asking for a user namespace when
+// userns (why says why not, for the setup log). On error the pod it
+// returns is the one that failed, already deleted (nil when none was
+// made).
+func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve agent.Serve, warm, userns bool, why string) (*agentenv.Env, *corev1.Pod, error) {
 	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
 		return nil, nil, err
@@ -103,13 +125,17 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 			lbl[k] = labelValue(v)
 		}
 	}
+	if userns {
+		serve.Nproc = e.cfg.Pids
+	}
 	pod := podFor(podSpec{
 		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
 		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
 		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
-		Command: bootstrapCommand(serve), Services: services,
+		Command: bootstrapCommand(serve), Services: services, UserNamespace: userns,
 	})
+	asked := pod
 	pod, err = e.createPod(ctx, spec, pod)
 	if err != nil {
 		<-watched
@@ -126,8 +152,14 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 		return nil, nil, err
 	}
 	user := "uid:gid " + e.cfg.RunAs.String()
-	if e.cfg.RunAs.Image {
+	switch {
+	case e.cfg.RunAs.Image && userns:
+		user = "the image's own user (root too: the pod asks for a user namespace)"
+	case e.cfg.RunAs.Image:
 		user = "the image's own user (non-root)"
+	}
+	if userns {
+		user += ", in a user namespace of its own (hostUsers: false)"
 	}
 	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
 		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
@@ -140,7 +172,8 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 		if f := (*executor.Fault)(nil); errors.As(err, &f) && f.Reason == api.ReasonService {
 			agentenv.WriteServiceLogs(context.WithoutCancel(ctx), spec, podServices{e: e, pod: pod.Name})
 		}
-		return nil, nil, err
+		asked.Name = pod.Name
+		return nil, asked, err
 	}
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
 
@@ -180,6 +213,9 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 		}
 		e.logf(spec, "step agent %s for %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
 			hello.Agent, arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
+		if f := e.userNamespaceChecked(spec, pod.Name, running.Spec.NodeName, userns, why, hello); f != nil {
+			return f
+		}
 		return nil
 	}
 	if spec.Workspace != "" {

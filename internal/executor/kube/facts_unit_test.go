@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,11 +11,13 @@ import (
 	"knotless.dev/knotless/internal/executor/kube"
 )
 
-// TestFacts_NamespaceOwnerAndTheRunnersOwnPod pins what a kube runner
+// TestFacts_NamespaceOwnerOwnPodAndUserNamespace pins what a kube runner
 // tells the server's Runners page (issue 25 item 3): the namespace of its
-// job pods, what owns them, and in a cluster its own pod ($POD_NAME, as
-// the deployment's downward API sets it). No cluster needed.
-func TestFacts_NamespaceOwnerAndTheRunnersOwnPod(t *testing.T) {
+// job pods, what owns them, in a cluster its own pod ($POD_NAME, as the
+// deployment's downward API sets it), and (issue 34) the
+// --user-namespace mode with the process limit it gives. No cluster
+// needed.
+func TestFacts_NamespaceOwnerOwnPodAndUserNamespace(t *testing.T) {
 	t.Setenv("POD_NAME", "knotless-runner-7d9f-x2")
 	ex, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"},
 		Namespace: "ci-jobs", InCluster: true, Owner: &metav1.OwnerReference{Kind: "Deployment", Name: "knotless-runner"}})
@@ -22,7 +25,8 @@ func TestFacts_NamespaceOwnerAndTheRunnersOwnPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := ex.Facts()
-	want := map[string]string{"namespace": "ci-jobs", "pod": "knotless-runner-7d9f-x2", "job pods owned by": "deployment/knotless-runner"}
+	want := map[string]string{"namespace": "ci-jobs", "pod": "knotless-runner-7d9f-x2", "job pods owned by": "deployment/knotless-runner",
+		"user namespace": "auto", "process limit": "1024 per job pod with a user namespace (--pids)"}
 	if len(got) != len(want) {
 		t.Fatalf("facts %v, want %v", got, want)
 	}
@@ -31,11 +35,16 @@ func TestFacts_NamespaceOwnerAndTheRunnersOwnPod(t *testing.T) {
 			t.Errorf("fact %q = %q, want %q", k, got[k], v)
 		}
 	}
-	out, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci"})
+	out, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci",
+		UserNamespace: kube.UserNamespaceOff})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := out.Facts(); len(f) != 1 || f["namespace"] != "ci" {
-		t.Errorf("outside a cluster, without an owner: %v, want the namespace only", f)
+	if f := out.Facts(); len(f) != 3 || f["namespace"] != "ci" || f["user namespace"] != "off" || f["process limit"] != "none" {
+		t.Errorf("outside a cluster, without an owner, --user-namespace off: %v, want the namespace, off and no process limit", f)
+	}
+	if _, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci",
+		UserNamespace: "maybe"}); err == nil || !strings.Contains(err.Error(), "--user-namespace \"maybe\"") {
+		t.Errorf("--user-namespace maybe: %v, want an error naming the flag and the value", err)
 	}
 }

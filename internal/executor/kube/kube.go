@@ -88,6 +88,17 @@ type Config struct {
 	// Capacity is how many runs the runner executes at once (0: no
 	// bound), for the warm pool.
 	Capacity int
+	// UserNamespace is UserNamespaceAuto (""), UserNamespaceRequired or
+	// UserNamespaceOff: whether job pods ask for a user namespace of
+	// their own (spec.hostUsers false) and what a pod that does not get
+	// one means.
+	UserNamespace string
+	// Pids is every step's process limit in a pod with a user namespace
+	// of its own (agent.Serve.Nproc: RLIMIT_NPROC, processes and threads
+	// of the job's user, the agent's among them); 0: DefaultPids; -1:
+	// none. A pod without one gets none: there the kernel would count
+	// every process of the uid on the node.
+	Pids int
 }
 
 // Executor runs each run in a pod of its own, made from Config, with the
@@ -122,6 +133,12 @@ type Executor struct {
 
 	pool     *warmPool // nil without Config.WarmPods
 	poolOnce sync.Once
+
+	// usernsRefused: RuntimeClass ("" for none) → why its pods get no
+	// user namespace (under auto, after a node's runtime refused one);
+	// usernsNodes: node name → what its last job pod's uid_map said.
+	usernsRefused sync.Map
+	usernsNodes   sync.Map
 }
 
 var (
@@ -157,6 +174,15 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.PendingTimeout <= 0 {
 		cfg.PendingTimeout = DefaultPendingTimeout
+	}
+	if cfg.UserNamespace, err = ParseUserNamespace(cfg.UserNamespace); err != nil {
+		return nil, fmt.Errorf("kube executor: %w", err)
+	}
+	switch {
+	case cfg.Pids == 0:
+		cfg.Pids = DefaultPids
+	case cfg.Pids < 0:
+		cfg.Pids = 0
 	}
 	quietKlog(cfg.Logger)
 	rc := rest.CopyConfig(cfg.Rest)
@@ -361,7 +387,8 @@ func (e *Executor) String() string {
 var _ executor.Facter = (*Executor)(nil)
 
 // Facts implements executor.Facter: the namespace job pods go to, what
-// owns them, and, in a cluster, the runner's own pod.
+// owns them, in a cluster the runner's own pod, and the user namespaces
+// the job pods get (userNamespaceFact) with their process limit.
 func (e *Executor) Facts() map[string]string {
 	f := map[string]string{"namespace": e.ns}
 	if o := ownerName(e.cfg.Owner); o != "" {
@@ -371,6 +398,11 @@ func (e *Executor) Facts() map[string]string {
 		if pod, err := ownPodName(); err == nil && pod != "" {
 			f["pod"] = pod
 		}
+	}
+	f["user namespace"] = e.userNamespaceFact()
+	f["process limit"] = "none"
+	if e.cfg.Pids > 0 && e.cfg.UserNamespace != UserNamespaceOff {
+		f["process limit"] = fmt.Sprintf("%d per job pod with a user namespace (--pids)", e.cfg.Pids)
 	}
 	return f
 }

@@ -22,7 +22,7 @@ import (
 
 // Options are the kube executor's part of knotless-run's command line
 // (executor.Options); it also reads the shared job flags (--image,
-// --cpus, --memory, --run-as).
+// --cpus, --memory, --run-as, --pids).
 type Options struct {
 	kubeconfig     string
 	namespace      string
@@ -36,6 +36,7 @@ type Options struct {
 	owner          string
 	warmPods       int
 	warmMaxAge     time.Duration
+	userNamespace  string
 }
 
 var _ executor.Options = (*Options)(nil)
@@ -60,6 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.pendingTimeout, "pending-timeout", DefaultPendingTimeout, "how long a job pod may stay unscheduled, or the namespace's quota refuse it, before the run ends errored/unschedulable")
 	fs.IntVar(&o.warmPods, "warm-pods", 0, "job pods kept started, their step agent connected, for runs that ask for --image and the default resources: a claim takes one and skips the pod's start; each holds its requests of the namespace's quota while it waits; never more than --capacity allows beside the runs in progress (0: none)")
 	fs.DurationVar(&o.warmMaxAge, "warm-max-age", DefaultWarmMaxAge, "how long a warm pod waits for a run before it is replaced")
+	fs.StringVar(&o.userNamespace, "user-namespace", UserNamespaceAuto, "job pods in a user namespace of their own (hostUsers: false: the pod's root is not the node's), proven from inside each pod: auto (ask; where a node cannot give one, say so in the run's log and go on without), required (a run whose pod gets none ends errored before any step) or off")
 }
 
 // New makes the kube executor from the flags: client configuration by
@@ -76,6 +78,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
 		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, InCluster: inCluster,
 		WarmPods: o.warmPods, WarmMaxAge: o.warmMaxAge, Capacity: setup.Capacity,
+		UserNamespace: o.userNamespace, Pids: int(setup.Job.Pids),
 	}
 	if o.warmPods < 0 {
 		return nil, fmt.Errorf("--warm-pods %d: give 0 for none, or how many", o.warmPods)
@@ -130,8 +133,9 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	ex.log.Info("kube executor ready: Kubernetes has no per-pod process limit (only the kubelet's podPidsLimit) and no disk floor (each pod's ephemeral-storage limit bounds it)",
-		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner), "agents", strings.Join(agents.Arches(), ","))
+	ex.log.Info("kube executor ready: no disk floor (each pod's ephemeral-storage limit bounds it); --pids holds only in pods with a user namespace",
+		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner), "agents", strings.Join(agents.Arches(), ","),
+		"user_namespace", ex.cfg.UserNamespace, "pids", ex.cfg.Pids)
 	return ex, nil
 }
 

@@ -81,12 +81,20 @@ type podSpec struct {
 	Command []string
 	// Services become native sidecars (serviceContainers).
 	Services []serviceSpec
+	// UserNamespace asks for a user namespace of the pod's own
+	// (spec.hostUsers false): the pod's uids are an unprivileged range on
+	// the node. With RunAs.Image the image's own user may then be root:
+	// runAsNonRoot is left out (Pod Security "restricted" does not check
+	// it for such pods).
+	UserNamespace bool
 }
 
 // podFor returns the job pod for spec, hardened to pass Pod Security
 // "restricted" (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
-// spec.securityContext runAsNonRoot, runAsUser/runAsGroup/fsGroup (unless
-// RunAs.Image), seccompProfile RuntimeDefault; the container with
+// spec.hostUsers false when spec.UserNamespace; spec.securityContext
+// runAsNonRoot (unless RunAs.Image in a user namespace),
+// runAsUser/runAsGroup/fsGroup (unless RunAs.Image), seccompProfile
+// RuntimeDefault; the container with
 // readOnlyRootFilesystem, allowPrivilegeEscalation false, capabilities
 // drop ALL; automountServiceAccountToken false, enableServiceLinks false,
 // no host namespaces or paths; requests equal to limits for cpu, memory
@@ -114,6 +122,9 @@ func podFor(s podSpec) *corev1.Pod {
 		Privileged:               ptr.To(false),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if s.RunAs.Image && s.UserNamespace {
+		psc.RunAsNonRoot, csc.RunAsNonRoot = nil, nil
 	}
 	if !s.RunAs.Image {
 		gid := s.RunAs.GID
@@ -179,6 +190,9 @@ func podFor(s podSpec) *corev1.Pod {
 	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = ptr.To(s.RuntimeClass)
+	}
+	if s.UserNamespace {
+		pod.Spec.HostUsers = ptr.To(false)
 	}
 	for _, name := range s.PullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})

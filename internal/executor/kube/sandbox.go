@@ -54,7 +54,9 @@ func MissingHandlerFix(class, handler string) string {
 // sandboxEventFault reads why the runtime cannot make pod's sandbox from
 // the pod's events (any order): a handler the node's runtime does not have
 // ends the run at once (reason executor, naming the node, the RuntimeClass,
-// the handler, the runtime's words and the fix); any other sandbox failure
+// the handler, the runtime's words and the fix), as does a pod that asked
+// for a user namespace its runtime cannot make (usernsRefusal: the node,
+// the RuntimeClass, the kubelet's words); any other sandbox failure
 // once it has gone on for grace since the pod was created (since). nil
 // when no event says so (yet).
 func sandboxEventFault(pod *corev1.Pod, events []corev1.Event, now, since time.Time, grace time.Duration) *executor.Fault {
@@ -85,6 +87,11 @@ func sandboxEventFault(pod *corev1.Pod, events []corev1.Event, now, since time.T
 		return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
 			"node %s cannot run pods of RuntimeClass %s: its container runtime has no handler %q (the kubelet: %s)%s%s",
 			node, class, handler, said, fixSep, MissingHandlerFix(class, handler))}
+	}
+	if asksUserNamespace(pod) && usernsRefusal.MatchString(said) {
+		return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+			"node %s cannot give the job pod a user namespace (RuntimeClass %s): the kubelet: %s%s%s",
+			node, class, said, fixSep, "run job pods on nodes whose runtime gives user namespaces (containerd 2 or CRI-O 1.25, runc 1.2, Linux 6.3), or give --user-namespace auto (such pods run without one) or off")}
 	}
 	if now.Sub(since) < grace {
 		return nil

@@ -95,8 +95,12 @@ func assertHardened(t *testing.T, pod *corev1.Pod, uid, gid int64, timeout time.
 			t.Errorf("%s = %v, want false", what, b)
 		}
 	}
-	isTrue("pod runAsNonRoot", psc.RunAsNonRoot)
-	isTrue("container runAsNonRoot", csc.RunAsNonRoot)
+	// In a user namespace the image's own user (uid < 0) may be root,
+	// the pod's and not the node's: runAsNonRoot is then left out.
+	if !(uid < 0 && sp.HostUsers != nil && !*sp.HostUsers && psc.RunAsNonRoot == nil && csc.RunAsNonRoot == nil) {
+		isTrue("pod runAsNonRoot", psc.RunAsNonRoot)
+		isTrue("container runAsNonRoot", csc.RunAsNonRoot)
+	}
 	if uid >= 0 {
 		for _, x := range []struct {
 			what      string
@@ -245,10 +249,12 @@ func TestKube_RunAsVariantNotApplied(t *testing.T) {
 		}
 	})
 	t.Run("image/root-user-image", func(t *testing.T) {
-		// --run-as image with an image whose user is root: the kubelet's
-		// runAsNonRoot check refuses to start it, and Prepare says so.
+		// --run-as image with an image whose user is root, in a pod
+		// without a user namespace: the kubelet's runAsNonRoot check
+		// refuses to start it, and Prepare says so
+		// (TestKube_RunAsImageRootOnlyInAUserNamespace: with one).
 		cfg := f.config()
-		cfg.RunAs = kube.RunAs{Image: true}
+		cfg.RunAs, cfg.UserNamespace = kube.RunAs{Image: true}, kube.UserNamespaceOff
 		e := f.executor(t, cfg)
 		id := runID("runas-root")
 		spec := f.spec(t, id)

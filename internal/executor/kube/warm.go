@@ -55,6 +55,7 @@ type warmPod struct {
 	client *agent.Client
 	run    *atomic.Pointer[string] // the run that adopted it, for the client's hello check
 	made   time.Time
+	userns bool // it asked for a user namespace
 }
 
 // warmPool keeps up to Config.WarmPods warm pods for runs that ask for the
@@ -277,7 +278,7 @@ func (e *Executor) makeWarm(ctx context.Context) (*warmPod, error) {
 		return nil, err
 	}
 	wp := &warmPod{id: id, name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, arch: pod.Annotations[annotationArch],
-		env: env, run: new(atomic.Pointer[string]), made: time.Now()}
+		env: env, run: new(atomic.Pointer[string]), made: time.Now(), userns: asksUserNamespace(pod)}
 	wp.client = agent.NewClient(env.Dial, agent.Options{
 		Name: "knotless-run " + version.Version, Heartbeat: e.cfg.Heartbeat, DeadAfter: e.cfg.DeadAfter,
 		Logger: e.log.With("pod", pod.Name),
@@ -358,6 +359,10 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 		}
 		e.logf(spec, "took the warm pod %s/%s (ready for %s on node %s, step agent %s for linux/%s): no pod start for this run; a step's processes end with the step (%s)",
 			e.ns, wp.name, time.Since(wp.made).Round(time.Second), wp.node, hello.Agent, wp.arch, hello.Kill)
+		_, why := e.wantsUserNamespace()
+		if f := e.userNamespaceChecked(spec, wp.name, wp.node, wp.userns, why, hello); f != nil {
+			return f
+		}
 		e.log.Info("warm pod taken", "run", spec.ID, "pod", wp.name)
 		return nil
 	}
