@@ -187,6 +187,7 @@ bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench KubeClaimToFinished -benchtime 10x ./test/e2e
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_Step' -benchtime 50x ./internal/executor/kube
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_UserNamespace' -benchtime 10x ./internal/executor/kube
 
 # The tests' own Docker engine (root): its own socket, data root, exec root
 # and containerd, beside the cluster's (scripts/dockerd.sh), unless an

@@ -85,7 +85,7 @@ func serve(args []string) int {
 		Dir: sv.Dir, Workdir: sv.Workdir, Home: sv.Home, PATH: sv.PATH, Tmp: sv.Tmp, Run: sv.Run,
 		Deadline: sv.Deadline, Linger: sv.Linger, Heartbeat: sv.Heartbeat, DeadAfter: sv.DeadAfter,
 		ExitWithParent: sv.ExitWithParent, ExitWithoutClient: sv.ExitWithoutClient, NoCgroups: sv.NoCgroups,
-		Nproc: sv.Nproc,
+		Nproc: sv.Nproc, PathAppend: sv.PathAppend,
 	}
 	if sv.ImageEnv {
 		cfg.Base = stepagent.ImageBase(os.Environ())

@@ -38,6 +38,9 @@ type Serve struct {
 	// PATH is the PATH of steps that set none and whose image has none
 	// (empty: /usr/local/bin:/usr/bin:/bin).
 	PATH string
+	// PathAppend, when set, is a directory appended to the PATH of every
+	// step that sets none (a kube job pod's builder puts buildctl there).
+	PathAppend string
 	// ImageEnv makes every step start from the agent's own environment:
 	// in a container or pod, the image's ENV as the runtime gave it to
 	// PID 1 (PATH among it). The step's own variables (the runner's and
@@ -94,6 +97,7 @@ func (s *Serve) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Home, "home", "", "HOME for steps that set none")
 	fs.StringVar(&s.Tmp, "tmp", "", "TMPDIR for steps that set none: the run's temporary directory (unset when empty)")
 	fs.StringVar(&s.PATH, "path", "", "PATH for steps that set none and whose image has none (default /usr/local/bin:/usr/bin:/bin)")
+	fs.StringVar(&s.PathAppend, "path-append", "", "a directory appended to the PATH of every step that sets none")
 	fs.BoolVar(&s.ImageEnv, "image-env", false, "steps start from this process's environment (the image's, in a container), beneath their own variables; HOME and TMPDIR stay the agent's")
 	fs.StringVar(&s.Run, "run", "", "the run environment's ID, reported to clients")
 	fs.Var((*timeFlag)(&s.Deadline), "deadline", "RFC 3339 time after which a running step is stopped (timeout) and no step starts")

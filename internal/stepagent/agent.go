@@ -29,6 +29,9 @@ type Config struct {
 	// has one.
 	Home string
 	PATH string
+	// PathAppend, when set, is appended to the PATH of every step that
+	// sets none (agent.Serve.PathAppend).
+	PathAppend string
 	// Base, when set, is the environment every step starts from, beneath
 	// its own variables (the image's, when the agent is a container's PID
 	// 1: ImageBase); HOME and TMPDIR in it are ignored (the agent's own

@@ -31,3 +31,19 @@ func TestStepEnv_ImageEnvironmentBeneathTheStepsOwn(t *testing.T) {
 		t.Errorf("no image environment: PATH %q, want the agent's --path", path)
 	}
 }
+
+// TestStepEnv_PathAppendGoesAfterTheImagesPath pins --path-append (a
+// builder pod's buildctl): the directory comes after the image's PATH, so
+// an image's own tools win, and a step that sets PATH keeps its own.
+func TestStepEnv_PathAppendGoesAfterTheImagesPath(t *testing.T) {
+	a := &Agent{cfg: Config{PATH: "/usr/bin:/bin", PathAppend: "/run/buildkit/bin",
+		Base: ImageBase([]string{"PATH=/usr/local/go/bin:/usr/bin"})}}
+	env, path, err := a.stepEnv(nil)
+	if err != nil || path != "/usr/local/go/bin:/usr/bin:/run/buildkit/bin" || !slices.Contains(env, "PATH="+path) {
+		t.Errorf("env %q, path %q, err %v", env, path, err)
+	}
+	env, path, _ = a.stepEnv(map[string][]byte{"PATH": []byte("/opt/x")})
+	if path != "/opt/x" || !slices.Contains(env, "PATH=/opt/x") {
+		t.Errorf("a step's own PATH: %q %q", env, path)
+	}
+}

@@ -421,6 +421,9 @@ func (a *Agent) stepEnv(in map[string][]byte) ([]string, string, error) {
 	if v, ok := in["PATH"]; ok {
 		path = string(v)
 	} else {
+		if a.cfg.PathAppend != "" {
+			path += ":" + a.cfg.PathAppend
+		}
 		env = append(env, "PATH="+path)
 	}
 	if _, ok := in["HOME"]; !ok && a.cfg.Home != "" {

@@ -116,6 +116,48 @@ func BenchmarkKube_Lifecycle(b *testing.B) {
 	b.ReportMetric(float64(gone.Milliseconds())/n, "end-to-gone-ms")
 }
 
+// BenchmarkKube_UserNamespace is what a user namespace costs a run's
+// start (issue 34): per iteration, one pod with --user-namespace auto
+// (hostUsers false: the runtime maps the pod's uids, runc id-maps its
+// mounts) and one with off, alternating in the same run, each from
+// Prepare to the end of a first step `true`. Reported as
+// userns-first-step-ms and host-users-first-step-ms (means) and their
+// difference, userns-extra-ms. Under a RuntimeClass without user
+// namespaces (gVisor) it skips.
+//
+//	KNOTLESS_TEST_CLUSTER_REQUIRED=1 go test -count=1 -run '^$' -bench 'Kube_UserNamespace' -benchtime 10x ./internal/executor/kube
+func BenchmarkKube_UserNamespace(b *testing.B) {
+	f := newFixture(b)
+	if f.runtimeClass != "" {
+		b.Skipf("RuntimeClass %s makes no user namespaces", f.runtimeClass)
+	}
+	var took [2]time.Duration
+	var exs [2]*kube.Executor
+	for i, mode := range []string{kube.UserNamespaceAuto, kube.UserNamespaceOff} {
+		cfg := f.config()
+		cfg.CPUs, cfg.UserNamespace = "1", mode
+		exs[i] = f.executor(b, cfg)
+	}
+	for i := 0; i < b.N; i++ {
+		for m, e := range exs {
+			t0 := time.Now()
+			s, err := e.Prepare(context.Background(), executor.Spec{ID: fmt.Sprintf("userns-%d-%d", m, i), Workspace: b.TempDir(), Timeout: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			execOK(b, s, "1", "true", io.Discard)
+			took[m] += time.Since(t0)
+			if err := s.Cleanup(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(took[0].Milliseconds())/n, "userns-first-step-ms")
+	b.ReportMetric(float64(took[1].Milliseconds())/n, "host-users-first-step-ms")
+	b.ReportMetric(float64((took[0]-took[1]).Milliseconds())/n, "userns-extra-ms")
+}
+
 // BenchmarkKube_CopyIn copies a checkout into a job pod with 1 cpu: MB/s
 // of the files' bytes (the tar stream over the exec, verified by length
 // and SHA-256 at both ends and by each file's size). Two trees: "random", 100 files of 1 MB of random

@@ -102,8 +102,8 @@ func failed(all []executor.Check) []string {
 // A namespace as the manifests make it (restricted, the runner's Role with
 // get on its Deployment, the job-pod NetworkPolicy enforced): every check
 // passes, the test pod included (the node and the API server unreachable
-// too: the local cluster's enforcer filters pod-to-node traffic), and it
-// is gone afterwards.
+// too: the local cluster's enforcer filters pod-to-node traffic; its
+// user namespace read from inside), and it is gone afterwards.
 func TestKubeDoctor_PassesEveryCheckInACorrectNamespace(t *testing.T) {
 	f := doctorFixture(t, ownerRules(), true)
 	cfg := f.config()
@@ -120,6 +120,12 @@ func TestKubeDoctor_PassesEveryCheckInACorrectNamespace(t *testing.T) {
 		if _, ok := checks[name]; !ok {
 			t.Errorf("no check %q", name)
 		}
+	}
+	// The test pod's user namespace, read from its uid_map: one of its
+	// own on runc (issue 34), none said plainly under gVisor.
+	if c := checks["user namespace"]; !c.OK || f.runtimeClass == "" && !strings.Contains(c.Detail, "uids 0-65535 -> host ") ||
+		f.runtimeClass != "" && !strings.Contains(c.Detail, "none: ") {
+		t.Errorf("check %q: %+v", "user namespace", c)
 	}
 	if rc := f.runtimeClass; rc != "" {
 		c := checks["runtime class "+rc+" runs job pods"]

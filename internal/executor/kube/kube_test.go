@@ -50,9 +50,17 @@ func newFixture(t testing.TB) *fixture {
 
 // config is the executor configuration tests start from: small pods of
 // the job base image, as runner "test", of the fixture's RuntimeClass.
+// Under a RuntimeClass (the gVisor suite) job pods ask for no user
+// namespace: runsc refuses them, and --user-namespace auto would learn
+// that anew in each test's executor, a failed sandbox each
+// (TestKube_UserNamespaceRefusedByTheRuntime pins that path).
 func (f *fixture) config() kube.Config {
-	return kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent},
+	cfg := kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent},
 		Rest: f.rest, Namespace: f.ns, Disk: 256 << 20, PullPolicy: "Never", RuntimeClass: f.runtimeClass}
+	if f.runtimeClass != "" {
+		cfg.UserNamespace = kube.UserNamespaceOff
+	}
+	return cfg
 }
 
 func (f *fixture) executor(t testing.TB, cfg kube.Config) *kube.Executor {

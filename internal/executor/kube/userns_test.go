@@ -304,8 +304,11 @@ func TestKube_ForkBombStopsAtPidsAndSparesOtherPods(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || !strings.Contains(string(manyOut.Bytes()), "started 200") || !strings.Contains(string(manyOut.Bytes()), "spared") {
 		t.Errorf("the other pod could not start 200 processes beside the bomb: %+v %v %s", res, err, manyOut.Bytes())
 	}
-	if maxTasks > pids+8 || maxTasks < pids-8 {
-		t.Errorf("the bomb's pod peaked at %d tasks, want the limit %d (give or take the counting exec's few)", maxTasks, pids)
+	// Above the limit only by the counting exec's few; well above half of
+	// it, or the bomb never ran (58 of 64 where it was first measured: a
+	// few of the user's tasks are not in the pod's /proc).
+	if maxTasks > pids+8 || maxTasks < pids/2 {
+		t.Errorf("the bomb's pod peaked at %d tasks, want about the limit %d", maxTasks, pids)
 	}
 	if res, err := await(t, bombDone, time.Minute); err != nil || res.ExitCode != 0 {
 		t.Errorf("the bomb's step: %+v %v %s", res, err, bombOut.Bytes())
