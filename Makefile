@@ -8,7 +8,7 @@ DIST    ?= dist
 # The one version of every program and of the release (file VERSION).
 VERSION := $(strip $(shell cat VERSION))
 LDFLAGS := -s -w -X knotless.dev/knotless/internal/version.Version=$(VERSION)
-PROGRAMS := knotless knotless-server knotless-run knotless-agent
+PROGRAMS := knotless knotless-server knotless-run knotless-agent knotless-builder
 # How every program is built, as internal/deploy.Build builds the files
 # the manifests' digests name (BuildEnv there): static (no cgo: nothing
 # needs it, SQLite is modernc.org's Go), no build paths (-trimpath), no VCS stamp, the

@@ -172,6 +172,13 @@ type Spec struct {
 	// *Fault (reason api.ReasonService, or image-pull) naming the one
 	// that could not start. Executors that run no images refuse them.
 	Services []Service
+	// ContainerBuilds is the workflow's `container-builds: true`: the
+	// steps build container images. A kube executor whose operator
+	// allowed builds gives the pod a builder (docs/container-builds.md);
+	// every other executor that runs images refuses it (a *Fault of
+	// reason executor naming the flag) before any pod or container
+	// exists; the shell executor says the host's own tools build.
+	ContainerBuilds bool
 }
 
 // Service is one service of a run: a container of its own image beside

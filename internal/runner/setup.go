@@ -39,6 +39,8 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		Labels:      e.job.Labels,
 		Log:         sl,
 		Services:    e.serviceSpecs(),
+
+		ContainerBuilds: wf.ContainerBuilds,
 	}
 	// stop is the result of a setup that ended early: handed over, or the
 	// run stopped (cancelled, timed out).

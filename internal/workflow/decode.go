@@ -16,7 +16,7 @@ import (
 
 // The keys each mapping accepts, in the order messages list them.
 var (
-	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "services", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
+	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "container-builds", "services", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
 	onKeys       = []string{"push", "pull", "manual"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
@@ -90,6 +90,10 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 				} else {
 					w.Arch = s
 				}
+			}
+		case "container-builds":
+			if b, ok := d.boolean(e, "container-builds"); ok {
+				w.ContainerBuilds = b
 			}
 		case "env":
 			w.Env, envPos = d.env(e, "env")

@@ -26,7 +26,7 @@ var errorCases = []struct {
 	{"NULByte", "steps:\n  - run: a\x00\n", []string{"2:11: workflow file contains a NUL byte"}},
 	{"UnknownTopKeySuggests", "name: x\nstpes:\n  - run: x\n", []string{
 		"1:1: missing steps",
-		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, services, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
+		`2:1: unknown key "stpes" in the workflow; did you mean "steps"? (expected one of: name, on, matrix, needs, runners, image, arch, container-builds, services, env, secrets, timeout, resources, checkout, caches, outputs, retry, concurrency, id-tokens, steps)`,
 	}},
 	{"ServiceErrors", "secrets: [PW]\nservices:\n  Bad_Name: {image: x}\n  job: {image: x}\n  db:\n    env: {A: b}\n    secrets: [PW, OTHER]\n    ports: [5432, 70000, x]\n    imag: y\nsteps: [{run: x}]\n", []string{
 		`3:3: service name "Bad_Name": use 1-30 lower-case letters`,

@@ -352,3 +352,20 @@ steps:
 		t.Errorf("IDTokenNames %v", got)
 	}
 }
+
+// TestParse_ContainerBuildsIsABoolean pins `container-builds:` (issue 34):
+// true asks for a builder, it is false when omitted, and anything but a
+// boolean is an error at its line and column.
+func TestParse_ContainerBuildsIsABoolean(t *testing.T) {
+	w, err := Parse(".knotless/workflows/img.yml", []byte("container-builds: true\nsteps:\n  - run: buildctl --version\n"))
+	if err != nil || !w.ContainerBuilds {
+		t.Fatalf("container-builds: true: %+v %v", w, err)
+	}
+	if w, err := Parse(".knotless/workflows/img.yml", []byte("steps:\n  - run: make\n")); err != nil || w.ContainerBuilds {
+		t.Errorf("omitted: %v %v, want false", w.ContainerBuilds, err)
+	}
+	_, err = Parse(".knotless/workflows/img.yml", []byte("container-builds: yes please\nsteps:\n  - run: make\n"))
+	if err == nil || !strings.Contains(err.Error(), ".knotless/workflows/img.yml:1:19: container-builds must be true or false") {
+		t.Errorf("a string: %v", err)
+	}
+}

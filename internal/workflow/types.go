@@ -38,6 +38,10 @@ type Workflow struct {
 	Runners []string // `runners:`; empty = unlabelled work
 	Image   string   // `image:`
 	Arch    string   // `arch:`; "" = any
+	// ContainerBuilds is `container-builds:`: the job builds container
+	// images, and runs only where the runner's operator allowed it
+	// (docs/container-builds.md).
+	ContainerBuilds bool
 	// Services are `services:`, in the file's order.
 	Services  []Service
 	Env       map[string]string // `env:`

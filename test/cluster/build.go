@@ -52,6 +52,12 @@ const (
 	// cgo and libseccomp: BuildPackages).
 	RuncModule  = "github.com/opencontainers/runc"
 	RuncVersion = "v1.5.3"
+
+	// BuildKit's daemon and client, the builder of container builds
+	// (the builder image, BuilderImage). Built inside the module: its
+	// go.mod's exclude directives make `go install pkg@version` refuse.
+	BuildKitModule  = "github.com/moby/buildkit"
+	BuildKitVersion = "v0.34.2"
 )
 
 // BuildOptions configures Build and CachedBinaries.
@@ -90,6 +96,9 @@ type Binaries struct {
 	Containerd, Ctr, RuncShim string
 	// Runc is the OCI runtime of every pod but gVisor's.
 	Runc string
+	// Buildkitd and Buildctl are BuildKit's daemon and client, for the
+	// builder image.
+	Buildkitd, Buildctl string
 }
 
 func (o BuildOptions) withDefaults() BuildOptions {
@@ -116,8 +125,13 @@ func (o BuildOptions) paths() Binaries {
 		Ctr:             filepath.Join(dir, containerdDir, "ctr"),
 		RuncShim:        filepath.Join(dir, containerdDir, "containerd-shim-runc-v2"),
 		Runc:            filepath.Join(dir, "runc-"+RuncVersion, "runc"),
+		Buildkitd:       filepath.Join(dir, buildkitDir, "buildkitd"),
+		Buildctl:        filepath.Join(dir, buildkitDir, "buildctl"),
 	}
 }
+
+// buildkitDir is the cache directory of BuildKit's binaries.
+const buildkitDir = "buildkit-" + BuildKitVersion
 
 // containerdDir is the cache directory of containerd's binaries.
 const containerdDir = "containerd-" + ContainerdVersion
@@ -127,7 +141,7 @@ const gvisorDir = "gvisor-" + GVisorVersion + "-" + GVisorPatchLevel
 
 // all lists every binary's path.
 func (b Binaries) all() []string {
-	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc}
+	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc, b.Buildkitd, b.Buildctl}
 }
 
 // CachedBinaries returns the binaries' paths and true when all of them are
@@ -149,7 +163,8 @@ func CachedBinaries(o BuildOptions) (Binaries, bool) {
 // runsc then its shim (the shim reuses runsc's compiled gVisor packages
 // from the go build cache, so the two never compile them twice at once),
 // then containerd, ctr, containerd-shim-runc-v2 and runc;
-// kube-network-policies then CoreDNS. One go build leaves a core idle for
+// kube-network-policies, CoreDNS, then BuildKit's buildkitd and buildctl
+// (for the builder image). One go build leaves a core idle for
 // long stretches (its links, its dependency graph's narrow parts); the
 // others fill them. The first failure cancels the other builds.
 //
@@ -232,6 +247,8 @@ func buildLines(b Binaries) [][]buildStep {
 		{
 			{"kube-network-policies " + NetworkPoliciesVersion, b.NetworkPolicies, buildNetworkPolicies},
 			{"coredns " + CoreDNSVersion, b.CoreDNS, buildCoreDNS},
+			{"buildkitd " + BuildKitVersion, b.Buildkitd, buildBuildKit("./cmd/buildkitd")},
+			{"buildctl " + BuildKitVersion, b.Buildctl, buildBuildKit("./cmd/buildctl")},
 		},
 	}
 }
@@ -367,6 +384,20 @@ func buildContainerd(pkg string) func(context.Context, BuildOptions, string) err
 		}
 		ld := "-s -w -X " + ContainerdModule + "/version.Version=" + ContainerdVersion
 		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(ContainerdVersion))
+	}
+}
+
+// buildBuildKit builds BuildKit's command pkg (./cmd/buildkitd,
+// ./cmd/buildctl) inside its module, static (no cgo), stamped with its
+// version, and checks that `--version` names it.
+func buildBuildKit(pkg string) func(context.Context, BuildOptions, string) error {
+	return func(ctx context.Context, o BuildOptions, out string) error {
+		src, err := moduleDir(ctx, BuildKitModule, BuildKitVersion)
+		if err != nil {
+			return err
+		}
+		ld := "-s -w -X " + BuildKitModule + "/version.Version=" + BuildKitVersion
+		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(BuildKitVersion))
 	}
 }
 

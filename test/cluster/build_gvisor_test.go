@@ -147,7 +147,8 @@ func TestContainerdConfig_RunscHandlerForTheRuntimeClass(t *testing.T) {
 func TestWriteLinks_RuntimesAndTheirShims(t *testing.T) {
 	c := Config{StateDir: t.TempDir()}
 	b := Binaries{Kube: "/c/kube", NetworkPolicies: "/c/np", CoreDNS: "/c/coredns", Runsc: "/c/g/runsc", RunscShim: "/c/g/containerd-shim-runsc-v1",
-		Containerd: "/c/d/containerd", Ctr: "/c/d/ctr", RuncShim: "/c/d/containerd-shim-runc-v2", Runc: "/c/r/runc"}
+		Containerd: "/c/d/containerd", Ctr: "/c/d/ctr", RuncShim: "/c/d/containerd-shim-runc-v2", Runc: "/c/r/runc",
+		Buildkitd: "/c/b/buildkitd", Buildctl: "/c/b/buildctl"}
 	if err := c.writeLinks(b); err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +160,8 @@ func TestWriteLinks_RuntimesAndTheirShims(t *testing.T) {
 		filepath.Join(c.StateDir, "bin", "ctr"):                        b.Ctr,
 		filepath.Join(c.StateDir, "bin", "runc"):                       b.Runc,
 		filepath.Join(c.StateDir, "shims", "containerd-shim-runc-v2"):  b.RuncShim,
+		filepath.Join(c.StateDir, "bin", "buildkitd"):                  b.Buildkitd,
+		filepath.Join(c.StateDir, "bin", "buildctl"):                   b.Buildctl,
 	} {
 		if got, err := os.Readlink(link); err != nil || got != want {
 			t.Errorf("%s -> %q (%v), want %s", link, got, err, want)

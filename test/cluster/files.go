@@ -281,7 +281,8 @@ rules:
 // writeLinks makes STATE/bin/PROGRAM symlinks to the multi-call binary, so
 // every process has its own argv[0] (how the binary dispatches, and how
 // stop finds its own processes), to the other binaries of the cache
-// (containerd, ctr, runc and runsc among them), and STATE/shims/ to the
+// (containerd, ctr, runc and runsc among them; buildkitd and buildctl for
+// the tests' builder image), and STATE/shims/ to the
 // runc and runsc shims (containerd's PATH has STATE/shims first).
 func (c Config) writeLinks(b Binaries) error {
 	dir := c.path("bin")
@@ -291,7 +292,7 @@ func (c Config) writeLinks(b Binaries) error {
 		}
 	}
 	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS, "runsc": b.Runsc,
-		"containerd": b.Containerd, "ctr": b.Ctr, "runc": b.Runc}
+		"containerd": b.Containerd, "ctr": b.Ctr, "runc": b.Runc, "buildkitd": b.Buildkitd, "buildctl": b.Buildctl}
 	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"} {
 		links[p] = b.Kube
 	}

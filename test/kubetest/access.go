@@ -66,23 +66,35 @@ func ServiceAccountUser(namespace, name string) string {
 // waits (bounded) until it is gone and fails the test if it is not.
 func (c *Cluster) RestrictedNamespace(t testing.TB) string {
 	t.Helper()
+	return c.namespace(t, "restricted")
+}
+
+// BaselineNamespace is RestrictedNamespace at Pod Security "baseline":
+// the builds namespace of container builds.
+func (c *Cluster) BaselineNamespace(t testing.TB) string {
+	t.Helper()
+	return c.namespace(t, "baseline")
+}
+
+func (c *Cluster) namespace(t testing.TB, level string) string {
+	t.Helper()
 	ctx := stepContext(t, setupTimeout)
 	ns, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: NamespacePrefix,
 			Labels: map[string]string{
-				"pod-security.kubernetes.io/enforce":         "restricted",
+				"pod-security.kubernetes.io/enforce":         level,
 				"pod-security.kubernetes.io/enforce-version": "latest",
-				"pod-security.kubernetes.io/audit":           "restricted",
+				"pod-security.kubernetes.io/audit":           level,
 				"pod-security.kubernetes.io/audit-version":   "latest",
-				"pod-security.kubernetes.io/warn":            "restricted",
+				"pod-security.kubernetes.io/warn":            level,
 				"pod-security.kubernetes.io/warn-version":    "latest",
 				TestLabel: "kubetest",
 			},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create restricted namespace: %v", err)
+		t.Fatalf("create %s namespace: %v", level, err)
 	}
 	name := ns.Name
 	t.Cleanup(func() { c.deleteNamespace(t, name) })
@@ -204,6 +216,28 @@ func (c *Cluster) ServiceAccountKubeconfig(t testing.TB, namespace, name string,
 		t.Fatalf("ServiceAccount %s/%s: %v", namespace, name, err)
 	}
 	return path, cfg
+}
+
+// GrantRole gives the ServiceAccount saNamespace/saName a Role with rules
+// in namespace (a Role and a RoleBinding named saName there), and waits
+// until cfg (that ServiceAccount's configuration) is allowed all of them.
+func (c *Cluster) GrantRole(t testing.TB, saNamespace, saName, namespace string, rules []rbacv1.PolicyRule, cfg *rest.Config) {
+	t.Helper()
+	ctx := stepContext(t, setupTimeout)
+	meta := metav1.ObjectMeta{Name: saName, Namespace: namespace, Labels: map[string]string{TestLabel: "kubetest"}}
+	if _, err := c.Client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Role %s/%s: %v", namespace, saName, err)
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: meta,
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNamespace}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: saName},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create RoleBinding %s/%s: %v", namespace, saName, err)
+	}
+	if err := waitAllowed(ctx, cfg, namespace, rules); err != nil {
+		t.Fatalf("ServiceAccount %s/%s in %s: %v", saNamespace, saName, namespace, err)
+	}
 }
 
 // waitAllowed polls SelfSubjectAccessReviews as cfg's user until every

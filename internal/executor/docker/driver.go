@@ -50,6 +50,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if err := agentenv.CheckHostArch(spec); err != nil {
 		return nil, err
 	}
+	if spec.ContainerBuilds {
+		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "this workflow asks for container-builds: true, and the docker executor gives no builder: run it on a kube runner whose operator allowed builds (--builds-namespace; docs/container-builds.md)"}
+	}
 	nano, mem := res.MilliCPUs*1e6, res.Memory
 	if err := e.waitDisk(ctx, spec); err != nil {
 		return nil, err

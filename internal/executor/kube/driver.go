@@ -128,12 +128,24 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 	if userns {
 		serve.Nproc = e.cfg.Pids
 	}
+	var builder *builderSpec
+	if e.cfg.builder {
+		gid := int64(-1)
+		if !e.cfg.RunAs.Image {
+			gid = e.cfg.RunAs.GID
+			if gid == 0 {
+				gid = e.cfg.RunAs.UID
+			}
+		}
+		builder = &builderSpec{Image: e.cfg.BuilderImage, SeccompProfile: e.cfg.BuilderSeccompProfile, GID: gid}
+		serve.PathAppend = BuilderShare + "/bin"
+	}
 	pod := podFor(podSpec{
 		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
 		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
 		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
 		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
-		Command: bootstrapCommand(serve), Services: services, UserNamespace: userns,
+		Command: bootstrapCommand(serve), Services: services, UserNamespace: userns, Builder: builder,
 	})
 	asked := pod
 	pod, err = e.createPod(ctx, spec, pod)
@@ -163,6 +175,10 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 	}
 	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
 		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
+	if builder != nil {
+		e.logf(spec, "builder: image %s, cpu %s, memory %s (the job's: its build steps run in it), BuildKit in a user namespace nested in the pod's, as the pod's root; capabilities SETUID, SETGID, SETFCAP of the pod's user namespace only, seccomp Localhost %s, /proc unmasked; namespace %s (Pod Security baseline); buildctl on the steps' PATH, its socket at %s/buildkitd.sock",
+			builder.Image, cpu.String(), mem.String(), builder.SeccompProfile, e.ns, BuilderShare)
+	}
 	for _, s := range services {
 		e.logf(spec, "service %s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), a sidecar of the pod hardened as the job's container, reachable at 127.0.0.1",
 			s.Name, s.Image, s.CPU.String(), s.Memory.String(), s.Disk.String())

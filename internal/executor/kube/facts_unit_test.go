@@ -15,8 +15,8 @@ import (
 // tells the server's Runners page (issue 25 item 3): the namespace of its
 // job pods, what owns them, in a cluster its own pod ($POD_NAME, as the
 // deployment's downward API sets it), and (issue 34) the
-// --user-namespace mode with the process limit it gives. No cluster
-// needed.
+// --user-namespace mode with the process limit it gives, and whether it
+// allows container builds. No cluster needed.
 func TestFacts_NamespaceOwnerOwnPodAndUserNamespace(t *testing.T) {
 	t.Setenv("POD_NAME", "knotless-runner-7d9f-x2")
 	ex, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"},
@@ -26,7 +26,8 @@ func TestFacts_NamespaceOwnerOwnPodAndUserNamespace(t *testing.T) {
 	}
 	got := ex.Facts()
 	want := map[string]string{"namespace": "ci-jobs", "pod": "knotless-runner-7d9f-x2", "job pods owned by": "deployment/knotless-runner",
-		"user namespace": "auto", "process limit": "1024 per job pod with a user namespace (--pids)"}
+		"user namespace": "auto", "process limit": "1024 per job pod with a user namespace (--pids)",
+		"container builds": "not allowed (--builds-namespace)"}
 	if len(got) != len(want) {
 		t.Fatalf("facts %v, want %v", got, want)
 	}
@@ -40,7 +41,7 @@ func TestFacts_NamespaceOwnerOwnPodAndUserNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := out.Facts(); len(f) != 3 || f["namespace"] != "ci" || f["user namespace"] != "off" || f["process limit"] != "none" {
+	if f := out.Facts(); len(f) != 4 || f["namespace"] != "ci" || f["user namespace"] != "off" || f["process limit"] != "none" {
 		t.Errorf("outside a cluster, without an owner, --user-namespace off: %v, want the namespace, off and no process limit", f)
 	}
 	if _, err := kube.New(kube.Config{Config: agentenv.Config{Agent: "/bin/true"}, Rest: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "ci",

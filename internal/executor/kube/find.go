@@ -21,6 +21,11 @@ var _ executor.Finder = (*Executor)(nil)
 // A pod being deleted or ended is not found. Errors: the pods cannot be
 // listed.
 func (e *Executor) Find(ctx context.Context, id string) (executor.Handle, bool, error) {
+	return e.findBoth(ctx, id)
+}
+
+// findIn is Find in this Executor's own namespace.
+func (e *Executor) findIn(ctx context.Context, id string) (executor.Handle, bool, error) {
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(id)})
 	var list *corev1.PodList
 	err := throttled(ctx, func() error {

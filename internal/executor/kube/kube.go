@@ -93,6 +93,17 @@ type Config struct {
 	// their own (spec.hostUsers false) and what a pod that does not get
 	// one means.
 	UserNamespace string
+	// BuildsNamespace, when set, allows container builds (a workflow's
+	// container-builds: true): their job pods go to this namespace (Pod
+	// Security baseline) with a builder sidecar of BuilderImage whose
+	// seccomp profile is the Localhost BuilderSeccompProfile (relative to
+	// the kubelet's seccomp directory; "": DefaultBuilderSeccompProfile).
+	// Empty: such workflows are refused before any pod exists.
+	BuildsNamespace       string
+	BuilderImage          string
+	BuilderSeccompProfile string
+	// builder marks the Executor of the builds namespace (newBuilds).
+	builder bool
 	// Pids is every step's process limit in a pod with a user namespace
 	// of its own (agent.Serve.Nproc: RLIMIT_NPROC, processes and threads
 	// of the job's user, the agent's among them); 0: DefaultPids; -1:
@@ -139,6 +150,10 @@ type Executor struct {
 	// usernsNodes: node name → what its last job pod's uid_map said.
 	usernsRefused sync.Map
 	usernsNodes   sync.Map
+
+	// builds is the Executor of Config.BuildsNamespace (newBuilds), nil
+	// when builds are not allowed.
+	builds *Executor
 }
 
 var (
@@ -202,6 +217,9 @@ func New(cfg Config) (*Executor, error) {
 		stopWatch: make(chan struct{}),
 	}
 	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, labelValue)
+	if e.builds, err = newBuilds(cfg); err != nil {
+		return nil, fmt.Errorf("kube executor: %w", err)
+	}
 	if cfg.WarmPods > 0 && !cfg.Ephemeral {
 		if e.cfg.WarmMaxAge <= 0 {
 			e.cfg.WarmMaxAge = DefaultWarmMaxAge
@@ -223,6 +241,9 @@ func (e *Executor) Client() kubernetes.Interface { return e.client }
 // the executor's pod watch (io.Closer; always nil). Sessions are not
 // touched.
 func (e *Executor) Close() error {
+	if e.builds != nil {
+		_ = e.builds.Close()
+	}
 	if e.pool != nil {
 		e.pool.close()
 	}
@@ -400,6 +421,7 @@ func (e *Executor) Facts() map[string]string {
 		}
 	}
 	f["user namespace"] = e.userNamespaceFact()
+	f["container builds"] = e.buildsFact()
 	f["process limit"] = "none"
 	if e.cfg.Pids > 0 && e.cfg.UserNamespace != UserNamespaceOff {
 		f["process limit"] = fmt.Sprintf("%d per job pod with a user namespace (--pids)", e.cfg.Pids)
@@ -412,6 +434,11 @@ func (e *Executor) Facts() map[string]string {
 // Running, Succeeded, Failed, Unknown), a warm pod unclaimed as "Warm";
 // nil before the first run or warm pod started the watch.
 func (e *Executor) EnvironmentsByPhase() map[string]int {
+	return e.buildsPhases(e.ownPhases())
+}
+
+// ownPhases is EnvironmentsByPhase in this Executor's own namespace.
+func (e *Executor) ownPhases() map[string]int {
 	if e.lister == nil || e.synced == nil || !e.synced() {
 		return nil
 	}

@@ -87,6 +87,10 @@ type podSpec struct {
 	// runAsNonRoot is left out (Pod Security "restricted" does not check
 	// it for such pods).
 	UserNamespace bool
+	// Builder, when set, is the builder sidecar of a builds pod
+	// (builderSidecar); its socket's directory is mounted in the job's
+	// container at BuilderShare.
+	Builder *builderSpec
 }
 
 // podFor returns the job pod for spec, hardened to pass Pod Security
@@ -182,6 +186,13 @@ func podFor(s podSpec) *corev1.Pod {
 			}},
 			Volumes: volumes,
 		},
+	}
+	if s.Builder != nil {
+		c, vols, mount := builderSidecar(*s.Builder, res, s.Disk)
+		c.ImagePullPolicy = s.PullPolicy
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, mount)
 	}
 	if len(s.Services) > 0 {
 		cs, vols := serviceContainers(s.Services, s.PullPolicy, csc)

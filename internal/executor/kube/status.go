@@ -83,6 +83,9 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 			}
 		}
 	}
+	if f := builderFault(pod, now, since, pullGrace); f != nil {
+		return f
+	}
 	if f := serviceFault(pod, now, since, pullGrace); f != nil {
 		return f
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -380,7 +381,7 @@ func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 	if e.pool != nil {
 		keep = append(keep, e.pool.ids()...)
 	}
-	err := e.Base.Sweep(ctx, keep)
+	err := errors.Join(e.Base.Sweep(ctx, keep), e.sweepBuilds(ctx, keep))
 	if e.pool != nil {
 		e.poolOnce.Do(e.pool.start)
 	}

@@ -122,6 +122,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if err := agentenv.CheckHostArch(spec); err != nil {
 		return nil, err
 	}
+	if spec.ContainerBuilds && spec.Log != nil {
+		fmt.Fprintln(spec.Log, "shell executor: container-builds: true adds nothing here: the steps run on this host and build with its own tools (docker, podman, buildah), as any step could")
+	}
 	workdir, err := checkDir(spec.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
