@@ -58,6 +58,11 @@ const (
 	// go.mod's exclude directives make `go install pkg@version` refuse.
 	BuildKitModule  = "github.com/moby/buildkit"
 	BuildKitVersion = "v0.34.2"
+
+	// The registry the tests push built images to and pull them from
+	// (distribution's reference implementation).
+	DistributionModule  = "github.com/distribution/distribution/v3"
+	DistributionVersion = "v3.1.2"
 )
 
 // BuildOptions configures Build and CachedBinaries.
@@ -99,6 +104,8 @@ type Binaries struct {
 	// Buildkitd and Buildctl are BuildKit's daemon and client, for the
 	// builder image.
 	Buildkitd, Buildctl string
+	// Registry is distribution's registry, the tests' registry.
+	Registry string
 }
 
 func (o BuildOptions) withDefaults() BuildOptions {
@@ -127,6 +134,7 @@ func (o BuildOptions) paths() Binaries {
 		Runc:            filepath.Join(dir, "runc-"+RuncVersion, "runc"),
 		Buildkitd:       filepath.Join(dir, buildkitDir, "buildkitd"),
 		Buildctl:        filepath.Join(dir, buildkitDir, "buildctl"),
+		Registry:        filepath.Join(dir, "distribution-"+DistributionVersion, "registry"),
 	}
 }
 
@@ -141,7 +149,7 @@ const gvisorDir = "gvisor-" + GVisorVersion + "-" + GVisorPatchLevel
 
 // all lists every binary's path.
 func (b Binaries) all() []string {
-	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc, b.Buildkitd, b.Buildctl}
+	return []string{b.Kube, b.NetworkPolicies, b.CoreDNS, b.Runsc, b.RunscShim, b.Containerd, b.Ctr, b.RuncShim, b.Runc, b.Buildkitd, b.Buildctl, b.Registry}
 }
 
 // CachedBinaries returns the binaries' paths and true when all of them are
@@ -162,7 +170,7 @@ func CachedBinaries(o BuildOptions) (Binaries, bool) {
 // The binaries build at once in three lines (buildLines): Kubernetes;
 // runsc then its shim (the shim reuses runsc's compiled gVisor packages
 // from the go build cache, so the two never compile them twice at once),
-// then containerd, ctr, containerd-shim-runc-v2 and runc;
+// then containerd, ctr, containerd-shim-runc-v2, runc and the registry;
 // kube-network-policies, CoreDNS, then BuildKit's buildkitd and buildctl
 // (for the builder image). One go build leaves a core idle for
 // long stretches (its links, its dependency graph's narrow parts); the
@@ -243,6 +251,7 @@ func buildLines(b Binaries) [][]buildStep {
 			{"ctr " + ContainerdVersion, b.Ctr, buildContainerd("./cmd/ctr")},
 			{"containerd-shim-runc-v2 " + ContainerdVersion, b.RuncShim, buildContainerd("./cmd/containerd-shim-runc-v2")},
 			{"runc " + RuncVersion, b.Runc, buildRunc},
+			{"registry " + DistributionVersion, b.Registry, buildRegistry},
 		},
 		{
 			{"kube-network-policies " + NetworkPoliciesVersion, b.NetworkPolicies, buildNetworkPolicies},
@@ -399,6 +408,17 @@ func buildBuildKit(pkg string) func(context.Context, BuildOptions, string) error
 		ld := "-s -w -X " + BuildKitModule + "/version.Version=" + BuildKitVersion
 		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(BuildKitVersion))
 	}
+}
+
+// buildRegistry builds distribution's registry inside its module,
+// static, stamped with its version, and checks that `--version` names it.
+func buildRegistry(ctx context.Context, o BuildOptions, out string) error {
+	src, err := moduleDir(ctx, DistributionModule, DistributionVersion)
+	if err != nil {
+		return err
+	}
+	ld := "-s -w -X " + DistributionModule + "/version.version=" + DistributionVersion
+	return goBuild(ctx, o, src, "./cmd/registry", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(DistributionVersion))
 }
 
 // buildRunc builds runc with cgo (its nsenter is C) and seccomp (without

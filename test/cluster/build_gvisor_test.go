@@ -148,7 +148,7 @@ func TestWriteLinks_RuntimesAndTheirShims(t *testing.T) {
 	c := Config{StateDir: t.TempDir()}
 	b := Binaries{Kube: "/c/kube", NetworkPolicies: "/c/np", CoreDNS: "/c/coredns", Runsc: "/c/g/runsc", RunscShim: "/c/g/containerd-shim-runsc-v1",
 		Containerd: "/c/d/containerd", Ctr: "/c/d/ctr", RuncShim: "/c/d/containerd-shim-runc-v2", Runc: "/c/r/runc",
-		Buildkitd: "/c/b/buildkitd", Buildctl: "/c/b/buildctl"}
+		Buildkitd: "/c/b/buildkitd", Buildctl: "/c/b/buildctl", Registry: "/c/reg/registry"}
 	if err := c.writeLinks(b); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +162,7 @@ func TestWriteLinks_RuntimesAndTheirShims(t *testing.T) {
 		filepath.Join(c.StateDir, "shims", "containerd-shim-runc-v2"):  b.RuncShim,
 		filepath.Join(c.StateDir, "bin", "buildkitd"):                  b.Buildkitd,
 		filepath.Join(c.StateDir, "bin", "buildctl"):                   b.Buildctl,
+		filepath.Join(c.StateDir, "bin", "registry"):                   b.Registry,
 	} {
 		if got, err := os.Readlink(link); err != nil || got != want {
 			t.Errorf("%s -> %q (%v), want %s", link, got, err, want)

@@ -56,7 +56,7 @@ func TestCachedBinaries_OnlyWhenAllAreExecutables(t *testing.T) {
 	writeExecutable(t, b.NetworkPolicies, "")
 	writeExecutable(t, b.Runsc, "")
 	writeExecutable(t, b.RunscShim, "")
-	for _, p := range []string{b.Containerd, b.Ctr, b.RuncShim, b.Runc, b.Buildkitd, b.Buildctl} {
+	for _, p := range []string{b.Containerd, b.Ctr, b.RuncShim, b.Runc, b.Buildkitd, b.Buildctl, b.Registry} {
 		writeExecutable(t, p, "")
 	}
 	if err := os.MkdirAll(filepath.Dir(b.CoreDNS), 0o755); err != nil {

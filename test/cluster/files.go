@@ -157,6 +157,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %q
 
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
@@ -176,9 +178,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = %q
-`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), c.containerdSocket()+".ttrpc", PauseImage, c.bin("runc"),
+`, c.path("containerd", "root"), c.path("run", "containerd"), c.containerdSocket(), c.containerdSocket()+".ttrpc", PauseImage, c.path(RegistryHostsDir), c.bin("runc"),
 		RuntimeHandlerRunsc, RuntimeHandlerRunsc, c.path(runscConfigFile), c.path("cni", "net.d"))
 }
+
+// RegistryHostsDir is containerd's registry hosts directory, in the
+// state directory (config_path: HOST:PORT/hosts.toml, read at each pull),
+// where the tests' registry says how the kubelet pulls from it.
+const RegistryHostsDir = "certs.d"
 
 // cniConfig is a bridge network (cni0) with host-local IPAM over the node's
 // pod range. ipMasq is off: pod traffic never leaves the machine (see
@@ -282,7 +289,7 @@ rules:
 // every process has its own argv[0] (how the binary dispatches, and how
 // stop finds its own processes), to the other binaries of the cache
 // (containerd, ctr, runc and runsc among them; buildkitd and buildctl for
-// the tests' builder image), and STATE/shims/ to the
+// the tests' builder image, registry for their registry), and STATE/shims/ to the
 // runc and runsc shims (containerd's PATH has STATE/shims first).
 func (c Config) writeLinks(b Binaries) error {
 	dir := c.path("bin")
@@ -292,7 +299,7 @@ func (c Config) writeLinks(b Binaries) error {
 		}
 	}
 	links := map[string]string{"kube-network-policies": b.NetworkPolicies, "coredns": b.CoreDNS, "runsc": b.Runsc,
-		"containerd": b.Containerd, "ctr": b.Ctr, "runc": b.Runc, "buildkitd": b.Buildkitd, "buildctl": b.Buildctl}
+		"containerd": b.Containerd, "ctr": b.Ctr, "runc": b.Runc, "buildkitd": b.Buildkitd, "buildctl": b.Buildctl, "registry": b.Registry}
 	for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"} {
 		links[p] = b.Kube
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,13 +37,17 @@ func buildsFixture(t *testing.T) (*fixture, kube.Config) {
 	f.c.GrantRole(t, f.ns, "runner", bns, kubetest.PodRunnerRules(), f.rest)
 	cfg := f.config()
 	cfg.BuildsNamespace, cfg.BuilderImage = bns, f.c.BuilderImage(t)
-	cfg.CPUs, cfg.Memory, cfg.Disk = "500m", 512<<20, 1<<30 // the builder gets the same: 1 cpu of the node's 2
+	// The builder gets the same: two builds pods at once fit the node
+	// beside the other tests' pods.
+	cfg.CPUs, cfg.Memory, cfg.Disk = "200m", 512<<20, 1<<30
 	return f, cfg
 }
 
 // buildContext writes a Dockerfile with two stages, ARG, RUN (as the
 // build's root and as USER 1000), COPY --from, and the static busybox it
-// needs (no image can be pulled: the stages are FROM scratch) into dir.
+// needs (no image can be pulled: the stages are FROM scratch) into dir;
+// the image it makes has busybox's applets in /bin, so a job pod can run
+// it.
 func buildContext(t *testing.T, dir string) {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
@@ -59,6 +64,7 @@ RUN ["/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /out && echo \"$GREETING
 
 FROM scratch
 COPY busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
 COPY --from=build /out/greeting /greeting
 USER 1000:1000
 RUN ["/bin/busybox", "sh", "-c", "test \"$(/bin/busybox id -u)\" = 1000"]
@@ -172,5 +178,255 @@ func TestKube_ContainerBuildRefusedWithoutTheFlag(t *testing.T) {
 	pods, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 0 {
 		t.Errorf("pods in %s after the refusal: %v %v", f.ns, pods, err)
+	}
+}
+
+// hostProcess reports whether a process of this machine (the local
+// cluster's node) has the command line argv (arguments joined by spaces).
+func hostProcess(argv string) bool {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if cmd, err := os.ReadFile(d + "/cmdline"); err == nil && strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " ") == argv {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKube_ContainerBuildCancelledMidRunLeavesNothing pins a build
+// cancelled while its RUN runs: the step ends cancelled, the RUN's process
+// (seen on the node, in the builder's nested namespaces) is gone within
+// seconds, and once the run's pod is deleted the node has no mount of it
+// and no BuildKit mount left (within the kubelet's housekeeping: a memory
+// emptyDir was seen mounted just after the API object was gone).
+func TestKube_ContainerBuildCancelledMidRunLeavesNothing(t *testing.T) {
+	f, cfg := buildsFixture(t)
+	e := f.executor(t, cfg)
+	spec := f.spec(t, runID("build-cancel"))
+	spec.ContainerBuilds = true
+	buildContext(t, spec.Workspace)
+	const sleeper = "/bin/busybox sleep 313"
+	if err := os.WriteFile(filepath.Join(spec.Workspace, "Dockerfile.sleep"), []byte("FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sleep\", \"313\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer pcancel()
+	s, err := e.Prepare(pctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct{ Namespace, Pod string }
+	_ = json.Unmarshal(s.Handle().Data, &h)
+	pod, err := f.c.Client.CoreV1().Pods(h.Namespace).Get(pctx, h.Pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := startStep(ctx, s, executor.Step{ID: "1", Name: "build", Script: "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. --opt filename=Dockerfile.sleep --output type=local,dest=out"}, &out)
+	for deadline := time.Now().Add(time.Minute); !hostProcess(sleeper); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the build's RUN never started:\n%s", out.Bytes())
+		}
+	}
+	cancel()
+	res, _ := await(t, done, time.Minute)
+	if res.Reason != "cancelled" {
+		t.Errorf("the cancelled build step: %+v", res)
+	}
+	for deadline := time.Now().Add(30 * time.Second); hostProcess(sleeper); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the build's RUN still runs 30 s after its step was cancelled")
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	if err := s.Cleanup(cctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := f.c.Client.CoreV1().Pods(h.Namespace).Get(cctx, h.Pod, metav1.GetOptions{}); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s/%s still there a minute after the cleanup", h.Namespace, h.Pod)
+		}
+	}
+	// The kubelet tears the pod's volumes down after the API object is
+	// gone (its housekeeping, every few seconds).
+	var left []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		mounts, err := os.ReadFile("/proc/mounts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = left[:0]
+		for line := range strings.Lines(string(mounts)) {
+			if strings.Contains(line, string(pod.UID)) || strings.Contains(line, "buildkit") {
+				left = append(left, strings.TrimSpace(line))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("left on the node a minute after the pod was deleted:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// TestKube_ContainerBuildBadInputsSayWhat pins the errors of a build's
+// bad inputs, each where the user looks: a Dockerfile that does not parse
+// names its line (BuildKit's own words in the step's log); a build that
+// fills the job's disk ends the run evicted, naming the builder's volume
+// (or container) and its limit, the node still Ready; a node whose runtime cannot give a
+// user namespace (the local cluster's gVisor) ends the run errored before
+// any step, naming the node.
+func TestKube_ContainerBuildBadInputsSayWhat(t *testing.T) {
+	f, cfg := buildsFixture(t)
+	t.Run("dockerfile that does not parse", func(t *testing.T) {
+		e := f.executor(t, cfg)
+		spec := f.spec(t, runID("build-parse"))
+		spec.ContainerBuilds = true
+		buildContext(t, spec.Workspace)
+		if err := os.WriteFile(filepath.Join(spec.Workspace, "Dockerfile.bad"), []byte("FROM scratch\nFORM busybox\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := f.prepare(t, e, spec)
+		res, out, err := runStep(t, s, "1", "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. --opt filename=Dockerfile.bad", 2*time.Minute)
+		if err != nil || res.ExitCode == 0 || !strings.Contains(string(out), "line 2") || !strings.Contains(string(out), "unknown instruction") {
+			t.Errorf("a Dockerfile with an unknown instruction on line 2: %+v %v\n%s", res, err, out)
+		}
+	})
+	t.Run("build fills the disk", func(t *testing.T) {
+		c := cfg
+		c.Disk = 256 << 20
+		e := f.executor(t, c)
+		spec := f.spec(t, runID("build-disk"))
+		spec.ContainerBuilds = true
+		buildContext(t, spec.Workspace)
+		if err := os.WriteFile(filepath.Join(spec.Workspace, "Dockerfile.big"), []byte("FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox dd if=/dev/zero of=/big bs=1M count=700; /bin/busybox sleep 120\"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := f.prepare(t, e, spec)
+		res, out, err := runStep(t, s, "1", "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. --opt filename=Dockerfile.big", 3*time.Minute)
+		var fault *executor.Fault
+		if errors.As(err, &fault) {
+			res.Reason, res.Note = fault.Reason, fault.Message
+		}
+		// The kubelet names the builder's volume (builder-state, where
+		// BuildKit keeps the layers) or its container.
+		if res.Reason != "evicted" || !strings.Contains(res.Note, "builder") {
+			t.Errorf("a build writing 700 MB with --disk 256Mi: %+v %v\n%s", res, err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		nodes, err := f.c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					t.Errorf("node %s not Ready after the full disk: %s", n.Name, c.Message)
+				}
+			}
+		}
+	})
+	t.Run("no user namespace", func(t *testing.T) {
+		c := cfg
+		c.RuntimeClass = kubetest.GVisor
+		e := f.executor(t, c)
+		spec := f.spec(t, runID("build-nouserns"))
+		spec.ContainerBuilds = true
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s, err := e.Prepare(ctx, spec)
+		if err == nil {
+			_ = s.Cleanup(ctx)
+			t.Fatal("a builds pod ran without a user namespace")
+		}
+		var fault *executor.Fault
+		if !errors.As(err, &fault) || fault.Reason != "executor" || !strings.Contains(fault.Message, "cannot give the job pod a user namespace") || !strings.Contains(fault.Message, "node ") {
+			t.Errorf("Prepare: %v", err)
+		}
+	})
+}
+
+// TestKube_ContainerBuildPushesAndRunsItsImage pins the whole path of a
+// built image on kube: a builds run pushes it to a registry with basic
+// auth (the credential a secret of the step's, in buildctl's Docker
+// config) with its cache (mode=max); a second builds run, in a fresh pod
+// with an empty BuildKit, imports that cache and says CACHED; an ordinary
+// run pulls the image by digest with a pull secret and runs in it; a
+// wrong password and a registry that is down each fail the push, saying
+// so in the step's log.
+func TestKube_ContainerBuildPushesAndRunsItsImage(t *testing.T) {
+	f, cfg := buildsFixture(t)
+	reg := f.c.Registry(t)
+	e := f.executor(t, cfg)
+	auth := map[string]string{"DOCKER_AUTH": string(reg.DockerConfig(reg.Password))}
+	login := `mkdir -p "$HOME/.docker" && printf '%s' "$DOCKER_AUTH" > "$HOME/.docker/config.json"` + "\n"
+	build := "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. " +
+		"--output type=image,name=" + reg.Addr + "/app:1,push=true,registry.insecure=true " +
+		"--export-cache type=registry,ref=" + reg.Addr + "/app:cache,mode=max,registry.insecure=true " +
+		"--import-cache type=registry,ref=" + reg.Addr + "/app:cache,registry.insecure=true " +
+		"--metadata-file meta.json\n"
+	step := func(s executor.Session, id, script string, secrets map[string]string) (executor.Result, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		var out syncBuffer
+		res, err := await(t, startStep(ctx, s, executor.Step{ID: id, Name: id, Script: script, Secrets: secrets}, &out), 3*time.Minute)
+		if err != nil {
+			t.Fatalf("step %s: %v\n%s", id, err, out.Bytes())
+		}
+		return res, string(out.Bytes())
+	}
+	prepare := func(id string) executor.Session {
+		spec := f.spec(t, runID(id))
+		spec.ContainerBuilds = true
+		buildContext(t, spec.Workspace)
+		return f.prepare(t, e, spec)
+	}
+
+	first := prepare("push")
+	res, out := step(first, "push", login+build+"cat meta.json", auth)
+	if res.ExitCode != 0 {
+		t.Fatalf("build and push: %+v\n%s", res, out)
+	}
+	digest := regexp.MustCompile(`"containerimage.digest": *"(sha256:[0-9a-f]{64})"`).FindStringSubmatch(out)
+	if digest == nil {
+		t.Fatalf("no digest in the metadata:\n%s", out)
+	}
+
+	// The second builder must start empty: a fresh pod (and the first's
+	// gone, so that both fit the node).
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := first.Cleanup(cctx); err != nil {
+		t.Fatal(err)
+	}
+	ccancel()
+	second := prepare("cached")
+	if res, out := step(second, "cached", login+build, auth); res.ExitCode != 0 || !strings.Contains(out, "CACHED") {
+		t.Errorf("a second build in a fresh builder, importing the registry's cache: %+v, no CACHED step:\n%s", res, out)
+	}
+
+	run := f.config()
+	run.PullPolicy, run.PullSecrets = corev1.PullIfNotPresent, []string{f.c.PullSecret(t, f.ns, reg)}
+	spec := f.spec(t, runID("run-built"))
+	spec.Image = reg.Addr + "/app@" + digest[1]
+	s := f.prepare(t, f.executor(t, run), spec)
+	if res, out, err := runStep(t, s, "1", "cat /greeting", time.Minute); err != nil || res.ExitCode != 0 || strings.TrimSpace(string(out)) != "hello from uid 0" {
+		t.Errorf("the built image, pulled by digest: %+v %v %q", res, err, out)
+	}
+
+	wrong := map[string]string{"DOCKER_AUTH": string(reg.DockerConfig("not-" + reg.Password))}
+	if res, out := step(second, "wrong-password", login+strings.Replace(build, "/app:1,", "/app:2,", 1), wrong); res.ExitCode == 0 || !strings.Contains(strings.ToLower(out), "401") && !strings.Contains(strings.ToLower(out), "unauthorized") {
+		t.Errorf("a push with a wrong password: %+v\n%s", res, out)
+	}
+	reg.Stop()
+	if res, out := step(second, "registry-down", login+strings.Replace(build, "/app:1,", "/app:3,", 1), auth); res.ExitCode == 0 || !strings.Contains(out, "connection refused") {
+		t.Errorf("a push to a registry that is down: %+v\n%s", res, out)
 	}
 }
