@@ -16,7 +16,7 @@ PROGRAMS := knotless knotless-server knotless-run knotless-agent knotless-builde
 # the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
 STATIC  := CGO_ENABLED=0 GOFLAGS='-buildvcs=false -trimpath' GOAMD64=v1 GOARM64=v8.0
 
-.PHONY: test-gvisor release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube docker-up docker-down bench-docker
+.PHONY: test-gvisor release testreport deploy-digests deploy-digests-check runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube bench-builds docker-up docker-down bench-docker
 
 all: build
 
@@ -188,6 +188,13 @@ bench-kube: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_Step' -benchtime 50x ./internal/executor/kube
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_(Lifecycle|CopyIn|Log)' -benchtime 5x ./internal/executor/kube
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_UserNamespace' -benchtime 10x ./internal/executor/kube
+
+# A container build by a builds run's builder (BuildKit in a user
+# namespace, not privileged) against a privileged BuildKit on the same
+# node, the same Dockerfile with no cache (docs/benchmarks.md "Container
+# build figure").
+bench-builds: cluster-up
+	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench 'Kube_ContainerBuild' -benchtime 5x ./internal/executor/kube
 
 # The tests' own Docker engine (root): its own socket, data root, exec root
 # and containerd, beside the cluster's (scripts/dockerd.sh), unless an

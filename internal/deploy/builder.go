@@ -1,11 +1,6 @@
 package deploy
 
-import (
-	"fmt"
-	"io/fs"
-	"os/exec"
-	"strings"
-)
+import "io/fs"
 
 // BuilderImage is the image of a kube job pod's builder (container builds,
 // docs/container-builds.md): busybox (for a person's `kubectl exec`) and,
@@ -16,13 +11,11 @@ import (
 // pod's user namespace, which a builder always has. All four programs must
 // be static for linux/arch. Errors: busybox-static missing.
 func BuilderImage(ref, arch, builder, buildkitd, buildctl, runc string) (Image, error) {
-	const bb = "/bin/busybox"
-	out, err := exec.Command(bb, "--list-full").Output()
+	files, err := busyboxFiles()
 	if err != nil {
-		return Image{}, fmt.Errorf("list busybox applets (is busybox-static installed?): %w", err)
+		return Image{}, err
 	}
-	files := []File{
-		{Path: bb, Mode: 0o755, Source: bb},
+	files = append(files, []File{
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 		{Path: "/root", Mode: fs.ModeDir | 0o700},
 		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\njob:x:1000:1000:job:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
@@ -31,13 +24,7 @@ func BuilderImage(ref, arch, builder, buildkitd, buildctl, runc string) (Image, 
 		{Path: "/usr/local/bin/buildkitd", Mode: 0o755, Source: buildkitd},
 		{Path: "/usr/local/bin/buildctl", Mode: 0o755, Source: buildctl},
 		{Path: "/usr/local/bin/runc", Mode: 0o755, Source: runc},
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		p := "/" + strings.TrimPrefix(applet, "/")
-		if p != bb {
-			files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: bb})
-		}
-	}
+	}...)
 	return Image{Ref: ref, Arch: arch, Files: files, User: "0:0", Entrypoint: []string{"/usr/local/bin/knotless-builder"},
 		Env: []string{"PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}}, nil
 }

@@ -54,26 +54,18 @@ type Image struct {
 // the CA certificates, /etc/passwd with root and knotless (RunnerUID),
 // /tmp 1777. It needs Debian's busybox-static, git and ca-certificates.
 func BaseFiles() ([]File, error) {
-	const bb = "/bin/busybox"
-	out, err := exec.Command(bb, "--list-full").Output()
+	files, err := busyboxFiles()
 	if err != nil {
-		return nil, fmt.Errorf("list busybox applets (is busybox-static installed?): %w", err)
+		return nil, err
 	}
 	uid := fmt.Sprint(RunnerUID)
-	files := []File{
-		{Path: bb, Mode: 0o755, Source: bb},
+	files = append(files, []File{
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 		{Path: "/usr/share/git-core/templates", Mode: fs.ModeDir | 0o755}, // git init warns without it
 		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nknotless:x:" + uid + ":" + uid + ":knotless:/tmp:/bin/sh\n")},
 		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nknotless:x:" + uid + ":\n")},
 		{Path: "/etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Source: "/etc/ssl/certs/ca-certificates.crt"},
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		p := "/" + strings.TrimPrefix(applet, "/")
-		if p != bb {
-			files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: bb})
-		}
-	}
+	}...)
 	// curl: Debian's static busybox wget crashes in a pod (static glibc
 	// and NSS), so the init container prefers curl where there is one.
 	bins := map[string]string{"/usr/bin/git": "/usr/bin/git", "/usr/lib/git-core/git-remote-http": "/usr/lib/git-core/git-remote-http", "/usr/bin/curl": "/usr/bin/curl"}
@@ -96,6 +88,24 @@ func BaseFiles() ([]File, error) {
 	files = append(files, File{Path: "/usr/lib/git-core/git-remote-https", Mode: fs.ModeSymlink | 0o777, Link: "git-remote-http"})
 	for lib := range libs {
 		files = append(files, File{Path: lib, Mode: 0o755, Source: lib})
+	}
+	return files, nil
+}
+
+// busyboxFiles are this machine's /bin/busybox (Debian's busybox-static)
+// and a symbolic link to it for each applet, where `busybox --list-full`
+// puts it.
+func busyboxFiles() ([]File, error) {
+	const bb = "/bin/busybox"
+	out, err := exec.Command(bb, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("list busybox applets (is busybox-static installed?): %w", err)
+	}
+	files := []File{{Path: bb, Mode: 0o755, Source: bb}}
+	for _, applet := range strings.Fields(string(out)) {
+		if p := "/" + strings.TrimPrefix(applet, "/"); p != bb {
+			files = append(files, File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: bb})
+		}
 	}
 	return files, nil
 }

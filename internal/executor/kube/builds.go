@@ -35,7 +35,8 @@ const DefaultBuilderSeccompProfile = "knotless/builder.json"
 
 // newBuilds makes the builds Executor of cfg when cfg.BuildsNamespace is
 // set (nil otherwise): cfg in that namespace, pods with a builder of
-// cfg.BuilderImage, always in a user namespace, no warm pods. Errors: an
+// cfg.BuilderImage, always in a user namespace, no warm pods, no owner
+// reference (Kubernetes allows no owner in another namespace). Errors: an
 // invalid namespace, the job pods' own namespace, no builder image.
 func newBuilds(cfg Config) (*Executor, error) {
 	if cfg.BuildsNamespace == "" {
@@ -53,6 +54,10 @@ func newBuilds(cfg Config) (*Executor, error) {
 	b := cfg
 	b.Namespace, b.BuildsNamespace = cfg.BuildsNamespace, ""
 	b.WarmPods, b.UserNamespace, b.builder = 0, UserNamespaceRequired, true
+	// An owner in another namespace counts as absent to the garbage
+	// collector, which would delete the pods at once: builds pods have
+	// none (the runner's start sweeps what a lost runner left there).
+	b.Owner = nil
 	if b.BuilderSeccompProfile == "" {
 		b.BuilderSeccompProfile = DefaultBuilderSeccompProfile
 	}
