@@ -270,3 +270,18 @@ func builderFault(pod *corev1.Pod, now, since time.Time, pullGrace time.Duration
 	}
 	return nil
 }
+
+// builderEnded reports whether pod's builder has terminated (and not
+// restarted): on its own, or stopped by the kubelet's eviction of the pod
+// before the pod's status says so.
+func builderEnded(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	for _, ic := range pod.Status.InitContainerStatuses {
+		if ic.Name == BuilderContainer && ic.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}

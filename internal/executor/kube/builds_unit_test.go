@@ -3,7 +3,9 @@ package kube
 import (
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -45,5 +47,30 @@ func TestNewBuilds_ItsOwnNamespaceNoOwnerAlwaysAUserNamespace(t *testing.T) {
 		if _, err := New(bad); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New: %v, want an error containing %q", err, c.want)
 		}
+	}
+}
+
+// TestBuilderFault_TheBuilderIsNeverAForeignInitContainer pins how a
+// builds pod whose builder ended is read: as the builder (its image, its
+// exit), never as an init container "not the runner's", and as ended, so
+// that a reader of why the run ended looks for the kubelet's eviction
+// first (a cold CI run saw an eviction reported as the builder's exit:
+// the kubelet had stopped the builder before the pod's status said
+// Evicted).
+func TestBuilderFault_TheBuilderIsNeverAForeignInitContainer(t *testing.T) {
+	now := time.Now()
+	pod := &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{{
+		Name: BuilderContainer, Image: "b:1",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "buildkitd: stopped"}},
+	}}}}
+	if f := initFault(pod); f != nil {
+		t.Errorf("initFault read the builder as a foreign init container: %+v", f)
+	}
+	f := builderFault(pod, now, now, time.Minute)
+	if f == nil || f.Reason != "executor" || !strings.Contains(f.Message, "the builder (image b:1) exited with code 1") || !strings.Contains(f.Message, "buildkitd: stopped") {
+		t.Errorf("builderFault: %+v", f)
+	}
+	if !builderEnded(pod) || builderEnded(&corev1.Pod{}) || builderEnded(nil) {
+		t.Error("builderEnded")
 	}
 }

@@ -395,9 +395,11 @@ func (e *Executor) why(ctx context.Context, name string) *executor.Fault {
 	if f == nil {
 		f = &executor.Fault{Reason: ReasonPodLost, Message: fmt.Sprintf("the job pod %s does not run (phase %s)", name, p.Status.Phase)}
 	}
-	if f.Reason == ReasonPodLost {
-		// A pod deleted before its status said why: the kubelet's and the
-		// scheduler's events still may (Evicted, Preempted).
+	if f.Reason == ReasonPodLost || builderEnded(p) {
+		// A pod deleted before its status said why (or whose builder the
+		// kubelet's eviction stopped first, its status a moment behind):
+		// the kubelet's and the scheduler's events still may (Evicted,
+		// Preempted).
 		if ef := e.eventFault(ctx, name); ef != nil {
 			return ef
 		}

@@ -224,8 +224,8 @@ func disruptionFault(reason, message string) *executor.Fault {
 // operator finds what added it; nil when none did.
 func initFault(pod *corev1.Pod) *executor.Fault {
 	for _, ic := range pod.Status.InitContainerStatuses {
-		if serviceName(ic.Name) != "" {
-			continue // the run's own services: serviceFault
+		if serviceName(ic.Name) != "" || ic.Name == BuilderContainer {
+			continue // the run's own services and builder: serviceFault, builderFault
 		}
 		if t := ic.State.Terminated; t != nil && t.ExitCode != 0 {
 			msg := fmt.Sprintf("the init container %q (image %s; not the runner's: added by an admission webhook or policy?) exited with code %d (%s)", ic.Name, ic.Image, t.ExitCode, t.Reason)
