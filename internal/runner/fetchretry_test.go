@@ -6,8 +6,6 @@ import (
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,17 +26,15 @@ type failingProxy struct {
 }
 
 func (p *failingProxy) handler(backend string) http.Handler {
-	u, _ := url.Parse(backend)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return servertest.Proxy(backend, func(w http.ResponseWriter, r *http.Request) bool {
 		n := p.requests.Add(1)
 		if p.fail(r, n) {
 			p.failed.Add(1)
 			http.Error(w, "bad gateway", http.StatusBadGateway)
-			return
+			return true
 		}
 		p.userAgent.Store(r.UserAgent())
-		rp.ServeHTTP(w, r)
+		return false
 	})
 }
 

@@ -131,19 +131,9 @@ func (m *Mirrors) checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 	l.Lock()
 	defer l.Unlock()
 
-	if _, err := os.Stat(filepath.Join(mirror, "HEAD")); err != nil {
-		if err := os.MkdirAll(filepath.Dir(mirror), 0o700); err != nil {
+	if !mirrorMade(mirror) {
+		if err := makeMirror(ctx, mirror, log); err != nil {
 			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
-		}
-		_ = cleanup.RemoveAll(mirror, nil) // a half-made mirror of an earlier crash
-		if err := git(ctx, "", nil, log, "init", "-q", "--bare", mirror); err != nil {
-			return fmt.Errorf("create mirror of %s: %w", f.Repo, err)
-		}
-		// No automatic gc: it would repack in the middle of a run's fetch.
-		// (Workspaces hold hard links or copies of the object files, so a
-		// repack would not break them.)
-		if err := git(ctx, mirror, nil, log, "config", "gc.auto", "0"); err != nil {
-			return fmt.Errorf("configure mirror of %s: %w", f.Repo, err)
 		}
 	}
 	shallow := f.Checkout.Depth > 0
@@ -202,6 +192,59 @@ func (m *Mirrors) checkout(ctx context.Context, f Fetch, dest string, log io.Wri
 		go m.repack(mirror)
 	}
 	return nil
+}
+
+// mirrorMade reports whether mirror is a whole bare repository: makeMirror
+// renames it into place only once it is, but a runner before that made it
+// in place, and a setup stopped in the middle (a run handed over to the
+// next runner process, a cancel) left HEAD without objects/ or config.
+func mirrorMade(mirror string) bool {
+	for _, name := range []string{"HEAD", "config", filepath.Join("objects", "pack"), "refs"} {
+		if _, err := os.Stat(filepath.Join(mirror, name)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// makeMirror makes mirror an empty bare repository without automatic gc
+// (it would repack in the middle of a run's fetch; workspaces hold hard
+// links or copies of the object files, so a repack would not break them).
+// It makes it next to mirror and renames it into place, so a process
+// stopped at any point leaves a whole mirror or none; what an earlier
+// one left half made is removed first. Errors are git's or the file
+// system's.
+func makeMirror(ctx context.Context, mirror string, log io.Writer) error {
+	if err := os.MkdirAll(filepath.Dir(mirror), 0o700); err != nil {
+		return err
+	}
+	if err := cleanup.RemoveAll(mirror, nil); err != nil {
+		return err
+	}
+	prefix := filepath.Join(filepath.Dir(mirror), "."+filepath.Base(mirror)+".making-")
+	// A process killed while it made one left this (a minute is far
+	// longer than two git commands take).
+	left, _ := filepath.Glob(prefix + "*")
+	for _, dir := range left {
+		if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			_ = cleanup.RemoveAll(dir, nil)
+		}
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(prefix), filepath.Base(prefix))
+	if err != nil {
+		return err
+	}
+	defer cleanup.RemoveAll(tmp, nil) // gone once renamed
+	if err := git(ctx, "", nil, log, "init", "-q", "--bare", tmp); err != nil {
+		return err
+	}
+	if err := git(ctx, tmp, nil, log, "config", "gc.auto", "0"); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, mirror); err != nil && !mirrorMade(mirror) {
+		return err
+	}
+	return nil // made here, or by another process on this work directory just now
 }
 
 // maxPacks is how many packs a mirror gathers (one per fetch) before they

@@ -23,6 +23,7 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/dummy"
 	"knotless.dev/knotless/internal/logship"
+	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -45,7 +46,7 @@ func newOutputsProxy(t *testing.T, target string, fault func(n int, body []byte)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ErrorLog = log.New(io.Discard, "", 0) // long polls cut when the runner stops
 	p := &outputsProxy{}
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.Server = httptest.NewServer(servertest.FullDuplex(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/"+api.MethodUploadOutputs) {
 			rp.ServeHTTP(w, r)
 			return
@@ -67,7 +68,7 @@ func newOutputsProxy(t *testing.T, target string, fault func(n int, body []byte)
 		// The server gets the first bytes; the runner never hears back.
 		rp.ServeHTTP(httptest.NewRecorder(), r)
 		panic(http.ErrAbortHandler)
-	}))
+	})))
 	t.Cleanup(p.Close)
 	return p
 }

@@ -111,29 +111,30 @@ func fetchPackOnce(ctx context.Context, mirror, url string, wants []string, toke
 	writePkt(&body, "done\n")
 
 	// index-pack starts while the request goes out and the server makes
-	// the pack: starting a process takes as long as a round trip.
+	// the pack: starting a process takes as long as a round trip. Its
+	// stdin is an OS pipe, so that the pack's writes fail (EPIPE) when it
+	// ends early (a broken mirror) rather than wait for a reader forever.
 	cmd := exec.CommandContext(ctx, "git", "-C", mirror, "index-pack", "--stdin")
 	cmd.Env = gitEnv(nil)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	pr, pw := io.Pipe()
-	cmd.Stdin = pr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("git index-pack: %w", err)
+	}
 	started := make(chan error, 1)
-	go func() {
-		err := cmd.Start()
-		if err != nil {
-			pr.CloseWithError(err)
-		}
-		started <- err
-	}()
-	copyErr := requestPack(ctx, url, token, &body, pw)
-	pw.CloseWithError(copyErr)
+	go func() { started <- cmd.Start() }() // a failed Start closes the pipe's other end
+	copyErr := requestPack(ctx, url, token, &body, stdin)
+	_ = stdin.Close()
 	if err := <-started; err != nil {
 		return fmt.Errorf("git index-pack: %w", err)
 	}
 	if copyErr != nil {
 		_ = cmd.Process.Kill() // it holds part of a pack at most
-		_ = cmd.Wait()
+		waitErr := cmd.Wait()
+		if errors.Is(copyErr, syscall.EPIPE) { // it had ended: its words say why
+			return fmt.Errorf("git index-pack: %v: %s", waitErr, strings.TrimSpace(out.String()))
+		}
 		return copyErr
 	}
 	if err := cmd.Wait(); err != nil {

@@ -95,6 +95,11 @@ func (s *Server) uploadPack(w http.ResponseWriter, r *http.Request, dir string) 
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// upload-pack answers while its request still arrives (an ACK of the
+	// first common commit among the haves): without full duplex, Go's
+	// HTTP/1 server would read away and close the rest of the body when
+	// that answer's header goes out, under upload-pack's stdin.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	cmd := s.uploadPackCmd(r, dir)
 	cmd.Stdin = body
 	out := &flushWriter{w: w}

@@ -15,8 +15,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +27,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -85,13 +84,7 @@ func newTLSFront(t testing.TB) *tlsFront {
 // serve proxies to backend (http://HOST:PORT) until the test ends.
 func (f *tlsFront) serve(t testing.TB, backend string) {
 	t.Helper()
-	u, err := url.Parse(backend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1 // long polls and followed logs stream through
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: servertest.Proxy(backend, nil), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(f.ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 }
