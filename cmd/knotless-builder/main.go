@@ -19,7 +19,6 @@ func main() {
 	fs := flag.NewFlagSet("knotless-builder", flag.ExitOnError)
 	var c builder.Config
 	fs.StringVar(&c.Share, "share", "/run/buildkit", "directory shared with the job's container: bin/buildctl and buildkitd.sock")
-	fs.StringVar(&c.Client, "client", "", "the BuildKit client to share (default: buildctl on PATH)")
 	fs.BoolVar(&c.OpenSocket, "open-socket", false, "make the socket 0666 (a job whose user is the image's own)")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: knotless-builder [--share DIR] [--open-socket] -- buildkitd [FLAG...]")

@@ -18,13 +18,10 @@ import (
 // Config is what Run does.
 type Config struct {
 	// Share is the directory shared with the job's container (an
-	// emptyDir): the client is copied to Share/bin/buildctl and the daemon
+	// emptyDir): the client (buildctl on PATH) is copied to Share/bin/buildctl and the daemon
 	// listens on Share/buildkitd.sock (the client's default address when
 	// Share is /run/buildkit).
 	Share string
-	// Client is the BuildKit client program to share (default: buildctl
-	// on PATH).
-	Client string
 	// OpenSocket makes the socket readable and writable by every uid of
 	// the pod (0666, once it exists): for a job whose user is the image's
 	// own, whose group is unknown. The directory is the pod's alone.
@@ -49,12 +46,9 @@ func Run(c Config) (int, error) {
 	if len(c.Daemon) == 0 {
 		return 0, errors.New("no daemon to run")
 	}
-	client := c.Client
-	if client == "" {
-		var err error
-		if client, err = exec.LookPath("buildctl"); err != nil {
-			return 0, fmt.Errorf("find the client: %w", err)
-		}
+	client, err := exec.LookPath("buildctl")
+	if err != nil {
+		return 0, fmt.Errorf("find the client: %w", err)
 	}
 	if err := copyFile(client, filepath.Join(c.Share, "bin", "buildctl")); err != nil {
 		return 0, fmt.Errorf("share the client: %w", err)

@@ -16,6 +16,18 @@ type RunAs struct {
 	UID, GID int64
 }
 
+// Group is the GID a job runs with: GID, or UID where GID is 0 (a RunAs
+// not made by ParseRunAs); -1 for Image (the image's own group).
+func (r RunAs) Group() int64 {
+	switch {
+	case r.Image:
+		return -1
+	case r.GID == 0:
+		return r.UID
+	}
+	return r.GID
+}
+
 // DefaultRunAs is UID:GID 1000:1000.
 var DefaultRunAs = RunAs{UID: 1000, GID: 1000}
 

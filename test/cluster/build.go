@@ -247,17 +247,17 @@ func buildLines(b Binaries) [][]buildStep {
 		{
 			{"runsc " + GVisorVersion, b.Runsc, buildRunsc},
 			{"containerd-shim-runsc-v1 " + GVisorVersion, b.RunscShim, buildRunscShim},
-			{"containerd " + ContainerdVersion, b.Containerd, buildContainerd("./cmd/containerd")},
-			{"ctr " + ContainerdVersion, b.Ctr, buildContainerd("./cmd/ctr")},
-			{"containerd-shim-runc-v2 " + ContainerdVersion, b.RuncShim, buildContainerd("./cmd/containerd-shim-runc-v2")},
+			{"containerd " + ContainerdVersion, b.Containerd, buildStamped(ContainerdModule, ContainerdVersion, "/version.Version", "./cmd/containerd")},
+			{"ctr " + ContainerdVersion, b.Ctr, buildStamped(ContainerdModule, ContainerdVersion, "/version.Version", "./cmd/ctr")},
+			{"containerd-shim-runc-v2 " + ContainerdVersion, b.RuncShim, buildStamped(ContainerdModule, ContainerdVersion, "/version.Version", "./cmd/containerd-shim-runc-v2")},
 			{"runc " + RuncVersion, b.Runc, buildRunc},
-			{"registry " + DistributionVersion, b.Registry, buildRegistry},
+			{"registry " + DistributionVersion, b.Registry, buildStamped(DistributionModule, DistributionVersion, "/version.version", "./cmd/registry")},
 		},
 		{
 			{"kube-network-policies " + NetworkPoliciesVersion, b.NetworkPolicies, buildNetworkPolicies},
 			{"coredns " + CoreDNSVersion, b.CoreDNS, buildCoreDNS},
-			{"buildkitd " + BuildKitVersion, b.Buildkitd, buildBuildKit("./cmd/buildkitd")},
-			{"buildctl " + BuildKitVersion, b.Buildctl, buildBuildKit("./cmd/buildctl")},
+			{"buildkitd " + BuildKitVersion, b.Buildkitd, buildStamped(BuildKitModule, BuildKitVersion, "/version.Version", "./cmd/buildkitd")},
+			{"buildctl " + BuildKitVersion, b.Buildctl, buildStamped(BuildKitModule, BuildKitVersion, "/version.Version", "./cmd/buildctl")},
 		},
 	}
 }
@@ -381,44 +381,21 @@ func buildRunscShim(ctx context.Context, o BuildOptions, out string) error {
 	return goBuild(ctx, o, src, "./shim", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", "-s -w"}, out, checkRunscShim)
 }
 
-// buildContainerd returns the build of one of containerd's commands (pkg,
-// e.g. ./cmd/ctr) in the module cache's read-only copy, stamped with
-// ContainerdVersion; the three commands share their compiled packages
-// through the go build cache.
-func buildContainerd(pkg string) func(context.Context, BuildOptions, string) error {
+// buildStamped returns the build of command pkg (e.g. ./cmd/ctr) of
+// module at version, in the module cache's read-only copy: static (no
+// cgo), its version variable (versionVar, e.g. /version.Version, below the
+// module's path) set to version, and `--version` checked to name it.
+// Commands of one module share their compiled packages through the go
+// build cache. It serves containerd, BuildKit and distribution's registry.
+func buildStamped(module, version, versionVar, pkg string) func(context.Context, BuildOptions, string) error {
 	return func(ctx context.Context, o BuildOptions, out string) error {
-		src, err := moduleDir(ctx, ContainerdModule, ContainerdVersion)
+		src, err := moduleDir(ctx, module, version)
 		if err != nil {
 			return err
 		}
-		ld := "-s -w -X " + ContainerdModule + "/version.Version=" + ContainerdVersion
-		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(ContainerdVersion))
+		ld := "-s -w -X " + module + versionVar + "=" + version
+		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(version))
 	}
-}
-
-// buildBuildKit builds BuildKit's command pkg (./cmd/buildkitd,
-// ./cmd/buildctl) inside its module, static (no cgo), stamped with its
-// version, and checks that `--version` names it.
-func buildBuildKit(pkg string) func(context.Context, BuildOptions, string) error {
-	return func(ctx context.Context, o BuildOptions, out string) error {
-		src, err := moduleDir(ctx, BuildKitModule, BuildKitVersion)
-		if err != nil {
-			return err
-		}
-		ld := "-s -w -X " + BuildKitModule + "/version.Version=" + BuildKitVersion
-		return goBuild(ctx, o, src, pkg, []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(BuildKitVersion))
-	}
-}
-
-// buildRegistry builds distribution's registry inside its module,
-// static, stamped with its version, and checks that `--version` names it.
-func buildRegistry(ctx context.Context, o BuildOptions, out string) error {
-	src, err := moduleDir(ctx, DistributionModule, DistributionVersion)
-	if err != nil {
-		return err
-	}
-	ld := "-s -w -X " + DistributionModule + "/version.version=" + DistributionVersion
-	return goBuild(ctx, o, src, "./cmd/registry", []string{gcflagsNoDWARF, "-trimpath", "-ldflags", ld}, out, checkVersion(DistributionVersion))
 }
 
 // buildRunc builds runc with cgo (its nsenter is C) and seccomp (without

@@ -172,19 +172,7 @@ func (c *Cluster) ServiceAccountKubeconfig(t testing.TB, namespace, name string,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ServiceAccount %s/%s: %v", namespace, name, err)
 	}
-	if _, err := c.Client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: meta,
-		Rules:      rules,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create Role %s/%s: %v", namespace, name, err)
-	}
-	if _, err := c.Client.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: meta,
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create RoleBinding %s/%s: %v", namespace, name, err)
-	}
+	c.bindRole(ctx, t, namespace, name, namespace, rules)
 	tok, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(tokenLifetime / time.Second))},
 	}, metav1.CreateOptions{})
@@ -224,6 +212,16 @@ func (c *Cluster) ServiceAccountKubeconfig(t testing.TB, namespace, name string,
 func (c *Cluster) GrantRole(t testing.TB, saNamespace, saName, namespace string, rules []rbacv1.PolicyRule, cfg *rest.Config) {
 	t.Helper()
 	ctx := stepContext(t, setupTimeout)
+	c.bindRole(ctx, t, saNamespace, saName, namespace, rules)
+	if err := waitAllowed(ctx, cfg, namespace, rules); err != nil {
+		t.Fatalf("ServiceAccount %s/%s in %s: %v", saNamespace, saName, namespace, err)
+	}
+}
+
+// bindRole makes a Role with rules and a RoleBinding of it to the
+// ServiceAccount saNamespace/saName, both named saName, in namespace.
+func (c *Cluster) bindRole(ctx context.Context, t testing.TB, saNamespace, saName, namespace string, rules []rbacv1.PolicyRule) {
+	t.Helper()
 	meta := metav1.ObjectMeta{Name: saName, Namespace: namespace, Labels: map[string]string{TestLabel: "kubetest"}}
 	if _, err := c.Client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: rules}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create Role %s/%s: %v", namespace, saName, err)
@@ -234,9 +232,6 @@ func (c *Cluster) GrantRole(t testing.TB, saNamespace, saName, namespace string,
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: saName},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create RoleBinding %s/%s: %v", namespace, saName, err)
-	}
-	if err := waitAllowed(ctx, cfg, namespace, rules); err != nil {
-		t.Fatalf("ServiceAccount %s/%s in %s: %v", saNamespace, saName, namespace, err)
 	}
 }
 

@@ -2,23 +2,23 @@ package kubetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 
 	"knotless.dev/knotless/internal/deploy"
+	"knotless.dev/knotless/internal/executor/kube"
 )
 
 // BuilderSeccompProfile is the builder's Localhost seccomp profile as job
-// pods name it (kube.DefaultBuilderSeccompProfile).
-const BuilderSeccompProfile = "knotless/builder.json"
+// pods name it.
+const BuilderSeccompProfile = kube.DefaultBuilderSeccompProfile
 
 var builderOnce sync.Mutex
 
@@ -34,15 +34,12 @@ func (c *Cluster) BuilderImage(t testing.TB) string {
 	builderOnce.Lock()
 	defer builderOnce.Unlock()
 	c.InstallBuilderSeccompProfile(t)
-	root := moduleRoot(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "knotless-builder")
-	cmd := exec.Command(goTool(), "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/knotless-builder")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/knotless-builder: %v\n%s", err, out)
+	built, err := deploy.Build(context.Background(), moduleRoot(t), dir, runtime.GOARCH, "knotless-builder")
+	if err != nil {
+		t.Fatal(err)
 	}
-	progs := []string{bin}
+	progs := []string{built[deploy.FileName("knotless-builder", runtime.GOARCH)]}
 	for _, p := range []string{"buildkitd", "buildctl", "runc"} {
 		progs = append(progs, filepath.Join(c.StateDir, "bin", p))
 	}
@@ -96,29 +93,17 @@ func (c *Cluster) InstallBuilderSeccompProfile(t testing.TB) {
 	}
 }
 
-// moduleRoot is the directory of knotless.dev/knotless's go.mod, above
-// the working directory.
+// moduleRoot is the directory of the go.mod above the working directory
+// (deploy.ModuleRoot).
 func moduleRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module knotless.dev/knotless\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod of knotless.dev/knotless above the working directory")
-		}
-		dir = parent
+	root, err := deploy.ModuleRoot(wd)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "/usr/local/go/bin/go"
+	return root
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -100,39 +99,12 @@ func (e *Executor) Recover(ctx context.Context, h executor.Handle) (executor.Ses
 	return e.Base.Recover(ctx, h)
 }
 
-// findBoth is Find over the job pods' namespace, then the builds one.
-func (e *Executor) findBoth(ctx context.Context, id string) (executor.Handle, bool, error) {
-	h, ok, err := e.findIn(ctx, id)
-	if ok || err != nil || e.builds == nil {
-		return h, ok, err
-	}
-	return e.builds.findIn(ctx, id)
-}
-
 // sweepBuilds sweeps the builds namespace's pods no run holds.
 func (e *Executor) sweepBuilds(ctx context.Context, keep []string) error {
 	if e.builds == nil {
 		return nil
 	}
 	return e.builds.Sweep(ctx, keep)
-}
-
-// buildsPhases adds the builds namespace's pods to counts.
-func (e *Executor) buildsPhases(counts map[string]int) map[string]int {
-	if e.builds == nil {
-		return counts
-	}
-	b := e.builds.EnvironmentsByPhase()
-	if b == nil {
-		return counts
-	}
-	if counts == nil {
-		counts = map[string]int{}
-	}
-	for k, v := range maps.All(b) {
-		counts[k] += v
-	}
-	return counts
 }
 
 // buildsFact says whether and where this runner builds images.
@@ -242,25 +214,17 @@ func builderFault(pod *corev1.Pod, now, since time.Time, pullGrace time.Duration
 		if ic.Name != BuilderContainer {
 			continue
 		}
-		if w := ic.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-				if w.Reason == "InvalidImageName" || w.Reason == "ErrImageNeverPull" || now.Sub(since) >= pullGrace {
-					return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("the builder image %s (--builder-image) cannot be pulled: %s: %s", ic.Image, w.Reason, w.Message)}
-				}
-			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				msg := fmt.Sprintf("the builder (image %s) cannot start: %s: %s", ic.Image, w.Reason, w.Message)
-				if strings.Contains(w.Message, "seccomp") {
-					msg += "; install the builder's seccomp profile on every node that runs builds (deploy/kubernetes/builds, docs/container-builds.md)"
-				}
-				return &executor.Fault{Reason: api.ReasonExecutor, Message: msg}
+		switch w := ic.State.Waiting; stuckWaiting(w, now.Sub(since), pullGrace) {
+		case api.ReasonImagePull:
+			return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("the builder image %s (--builder-image) cannot be pulled: %s: %s", ic.Image, w.Reason, w.Message)}
+		case api.ReasonExecutor:
+			msg := fmt.Sprintf("the builder (image %s) cannot start: %s: %s", ic.Image, w.Reason, w.Message)
+			if strings.Contains(w.Message, "seccomp") {
+				msg += "; install the builder's seccomp profile on every node that runs builds (deploy/kubernetes/builds, docs/container-builds.md)"
 			}
+			return &executor.Fault{Reason: api.ReasonExecutor, Message: msg}
 		}
-		t := ic.State.Terminated
-		if t == nil && ic.RestartCount > 0 {
-			t = ic.LastTerminationState.Terminated
-		}
-		if t != nil {
+		if t := lastEnd(ic); t != nil {
 			msg := fmt.Sprintf("the builder (image %s) exited with code %d (%s)", ic.Image, t.ExitCode, t.Reason)
 			if m := strings.TrimSpace(t.Message); m != "" {
 				msg += ": " + m

@@ -164,33 +164,14 @@ func TestKube_ContainerBuildRefusedWithoutTheFlag(t *testing.T) {
 	e := f.executor(t, f.config())
 	spec := f.spec(t, runID("nobuild"))
 	spec.ContainerBuilds = true
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := e.Prepare(ctx, spec)
-	if err == nil {
-		_ = s.Cleanup(ctx)
-		t.Fatal("a builds run was prepared on a runner without --builds-namespace")
+	fault, _ := prepareFault(t, e, spec)
+	if fault.Reason != "executor" || !strings.Contains(fault.Message, "--builds-namespace") || !strings.Contains(fault.Message, "container-builds: true") {
+		t.Fatalf("Prepare: %v; want an executor fault naming --builds-namespace", fault)
 	}
-	var fault *executor.Fault
-	if !errors.As(err, &fault) || fault.Reason != "executor" || !strings.Contains(fault.Message, "--builds-namespace") || !strings.Contains(fault.Message, "container-builds: true") {
-		t.Fatalf("Prepare: %v; want an executor fault naming --builds-namespace", err)
-	}
-	pods, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
+	pods, err := f.c.Client.CoreV1().Pods(f.ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 0 {
 		t.Errorf("pods in %s after the refusal: %v %v", f.ns, pods, err)
 	}
-}
-
-// hostProcess reports whether a process of this machine (the local
-// cluster's node) has the command line argv (arguments joined by spaces).
-func hostProcess(argv string) bool {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		if cmd, err := os.ReadFile(d + "/cmdline"); err == nil && strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " ") == argv {
-			return true
-		}
-	}
-	return false
 }
 
 // TestKube_ContainerBuildCancelledMidRunLeavesNothing pins a build
@@ -224,7 +205,7 @@ func TestKube_ContainerBuildCancelledMidRunLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	done := startStep(ctx, s, executor.Step{ID: "1", Name: "build", Script: "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. --opt filename=Dockerfile.sleep --output type=local,dest=out"}, &out)
-	for deadline := time.Now().Add(time.Minute); !hostProcess(sleeper); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); hostPID(sleeper) == ""; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()
 			t.Fatalf("the build's RUN never started:\n%s", out.Bytes())
@@ -235,7 +216,7 @@ func TestKube_ContainerBuildCancelledMidRunLeavesNothing(t *testing.T) {
 	if res.Reason != "cancelled" {
 		t.Errorf("the cancelled build step: %+v", res)
 	}
-	for deadline := time.Now().Add(30 * time.Second); hostProcess(sleeper); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); hostPID(sleeper) != ""; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the build's RUN still runs 30 s after its step was cancelled")
 		}
@@ -340,16 +321,9 @@ func TestKube_ContainerBuildBadInputsSayWhat(t *testing.T) {
 		e := f.executor(t, c)
 		spec := f.spec(t, runID("build-nouserns"))
 		spec.ContainerBuilds = true
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		s, err := e.Prepare(ctx, spec)
-		if err == nil {
-			_ = s.Cleanup(ctx)
-			t.Fatal("a builds pod ran without a user namespace")
-		}
-		var fault *executor.Fault
-		if !errors.As(err, &fault) || fault.Reason != "executor" || !strings.Contains(fault.Message, "cannot give the job pod a user namespace") || !strings.Contains(fault.Message, "node ") {
-			t.Errorf("Prepare: %v", err)
+		fault, _ := prepareFault(t, e, spec)
+		if fault.Reason != "executor" || !strings.Contains(fault.Message, "cannot give the job pod a user namespace") || !strings.Contains(fault.Message, "node ") {
+			t.Errorf("Prepare: %v", fault)
 		}
 	})
 }

@@ -78,10 +78,11 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 	if userns && e.cfg.UserNamespace == UserNamespaceAuto && usernsRefused(pod, err) {
 		var f *executor.Fault
 		errors.As(err, &f)
-		why = fmt.Sprintf("a node's runtime refused one to a pod of this RuntimeClass: %s", strings.SplitN(f.Message, fixSep, 2)[0])
+		said, _, _ := strings.Cut(f.Message, fixSep)
+		why = "a node's runtime refused one to a pod of this RuntimeClass: " + said
 		e.usernsRefused.Store(e.cfg.RuntimeClass, why)
 		e.log.Warn("job pods of this RuntimeClass get no user namespace from now on (--user-namespace auto)", "runtime_class", e.cfg.RuntimeClass, "err", f.Message)
-		e.logf(spec, "user namespace: refused: %s; --user-namespace auto: the pod is made again without one", strings.SplitN(f.Message, fixSep, 2)[0])
+		e.logf(spec, "user namespace: refused: %s; --user-namespace auto: the pod is made again without one", said)
 		return e.makePodOnce(ctx, spec, serve, warm, false, why)
 	}
 	return env, pod, err
@@ -89,8 +90,8 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 
 // makePodOnce makes one pod for makePod, asking for a user namespace when
 // userns (why says why not, for the setup log). On error the pod it
-// returns is the one that failed, already deleted (nil when none was
-// made).
+// returns is non-nil only when the pod was made and did not run (then
+// already deleted): what usernsRefused reads.
 func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve agent.Serve, warm, userns bool, why string) (*agentenv.Env, *corev1.Pod, error) {
 	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
@@ -130,14 +131,7 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 	}
 	var builder *builderSpec
 	if e.cfg.builder {
-		gid := int64(-1)
-		if !e.cfg.RunAs.Image {
-			gid = e.cfg.RunAs.GID
-			if gid == 0 {
-				gid = e.cfg.RunAs.UID
-			}
-		}
-		builder = &builderSpec{Image: e.cfg.BuilderImage, SeccompProfile: e.cfg.BuilderSeccompProfile, GID: gid}
+		builder = &builderSpec{Image: e.cfg.BuilderImage, SeccompProfile: e.cfg.BuilderSeccompProfile, GID: e.cfg.RunAs.Group()}
 		serve.PathAppend = BuilderShare + "/bin"
 	}
 	pod := podFor(podSpec{

@@ -18,10 +18,15 @@ var _ executor.Finder = (*Executor)(nil)
 // by this runner (labels LabelManagedBy, LabelRunner and LabelRun), for
 // Recover: its namespace, name and UID; the checkout is not on this host,
 // so Recover takes the pod only when the checkout arrived in it whole.
-// A pod being deleted or ended is not found. Errors: the pods cannot be
+// A pod being deleted or ended is not found. A builds run's pod is
+// looked for in the builds namespace too. Errors: the pods cannot be
 // listed.
 func (e *Executor) Find(ctx context.Context, id string) (executor.Handle, bool, error) {
-	return e.findBoth(ctx, id)
+	h, ok, err := e.findIn(ctx, id)
+	if ok || err != nil || e.builds == nil {
+		return h, ok, err
+	}
+	return e.builds.findIn(ctx, id) // a builds run's pod
 }
 
 // findIn is Find in this Executor's own namespace.

@@ -106,7 +106,7 @@ type Config struct {
 	builder bool
 	// Pids is every step's process limit in a pod with a user namespace
 	// of its own (agent.Serve.Nproc: RLIMIT_NPROC, processes and threads
-	// of the job's user, the agent's among them); 0: DefaultPids; -1:
+	// of the job's user, the agent's among them); 0: executor.DefaultPids; -1:
 	// none. A pod without one gets none: there the kernel would count
 	// every process of the uid on the node.
 	Pids int
@@ -195,7 +195,7 @@ func New(cfg Config) (*Executor, error) {
 	}
 	switch {
 	case cfg.Pids == 0:
-		cfg.Pids = DefaultPids
+		cfg.Pids = executor.DefaultPids
 	case cfg.Pids < 0:
 		cfg.Pids = 0
 	}
@@ -434,7 +434,21 @@ func (e *Executor) Facts() map[string]string {
 // Running, Succeeded, Failed, Unknown), a warm pod unclaimed as "Warm";
 // nil before the first run or warm pod started the watch.
 func (e *Executor) EnvironmentsByPhase() map[string]int {
-	return e.buildsPhases(e.ownPhases())
+	counts := e.ownPhases()
+	if e.builds == nil {
+		return counts
+	}
+	b := e.builds.EnvironmentsByPhase()
+	if b == nil {
+		return counts
+	}
+	if counts == nil {
+		counts = map[string]int{}
+	}
+	for k, v := range b {
+		counts[k] += v
+	}
+	return counts
 }
 
 // ownPhases is EnvironmentsByPhase in this Executor's own namespace.

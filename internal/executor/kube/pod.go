@@ -131,10 +131,7 @@ func podFor(s podSpec) *corev1.Pod {
 		psc.RunAsNonRoot, csc.RunAsNonRoot = nil, nil
 	}
 	if !s.RunAs.Image {
-		gid := s.RunAs.GID
-		if gid == 0 {
-			gid = s.RunAs.UID
-		}
+		gid := s.RunAs.Group()
 		psc.RunAsUser, psc.RunAsGroup, psc.FSGroup = ptr.To(s.RunAs.UID), ptr.To(gid), ptr.To(gid)
 		csc.RunAsUser, csc.RunAsGroup = ptr.To(s.RunAs.UID), ptr.To(gid)
 	}

@@ -134,21 +134,13 @@ func serviceFault(pod *corev1.Pod, now, since time.Time, pullGrace time.Duration
 		if name == "" {
 			continue
 		}
-		if w := ic.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-				if w.Reason == "InvalidImageName" || w.Reason == "ErrImageNeverPull" || now.Sub(since) >= pullGrace {
-					return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("service %s: image %s cannot be pulled: %s: %s", name, ic.Image, w.Reason, w.Message)}
-				}
-			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s (image %s) cannot start: %s: %s", name, ic.Image, w.Reason, w.Message)}
-			}
+		switch w := ic.State.Waiting; stuckWaiting(w, now.Sub(since), pullGrace) {
+		case api.ReasonImagePull:
+			return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("service %s: image %s cannot be pulled: %s: %s", name, ic.Image, w.Reason, w.Message)}
+		case api.ReasonExecutor:
+			return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s (image %s) cannot start: %s: %s", name, ic.Image, w.Reason, w.Message)}
 		}
-		t := ic.State.Terminated
-		if t == nil && ic.RestartCount > 0 {
-			t = ic.LastTerminationState.Terminated
-		}
-		if t != nil {
+		if t := lastEnd(ic); t != nil {
 			msg := fmt.Sprintf("service %s (image %s) exited with code %d (%s)", name, ic.Image, t.ExitCode, t.Reason)
 			if t.Reason == "OOMKilled" {
 				msg = fmt.Sprintf("service %s (image %s) was killed for exceeding its memory limit", name, ic.Image)

@@ -72,15 +72,11 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 			}
 			return &executor.Fault{Reason: ReasonPodLost, Message: msg}
 		}
-		if w := cs.State.Waiting; w != nil {
-			switch w.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-				if w.Reason == "InvalidImageName" || w.Reason == "ErrImageNeverPull" || now.Sub(since) >= pullGrace {
-					return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message)}
-				}
-			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("%s: %s", w.Reason, w.Message)}
-			}
+		switch w := cs.State.Waiting; stuckWaiting(w, now.Sub(since), pullGrace) {
+		case api.ReasonImagePull:
+			return &executor.Fault{Reason: api.ReasonImagePull, Message: fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message)}
+		case api.ReasonExecutor:
+			return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("%s: %s", w.Reason, w.Message)}
 		}
 	}
 	if f := builderFault(pod, now, since, pullGrace); f != nil {
@@ -108,6 +104,41 @@ func podFault(pod *corev1.Pod, now, since time.Time, pullGrace, pending time.Dur
 		}
 	}
 	return nil
+}
+
+// stuckWaiting classifies a container that waits for what will not come:
+// api.ReasonImagePull for an image that cannot be pulled (at once for a
+// name that never can be, InvalidImageName and ErrImageNeverPull; once
+// waited reaches pullGrace for ErrImagePull and ImagePullBackOff, which a
+// registry's hiccup also shows), api.ReasonExecutor for a container the
+// kubelet cannot create or start (CreateContainerConfigError,
+// CreateContainerError, RunContainerError); "" for any other wait and for
+// w nil. The reasons are the kubelet's ContainerStateWaiting.Reason.
+func stuckWaiting(w *corev1.ContainerStateWaiting, waited, pullGrace time.Duration) string {
+	if w == nil {
+		return ""
+	}
+	switch w.Reason {
+	case "InvalidImageName", "ErrImageNeverPull":
+		return api.ReasonImagePull
+	case "ErrImagePull", "ImagePullBackOff":
+		if waited >= pullGrace {
+			return api.ReasonImagePull
+		}
+	case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+		return api.ReasonExecutor
+	}
+	return ""
+}
+
+// lastEnd is how a container ended: its state's termination or, for one
+// the kubelet restarted, its last one (lastState.terminated); nil for a
+// container that runs or waits as first started.
+func lastEnd(cs corev1.ContainerStatus) *corev1.ContainerStateTerminated {
+	if t := cs.State.Terminated; t != nil || cs.RestartCount == 0 {
+		return t
+	}
+	return cs.LastTerminationState.Terminated
 }
 
 // scheduled reports whether the pod has a node.

@@ -67,3 +67,33 @@ func TestPodFault_FailedInitContainerIsNamed(t *testing.T) {
 		t.Errorf("fault %+v", f)
 	}
 }
+
+// TestStuckWaiting_PullFailuresWaitTheirGraceUnlessTheNameNeverPulls pins
+// the one classification the job container, services and the builder
+// share: a pull that fails may be a registry's hiccup until pullGrace, a
+// name that can never be pulled fails at once, a container the kubelet
+// cannot create is the executor's fault, any other wait is none.
+func TestStuckWaiting_PullFailuresWaitTheirGraceUnlessTheNameNeverPulls(t *testing.T) {
+	const grace = time.Minute
+	for _, c := range []struct {
+		reason string
+		waited time.Duration
+		want   string
+	}{
+		{"ErrImagePull", grace - time.Second, ""},
+		{"ImagePullBackOff", grace, api.ReasonImagePull},
+		{"InvalidImageName", 0, api.ReasonImagePull},
+		{"ErrImageNeverPull", 0, api.ReasonImagePull},
+		{"CreateContainerConfigError", 0, api.ReasonExecutor},
+		{"RunContainerError", 0, api.ReasonExecutor},
+		{"ContainerCreating", time.Hour, ""},
+		{"PodInitializing", time.Hour, ""},
+	} {
+		if got := stuckWaiting(&corev1.ContainerStateWaiting{Reason: c.reason}, c.waited, grace); got != c.want {
+			t.Errorf("%s after %v: %q, want %q", c.reason, c.waited, got, c.want)
+		}
+	}
+	if got := stuckWaiting(nil, time.Hour, grace); got != "" {
+		t.Errorf("no wait: %q, want none", got)
+	}
+}

@@ -35,10 +35,6 @@ const (
 	UserNamespaceOff = "off"
 )
 
-// DefaultPids is the kube executor's default process limit: the shared
-// --pids flag's.
-const DefaultPids = executor.DefaultPids
-
 // ParseUserNamespace checks a --user-namespace value: auto, required or
 // off ("" is auto). Errors name the three.
 func ParseUserNamespace(s string) (string, error) {

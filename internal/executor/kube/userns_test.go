@@ -39,25 +39,34 @@ func uidMapOf(t *testing.T, s executor.Session) (string, int) {
 	return strings.Join(lines[:len(lines)-1], "\n"), uid
 }
 
-// hostUIDOf finds, on this machine (the local cluster's only node), the
-// process whose command line is argv and returns its real uid as the node
-// sees it (/proc/PID/status), or -1.
-func hostUIDOf(argv string) int {
+// hostPID finds, on this machine (the local cluster's only node), the
+// process whose command line is argv (arguments joined by spaces) and
+// returns its /proc directory, or "".
+func hostPID(argv string) string {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
-		cmd, err := os.ReadFile(d + "/cmdline")
-		if err != nil || strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " ") != argv {
-			continue
+		if cmd, err := os.ReadFile(d + "/cmdline"); err == nil && strings.TrimRight(strings.ReplaceAll(string(cmd), "\x00", " "), " ") == argv {
+			return d
 		}
-		status, err := os.ReadFile(d + "/status")
-		if err != nil {
-			continue
-		}
-		for line := range strings.Lines(string(status)) {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				uid, _ := strconv.Atoi(f[1])
-				return uid
-			}
+	}
+	return ""
+}
+
+// hostUIDOf is the real uid, as the node sees it (/proc/PID/status), of
+// the process hostPID finds, or -1.
+func hostUIDOf(argv string) int {
+	d := hostPID(argv)
+	if d == "" {
+		return -1
+	}
+	status, err := os.ReadFile(d + "/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.Lines(string(status)) {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, _ := strconv.Atoi(f[1])
+			return uid
 		}
 	}
 	return -1
