@@ -222,7 +222,9 @@ func (a *Agent) adopt(req agent.Adopt) error {
 
 // idleWatch shuts the agent down when nobody will come back: no client
 // for Config.Linger after the run's deadline (which an adoption may set
-// later), or for Config.ExitWithoutClient at any time.
+// later), or for Config.ExitWithoutClient at any time, or no client and
+// Config.Dir removed (its state, and on a host its socket, are gone: a
+// runner that removed the run's directory, or a test's that ended).
 func (a *Agent) idleWatch() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -243,12 +245,21 @@ func (a *Agent) idleWatch() {
 			a.log.Warn("the run's deadline passed and no runner came back: exiting", "deadline", a.cfg.Deadline, "linger", a.cfg.Linger)
 		case alone:
 			a.log.Warn("no client for a while and nobody takes the run over: ending the steps and exiting", "after", a.cfg.ExitWithoutClient)
+		case none && dirGone(a.cfg.Dir):
+			a.log.Warn("the agent's directory is gone, and with it what a runner would take the run over by: ending the steps and exiting", "dir", a.cfg.Dir)
 		default:
 			continue
 		}
 		a.Shutdown()
 		return
 	}
+}
+
+// dirGone reports whether dir no longer exists (any other error of
+// stat, a permission, says nothing).
+func dirGone(dir string) bool {
+	_, err := os.Stat(dir)
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // parentWatch shuts the agent down once the process that started it is

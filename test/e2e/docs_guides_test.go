@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/dockertest"
 )
 
@@ -137,6 +138,27 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// noProcessLeftIn fails the test when a process whose command line names
+// dir (a test's directory, removed by now) is still there after wait:
+// what a test started must not outlive it.
+func noProcessLeftIn(t *testing.T, dir string, wait time.Duration) {
+	t.Helper()
+	if dir == "" {
+		return
+	}
+	var left []string
+	testwait.UntilEvery(t, wait, 500*time.Millisecond, "no process of "+dir, func() (bool, string) {
+		left = left[:0]
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), dir) {
+				left = append(left, filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+		return len(left) == 0, strings.Join(left, "\n")
+	})
+}
+
 // guideEnv is a reader's environment: the built programs first in PATH, a
 // HOME of its own, git's identity.
 func guideEnv(t *testing.T) []string {
@@ -159,7 +181,13 @@ func guideEnv(t *testing.T) []string {
 // runs followed, triggered and cancelled, outputs fetched.
 func TestDocs_ServerRunnerAndRunsGuidesRunAsWritten(t *testing.T) {
 	t.Parallel()
-	root, logs := t.TempDir(), t.TempDir()
+	var root string
+	// Registered first, so it runs after the temporary directories are
+	// removed: the guide ends with a runner handing its run over, whose
+	// agent once outlived the test by an hour.
+	t.Cleanup(func() { noProcessLeftIn(t, root, 30*time.Second) })
+	root = t.TempDir()
+	logs := t.TempDir()
 	addr := freeAddr(t)
 	vars := map[string]string{
 		"KNOTLESS_SERVER": "http://" + addr,
