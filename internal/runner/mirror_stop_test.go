@@ -13,6 +13,7 @@ import (
 
 	"knotless.dev/knotless/internal/server/servertest"
 	"knotless.dev/knotless/internal/syncbuf"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // TestMirrors_CheckoutStoppedAtAnyPointLeavesTheNextOneWorking pins CI's
@@ -111,13 +112,9 @@ func TestFetchPack_IndexPackThatEndsEarlyFailsTheFetchWithItsWords(t *testing.T)
 	notARepo := t.TempDir()
 	done := make(chan error, 1)
 	go func() { done <- fetchPack(context.Background(), notARepo, srv.URL+"/alice/app.git", sha, token) }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "git index-pack") || !strings.Contains(err.Error(), "requires a git repository") {
-			t.Fatalf("fetch into no repository: %v; want git index-pack's words", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the fetch still waits 2 minutes after git index-pack ended")
+	err := testwait.Receive(t, done, 2*time.Minute, "the fetch's end after git index-pack ended")
+	if err == nil || !strings.Contains(err.Error(), "git index-pack") || !strings.Contains(err.Error(), "requires a git repository") {
+		t.Fatalf("fetch into no repository: %v; want git index-pack's words", err)
 	}
 }
 
@@ -128,12 +125,12 @@ func checkoutWithin(t *testing.T, m *Mirrors, f Fetch, ws string, log *bytes.Buf
 	var buf syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- m.Checkout(context.Background(), f, ws, &buf) }()
-	select {
-	case err := <-done:
-		log.WriteString(buf.String())
-		return err
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the checkout still runs after 2 minutes:\n%s", buf.String())
-		return nil
-	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the checkout's log so far:\n%s", buf.String())
+		}
+	})
+	err := testwait.Receive(t, done, 2*time.Minute, "the checkout's end")
+	log.WriteString(buf.String())
+	return err
 }

@@ -51,11 +51,12 @@ func TestAgent_ExitsOnceItsDirectoryIsGoneAndNoClientIsConnected(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the agent still runs 30 s after its directory was removed:\n%s", log.String())
-	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the agent's log:\n%s", log.String())
+		}
+	})
+	testwait.Receive(t, exited, 30*time.Second, "the agent's exit after its directory was removed")
 	if !strings.Contains(log.String(), "directory is gone") {
 		t.Errorf("the agent's log does not say why it exited:\n%s", log.String())
 	}
