@@ -352,6 +352,11 @@ func (e *execution) run(ctx context.Context) Result {
 		sl.printf("the workflow is invalid: fix the problems above (knotless workflow lint checks them before a run)\n")
 		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(err.Error())}
 	}
+	if err := e.resolveNeedsImages(wf); err != nil {
+		sl.printf("%s\n", err.Error())
+		sl.printf("the image cannot be known: fix the workflow, or what the run it needs exports; nothing ran\n")
+		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: err.Error()}
+	}
 	e.wf = wf
 	e.remaskIDTokens(ctx)
 	for i, st := range wf.Steps {

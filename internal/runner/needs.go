@@ -85,6 +85,33 @@ func (e *execution) receiveNeeds(ctx context.Context) error {
 	return nil
 }
 
+// resolveNeedsImages puts the values the needed runs exported into the
+// images of wf that name them (`{{ needs.NAME.VAR }}`, the workflow's and
+// its services'; workflow.ResolveNeedsRefs), before any environment is
+// made. The error names the image and why it cannot be known.
+func (e *execution) resolveNeedsImages(wf *workflow.Workflow) error {
+	ex := workflow.NeedsExports{}
+	for _, n := range e.job.Needs {
+		ex[n.Name] = append(ex[n.Name], n.Exports)
+	}
+	img, err := workflow.ResolveNeedsRefs(wf.Image, ex)
+	if err != nil {
+		return fmt.Errorf("image: %w", err)
+	}
+	if img != wf.Image {
+		e.setup.printf("image %s (from the needed runs' exports: %s)\n", img, wf.Image)
+		wf.Image = img
+	}
+	for i, s := range wf.Services {
+		img, err := workflow.ResolveNeedsRefs(s.Image, ex)
+		if err != nil {
+			return fmt.Errorf("services.%s image: %w", s.Name, err)
+		}
+		wf.Services[i].Image = img
+	}
+	return nil
+}
+
 // fetchNeed downloads need's outputs archive, checks its size and SHA-256
 // against the claim's, and unpacks it into dst.
 func (e *execution) fetchNeed(ctx context.Context, n api.NeededRun, dst string) (outputs.Stats, error) {

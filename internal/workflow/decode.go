@@ -80,7 +80,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 				w.Runners = append(w.Runners, it.s)
 			}
 		case "image":
-			if s, ok := d.word(e, "image"); ok {
+			if s, ok := d.imageText(e, "image"); ok {
 				w.Image = s
 			}
 		case "arch":
@@ -145,6 +145,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	if services != nil {
 		w.Services = d.services(*services, allowed)
 	}
+	d.checkNeedsRefs(w.Needs)
 	d.checkIDTokens(idDefs, w.Timeout, allowed, envPos)
 	for name, def := range idDefs {
 		if w.IDTokens == nil {

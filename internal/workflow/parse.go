@@ -92,6 +92,9 @@ type decoder struct {
 	fixed        string
 	// substituted is set when a matrix value was put into a string.
 	substituted bool
+	// needsUses are the images' `{{ needs.NAME.VAR }}` references, checked
+	// against needs: once it is read (checkNeedsRefs).
+	needsUses []needsUse
 	// work counts the mapping entries and list elements read: what
 	// checking every run of a matrix costs (maxMatrixWork).
 	work int

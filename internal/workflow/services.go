@@ -85,7 +85,7 @@ func (d *decoder) services(e entry, allowed map[string]bool) []Service {
 		for _, y := range d.section(x, where, serviceKeys) {
 			switch y.key {
 			case "image":
-				if v, ok := d.word(y, where+" image"); ok {
+				if v, ok := d.imageText(y, where+" image"); ok {
 					s.Image = v
 				}
 			case "env":
