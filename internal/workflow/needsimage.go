@@ -95,8 +95,12 @@ type NeedsExports map[string][]map[string]string
 // `{{needs.NAME.VAR}}` references as the decoder keeps them. Errors, each
 // naming the reference: NAME with no run (knotless-run exec runs none),
 // NAME with more than one (a matrix: which would it be?), VAR not
-// exported by it, or a result that is not one word.
+// exported by it, or a result that is not one word. s without a reference
+// ("" included: no image) is returned as it is.
 func ResolveNeedsRefs(s string, exports NeedsExports) (string, error) {
+	if !HasNeedsRef(s) {
+		return s, nil
+	}
 	var err error
 	out := needsRef.ReplaceAllStringFunc(s, func(ref string) string {
 		if err != nil {

@@ -39,8 +39,10 @@ steps: [{run: ./app}]
 	if got, err := ResolveNeedsRefs(w.Services[0].Image, ex); err != nil || got != "postgres:16" {
 		t.Errorf("resolved service image = %q, %v", got, err)
 	}
-	if got, err := ResolveNeedsRefs("golang:1.26", nil); err != nil || got != "golang:1.26" {
-		t.Errorf("an image without a reference = %q, %v", got, err)
+	for _, img := range []string{"golang:1.26", ""} {
+		if got, err := ResolveNeedsRefs(img, nil); err != nil || got != img {
+			t.Errorf("an image without a reference (%q) = %q, %v", img, got, err)
+		}
 	}
 }
 

@@ -98,13 +98,14 @@ func docPages(t testing.TB) []string {
 
 // pageTests names the test that runs each page's blocks marked test.
 var pageTests = map[string]string{
-	"docs/server.md":     "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
-	"docs/runner.md":     "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
-	"docs/runs.md":       "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
-	"docs/docker.md":     "TestDocs_DockerGuideRunsAsWritten",
-	"docs/kubernetes.md": "TestDocs_KubernetesGuideRunsAsWritten",
-	"docs/scaling.md":    "TestDocs_ScalingGuideRunsAsWritten",
-	"docs/oidc.md":       "TestDocs_OIDCGuideRunsAsWritten",
+	"docs/server.md":           "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
+	"docs/runner.md":           "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
+	"docs/runs.md":             "TestDocs_ServerRunnerAndRunsGuidesRunAsWritten",
+	"docs/docker.md":           "TestDocs_DockerGuideRunsAsWritten",
+	"docs/kubernetes.md":       "TestDocs_KubernetesGuideRunsAsWritten",
+	"docs/scaling.md":          "TestDocs_ScalingGuideRunsAsWritten",
+	"docs/oidc.md":             "TestDocs_OIDCGuideRunsAsWritten",
+	"docs/container-builds.md": "TestDocs_ContainerBuildsGuideRunsAsWritten",
 }
 
 var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(`)

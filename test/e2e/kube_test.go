@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor/kube"
@@ -27,6 +28,7 @@ type kubeRunner struct {
 	c          *kubetest.Cluster
 	ns         string
 	kubeconfig string // the runner ServiceAccount's
+	rest       *rest.Config
 	args       []string
 }
 
@@ -34,8 +36,8 @@ func newKubeRunner(t testing.TB) *kubeRunner {
 	t.Helper()
 	c := kubetest.Connect(t)
 	ns := c.RestrictedNamespace(t)
-	path, _ := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
-	return &kubeRunner{c: c, ns: ns, kubeconfig: path, args: []string{
+	path, cfg := c.ServiceAccountKubeconfig(t, ns, "runner", kubetest.PodRunnerRules())
+	return &kubeRunner{c: c, ns: ns, kubeconfig: path, rest: cfg, args: []string{
 		"--executor", "kube", "--kubeconfig", path, "--namespace", ns,
 		"--image", kubetest.JobBaseImage, "--cpus", "200m", "--memory", "128Mi", "--disk", "256Mi",
 	}}
