@@ -31,11 +31,32 @@ type Config struct {
 	Daemon []string
 	// Stderr receives Run's own messages.
 	Stderr io.Writer
+	// HostIDs, when above 0, maps the daemon's uids and gids 0-65535 to
+	// HostIDs..HostIDs+65535 of the current namespace instead of to
+	// themselves: for a container whose root is the host's own (a Docker
+	// engine without userns-remap, which gives no container a user
+	// namespace), so that the build's root is an unprivileged range of the
+	// host's uids all the same. Run then gives the group HostIDs the
+	// Share directory (mode 0775) and each of Own (mode 0770), which the
+	// container's root owns and the daemon must write to; once the daemon
+	// runs, Run drops to uid and gid HostIDs itself (no capability left,
+	// nothing of the host's root in the container) and makes the socket
+	// 0666 (OpenSocket: the socket's group is one of the range, not the
+	// job's). It needs the container's own map to cover the range.
+	HostIDs int
+	// Own lists the directories the daemon writes to besides Share (its
+	// state, /tmp, /run), with HostIDs only.
+	Own []string
 }
+
+// HostIDsSize is how many uids and gids the daemon's namespace has with
+// Config.HostIDs: as many as a Kubernetes pod's user namespace.
+const HostIDsSize = 65536
 
 // Run shares the client, then starts the daemon in a new user and mount
 // namespace that maps every uid and gid of the current one (mapSize of
-// /proc/self/uid_map and gid_map, 0 to 0) and waits for it as PID 1:
+// /proc/self/uid_map and gid_map, 0 to 0), or with HostIDs the range
+// HostIDs..+HostIDsSize of it (hostRange), and waits for it as PID 1:
 // SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on, orphans reaped. It
 // returns the daemon's exit status (128+signal when killed). Errors:
 // the client cannot be copied, the maps cannot be read, the namespace
@@ -53,13 +74,15 @@ func Run(c Config) (int, error) {
 	if err := copyFile(client, filepath.Join(c.Share, "bin", "buildctl")); err != nil {
 		return 0, fmt.Errorf("share the client: %w", err)
 	}
-	nu, err := mapSize("/proc/self/uid_map")
+	uids, gids, err := idMaps(c.HostIDs)
 	if err != nil {
 		return 0, err
 	}
-	ng, err := mapSize("/proc/self/gid_map")
-	if err != nil {
-		return 0, err
+	if c.HostIDs > 0 {
+		c.OpenSocket = true
+		if err := ownDirs(c.HostIDs, c.Share, c.Own); err != nil {
+			return 0, err
+		}
 	}
 	path, err := exec.LookPath(c.Daemon[0])
 	if err != nil {
@@ -69,19 +92,33 @@ func Run(c Config) (int, error) {
 	argv := append(append([]string{}, c.Daemon...), "--addr=unix://"+socket)
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGCHLD)
+	sys := &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings:                uids,
+		GidMappings:                gids,
+		GidMappingsEnableSetgroups: true,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	if c.HostIDs > 0 {
+		// The host's root, this process, is not in the new namespace's
+		// map (the daemon would be its overflow uid, and refuse to run):
+		// the child, with every capability of the namespace it made,
+		// becomes its root before it execs.
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
-		Sys: &syscall.SysProcAttr{
-			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: nu}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: ng}},
-			GidMappingsEnableSetgroups: true,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
+		Sys:   sys,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start %s in a user namespace of its own: %w (the builder needs CAP_SETUID, CAP_SETGID and CAP_SETFCAP, and a seccomp profile that allows clone with CLONE_NEWUSER|CLONE_NEWNS: the Localhost profile deploy/kubernetes/builds installs)", path, err)
+	}
+	if c.HostIDs > 0 {
+		if err := dropTo(c.HostIDs); err != nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return 0, err
+		}
 	}
 	if c.OpenSocket {
 		go openSocket(socket, c.Stderr)
@@ -106,6 +143,74 @@ func Run(c Config) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// idMaps is the daemon's uid and gid maps: with hostIDs 0 every id of the
+// current namespace to itself (as many from 0 as its own maps have, so a
+// pod's 65,536); else 0..HostIDsSize to hostIDs.., which the current
+// namespace's maps must cover. Errors name what to do.
+func idMaps(hostIDs int) (uids, gids []syscall.SysProcIDMap, err error) {
+	for _, f := range []string{"/proc/self/uid_map", "/proc/self/gid_map"} {
+		n, err := mapSize(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: n}}
+		if hostIDs > 0 {
+			if hostIDs+HostIDsSize > n {
+				return nil, nil, fmt.Errorf("--host-ids %d: %s maps only ids 0-%d, not %d-%d (a container in a user namespace of the engine's, userns-remap, needs no --host-ids: its root is not the host's)", hostIDs, f, n-1, hostIDs, hostIDs+HostIDsSize-1)
+			}
+			m = []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostIDs, Size: HostIDsSize}}
+		}
+		if f == "/proc/self/uid_map" {
+			uids = m
+		} else {
+			gids = m
+		}
+	}
+	return uids, gids, nil
+}
+
+// ownDirs gives group gid write access to share (0775: the job's
+// container searches it for the client and the socket) and to each of own
+// (0770): the current process owns them (the container's root) and has
+// CAP_SETGID but not CAP_CHOWN, so it joins gid first, which lets an
+// owner give a file to a group of its own.
+func ownDirs(gid int, share string, own []string) error {
+	if err := syscall.Setgroups([]int{gid}); err != nil {
+		return fmt.Errorf("join group %d to give it the builder's directories: %w (the builder needs CAP_SETGID)", gid, err)
+	}
+	for _, d := range append([]string{share}, own...) {
+		mode := os.FileMode(0o770)
+		if d == share {
+			mode = 0o775
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chown(d, -1, gid); err != nil {
+			return fmt.Errorf("give %s to group %d: %w", d, gid, err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropTo makes the process uid and gid id, with no supplementary group:
+// its capabilities go with its root (all three uids leave 0).
+func dropTo(id int) error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setresgid(id, id, id); err != nil {
+		return fmt.Errorf("become gid %d: %w", id, err)
+	}
+	if err := syscall.Setresuid(id, id, id); err != nil {
+		return fmt.Errorf("become uid %d: %w", id, err)
+	}
+	return nil
 }
 
 // openSocket makes socket mode 0666 once it exists (within a minute).

@@ -48,6 +48,10 @@ type Job struct {
 	// threads: docker's pids cgroup, kube's RLIMIT_NPROC in a pod with a
 	// user namespace), or -1 for none; 0 is refused by Job.
 	Pids int64
+	// BuilderImage is the image of container builds' builder
+	// (knotless-builder with BuildKit, docs/container-builds.md); "":
+	// builds are refused (kube needs its --builds-namespace too).
+	BuilderImage string
 }
 
 // Defaults of Job.
@@ -58,16 +62,16 @@ const (
 )
 
 // JobFlags are the flags that mean the same to every executor that runs
-// images (docker, kube): --image, --cpus, --memory, --run-as and --pids.
-// A command adds them once; their values reach the chosen executor in
-// Setup.Job.
+// images (docker, kube): --image, --cpus, --memory, --run-as, --pids and
+// --builder-image. A command adds them once; their values reach the
+// chosen executor in Setup.Job.
 type JobFlags struct {
-	image, cpus, memory, runAs string
-	pids                       int64
+	image, cpus, memory, runAs, builderImage string
+	pids                                     int64
 }
 
 // Names of the JobFlags, for the commands' bookkeeping.
-var JobFlagNames = []string{"image", "cpus", "memory", "run-as", "pids"}
+var JobFlagNames = []string{"image", "cpus", "memory", "run-as", "pids", "builder-image"}
 
 // AddFlags adds the job flags to fs; users names the executors that read
 // them, for the help ("docker, kube").
@@ -76,12 +80,13 @@ func (j *JobFlags) AddFlags(fs *pflag.FlagSet, users string) {
 	fs.StringVar(&j.cpus, "cpus", DefaultCPUs, "CPUs of a job container or pod (2, 0.5 or 500m; kube: requests = limits), and the most a workflow's resources: may ask for, for the job and for each service (a service's own come on top: 1 CPU unless it says) (--executor "+users+")")
 	fs.StringVar(&j.memory, "memory", "2Gi", "memory of a job container or pod (kube: requests = limits; docker: no swap, and the bound of each tmpfs: HOME, /tmp), and the most a workflow may ask for, for the job and for each service (a service's own come on top: 512Mi unless it says) (--executor "+users+")")
 	fs.StringVar(&j.runAs, "run-as", DefaultRunAs.String(), "job container user: UID:GID, or image for the image's own user (docker: numeric and non-root; kube: root too where the pod has a user namespace, --user-namespace) (--executor "+users+")")
+	fs.StringVar(&j.builderImage, "builder-image", "", "allow container builds (a workflow's container-builds: true) with a BuildKit builder of this image, never privileged (knotless-builder with BuildKit; docs/container-builds.md); kube: with --builds-namespace; empty: such workflows are refused before any pod or container exists (--executor "+users+")")
 	fs.Int64Var(&j.pids, "pids", DefaultPids, "process limit of a job container or pod, counting threads (docker: the container's pids cgroup; kube: RLIMIT_NPROC of the pod's own uids, only in a pod with a user namespace); a fork bomb stops there, the node and other jobs unhurt (-1: none) (--executor "+users+")")
 }
 
 // Job reads the flags' values. Errors name the flag.
 func (j *JobFlags) Job() (Job, error) {
-	job := Job{Image: j.image, CPUs: j.cpus, Pids: j.pids}
+	job := Job{Image: j.image, CPUs: j.cpus, Pids: j.pids, BuilderImage: j.builderImage}
 	if j.pids == 0 || j.pids < -1 {
 		return Job{}, fmt.Errorf("--pids %d: give a positive limit, or -1 for none", j.pids)
 	}

@@ -64,6 +64,12 @@ type Config struct {
 	// DiskPoll is how often a run held back by DiskFloor looks again
 	// (default DefaultDiskPoll).
 	DiskPoll time.Duration
+	// BuilderImage, when set, allows container builds (a workflow's
+	// container-builds: true) and is the image of their builder
+	// (knotless-builder with BuildKit, internal/deploy.BuilderImage;
+	// builder.go); empty: such workflows are refused before any container
+	// exists.
+	BuilderImage string
 }
 
 // Executor runs each run in a container of its own, made from Config,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/errdefs"
 	"golang.org/x/sys/unix"
 	"knotless.dev/knotless/internal/agent"
@@ -33,11 +34,17 @@ type driver Executor
 // image, limits, user and network. Caches move by the host's file system
 // for the checkout (hostCaches).
 //
+// A builds run (spec.ContainerBuilds) is refused before anything is made
+// when the runner has no --builder-image (refuseBuilds); otherwise its
+// builder's volumes are made before the job container, which mounts the
+// share read-only at BuilderShare, and the builder is started beside it
+// (startBuilder) and ready before Make returns.
+//
 // Errors: a workflow asking for more than the runner allows; an image
 // that is neither present nor pullable (a *executor.Fault with reason
 // image-pull and the engine's message); an engine that refuses the
-// container (reason executor, its message). On error the container is
-// removed.
+// container (reason executor, its message); a builder that does not
+// answer. On error the containers and volumes made are removed.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
 	if spec.Workspace == "" {
@@ -50,8 +57,8 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	if err := agentenv.CheckHostArch(spec); err != nil {
 		return nil, err
 	}
-	if spec.ContainerBuilds {
-		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "this workflow asks for container-builds: true, and the docker executor gives no builder: run it on a kube runner whose operator allowed builds (--builds-namespace; docs/container-builds.md)"}
+	if spec.ContainerBuilds && e.cfg.BuilderImage == "" {
+		return nil, e.refuseBuilds()
 	}
 	nano, mem := res.MilliCPUs*1e6, res.Memory
 	if err := e.waitDisk(ctx, spec); err != nil {
@@ -67,6 +74,12 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	}
 	if err := e.serviceImages(ctx, spec); err != nil {
 		return nil, err
+	}
+	var build *builderSpec
+	if spec.ContainerBuilds {
+		if build, err = e.prepareBuilder(ctx, spec); err != nil {
+			return nil, err
+		}
 	}
 	runAs := e.cfg.RunAs
 	if runAs.Image {
@@ -87,6 +100,14 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 			labels[k] = v
 		}
 	}
+	name := containerName(e.cfg.Runner, spec.ID)
+	if build != nil {
+		serve.PathAppend = BuilderShare + "/bin"
+		if err := e.makeBuilderVolumes(ctx, build, name, labels); err != nil {
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			return nil, err
+		}
+	}
 	job := containerSpec{
 		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: nano, Memory: mem,
 		Pids: e.cfg.Pids, Runtime: e.cfg.Runtime, Network: netName,
@@ -95,7 +116,10 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	}
 	cfg, hc := containerFor(job)
 	hc.AutoRemove = e.cfg.Ephemeral
-	name := containerName(e.cfg.Runner, spec.ID)
+	if build != nil {
+		// The volume is made here, before the builder that fills it.
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: build.Share, Target: BuilderShare, ReadOnly: true})
+	}
 	created, err := e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
@@ -105,6 +129,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 			created, err = e.api.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 		}
 		if err != nil {
+			if build != nil {
+				_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -114,6 +141,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	id := created.ID
 	if err := e.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		e.removeContainer(context.WithoutCancel(ctx), id)
+		if build != nil {
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -125,10 +155,21 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	}
 	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
 		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), workflow.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
+	if build != nil {
+		if err := e.startBuilder(ctx, spec, *build, job, id, name); err != nil {
+			e.removeContainer(context.WithoutCancel(ctx), id)
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+	}
 	if len(spec.Services) > 0 {
 		if err := e.startServices(ctx, spec, job, id, name); err != nil {
 			_ = e.removeServices(context.WithoutCancel(ctx), name)
 			e.removeContainer(context.WithoutCancel(ctx), id)
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
 			return nil, err
 		}
 	}
@@ -182,7 +223,40 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 		out = append(out, agentenv.Listed{ID: c.Labels[LabelRun], Name: "container " + short(id),
 			Remove: func(ctx context.Context) error { return e.removeContainer(ctx, id) }})
 	}
+	// A builder's volumes outlive their containers when a runner died
+	// between the two removals: listed by their run, as the containers.
+	vols, err := e.builderVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vols {
+		name := v.Name
+		out = append(out, agentenv.Listed{ID: v.Labels[LabelRun], Name: "volume " + name,
+			Remove: func(ctx context.Context) error {
+				if err := e.api.VolumeRemove(ctx, name, true); err != nil && !errdefs.IsNotFound(err) {
+					return fmt.Errorf("remove volume %s: %w", name, err)
+				}
+				return nil
+			}})
+	}
 	return out, nil
+}
+
+// prepareBuilder is a builds run's builderSpec (but its volumes): the
+// builder image, present or pulled (image-pull names --builder-image),
+// and the host id range of its daemon (builderIDs).
+func (e *Executor) prepareBuilder(ctx context.Context, spec executor.Spec) (*builderSpec, error) {
+	if _, err := e.ensureImage(ctx, spec, e.cfg.BuilderImage); err != nil {
+		if f, ok := err.(*executor.Fault); ok {
+			return nil, &executor.Fault{Reason: f.Reason, Message: "the builder image (--builder-image): " + f.Message}
+		}
+		return nil, err
+	}
+	ids, err := e.builderIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &builderSpec{Image: e.cfg.BuilderImage, HostIDs: ids}, nil
 }
 
 // env is container id as an environment: each dial is a new exec of
@@ -210,10 +284,14 @@ func (e *Executor) env(id, user, name string) *agentenv.Env {
 			if f := e.containerFault(ctx, id); f != nil {
 				return f
 			}
+			if f := e.builderFault(ctx, name); f != nil {
+				return f
+			}
 			return e.serviceFault(ctx, name)
 		},
 		Remove: func(ctx context.Context, _ bool) error {
-			return errors.Join(e.removeServices(ctx, name), e.removeContainer(ctx, id))
+			// The builder's volumes go once no container mounts them.
+			return errors.Join(e.removeServices(ctx, name), e.removeContainer(ctx, id), e.removeBuilder(ctx, name))
 		},
 		Services:  containerServices{e: e, job: id, jobName: name, user: user},
 		AgentPath: AgentPath,

@@ -12,7 +12,7 @@ import (
 
 // Options are the docker executor's part of knotless-run's command line;
 // it also reads the shared job flags (--image, --cpus, --memory,
-// --run-as).
+// --run-as, --pids, --builder-image).
 type Options struct {
 	runtime   string
 	network   string
@@ -39,7 +39,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // version negotiated), the step agent setup.Agent (or the one beside
 // knotless-run).
 func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
-	cfg := Config{Config: agentenv.ConfigOf(setup), Pids: setup.Job.Pids, Runtime: o.runtime, Network: o.network}
+	cfg := Config{Config: agentenv.ConfigOf(setup), Pids: setup.Job.Pids, Runtime: o.runtime, Network: o.network, BuilderImage: setup.Job.BuilderImage}
 	var err error
 	if o.diskFloor != "" && o.diskFloor != "0" {
 		if cfg.DiskFloor, err = workflow.ParseSize(o.diskFloor); err != nil {

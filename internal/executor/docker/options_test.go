@@ -32,7 +32,9 @@ func newOptions(t *testing.T, args ...string) (*Executor, error) {
 }
 
 // TestDockerOptions_DiskFloorZeroMeansNone pins the default --disk-floor
-// 0, which once failed every start ("size 0 must be greater than zero").
+// 0, which once failed every start ("size 0 must be greater than zero"),
+// and the other flags' defaults and values (no builds without
+// --builder-image).
 func TestDockerOptions_DiskFloorZeroMeansNone(t *testing.T) {
 	e, err := newOptions(t)
 	if err != nil {
@@ -47,6 +49,12 @@ func TestDockerOptions_DiskFloorZeroMeansNone(t *testing.T) {
 	}
 	if e.cfg.DiskFloor != 5<<30 || e.caps.MilliCPUs != 500 || e.cfg.Memory != 64<<20 || e.cfg.RunAs != (RunAs{UID: 2000, GID: 3000}) || e.cfg.Pids != -1 {
 		t.Errorf("set: %+v caps %+v", e.cfg, e.caps)
+	}
+	if e.cfg.BuilderImage != "" {
+		t.Errorf("builds allowed by default: --builder-image %q", e.cfg.BuilderImage)
+	}
+	if e, err = newOptions(t, "--builder-image", "registry.example/knotless/builder:1"); err != nil || e.cfg.BuilderImage != "registry.example/knotless/builder:1" {
+		t.Errorf("--builder-image: %v %+v", err, e)
 	}
 	for _, bad := range [][]string{{"--run-as", "0"}, {"--cpus", "0"}, {"--pids", "0"}, {"--disk-floor", "lots"}} {
 		if _, err := newOptions(t, bad...); err == nil || !strings.Contains(err.Error(), bad[0]) {

@@ -38,7 +38,6 @@ type Options struct {
 	warmMaxAge     time.Duration
 	userNamespace  string
 	buildsNS       string
-	builderImage   string
 	builderSeccomp string
 }
 
@@ -65,7 +64,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.warmPods, "warm-pods", 0, "job pods kept started, their step agent connected, for runs that ask for --image and the default resources: a claim takes one and skips the pod's start; each holds its requests of the namespace's quota while it waits; never more than --capacity allows beside the runs in progress (0: none)")
 	fs.DurationVar(&o.warmMaxAge, "warm-max-age", DefaultWarmMaxAge, "how long a warm pod waits for a run before it is replaced")
 	fs.StringVar(&o.buildsNS, "builds-namespace", "", "allow container builds (a workflow's container-builds: true): their job pods go to this namespace, labelled Pod Security baseline, with a BuildKit builder in a user namespace (docs/container-builds.md); empty: such workflows are refused before any pod exists")
-	fs.StringVar(&o.builderImage, "builder-image", "", "the builder's image (knotless-builder with BuildKit; docs/container-builds.md); needed with --builds-namespace")
 	fs.StringVar(&o.builderSeccomp, "builder-seccomp-profile", DefaultBuilderSeccompProfile, "the builder's Localhost seccomp profile, relative to the kubelet's seccomp directory, as deploy/kubernetes/builds installs it")
 	fs.StringVar(&o.userNamespace, "user-namespace", UserNamespaceAuto, "job pods in a user namespace of their own (hostUsers: false: the pod's root is not the node's), proven from inside each pod: auto (ask; where a node cannot give one, say so in the run's log and go on without), required (a run whose pod gets none ends errored before any step) or off")
 }
@@ -85,7 +83,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 		ImagePullGrace: o.imagePullGrace, PendingTimeout: o.pendingTimeout, InCluster: inCluster,
 		WarmPods: o.warmPods, WarmMaxAge: o.warmMaxAge, Capacity: setup.Capacity,
 		UserNamespace: o.userNamespace, Pids: int(setup.Job.Pids),
-		BuildsNamespace: o.buildsNS, BuilderImage: o.builderImage, BuilderSeccompProfile: o.builderSeccomp,
+		BuildsNamespace: o.buildsNS, BuilderImage: setup.Job.BuilderImage, BuilderSeccompProfile: o.builderSeccomp,
 	}
 	if o.warmPods < 0 {
 		return nil, fmt.Errorf("--warm-pods %d: give 0 for none, or how many", o.warmPods)

@@ -1,0 +1,137 @@
+package dockertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/docker/docker/client"
+
+	"knotless.dev/knotless/internal/deploy"
+)
+
+const (
+	// EnvClusterDir is the local cluster's state directory
+	// (test/cluster; default DefaultClusterDir), whose bin/ holds the
+	// BuildKit and runc programs it built.
+	EnvClusterDir = "KNOTLESS_TEST_CLUSTER"
+	// DefaultClusterDir is test/cluster's default state directory.
+	DefaultClusterDir = "/var/lib/knotless-test-cluster"
+	// EnvClusterRequired, when "1" (make test sets it with
+	// EnvRequired), turns missing BuildKit programs into a failure.
+	EnvClusterRequired = "KNOTLESS_TEST_CLUSTER_REQUIRED"
+)
+
+var builderMu sync.Mutex
+
+// BuilderImage returns the ref of the builder image (deploy.BuilderImage,
+// as kubetest's Cluster.BuilderImage makes it for the cluster) made of
+// this checkout's knotless-builder (built now, static) and the BuildKit
+// and runc programs the local cluster's harness built
+// (KNOTLESS_TEST_CLUSTER/bin/{buildkitd,buildctl,runc}: nothing is built
+// again), loaded into the engine when missing; its tag is the digest of
+// the four programs. Without those programs it skips the test ("make
+// cluster-up builds them"), or fails it under
+// KNOTLESS_TEST_CLUSTER_REQUIRED=1.
+func (e *Engine) BuilderImage(t testing.TB) string {
+	t.Helper()
+	builderMu.Lock()
+	defer builderMu.Unlock()
+	dir := os.Getenv(EnvClusterDir)
+	if dir == "" {
+		dir = DefaultClusterDir
+	}
+	var progs []string
+	for _, p := range []string{"buildkitd", "buildctl", "runc"} {
+		path := filepath.Join(dir, "bin", p)
+		if _, err := os.Stat(path); err != nil {
+			msg := fmt.Sprintf("the builder image needs the local cluster's %s: %v (make cluster-up builds BuildKit and runc)", p, err)
+			if os.Getenv(EnvClusterRequired) == "1" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		progs = append(progs, path)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := deploy.ModuleRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	built, err := deploy.Build(context.Background(), root, tmp, runtime.GOARCH, "knotless-builder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs = append([]string{built[deploy.FileName("knotless-builder", runtime.GOARCH)]}, progs...)
+	h := sha256.New()
+	for _, p := range progs {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := "localhost/knotless/builder:" + hex.EncodeToString(h.Sum(nil))[:16]
+	ctx := context.Background()
+	if _, err := e.Client.ImageInspect(ctx, ref); err == nil {
+		return ref
+	}
+	img, err := deploy.BuilderImage(ref, runtime.GOARCH, progs[0], progs[1], progs[2], progs[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(tmp, "builder.tar")
+	if err := deploy.WriteArchive(archive, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadArchive(ctx, e.Client, archive); err != nil {
+		t.Fatalf("load the builder image %s: %v", ref, err)
+	}
+	return ref
+}
+
+// loadArchive loads a docker image archive into the engine.
+func loadArchive(ctx context.Context, c *client.Client, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	res, err := c.ImageLoad(ctx, f, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var m struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if m.Error != "" {
+			return errors.New(m.Error)
+		}
+	}
+}
