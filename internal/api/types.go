@@ -42,6 +42,13 @@ const (
 	ReasonCheckout = "checkout"
 	// ReasonExecutor: the executor failed to prepare or run the environment.
 	ReasonExecutor = "executor"
+	// ReasonUnsupported: the runner cannot run what the workflow asks for,
+	// and another attempt would end the same way: an architecture it has
+	// no step agent for, an image of another architecture than the node's,
+	// `arch:` on a runner whose steps run on its own host, more resources
+	// than it allows, container builds it does not allow. Errored like an
+	// environment's fault, and never retried (`retry:` cannot name it).
+	ReasonUnsupported = "unsupported"
 	// ReasonRunnerStopped: the runner was shut down before the run finished.
 	ReasonRunnerStopped = "runner-stopped"
 	// ReasonUnschedulable: the run's pod was not scheduled in time; the
@@ -126,7 +133,7 @@ func IsReason(reason string) bool {
 	case ReasonExitCode, ReasonTimeout, ReasonOOMKilled, ReasonEvicted, ReasonImagePull, ReasonRunnerLost,
 		ReasonCancelled, ReasonSuperseded, ReasonWorkflowInvalid, ReasonCheckout, ReasonExecutor,
 		ReasonRunnerStopped, ReasonUnschedulable, ReasonPodLost, ReasonSecretInvalid, ReasonPreempted, ReasonIDToken,
-		ReasonNeedFailed, ReasonFailFast, ReasonService:
+		ReasonNeedFailed, ReasonFailFast, ReasonService, ReasonUnsupported:
 		return true
 	}
 	return false
@@ -288,6 +295,11 @@ type Run struct {
 	Attempt   int   `json:"attempt,omitempty"`
 	RetryOf   int64 `json:"retryOf,omitempty"`
 	RetriedBy int64 `json:"retriedBy,omitempty"`
+	// NotRetried says why an errored run whose workflow has `retry:` was
+	// not run again ("" otherwise): its reason is one no attempt can mend
+	// (unsupported), or retry's when does not name it, or it was the last
+	// attempt.
+	NotRetried string `json:"notRetried,omitempty"`
 	// Exports are the values the run's steps wrote to $KNOTLESS_EXPORT,
 	// for the runs that need it (MethodGetRun only).
 	Exports map[string]string `json:"exports,omitempty"`

@@ -78,6 +78,9 @@ func (s *session) graphRows(kv *table, r api.Run) {
 		}
 		kv.row("Attempt:", a)
 	}
+	if r.NotRetried != "" {
+		kv.row("Not retried:", r.NotRetried)
+	}
 	if len(r.Exports) > 0 {
 		names := make([]string, 0, len(r.Exports))
 		for k := range r.Exports {

@@ -292,11 +292,13 @@ type Result struct {
 // down by its environment (the run ends errored: evicted, the image could
 // not be pulled, the environment vanished, the runner was lost) rather than
 // by its own doing (failed: exit code, timeout, out of memory under its own
-// limit) or by a person (cancelled).
+// limit) or by a person (cancelled). api.ReasonUnsupported is one too
+// (the runner cannot give what the workflow asks), though never a
+// transient one: workflow.RetryReasons are the others.
 func EnvironmentFault(reason string) bool {
 	switch reason {
 	case api.ReasonEvicted, api.ReasonPreempted, api.ReasonImagePull, api.ReasonExecutor, api.ReasonRunnerLost,
-		api.ReasonUnschedulable, api.ReasonPodLost:
+		api.ReasonUnschedulable, api.ReasonPodLost, api.ReasonUnsupported:
 		return true
 	}
 	return false

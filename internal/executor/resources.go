@@ -41,7 +41,7 @@ func CapsOf(job Job, disk int64) (Caps, error) {
 
 // Resolve returns spec's resources: what the workflow asks for, each value
 // it leaves out the cap. A workflow asking for more than a cap is refused
-// with one *Fault (reason executor) naming every such value with its cap
+// with one *Fault (reason unsupported: every attempt would be) naming every such value with its cap
 // and flag, written as the workflow spells them ("memory 4Gi (--memory
 // 2Gi)").
 func (c Caps) Resolve(spec Spec) (Resources, error) {
@@ -50,7 +50,7 @@ func (c Caps) Resolve(spec Spec) (Resources, error) {
 		return r, &Fault{Reason: api.ReasonExecutor, Message: err.Error()}
 	}
 	if len(over) > 0 {
-		return r, &Fault{Reason: api.ReasonExecutor, Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
+		return r, &Fault{Reason: api.ReasonUnsupported, Message: "the workflow asks for more than this runner allows: " + strings.Join(over, ", ")}
 	}
 	return r, nil
 }
@@ -130,7 +130,7 @@ func (c Caps) ServiceResources(s Service) (Resources, error) {
 		return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s %v", s.Name, err)}
 	}
 	if len(over) > 0 {
-		return r, &Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("service %s asks for more than this runner allows: %s", s.Name, strings.Join(over, ", "))}
+		return r, &Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf("service %s asks for more than this runner allows: %s", s.Name, strings.Join(over, ", "))}
 	}
 	return r, nil
 }

@@ -13,8 +13,8 @@ func TestCaps_RefusalNamesEveryValueAsTheWorkflowSpellsIt(t *testing.T) {
 	c := Caps{MilliCPUs: 2000, Memory: 2 << 30, Disk: 10 << 30}
 	_, err := c.Resolve(Spec{CPUs: "2500m", MemoryBytes: 4 << 30, DiskBytes: 20 << 30})
 	var f *Fault
-	if !errors.As(err, &f) || f.Reason != "executor" {
-		t.Fatalf("err %v, want a Fault with reason executor", err)
+	if !errors.As(err, &f) || f.Reason != "unsupported" {
+		t.Fatalf("err %v, want a Fault with reason unsupported", err)
 	}
 	want := "the workflow asks for more than this runner allows: cpus 2500m (--cpus 2), memory 4Gi (--memory 2Gi), disk 20Gi (--disk 10Gi)"
 	if f.Message != want {

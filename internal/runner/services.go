@@ -30,7 +30,7 @@ const serviceStopGrace = 10 * time.Second
 func (e *execution) startService(ctx context.Context, sess executor.Session, idx int, st workflow.Step) (StepUpdate, Result, bool) {
 	name := stepName(st, idx-1)
 	log := e.log.With("step", idx, "name", name)
-	// Either reason (executor, workflow-invalid) makes the run errored.
+	// Each reason (unsupported, executor, workflow-invalid) makes the run errored.
 	fail := func(reason string, err error) (StepUpdate, Result, bool) {
 		fmt.Fprintf(e.setup, "step %d (%s) could not be started: %v\n", idx, name, err)
 		e.setup.flush()
@@ -39,7 +39,7 @@ func (e *execution) startService(ctx context.Context, sess executor.Session, idx
 	}
 	ds, ok := sess.(executor.DetachedSteps)
 	if !ok {
-		return fail(api.ReasonExecutor, fmt.Errorf("the %s executor cannot run detached steps", e.ex.Name()))
+		return fail(api.ReasonUnsupported, fmt.Errorf("the %s executor cannot run detached steps", e.ex.Name()))
 	}
 	start := time.Now()
 	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})

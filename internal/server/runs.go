@@ -3,11 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/workflow"
 )
 
 // apiRun converts a stored run; steps may be nil.
@@ -19,7 +23,28 @@ func apiRun(r store.Run, steps []api.Step) api.Run {
 		Message: r.Message, ExitCode: r.ExitCode, Runner: r.RunnerName, CreatedAt: r.CreatedAt,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Steps: steps, ConcurrencyGroup: r.ConcurrencyGroup,
 		Matrix: r.Matrix, Attempt: r.Attempt, RetryOf: r.RetryOf, RetriedBy: r.RetriedBy,
+		NotRetried: notRetried(r),
 	}
+}
+
+// notRetried says why r, errored, with `retry:` and no next attempt, was
+// not retried ("" for any other run), as the store decided it (errored,
+// reason in RetryWhen, Attempt <= RetryMax: sqlstore's afterEnd).
+func notRetried(r store.Run) string {
+	if r.State != api.StateErrored || r.RetryMax == 0 || r.RetriedBy != 0 {
+		return ""
+	}
+	switch {
+	case r.Reason == api.ReasonUnsupported:
+		return "unsupported is never retried: this runner cannot run what the workflow asks, and every attempt would end the same way"
+	case !slices.Contains(workflow.RetryReasons, r.Reason):
+		return fmt.Sprintf("%s is not a fault of the environment that another attempt can mend (retry is for: %s)", r.Reason, strings.Join(workflow.RetryReasons, ", "))
+	case !slices.Contains(r.RetryWhen, r.Reason):
+		return fmt.Sprintf("retry's when does not name %s (it names: %s)", r.Reason, strings.Join(r.RetryWhen, ", "))
+	case r.Attempt > r.RetryMax:
+		return fmt.Sprintf("attempt %d was the last: retry allows %d after the first", r.Attempt, r.RetryMax)
+	}
+	return ""
 }
 
 // runSteps returns a run's steps with their log sizes.

@@ -14,8 +14,10 @@ import (
 // it names none): the job pod or container evicted, preempted or lost,
 // the executor failing, the runner lost, the image not pulled, the pod
 // not scheduled. A step's own failure (exit-code, timeout, oom-killed)
-// and a cancel are never retried. They are executor.EnvironmentFault's
-// reasons, as api names them (a test keeps the two lists equal).
+// and a cancel are never retried, nor is unsupported (the runner cannot
+// run what the workflow asks: every attempt would end the same way). They
+// are executor.EnvironmentFault's reasons but unsupported, as api names
+// them (a test keeps the two lists so).
 var RetryReasons = []string{"evicted", "preempted", "pod-lost", "runner-lost", "executor", "image-pull", "unschedulable"}
 
 // MaxRetries caps `retry: {max: N}`.
@@ -78,6 +80,9 @@ func (d *decoder) retry(e entry) *Retry {
 					r.When = append(r.When, it.s)
 				case it.s == "exit-code" || it.s == "timeout" || it.s == "oom-killed":
 					d.errorf(it.p, "retry.when: %s is a step's own failure, which is never retried; retry is for failures of the run's environment: %s", it.s, strings.Join(RetryReasons, ", "))
+					good = false
+				case it.s == "unsupported":
+					d.errorf(it.p, "retry.when: unsupported is never retried: the runner cannot run what the workflow asks (an architecture, container builds, more resources than it allows), and every attempt would end the same way; retry is for failures of the run's environment: %s", strings.Join(RetryReasons, ", "))
 					good = false
 				case it.s == "cancelled" || it.s == "superseded":
 					d.errorf(it.p, "retry.when: a cancelled run is never retried; retry is for failures of the run's environment: %s", strings.Join(RetryReasons, ", "))

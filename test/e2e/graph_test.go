@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -162,6 +163,40 @@ func TestE2E_FailedNeedSkipsTheDependentAndAStepExiting3IsNeverRetried(t *testin
 	}
 	if n := len(w.runs(build.Pipeline)); n != 2 {
 		t.Errorf("the pipeline has %d runs, want 2 (no retry)", n)
+	}
+}
+
+// A fault no attempt can mend is never retried, whatever retry: says, and
+// says why where the user looks: arch: of another architecture on a shell
+// runner (whose steps run on its own host) ends errored/unsupported once,
+// and run show and the run's page (in a browser) say "Not retried". (Before, it ended
+// errored/executor and was retried twice, holding the runner each time.)
+func TestE2E_UnsupportedRunIsNeverRetriedAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	w := newWorld(t, 10*time.Second)
+	w.startRunner(w.registerRunner("r1"))
+	run := w.pushOne(map[string]string{".knotless/workflows/ci.yml": "on: {push: {}}\nretry: 2\narch: " + other + "\nsteps:\n  - run: echo never\n"})
+	f := w.waitFinal(run.ID, time.Minute)
+	if f.State != api.StateErrored || f.Reason != api.ReasonUnsupported || !strings.Contains(f.Message, "arch: "+other) || f.RetriedBy != 0 {
+		t.Fatalf("%s, retried by %d; want errored/unsupported naming arch: %s, never retried", describe(f), f.RetriedBy, other)
+	}
+	if !strings.Contains(f.NotRetried, "unsupported is never retried") {
+		t.Errorf("the run does not say why it was not retried: %q", f.NotRetried)
+	}
+	if out := w.cliOK("", "run", "show", fmt.Sprint(run.ID)); !strings.Contains(out, "Not retried:") || !strings.Contains(out, "unsupported is never retried") {
+		t.Errorf("run show does not say why the run was not retried:\n%s", out)
+	}
+	ctx := newBrowser(t)
+	signIn(t, ctx, w.url, w.token)
+	do(t, ctx, "open the run page", chromedp.Navigate(fmt.Sprintf("%s/-/runs/%d", w.url, run.ID)))
+	waitText(t, ctx, 30*time.Second, "unsupported is never retried")
+	// A last look: no attempt came meanwhile.
+	if n := len(w.runs(run.Pipeline)); n != 1 {
+		t.Errorf("the pipeline has %d runs, want 1 (no retry)", n)
 	}
 }
 

@@ -165,12 +165,13 @@ func HostAgent(path string) (string, error) {
 
 // CheckHostArch fails spec whose `arch:` is not this host's, for executors
 // whose environments run on the runner's host (shell, docker): a
-// *executor.Fault (reason executor) naming both and what to do.
+// *executor.Fault (reason unsupported: no attempt here can run it) naming
+// both and what to do.
 func CheckHostArch(spec executor.Spec) error {
 	if spec.Arch == "" || spec.Arch == runtime.GOARCH {
 		return nil
 	}
-	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+	return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 		"the workflow asks for arch: %s, and this runner's steps run on its own host, linux/%s: give the workflow runners: labels of a runner on linux/%s, or run it with the kube executor in a cluster that has such nodes",
 		spec.Arch, runtime.GOARCH, spec.Arch)}
 }

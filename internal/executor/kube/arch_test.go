@@ -47,8 +47,8 @@ func TestKube_PodReportingArm64GetsTheArm64Agent(t *testing.T) {
 	spec := f.spec(t, runID("fakearm"))
 	spec.Image = kubetest.JobFakeArmImage
 	fault, took := prepareFault(t, f.executor(t, cfg), spec)
-	if fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "linux/arm64") || !strings.Contains(fault.Message, "exec format error") {
-		t.Errorf("fault %+v, want executor naming linux/arm64 and exec format error", fault)
+	if fault.Reason != api.ReasonUnsupported || !strings.Contains(fault.Message, "linux/arm64") || !strings.Contains(fault.Message, "exec format error") {
+		t.Errorf("fault %+v, want unsupported naming linux/arm64 and exec format error", fault)
 	}
 	if took > time.Minute {
 		t.Errorf("it took %s to say so", took)
@@ -67,8 +67,8 @@ func TestKube_Arm64OnlyImageFailsFastNamingTheArchitecture(t *testing.T) {
 	spec := f.spec(t, runID("arm64only"))
 	spec.Image = kubetest.JobArm64OnlyImage
 	fault, took := prepareFault(t, f.executor(t, f.config()), spec)
-	if fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "exec format error") || !strings.Contains(fault.Message, "another architecture") {
-		t.Errorf("fault %+v, want executor naming exec format error and the architecture", fault)
+	if fault.Reason != api.ReasonUnsupported || !strings.Contains(fault.Message, "exec format error") || !strings.Contains(fault.Message, "another architecture") {
+		t.Errorf("fault %+v, want unsupported naming exec format error and the architecture", fault)
 	}
 	if took > time.Minute {
 		t.Errorf("it took %s to say so", took)
@@ -103,8 +103,8 @@ func TestKube_AgentSentBeforeThePodAsksOnlyForTheMachineItReports(t *testing.T) 
 	spec := f.spec(t, runID("otherarch"))
 	spec.Image = kubetest.JobFakeArmImage
 	fault, _ := prepareFault(t, e, spec)
-	if fault.Reason != api.ReasonExecutor || !strings.Contains(fault.Message, "linux/arm64") || !strings.Contains(fault.Message, "exec format error") {
-		t.Errorf("fault %+v, want executor naming linux/arm64 and exec format error", fault)
+	if fault.Reason != api.ReasonUnsupported || !strings.Contains(fault.Message, "linux/arm64") || !strings.Contains(fault.Message, "exec format error") {
+		t.Errorf("fault %+v, want unsupported naming linux/arm64 and exec format error", fault)
 	}
 	if got := string(log.Bytes()); !strings.Contains(got, "this pod reports another (aarch64, not x86_64)") {
 		t.Errorf("the early amd64 send was not refused by the aarch64 pod; executor log:\n%s", got)

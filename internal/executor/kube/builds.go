@@ -64,9 +64,9 @@ func newBuilds(cfg Config) (*Executor, error) {
 }
 
 // refuseBuilds is the fault of a builds run on a runner that allows none:
-// before any pod exists, naming the flag.
+// before any pod exists, naming the flag (unsupported: never retried).
 func (e *Executor) refuseBuilds() error {
-	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+	return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 		"this workflow asks for container-builds: true, and runner %s does not allow image builds: its operator gives the kube executor --builds-namespace NAME (a namespace labelled Pod Security baseline) and --builder-image (docs/container-builds.md)",
 		strings.TrimSpace(e.cfg.Runner))}
 }

@@ -165,7 +165,7 @@ func TestKube_ContainerBuildRefusedWithoutTheFlag(t *testing.T) {
 	spec := f.spec(t, runID("nobuild"))
 	spec.ContainerBuilds = true
 	fault, _ := prepareFault(t, e, spec)
-	if fault.Reason != "executor" || !strings.Contains(fault.Message, "--builds-namespace") || !strings.Contains(fault.Message, "container-builds: true") {
+	if fault.Reason != "unsupported" || !strings.Contains(fault.Message, "--builds-namespace") || !strings.Contains(fault.Message, "container-builds: true") {
 		t.Fatalf("Prepare: %v; want an executor fault naming --builds-namespace", fault)
 	}
 	pods, err := f.c.Client.CoreV1().Pods(f.ns).List(context.Background(), metav1.ListOptions{})

@@ -149,12 +149,12 @@ func (e *Executor) deliverOnce(ctx context.Context, pod, node string, early bool
 				d.arch, d.assumed = agentenv.UnameArch(m.(string)), "as earlier job pods on node "+node+" reported"
 			}
 		case d.arch == "":
-			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
+			return fail(&executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf("the job pod reports machine %q (uname -m), an architecture Knotless has no step agent for", machine)})
 		default:
 			e.nodeMachine.Store(node, machine)
 		}
 		if bin, err = e.loadAgent(d.arch); err != nil {
-			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})
+			return fail(&executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf("the job pod runs on node %s, linux/%s: %v", node, d.arch, err)})
 		}
 		if err := sendAgent(st, bin, ""); err != nil {
 			return fail(err)

@@ -202,7 +202,7 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 			agentFailed := strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") ||
 				f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath)
 			if agentFailed {
-				return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+				return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 					"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
 					dl.arch, running.Spec.NodeName)}
 			}
@@ -548,7 +548,7 @@ func (e *Executor) nodeSelector(spec executor.Spec) (map[string]string, error) {
 	}
 	if spec.Arch != "" {
 		if pinned, ok := e.cfg.NodeSelector[LabelArch]; ok && pinned != spec.Arch {
-			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+			return nil, &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 				"the workflow asks for arch: %s, and this runner puts job pods on %s=%s nodes only (--node-selector): give the workflow runners: labels of a runner for %s nodes",
 				spec.Arch, LabelArch, pinned, spec.Arch)}
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 )
 
@@ -26,7 +27,7 @@ func TestNodeSelector_JobPodsGoToLinuxNodesOfTheWorkflowsArch(t *testing.T) {
 	e.cfg.NodeSelector["kubernetes.io/arch"] = "amd64"
 	_, err = e.nodeSelector(executor.Spec{Arch: "arm64"})
 	var f *executor.Fault
-	if !errors.As(err, &f) || !strings.Contains(f.Message, "arch: arm64") || !strings.Contains(f.Message, "kubernetes.io/arch=amd64") {
+	if !errors.As(err, &f) || f.Reason != api.ReasonUnsupported || !strings.Contains(f.Message, "arch: arm64") || !strings.Contains(f.Message, "kubernetes.io/arch=amd64") {
 		t.Errorf("a conflicting arch: %v", err)
 	}
 	if len(e.cfg.NodeSelector) != 2 {

@@ -209,7 +209,7 @@ func execFormatFault(cs *corev1.ContainerStatus) *executor.Fault {
 	if !strings.Contains(strings.ToLower(msg), "exec format error") {
 		return nil
 	}
-	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+	return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 		"the job container cannot execute on its node: exec format error: the image %s (or the step agent) is built for another architecture than the node's; pick an image for the node's architecture, or the nodes with --node-selector kubernetes.io/arch=ARCH or the workflow's arch: (%s)",
 		cs.Image, strings.TrimSpace(lastLine(msg)))}
 }

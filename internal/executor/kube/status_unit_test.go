@@ -49,7 +49,7 @@ func TestPodFault_ExecFormatErrorNamesTheArchitecture(t *testing.T) {
 			Reason: "StartError", ExitCode: 128,
 			Message: `failed to create containerd task: OCI runtime create failed: exec: "/bin/sh": exec format error: unknown`}}}}}}
 	f := podFault(pod, time.Now(), time.Now(), 0, 0)
-	if f == nil || f.Reason != api.ReasonExecutor || !strings.Contains(f.Message, "another architecture") || !strings.Contains(f.Message, "example/arm64-only:1") {
+	if f == nil || f.Reason != api.ReasonUnsupported || !strings.Contains(f.Message, "another architecture") || !strings.Contains(f.Message, "example/arm64-only:1") {
 		t.Errorf("fault %+v", f)
 	}
 }
