@@ -46,7 +46,10 @@ var (
 
 // RequireRuntimeClass checks that pods of RuntimeClass name run on the
 // cluster. A cluster without that RuntimeClass (one started by a harness
-// older than it: restart it) skips the test, saying so. Otherwise a probe
+// older than it: restart it) fails the test with
+// KNOTLESS_TEST_CLUSTER_REQUIRED=1, where a skip would let the whole
+// gVisor suite pass having run nothing, and skips it without, saying how
+// to get the class either way. Otherwise a probe
 // pod (RestrictedPod under the class, in a namespace of its own) must reach
 // Running within 2 minutes; when it does not (the node's runtime lacks the
 // handler, or the handler cannot start a sandbox), the test fails with
@@ -61,7 +64,11 @@ func (c *Cluster) RequireRuntimeClass(t testing.TB, name string) {
 	defer cancel()
 	rc, err := c.Client.NodeV1().RuntimeClasses().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		t.Skipf("the cluster has no RuntimeClass %s: it was started by an older test/cluster harness; restart it with the current one (make cluster-down cluster-up) to run this test under %s", name, name)
+		msg := fmt.Sprintf("the cluster has no RuntimeClass %s: it was started by an older test/cluster harness, or the class was deleted; restart it with the current one (make cluster-down cluster-up: up creates RuntimeClass %s, handler runsc) to run this test under %s", name, GVisor, name)
+		if required {
+			t.Fatal(msg + " (" + EnvRequired + "=1: a missing RuntimeClass must not pass for a skipped test)")
+		}
+		t.Skip(msg + "\n(set " + EnvRequired + "=1 to fail instead)")
 	}
 	if err != nil {
 		t.Fatalf("read RuntimeClass %s: %v", name, err)

@@ -50,9 +50,11 @@ func (o *outcome) run(f func(testing.TB)) {
 // A RuntimeClass whose handler the node lacks: tests under it fail with
 // KNOTLESS_TEST_CLUSTER_REQUIRED=1 (a broken sandbox must not pass for a
 // skipped one), naming the kubelet's words, within seconds; they skip
-// without it; and a RuntimeClass the cluster does not have skips either
-// way, saying to restart the cluster.
-func TestRequireRuntimeClass_BrokenHandlerSkippedWhenRequired(t *testing.T) {
+// without it. A RuntimeClass the cluster does not have fails them with
+// KNOTLESS_TEST_CLUSTER_REQUIRED=1 too (it used to skip, so the whole
+// gVisor suite of make test could pass having run nothing) and skips
+// without it, saying how to get it either way.
+func TestRequireRuntimeClass_BrokenOrMissingFailsWhenRequiredSkipsOtherwise(t *testing.T) {
 	c := kubetest.Connect(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -90,7 +92,14 @@ func TestRequireRuntimeClass_BrokenHandlerSkippedWhenRequired(t *testing.T) {
 	t.Setenv(kubetest.EnvRequired, "1")
 	missing := &outcome{TB: t}
 	missing.run(func(tb testing.TB) { c.RequireRuntimeClass(tb, "kt-no-such-class") })
-	if missing.failed != "" || !strings.Contains(missing.skips, "no RuntimeClass kt-no-such-class") {
-		t.Errorf("a missing RuntimeClass: failed %q, skipped %q; want a skip saying to restart the cluster", missing.failed, missing.skips)
+	if missing.skips != "" || !strings.Contains(missing.failed, "no RuntimeClass kt-no-such-class") || !strings.Contains(missing.failed, "make cluster-down cluster-up") {
+		t.Errorf("a missing RuntimeClass, required: failed %q, skipped %q; want a failure saying to restart the cluster", missing.failed, missing.skips)
+	}
+
+	t.Setenv(kubetest.EnvRequired, "")
+	missingOptional := &outcome{TB: t}
+	missingOptional.run(func(tb testing.TB) { c.RequireRuntimeClass(tb, "kt-no-such-class") })
+	if missingOptional.failed != "" || !strings.Contains(missingOptional.skips, "no RuntimeClass kt-no-such-class") || !strings.Contains(missingOptional.skips, "make cluster-down cluster-up") {
+		t.Errorf("a missing RuntimeClass, not required: failed %q, skipped %q; want a skip saying to restart the cluster", missingOptional.failed, missingOptional.skips)
 	}
 }
