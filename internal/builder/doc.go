@@ -11,4 +11,10 @@
 // keeps its capabilities under no_new_privs (allowPrivilegeEscalation
 // false); RootlessKit cannot (its child execs before its map exists, and
 // regains no capability after). It stays the container's PID 1.
+//
+// The docker executor's builder container runs it too (Config.HostIDs):
+// Docker gives a container no user namespace of its own, so its root is
+// the host's, and Run maps the daemon's ids to an unprivileged range of
+// the host's instead, then drops to that range itself. It must never
+// leave a process of the host's root running in such a container.
 package builder

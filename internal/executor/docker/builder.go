@@ -35,14 +35,15 @@ import (
 // exists; ordinary runs never get a builder.
 //
 // Docker gives no container a user namespace of its own (only the
-// engine-wide userns-remap). On an engine without it, the container's
-// root is the host's: knotless-builder then maps the daemon's uids
-// 0-65535 to a range of the host's that no one uses (builderIDs) and
-// drops to that range's first uid once the daemon runs, so the build's
-// root is an unprivileged host uid, as on kube, and no process of the
-// host's root stays in the container. On an engine with userns-remap the
-// container's root is already remapped, and knotless-builder maps the
-// container's ids to themselves, as in a kube pod.
+// engine-wide userns-remap, or a rootless engine). On an engine without
+// either, the container's root is the host's: knotless-builder then maps
+// the daemon's uids 0-65535 to a range of the host's that no one uses
+// (builderIDs) and drops to that range's first uid once the daemon runs,
+// so the build's root is an unprivileged host uid, as on kube, and no
+// process of the host's root stays in the container. On an engine with
+// userns-remap (or a rootless one) the container's root is already
+// remapped, and knotless-builder maps the container's ids to themselves,
+// as in a kube pod (not tested yet: the tests' engine has neither).
 
 const (
 	// BuilderShare is where the builder's socket and client are, in the
@@ -143,7 +144,8 @@ func (e *Executor) refuseBuilds() error {
 }
 
 // builderIDs chooses the builder's host id range: 0 on an engine with
-// userns-remap (the container's root is already not the host's), else a
+// userns-remap or a rootless one (the container's root is already not
+// the host's), else a
 // random slot of builderIDsBase.. that no builder on the engine holds
 // (their LabelBuilder). Errors: the engine's info or list.
 func (e *Executor) builderIDs(ctx context.Context) (int, error) {
@@ -152,7 +154,9 @@ func (e *Executor) builderIDs(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("ask the engine whether it remaps users: %w", err)
 	}
 	for _, o := range info.SecurityOptions {
-		if strings.HasPrefix(o, "name=userns") {
+		// Both put every container in a user namespace whose root is
+		// not the host's (and whose 65,536 ids are all it can map).
+		if strings.HasPrefix(o, "name=userns") || strings.HasPrefix(o, "name=rootless") {
 			return 0, nil
 		}
 	}
