@@ -21,6 +21,8 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // shared is the release the tests of this package look at: knotless-run
@@ -228,9 +230,7 @@ func TestRelease_FilesAreStaticProgramsOfTheirArchitectureWithTheVersion(t *test
 // release: `sha256sum -c` passes in the release's directory.
 func TestRelease_SHA256SUMSChecksWithSha256sum(t *testing.T) {
 	rel := testRelease(t)
-	if _, err := exec.LookPath("sha256sum"); err != nil {
-		t.Skip("no sha256sum")
-	}
+	testenv.LookPath(t, "sha256sum", "coreutils")
 	cmd := exec.Command("sha256sum", "-c", "--strict", SumsFile)
 	cmd.Dir = rel.Dir
 	out, err := cmd.CombinedOutput()

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 func TestWriter_URLEncodedSecretInURLIsMasked(t *testing.T) {
@@ -170,9 +172,7 @@ func runShell(t *testing.T, env []string, shell string, args ...string) []byte {
 // shape of the line is known, "***" stands where the secret was.
 func TestWriter_SecretPrintedByRealShellsIsMasked(t *testing.T) {
 	for _, sh := range []string{"bash", "dash"} {
-		if _, err := exec.LookPath(sh); err != nil {
-			t.Skipf("no %s", sh)
-		}
+		testenv.LookPath(t, sh, sh)
 	}
 	scripts := []struct {
 		shell string
@@ -220,9 +220,7 @@ func TestWriter_SecretPrintedByRealShellsIsMasked(t *testing.T) {
 // tables (which bytes printf %q backslashes, which ANSI-C quoting writes
 // in octal) against the real bash.
 func TestWriter_EveryByteQuotedByBashIsMasked(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
+	testenv.LookPath(t, "bash", "bash")
 	var values []string
 	for c := 1; c < 256; c++ {
 		values = append(values, "Ab"+string([]byte{byte(c)})+"Cd")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // refMask is the definition the Writer must meet, written the slow and
@@ -177,9 +179,7 @@ func TestWriter_Base64OfSecretInsideLongerText(t *testing.T) {
 
 // What people actually run in a step: echo into base64(1).
 func TestWriter_EchoPipedToBase64IsMasked(t *testing.T) {
-	if _, err := exec.LookPath("base64"); err != nil {
-		t.Skip("no base64 command")
-	}
+	testenv.LookPath(t, "base64", "coreutils")
 	secret := "correct-horse-battery-staple"
 	visible := regexp.MustCompile(`^[A-Za-z0-9+/=]{0,3}\*\*\*[A-Za-z0-9+/=]{0,4}\n$`)
 	for _, script := range []string{

@@ -16,6 +16,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // sourceRepo makes a repository with one commit per content and returns
@@ -133,7 +134,7 @@ func TestMirrors_ConcurrentCheckoutsOfOneRepo(t *testing.T) {
 func BenchmarkMirrors_CheckoutOwnHistory(b *testing.B) {
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		b.Skip("not in a git checkout")
+		testenv.Skipf(b, "not in a git checkout of this repository: %v", err)
 	}
 	sha, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -230,20 +231,8 @@ func TestMirrors_WorkspaceIsSelfContainedAndHoldsNoCredential(t *testing.T) {
 // TestMirrors_CheckoutOnAnotherFileSystemCopiesObjects pins `git clone
 // --local`, which dies when it cannot hard-link instead of copying.
 func TestMirrors_CheckoutOnAnotherFileSystemCopiesObjects(t *testing.T) {
-	other := os.Getenv("KNOTLESS_TEST_OTHER_FS")
-	if other == "" {
-		other = "/dev/shm"
-	}
 	base := t.TempDir()
-	var a, b syscall.Stat_t
-	if syscall.Stat(other, &a) != nil || syscall.Stat(base, &b) != nil || a.Dev == b.Dev {
-		t.Skipf("no second file system at %s (set KNOTLESS_TEST_OTHER_FS)", other)
-	}
-	mirrors, err := os.MkdirTemp(other, "knotless-mirrors-")
-	if err != nil {
-		t.Skipf("%s: %v", other, err)
-	}
-	t.Cleanup(func() { os.RemoveAll(mirrors) })
+	mirrors := testenv.OtherFileSystem(t, base)
 	src, shas := sourceRepo(t, "one")
 	m := &Mirrors{Root: mirrors}
 	var log bytes.Buffer

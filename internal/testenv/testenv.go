@@ -7,13 +7,16 @@
 // dash, base64 and Go at /usr/local/go, such a skip would be a test that
 // passed without proving anything. `make test` sets MachineRequired; the
 // skips that remain (no cluster or engine outside CI, a harness without a
-// capability, an opt-in like KNOTLESS_TEST_OTHER_FS) are counted by reason
-// at the end of its output (scripts/testreport).
+// capability, -short, a RuntimeClass without user namespaces) are counted
+// by reason at the end of its output (scripts/testreport). What a test can
+// bring about itself it does instead of skipping: Tmpfs mounts a file
+// system that punches holes, OtherFileSystem finds or mounts a second one.
 package testenv
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -32,4 +35,15 @@ func Skipf(t testing.TB, format string, args ...any) {
 		return
 	}
 	t.Skip(msg)
+}
+
+// LookPath returns the path of the command name, or Skipf's the test
+// naming the Debian package that has it (.ci/run installs those CI lacks).
+func LookPath(t testing.TB, name, debianPackage string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		Skipf(t, "no %s in PATH (apt-get install %s)", name, debianPackage)
+	}
+	return path
 }

@@ -10,6 +10,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/test/dockertest"
 )
 
@@ -46,7 +47,7 @@ func TestDocker_StepFindsToolsOnTheImagesOwnPATH(t *testing.T) {
 // mode, and what to do.
 func TestDocker_ExecInAClosedRootCheckoutNamesTheDirectoryNotPermissionDenied(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a root-owned checkout")
+		testenv.Skipf(t, "needs root to make a root-owned checkout")
 	}
 	f := newFixture(t)
 	cfg := f.config()
