@@ -1,7 +1,6 @@
 package kubetest
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -69,28 +68,6 @@ func (c *Cluster) BuilderImage(t testing.TB) string {
 	}
 	c.ImportImage(t, archive)
 	return ref
-}
-
-// InstallBuilderSeccompProfile writes deploy/kubernetes/builds'
-// builder-seccomp.json into the kubelet's seccomp directory as
-// BuilderSeccompProfile, as the deploy manifests' DaemonSet does on a
-// node (the local cluster's kubelet root is StateDir/kubelet/root).
-func (c *Cluster) InstallBuilderSeccompProfile(t testing.TB) {
-	t.Helper()
-	src, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "kubernetes", "builds", "builder-seccomp.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(c.StateDir, "kubelet", "root", "seccomp", BuilderSeccompProfile)
-	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, src) {
-		return
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // moduleRoot is the directory of the go.mod above the working directory

@@ -85,7 +85,10 @@ func (e *Executor) needed() []access {
 // handler and the fix; with it, the kernel the steps see is reported),
 // runs a step with a test secret over the stream, checks its exit code,
 // probes from inside the pod (DNS must work; the API server, the node,
-// another pod must not answer) and removes the pod.
+// another pod must not answer) and removes the pod; where builds are
+// allowed, it then starts a builds pod and asks its BuildKit for its
+// workers (checkBuilder: the node's builder seccomp profile among what
+// that needs).
 func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executor.Check)) {
 	ok := func(name, detail string) { report(executor.Check{Name: name, OK: true, Detail: detail}) }
 	fail := func(name, detail, fix string) {
@@ -134,6 +137,7 @@ func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executo
 	e.checkIdentity(ctx, ok, fail)
 	if machine {
 		e.checkMachine(ctx, ok, fail)
+		e.checkBuilder(ctx, ok, fail)
 	}
 }
 
