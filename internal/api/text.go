@@ -2,6 +2,8 @@ package api
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -27,8 +29,23 @@ import (
 // unicode (unicode.Version).
 var HiddenCategories = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp}
 
-// IsHiddenRune reports whether r is of one of HiddenCategories.
-func IsHiddenRune(r rune) bool { return unicode.In(r, HiddenCategories...) }
+// InvisibleRunes are the characters of other categories that show as
+// nothing or as a blank that is no space, so that "deploy\u3164" looks
+// like "deploy": Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties:
+// Other_Default_Ignorable_Code_Point, such as U+3164 HANGUL FILLER, U+115F,
+// U+1160, U+FFA0 and U+034F COMBINING GRAPHEME JOINER, and the variation
+// selectors U+FE00-FE0F and U+E0100-E01EF, beside the Cf characters
+// above), and U+2800 BRAILLE PATTERN BLANK, a symbol whose glyph is empty.
+var InvisibleRunes = []*unicode.RangeTable{unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector, brailleBlank}
+
+var brailleBlank = &unicode.RangeTable{R16: []unicode.Range16{{Lo: 0x2800, Hi: 0x2800, Stride: 1}}}
+
+// IsHiddenRune reports whether r is of one of HiddenCategories or one of
+// InvisibleRunes: a character a name may not hold, and that text shows
+// escaped.
+func IsHiddenRune(r rune) bool {
+	return unicode.In(r, HiddenCategories...) || unicode.In(r, InvisibleRunes...)
+}
 
 // HiddenRuneAt returns the byte offset of the first character of s that
 // IsHiddenRune, or of the first byte that is not valid UTF-8 (r is then
@@ -56,7 +73,7 @@ func RuneName(r rune) string {
 }
 
 // TextRule says, for messages, what CheckText refuses.
-const TextRule = "names may not hold control or format characters (such as bidirectional overrides and isolates, zero-width characters) or line and paragraph separators, which make text display as something it is not"
+const TextRule = "names may not hold control or format characters (such as bidirectional overrides and isolates, zero-width characters), line and paragraph separators, or characters that show as nothing (fillers, variation selectors, U+2800 BRAILLE PATTERN BLANK), which make text display as something it is not"
 
 // CheckText returns an error when s, a name people read (what says which,
 // e.g. "workflow name"), holds a character IsHiddenRune or is not valid
@@ -75,10 +92,30 @@ func CheckText(what, s string) error {
 	return fmt.Errorf("%s \"%s\": character %d is %s; %s", what, clipName(VisibleText(s)), chars+1, RuneName(r), TextRule)
 }
 
+// CheckDisplayName is CheckText for a free-text name people tell others by (a
+// workflow's or a step's name:), which also may not hold what reads as
+// one of VisibleText's escapes: a backslash before x, u or U and hex
+// digits, as "deploy\u202e" typed. Shown escaped, a name holding U+202E
+// reads the same: refused, an escape in a name is always one.
+func CheckDisplayName(what, s string) error {
+	if err := CheckText(what, s); err != nil {
+		return err
+	}
+	if at, esc := escapeAt(s); at >= 0 {
+		v, _ := strconv.ParseUint(esc[2:], 16, 32)
+		return fmt.Errorf("%s \"%s\": characters %d to %d, %s, read as the escape of a hidden character (shown escaped, a name holding %U reads the same); names may not hold one", what, clipName(s), at+1, at+utf8.RuneCountInString(esc), esc, rune(v))
+	}
+	return nil
+}
+
 // VisibleText returns s with every character IsHiddenRune and every byte
 // that is not valid UTF-8 written as an escape: \x1b for an ASCII control
 // and for an invalid byte, \u202e (or \U000e0001) for any other
-// character; backslashes stay as they are. s itself when it has none.
+// character; backslashes stay as they are, so that text shown escaped
+// twice (a message that quotes an escaped name) reads the same. A name
+// cannot hold what reads as an escape (CheckDisplayName), and git refuses a
+// backslash in a ref: there an escape is always one. s itself when it has
+// none.
 func VisibleText(s string) string {
 	if i, _, _ := HiddenRuneAt(s); i < 0 {
 		return s
@@ -98,6 +135,24 @@ func VisibleText(s string) string {
 	}
 	return b.String()
 }
+
+// escapeAt returns the character offset (0-based) of the first backslash
+// of s that begins what reads as one of VisibleText's escapes (\x, \u or
+// \U followed by a hex digit), and that escape as it reads; -1 when none.
+func escapeAt(s string) (chars int, esc string) {
+	for i, r := range s {
+		if r == '\\' {
+			if m := escapeLook.FindString(s[i:]); m != "" {
+				return utf8.RuneCountInString(s[:i]), m
+			}
+		}
+	}
+	return -1, ""
+}
+
+// escapeLook is what VisibleText writes for a hidden character, at the
+// start of a string.
+var escapeLook = regexp.MustCompile(`^\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})`)
 
 // EscapeRune is how VisibleText writes a hidden character r: \x1b for an
 // ASCII one, \u202e below U+10000, \U000e0001 above.

@@ -60,7 +60,7 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 		switch e.key {
 		case "name":
 			d.substituted = false
-			if s, ok := d.text(e, "name"); ok {
+			if s, ok := d.text(e, "name"); ok && d.displayName(e.vpos(), "name", s) {
 				w.Name, templated = s, d.substituted
 			}
 		case "on":
@@ -185,6 +185,17 @@ func (d *decoder) text(e entry, what string) (string, bool) {
 // (api.CheckText), reporting at p the character that may not.
 func (d *decoder) shown(p pos, what, s string) bool {
 	if err := api.CheckText(what, s); err != nil {
+		d.errorf(p, "%v", err)
+		return false
+	}
+	return true
+}
+
+// displayName reports whether s, a workflow's or step's name:, holds
+// nothing that reads as an escape (api.CheckDisplayName: shown escaped, a
+// hidden character would read the same), reporting at p what does.
+func (d *decoder) displayName(p pos, what, s string) bool {
+	if err := api.CheckDisplayName(what, s); err != nil {
 		d.errorf(p, "%v", err)
 		return false
 	}

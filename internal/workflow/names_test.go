@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 
 	"golang.org/x/text/unicode/rangetable"
 
@@ -11,8 +12,10 @@ import (
 )
 
 // eachHidden calls f with every character of the categories a name may
-// not hold (api.HiddenCategories: Cc, Cf, Zl, Zp).
-func eachHidden(f func(r rune)) { rangetable.Visit(rangetable.Merge(api.HiddenCategories...), f) }
+// not hold (api.HiddenCategories: Cc, Cf, Zl, Zp; api.InvisibleRunes).
+func eachHidden(f func(r rune)) {
+	rangetable.Visit(rangetable.Merge(append(append([]*unicode.RangeTable{}, api.HiddenCategories...), api.InvisibleRunes...)...), f)
+}
 
 // TestLint_BidiOverrideInWorkflowNameIsRefused pins issue 25 item 1 for
 // workflows, over whole categories: a workflow name, a step name, a
@@ -83,4 +86,22 @@ func TestLint_FileNameWithFormatCharacterIsRefused(t *testing.T) {
 			t.Errorf("file name with %U: %v", r, err)
 		}
 	})
+}
+
+// A workflow's or step's name typed with what reads as an escape
+// (deploy\u202e: a backslash and five characters) is refused at its
+// FILE:LINE:COL: shown escaped, a name holding U+202E reads the same.
+func TestLint_NameTypedAsAnEscapeIsRefused(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"name: 'deploy\\u202e'\nsteps: [{run: x}]\n", `ci.yml:1:7: name "deploy\u202e": characters 7 to 12, \u202e, read as the escape`},
+		{"steps:\n  - name: 'a\\x1b'\n    run: x\n", `ci.yml:2:11: step 1 name "a\x1b": characters 2 to 5, \x1b, read as the escape`},
+	} {
+		_, err := Parse(".knotless/workflows/ci.yml", []byte(c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.src, err, c.want)
+		}
+	}
+	if _, err := Parse(".knotless/workflows/ci.yml", []byte("name: 'C:\\dir'\nsteps: [{name: 'printf a\\n', run: x}]\n")); err != nil {
+		t.Errorf("backslashes that read as no escape: %v", err)
+	}
 }

@@ -62,7 +62,7 @@ func (d *decoder) step(num int, n ast.Node, at pos, allowedSecrets map[string]bo
 	for _, e := range es {
 		switch e.key {
 		case "name":
-			if v, ok := d.text(e, where+" name"); ok {
+			if v, ok := d.text(e, where+" name"); ok && d.displayName(e.vpos(), where+" name", v) {
 				s.Name, named = v, true
 			}
 		case "run":
