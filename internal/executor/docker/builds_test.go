@@ -353,3 +353,29 @@ func TestDocker_ContainerBuildRunIsNotHostRootAndCancelLeavesNothing(t *testing.
 		t.Errorf("processes of the builder's host uid %d left: %v", uid, procs)
 	}
 }
+
+// TestDocker_DoctorChecksTheBuilderWhenBuildsAreAllowed: with
+// --builder-image, doctor's last check starts a builds run whose step's
+// buildctl reaches BuildKit, and removes it all; without, there is no
+// such check (TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer).
+func TestDocker_DoctorChecksTheBuilderWhenBuildsAreAllowed(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.buildsConfig(t)
+	cfg.Ephemeral = true // as knotless-run doctor makes it
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var last executor.Check
+	f.executor(t, cfg).Doctor(ctx, true, func(c executor.Check) {
+		t.Logf("%v %s: %s", c.OK, c.Name, c.Detail)
+		if !c.OK {
+			t.Errorf("check %s failed: %s (fix: %s)", c.Name, c.Detail, c.Fix)
+		}
+		last = c
+	})
+	if last.Name != "builder runs BuildKit" || !strings.Contains(last.Detail, "reached BuildKit") {
+		t.Errorf("the last check: %+v", last)
+	}
+	if left := f.runnerLeft(t, ctx); len(left) != 0 {
+		t.Errorf("doctor left: %v", left)
+	}
+}

@@ -21,7 +21,8 @@ var _ executor.Doctor = (*Executor)(nil)
 // disk has --disk-floor free; the job network (the runner's own is made
 // if missing, with its rules); and, when machine is set, a test container of that image runs a step
 // that receives a test secret over the agent's stream, byte for byte, and
-// is removed again. Each check is reported as it ends; the method
+// is removed again, and, with --builder-image, a builds run's step reaches
+// its builder's BuildKit (doctorBuilder). Each check is reported as it ends; the method
 // returns early only when ctx ends.
 func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executor.Check)) {
 	v, err := e.api.ServerVersion(ctx)
@@ -83,6 +84,64 @@ func (e *Executor) Doctor(ctx context.Context, machine bool, report func(executo
 		return
 	}
 	report(e.doctorRun(ctx))
+	if ctx.Err() != nil || e.cfg.BuilderImage == "" {
+		return
+	}
+	report(e.doctorBuilder(ctx))
+}
+
+// doctorWorkspace makes a temporary checkout the job's user can enter
+// (Doctor's executor is ephemeral, so Prepare never hands the workspace
+// to the job's user), and the func that removes it.
+func (e *Executor) doctorWorkspace() (string, func(), error) {
+	ws, err := tempDir()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.Chmod(ws, 0o755); err != nil {
+		removeAll(ws)
+		return "", nil, err
+	}
+	if r := e.cfg.RunAs; !r.Image && os.Geteuid() == 0 {
+		_ = os.Chown(ws, int(r.UID), int(r.GID))
+	}
+	return ws, func() { removeAll(ws) }, nil
+}
+
+// doctorBuilder starts a builds run (--builder-image) and runs a step
+// whose buildctl, from its PATH, asks the builder's BuildKit for its
+// workers; everything is removed again.
+func (e *Executor) doctorBuilder(ctx context.Context) executor.Check {
+	name := "builder runs BuildKit"
+	if e.cfg.Image == "" {
+		return executor.Check{Name: name, Detail: "no --image to start a test container from", Fix: "give --image, or --skip-machine"}
+	}
+	ws, done, err := e.doctorWorkspace()
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error()}
+	}
+	defer done()
+	t0 := time.Now()
+	var setup bytes.Buffer
+	id := fmt.Sprintf("doctor-build-%d", time.Now().UnixNano()%1e9)
+	s, err := e.Prepare(ctx, executor.Spec{ID: id, Image: e.cfg.Image, Workspace: ws, Timeout: 2 * time.Minute, Log: &setup, ContainerBuilds: true})
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error(), Fix: "see the message; the builder image is made as docs/container-builds.md says"}
+	}
+	defer s.Cleanup(context.WithoutCancel(ctx))
+	var out bytes.Buffer
+	res, err := s.Exec(ctx, executor.Step{ID: "1", Name: "doctor", Script: "buildctl debug workers\n"}, &out)
+	if err != nil {
+		return executor.Check{Name: name, Detail: err.Error()}
+	}
+	if res.ExitCode != 0 {
+		return executor.Check{Name: name, Detail: fmt.Sprintf("buildctl debug workers ended %d %s: %s", res.ExitCode, res.Reason, strings.TrimSpace(out.String())),
+			Fix: "the builder's log (docker logs) says why"}
+	}
+	if err := s.Cleanup(ctx); err != nil {
+		return executor.Check{Name: name, Detail: "removing the builder: " + err.Error()}
+	}
+	return executor.Check{Name: name, OK: true, Detail: fmt.Sprintf("image %s: a step's buildctl reached BuildKit; started, run and removed in %s", e.cfg.BuilderImage, time.Since(t0).Round(time.Millisecond))}
 }
 
 // doctorNetwork checks the job network: --network as given, or the
@@ -112,19 +171,11 @@ func (e *Executor) doctorRun(ctx context.Context) executor.Check {
 	if e.cfg.Image == "" {
 		return executor.Check{Name: name, Detail: "no --image to start a test container from", Fix: "give --image, or --skip-machine"}
 	}
-	ws, err := tempDir()
+	ws, done, err := e.doctorWorkspace()
 	if err != nil {
 		return executor.Check{Name: name, Detail: err.Error()}
 	}
-	defer removeAll(ws)
-	// Doctor's executor is ephemeral, so Prepare never hands the workspace
-	// to the job's user: do it here, or the step cannot even enter it.
-	if err := os.Chmod(ws, 0o755); err != nil {
-		return executor.Check{Name: name, Detail: err.Error()}
-	}
-	if r := e.cfg.RunAs; !r.Image && os.Geteuid() == 0 {
-		_ = os.Chown(ws, int(r.UID), int(r.GID))
-	}
+	defer done()
 	t0 := time.Now()
 	var setup bytes.Buffer
 	id := fmt.Sprintf("doctor-%d", time.Now().UnixNano()%1e9)
