@@ -56,7 +56,7 @@ const HostIDsSize = 65536
 // Run shares the client, then starts the daemon in a new user and mount
 // namespace that maps every uid and gid of the current one (mapSize of
 // /proc/self/uid_map and gid_map, 0 to 0), or with HostIDs the range
-// HostIDs..+HostIDsSize of it (hostRange), and waits for it as PID 1:
+// HostIDs..+HostIDsSize of it (idMaps), and waits for it as PID 1:
 // SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on, orphans reaped. It
 // returns the daemon's exit status (128+signal when killed). Errors:
 // the client cannot be copied, the maps cannot be read, the namespace
