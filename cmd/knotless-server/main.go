@@ -168,7 +168,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f.Var(envflag.Size{P: &cfg.RepoQuota, AllowZero: true}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
 	f.StringVar(&cfg.ReleaseDir, "release-dir", "",
-		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download")
+		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download, and /-/download/install.sh, which installs knotless-run from them on a plain host")
 	limits := clientLimitFlags(f, &cfg.ClientLimits)
 	for _, name := range append([]string{"data", "database", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
 		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {

@@ -14,9 +14,15 @@ import (
 )
 
 // Arches are the Linux architectures of a release, as GOARCH names them
-// (the init container maps `uname -m` to them: x86_64 → amd64, aarch64 →
-// arm64).
+// (Machines maps `uname -m` to them: x86_64 → amd64, aarch64 → arm64).
 var Arches = []string{"amd64", "arm64"}
+
+// Machines maps what `uname -m` says on a host of each of Arches to that
+// architecture. The two shell scripts that pick a release's files by it,
+// the runner pod's init container (deploy/kubernetes/base/deployment.yaml)
+// and install.sh (internal/server/install.sh), each write it as a case
+// statement; TestMachines_ScriptsMapUnameAsDeployDoes holds both to it.
+var Machines = map[string]string{"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 // Programs are what the manifests' init container installs, each for
 // every one of Arches: the runner and the step agent.

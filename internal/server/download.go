@@ -16,8 +16,9 @@ import (
 // directory, e.g. /-/download/knotless-run-linux-amd64. It is what a
 // runner's KNOTLESS_DOWNLOAD_URL names (https://SERVER/-/download), so a
 // cluster needs no other web server; the runner pod's init container still
-// checks every file's SHA-256. "/-/" is the server's own part of the URL
-// space: no account or repository is named "-".
+// checks every file's SHA-256. Beside them it serves InstallScript, which
+// installs knotless-run on a plain host. "/-/" is the server's own part of
+// the URL space: no account or repository is named "-".
 const DownloadPath = "/-/download/"
 
 // ReleaseSums is the file of a release listing the others with their
@@ -74,6 +75,10 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := strings.TrimPrefix(r.URL.Path, DownloadPath)
+	if name == InstallScript {
+		s.serveInstallScript(w, r)
+		return
+	}
 	notFound := func() {
 		shown := name
 		if len(shown) > 80 {

@@ -270,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "database", databaseName(cfg.Database),
 		"replica", s.replica, "did", s.did, "version", version.Version)
 	if cfg.ReleaseDir != "" {
-		s.log.Info("serving release files", "dir", cfg.ReleaseDir, "url", cfg.URL+DownloadPath)
+		s.log.Info("serving release files", "dir", cfg.ReleaseDir, "url", cfg.URL+DownloadPath, "install", cfg.URL+DownloadPath+InstallScript)
 		if _, err := os.Stat(filepath.Join(cfg.ReleaseDir, ReleaseSums)); err != nil {
 			s.log.Warn("the release directory has no "+ReleaseSums+": is it what `make release` wrote?", "dir", cfg.ReleaseDir)
 		}
