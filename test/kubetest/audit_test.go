@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,5 +140,45 @@ func TestAuditSearchGivesUpAtTheDeadline(t *testing.T) {
 	other.User = "someone-else"
 	if ev, err := other.Search(ctx, path); err == nil {
 		t.Fatalf("query %s found %+v", other, ev)
+	}
+}
+
+// ScanAuditLog reads every line written before it was called: the
+// backups, oldest first, then the live file, and a file the API server
+// rotated to while it read (here: at the live file's first line). A scan
+// of the live file alone missed what rotation had moved away.
+func TestAuditScanReadsBackupsAndTheLiveFileAcrossARotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	write := func(name, s string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("audit-2026-07-01T09-00-00.000.log", `{"auditID":"b1"}`+"\n")
+	write("audit-2026-07-01T09-30-00.000.log", `{"auditID":"b2"}`+"\n\n")
+	write("audit.log", `{"auditID":"l1"}`+"\n"+`{"auditID":"l2"}`+"\n")
+	var got []string
+	rotated := false
+	n, err := kubetest.ScanAuditLog(path, func(line []byte) {
+		got = append(got, string(line))
+		if string(line) == `{"auditID":"l1"}` && !rotated {
+			rotated = true
+			if err := os.Rename(path, filepath.Join(dir, "audit-2026-07-01T10-00-00.000.log")); err != nil {
+				t.Fatal(err)
+			}
+			write("audit.log", `{"auditID":"n1"}`+"\n")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`{"auditID":"b1"}`, `{"auditID":"b2"}`, `{"auditID":"l1"}`, `{"auditID":"l2"}`, `{"auditID":"n1"}`}
+	if n != len(want) || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("scanned %d lines %q, want %q", n, got, want)
+	}
+	if !kubetest.AuditLineOfNamespace([]byte(auditExec), "kt-x") || kubetest.AuditLineOfNamespace([]byte(auditExec), "kt-y") {
+		t.Error("AuditLineOfNamespace does not tell kt-x's exec event from another namespace's")
 	}
 }

@@ -1,15 +1,12 @@
 package kube_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,14 +85,21 @@ echo released`,
 
 	// Every process of the pod while the step runs: command lines never
 	// hold the secret; environments only in the step's own processes.
-	pids := f.podOutput(t, pod, `for d in /proc/[0-9]*; do echo ${d#/proc/}; done`)
+	// The first exec's command carries a marker (not secret) that the
+	// audit scan below must see, with at least as many pods/exec events
+	// as the test made execs.
+	execMarker := "execmarker" + hex.EncodeToString(tok[6:])
+	pids := f.podOutput(t, pod, `: `+execMarker+`; for d in /proc/[0-9]*; do echo ${d#/proc/}; done`)
+	execs := 1
 	steps := 0
 	for _, pid := range strings.Fields(string(pids)) {
 		cmdline, err := f.podExec(ctx, pod, "cat /proc/"+pid+"/cmdline")
+		execs++
 		if err != nil {
 			continue // gone meanwhile (our own cat, for one)
 		}
 		environ, err := f.podExec(ctx, pod, "cat /proc/"+pid+"/environ")
+		execs++
 		if err != nil {
 			t.Errorf("read the environment of pid %s (%q): %v", pid, cmdline, err)
 			continue
@@ -171,23 +175,40 @@ echo released`,
 		t.Fatal(err)
 	}
 	f.c.WaitAuditQuery(t, time.Minute, kubetest.AuditQuery{Verb: "delete", Resource: "pods", Namespace: f.ns, Name: pod})
-	canaries := 0
-	n, err := scanAudit(f.c.AuditLogPath, f.ns, func(line []byte) {
+	canaries, n := 0, 0
+	execIDs := map[string]bool{} // audit IDs of pods/exec events of the namespace
+	markerSeen := false
+	lines, err := kubetest.ScanAuditLog(f.c.AuditLogPath, func(line []byte) {
+		if !kubetest.AuditLineOfNamespace(line, f.ns) {
+			return
+		}
+		n++
 		find("the audit log", line)
 		if bytes.Contains(line, []byte(canary)) {
 			canaries++
+		}
+		var ev kubetest.AuditEvent
+		if bytes.Contains(line, []byte(`"subresource":"exec"`)) && json.Unmarshal(line, &ev) == nil &&
+			ev.ObjectRef != nil && ev.ObjectRef.Subresource == "exec" && ev.ObjectRef.Namespace == f.ns {
+			execIDs[ev.AuditID] = true
+			markerSeen = markerSeen || strings.Contains(ev.RequestURI, execMarker)
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 {
-		t.Fatal("no audit event of the namespace: the search searched nothing")
+		t.Fatalf("no audit event of the namespace among %d lines: the search searched nothing", lines)
 	}
 	if canaries == 0 || !bytes.Contains(stored, []byte(canary)) {
 		t.Fatalf("the canary label is in %d audit events and the stored pod: %v; the searches do not see pod bodies", canaries, bytes.Contains(stored, []byte(canary)))
 	}
-	t.Logf("searched %d audit events of namespace %s (%d hold the pod's body with the canary label)", n, f.ns, canaries)
+	// Exec commands are where a test or an executor would put a secret on
+	// a command line: the scan must have read them, the test's own first.
+	if len(execIDs) < execs || !markerSeen {
+		t.Fatalf("the audit scan saw %d pods/exec requests of namespace %s (the test's marked exec among them: %v); the test made %d: it did not scan the exec commands", len(execIDs), f.ns, markerSeen, execs)
+	}
+	t.Logf("searched %d audit events of namespace %s among %d lines of the log and its backups: %d hold the pod's body with the canary label, %d are pods/exec requests (the test made %d)", n, f.ns, lines, canaries, len(execIDs), execs)
 }
 
 // podOutput runs script in the pod as the admin and fails on error.
@@ -200,38 +221,4 @@ func (f *fixture) podOutput(t *testing.T, pod, script string) []byte {
 		t.Fatalf("exec in %s: %v", pod, err)
 	}
 	return out
-}
-
-// scanAudit hands every line of the audit log (its rotated files first)
-// that holds namespace's name to fn, and counts them.
-func scanAudit(path, namespace string, fn func(line []byte)) (int, error) {
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "audit-*.log"))
-	files = append(files, path)
-	n := 0
-	for _, name := range files {
-		fh, err := os.Open(name)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		rd := bufio.NewReaderSize(fh, 1<<20)
-		for {
-			line, err := rd.ReadBytes('\n')
-			if bytes.Contains(line, []byte(`"namespace":"`+namespace+`"`)) || bytes.Contains(line, []byte("/namespaces/"+namespace+"/")) {
-				n++
-				fn(line)
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				fh.Close()
-				return n, err
-			}
-		}
-		fh.Close()
-	}
-	return n, nil
 }

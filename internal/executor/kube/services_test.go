@@ -94,7 +94,12 @@ func TestKube_PostgresServiceAnswersTheStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.c.WaitAuditQuery(t, time.Minute, kubetest.AuditQuery{Verb: "delete", Resource: "pods", Namespace: f.ns, Name: pod})
-	n, err := scanAudit(f.c.AuditLogPath, f.ns, func(line []byte) {
+	n := 0
+	_, err = kubetest.ScanAuditLog(f.c.AuditLogPath, func(line []byte) {
+		if !kubetest.AuditLineOfNamespace(line, f.ns) {
+			return
+		}
+		n++
 		if bytes.Contains(line, []byte("pw-canary")) {
 			t.Errorf("the audit log holds the service's secret: %.300s", line)
 		}
