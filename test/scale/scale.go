@@ -73,7 +73,9 @@ type Summary struct {
 	Runs                         int            // runs made
 	States                       map[string]int // final "state/reason" → runs
 	NotFinal                     []int64        // runs not final at the end
-	ClaimedTwice                 []int64        // runs with more than one "run claimed" in the replicas' logs
+	Claims                       int            // claims the database accepted (its ledger of ClaimRun's updates)
+	ClaimedTwice                 []int64        // runs the database recorded more than one claim of
+	NeverClaimed                 []int64        // runs that started but the database recorded no claim of: the ledger missed one
 	FinishedTwice                []int64        // runs with more than one "run finished"
 	IncompleteLogs               []int64        // runs whose step log is not the whole expected text
 	Killed                       string         // which replica was killed, when
@@ -84,7 +86,7 @@ type Summary struct {
 // OK reports whether every run ended exactly once, succeeded, with its
 // whole log, and none was claimed twice.
 func (s Summary) OK() bool {
-	return s.Runs == s.Pipelines && len(s.NotFinal)+len(s.ClaimedTwice)+len(s.FinishedTwice)+len(s.IncompleteLogs) == 0 &&
+	return s.Runs == s.Pipelines && len(s.NotFinal)+len(s.ClaimedTwice)+len(s.NeverClaimed)+len(s.FinishedTwice)+len(s.IncompleteLogs) == 0 &&
 		s.States[api.StateSucceeded+"/"] == s.Runs
 }
 
@@ -101,8 +103,8 @@ func (s Summary) String() string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %-30s %d\n", strings.TrimSuffix(k, "/"), s.States[k])
 	}
-	fmt.Fprintf(&b, "not final: %v\nclaimed twice: %v\nfinished twice: %v\nincomplete logs: %v\n",
-		s.NotFinal, s.ClaimedTwice, s.FinishedTwice, s.IncompleteLogs)
+	fmt.Fprintf(&b, "not final: %v\nclaims in the database: %d; claimed twice: %v; never claimed: %v\nfinished twice: %v\nincomplete logs: %v\n",
+		s.NotFinal, s.Claims, s.ClaimedTwice, s.NeverClaimed, s.FinishedTwice, s.IncompleteLogs)
 	fmt.Fprintf(&b, "pushes took %s; all runs final %s after the first push\n", s.PushTook.Round(time.Millisecond), s.AllFinalTook.Round(time.Millisecond))
 	if len(s.FirstStep) > 0 {
 		d := append([]time.Duration(nil), s.FirstStep...)
@@ -161,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	w.data = filepath.Join(w.root, "data")
 	defer w.stopAll()
 	if err := w.start(ctx); err != nil {
+		return sum, err
+	}
+	if err := w.recordClaims(ctx); err != nil {
 		return sum, err
 	}
 	fmt.Fprintf(cfg.Out, "%d replicas on PostgreSQL behind %s; %d runners (shell executor)\n", cfg.Replicas, w.url, cfg.Runners)
@@ -423,7 +428,8 @@ func (w *world) allRuns(ctx context.Context) ([]api.Run, error) {
 	}
 }
 
-// check fills sum from the runs, their logs and the replicas' logs.
+// check fills sum from the runs, their logs, the database's claims and
+// the replicas' logs.
 func (w *world) check(ctx context.Context, sum Summary, runs []api.Run) (Summary, error) {
 	sum.Runs = len(runs)
 	want := w.wantLog()
@@ -448,8 +454,10 @@ func (w *world) check(ctx context.Context, sum Summary, runs []api.Run) (Summary
 			sum.FirstStep = append(sum.FirstStep, r.StartedAt.Sub(r.CreatedAt))
 		}
 	}
-	claimed, finished := map[int64]int{}, map[int64]int{}
-	claimRE := regexp.MustCompile(`msg="run claimed" run=(\d+)`)
+	if err := w.checkClaims(ctx, &sum, runs); err != nil {
+		return sum, err
+	}
+	finished := map[int64]int{}
 	finishRE := regexp.MustCompile(`msg="run finished" run=(\d+)`)
 	for i := range w.cfg.Replicas {
 		f, err := os.Open(w.serverLog(i))
@@ -459,21 +467,12 @@ func (w *world) check(ctx context.Context, sum Summary, runs []api.Run) (Summary
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			if m := claimRE.FindStringSubmatch(sc.Text()); m != nil {
-				id, _ := strconv.ParseInt(m[1], 10, 64)
-				claimed[id]++
-			}
 			if m := finishRE.FindStringSubmatch(sc.Text()); m != nil {
 				id, _ := strconv.ParseInt(m[1], 10, 64)
 				finished[id]++
 			}
 		}
 		f.Close()
-	}
-	for id, n := range claimed {
-		if n > 1 {
-			sum.ClaimedTwice = append(sum.ClaimedTwice, id)
-		}
 	}
 	for id, n := range finished {
 		if n > 1 {
