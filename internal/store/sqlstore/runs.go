@@ -554,7 +554,11 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 			f.Reason = api.ReasonSuperseded
 			f.Message = fmt.Sprintf("superseded by run %d (concurrency group %q, cancel-in-progress)", r.SupersededBy, r.ConcurrencyGroup)
 		}
-		if reason, msg := cancelCause(ctx, tx, r.ID); reason != "" && f.State == api.StateCancelled && f.Reason == api.ReasonCancelled {
+		reason, msg, err := cancelCause(ctx, tx, r.ID)
+		if err != nil {
+			return err
+		}
+		if reason != "" && f.State == api.StateCancelled && f.Reason == api.ReasonCancelled {
 			f.Reason, f.Message = reason, msg // the server's own cancel (fail-fast)
 		}
 		if api.IsFinal(r.State) {
@@ -589,10 +593,16 @@ func (d *DB) CompleteRun(ctx context.Context, id int64, f store.RunFinal) (store
 }
 
 // cancelCause is the reason and message of a cancel the server asked for
-// on its own (fail-fast) on run id; "" when none.
-func cancelCause(ctx context.Context, tx querier, id int64) (reason, msg string) {
-	_ = tx.QueryRowContext(ctx, `SELECT cancel_reason, cancel_message FROM runs WHERE id = ?`, id).Scan(&reason, &msg)
-	return reason, msg
+// on its own (fail-fast) on run id; "" when none. Its error is the
+// query's: one that fails aborts a PostgreSQL transaction, so it must end
+// the transaction (to be retried when the dialect says so) rather than
+// leave the next statement to fail as "current transaction is aborted".
+func cancelCause(ctx context.Context, tx querier, id int64) (reason, msg string, err error) {
+	var r, m sql.NullString
+	if err := tx.QueryRowContext(ctx, `SELECT cancel_reason, cancel_message FROM runs WHERE id = ?`, id).Scan(&r, &m); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("read the cancel of run %d: %w", id, err)
+	}
+	return r.String, m.String, nil
 }
 
 // CancelRun implements store.Store.
@@ -698,7 +708,11 @@ func endHeldRun(ctx context.Context, tx querier, id int64, state, reason, msg st
 	if err != nil {
 		return r, err
 	}
-	if cause, causeMsg := cancelCause(ctx, tx, id); cause != "" && state == api.StateCancelled && reason == api.ReasonCancelled {
+	cause, causeMsg, err := cancelCause(ctx, tx, id)
+	if err != nil {
+		return r, err
+	}
+	if cause != "" && state == api.StateCancelled && reason == api.ReasonCancelled {
 		reason, msg = cause, causeMsg+"; "+msg
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE runs SET state = ?, reason = ?, message = ?, finished_at = ?,
