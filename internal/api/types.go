@@ -385,6 +385,21 @@ type Step struct {
 type ListRunsOutput struct {
 	Runs   []Run  `json:"runs"`
 	Cursor string `json:"cursor,omitempty"`
+	// EmptyPipelines are the repository's newest pipelines that made no
+	// run (at most 5, newer than the runs listed), with the notes that say
+	// why: a push whose workflow files were all ignored. Only on the first
+	// page of one repository's runs, without a pipeline.
+	EmptyPipelines []EmptyPipeline `json:"emptyPipelines,omitempty"`
+}
+
+// EmptyPipeline is a pipeline that made no run, and why (Notes).
+type EmptyPipeline struct {
+	ID        int64     `json:"id"`
+	Ref       string    `json:"ref"`
+	SHA       string    `json:"sha"`
+	Event     string    `json:"event"`
+	CreatedAt time.Time `json:"createdAt"`
+	Notes     []string  `json:"notes"`
 }
 
 // RunRef names a run.

@@ -70,6 +70,21 @@ wait. Prints the new runs; with -f follows their logs to the end and exits
 	return cmd
 }
 
+// printEmptyPipelines prints, newest first, the pipelines that made no
+// run and why: "Pipeline 7 (push of main at 1a2b3c4, 2m ago) ran nothing:"
+// and its notes, each on a line of its own.
+func printEmptyPipelines(w io.Writer, ps []api.EmptyPipeline) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "Pipeline %d (%s of %s at %s) ran nothing:\n", p.ID, p.Event, api.VisibleText(shortRef(p.Ref)), shortSHA(p.SHA))
+		for _, n := range p.Notes {
+			fmt.Fprintf(w, "  %s\n", api.VisibleText(n))
+		}
+	}
+	if len(ps) > 0 {
+		fmt.Fprintln(w)
+	}
+}
+
 // printPipelineNotes prints the notes of the pipelines of runs, once per
 // pipeline, oldest pipeline first (e.g. a file in .knotless/workflows that
 // is not a workflow and did not run).

@@ -45,6 +45,13 @@ func (s *session) getRun(ctx context.Context, id int64) (api.Run, error) {
 // server's default, cursor "" the first page. It returns one page and the
 // cursor of the next ("" when there is none).
 func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, limit int, cursor string) ([]api.Run, string, error) {
+	out, err := s.listRunsPage(ctx, repo, pipeline, limit, cursor)
+	return out.Runs, out.Cursor, err
+}
+
+// listRunsPage is listRuns's whole answer, with the repository's
+// pipelines that made no run (api.ListRunsOutput.EmptyPipelines).
+func (s *session) listRunsPage(ctx context.Context, repo string, pipeline int64, limit int, cursor string) (api.ListRunsOutput, error) {
 	p := url.Values{}
 	if cursor != "" {
 		p.Set("cursor", cursor)
@@ -61,11 +68,11 @@ func (s *session) listRuns(ctx context.Context, repo string, pipeline int64, lim
 	var out api.ListRunsOutput
 	if err := s.query(ctx, api.MethodListRuns, p, &out); err != nil {
 		if repo != "" {
-			return nil, "", fmt.Errorf("list runs of %s: %w", repo, err)
+			return out, fmt.Errorf("list runs of %s: %w", repo, err)
 		}
-		return nil, "", fmt.Errorf("list runs: %w", err)
+		return out, fmt.Errorf("list runs: %w", err)
 	}
-	return out.Runs, out.Cursor, nil
+	return out, nil
 }
 
 // latestPipeline is the id of the newest pipeline (of repo, if set), 0 when
@@ -144,16 +151,18 @@ their workflow, and each retried run's attempts under it.`,
 					return usageErrorf("--pipeline %q: want a pipeline id or latest", pipeline)
 				}
 			}
-			runs, next, err := s.listRuns(ctx, r, pid, limit, cursor)
+			page, err := s.listRunsPage(ctx, r, pid, limit, cursor)
 			if err != nil {
 				return err
 			}
+			runs, next := page.Runs, page.Cursor
 			if runs == nil {
 				runs = []api.Run{}
 			}
 			if s.jsonOut {
-				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs, Cursor: next})
+				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs, Cursor: next, EmptyPipelines: page.EmptyPipelines})
 			}
+			printEmptyPipelines(s.stdout(), page.EmptyPipelines)
 			if len(runs) == 0 {
 				fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
 				return nil

@@ -143,6 +143,17 @@ func (s *session) lint(files []string, expand bool) error {
 		if len(dirProblems) > 0 {
 			return s.printLint(LintOutput{Files: []string{}, Problems: dirProblems, Ignored: []LintIgnored{}}, 1, 0)
 		}
+		// A directory of .knotless named almost like the workflows'
+		// (.knotless/workflow) is never looked at: said, as the server
+		// says it at a push.
+		if des, err := os.ReadDir(filepath.Join(root, filepath.Dir(workflow.Dir))); err == nil {
+			for _, d := range des {
+				p := filepath.ToSlash(filepath.Join(filepath.Dir(workflow.Dir), d.Name()))
+				if why := workflow.MisplacedDir(p); d.IsDir() && why != "" {
+					ignored = append(ignored, LintIgnored{File: workflow.DisplayPath(rel(filepath.Join(root, p))), Reason: why})
+				}
+			}
+		}
 		dir := filepath.Join(root, workflow.Dir)
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {

@@ -38,12 +38,14 @@ type parsedWorkflow struct {
 // (workflow.CheckDir, workflow.CheckFile): a symbolic link, as the
 // directory or as a file, or a file named *.YML, is an entry with Err,
 // never followed. Every other entry of .knotless/workflows is not run and
-// named in notes, with why (workflow.NotWorkflow), for the pipeline.
+// named in notes, with why (workflow.NotWorkflow), for the pipeline, and
+// so is a directory of .knotless named almost like it
+// (workflow.MisplacedDir: .knotless/workflow).
 func (s *Server) workflowsAt(ctx context.Context, dir, sha string) (files []workflowFile, notes []string, err error) {
 	parent := path.Dir(workflow.Dir)
 	// -t names .knotless and .knotless/workflows themselves (their modes)
 	// before the files in the latter.
-	out, err := s.git(ctx, dir, "ls-tree", "-z", "-t", sha, "--", parent, workflow.Dir, workflow.Dir+"/")
+	out, err := s.git(ctx, dir, "ls-tree", "-z", "-t", sha, "--", parent, parent+"/", workflow.Dir, workflow.Dir+"/")
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s at %s: %w", workflow.Dir, sha, err)
 	}
@@ -60,6 +62,14 @@ func (s *Server) workflowsAt(ctx context.Context, dir, sha string) (files []work
 		if p == parent || p == workflow.Dir {
 			if err := workflow.CheckDir(p, kind); err != nil {
 				return []workflowFile{{Path: p, Refused: err}}, nil, nil
+			}
+			continue
+		}
+		if path.Dir(p) == parent {
+			// A directory named almost like the workflows' is a typo
+			// whose files would never run without a word.
+			if why := workflow.MisplacedDir(p); kind == workflow.KindDir && why != "" {
+				notes = append(notes, workflow.DisplayPath(p)+": not run: "+why)
 			}
 			continue
 		}
@@ -273,12 +283,16 @@ type trigger struct {
 }
 
 // afterPush makes one pipeline per branch or tag a push (by the account
-// actor) created or updated.
-func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) {
+// actor) created or updated, and returns what the pusher should read about
+// each (pushMessages): the pipeline and its runs, or why nothing runs, and
+// the pipeline's notes. A push whose workflow files are all ignored (ci.json,
+// a directory, .knotless/workflow/) makes a pipeline with no runs and those
+// notes, so the pipeline list shows why nothing ran.
+func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, before, after map[string]string) (lines []string) {
 	dir, err := s.repoDir(repo.Owner, repo.Name)
 	if err != nil {
 		s.log.Error("make pipelines after a push", "repo", repo.FullName(), "err", err)
-		return
+		return []string{"no pipeline was made: the server's log says why"}
 	}
 	var changed []string
 	for ref, oid := range after {
@@ -297,25 +311,57 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, b
 		if strings.HasPrefix(ref, "refs/tags/") {
 			event = "tag"
 		}
+		at := api.VisibleText(strings.TrimPrefix(strings.TrimPrefix(ref, "refs/heads/"), "refs/tags/")) + " at " + sha[:min(len(sha), 7)]
 		files, notes, err := s.workflowsAt(ctx, dir, sha)
 		if err != nil {
 			s.log.Error("read workflows after push", "repo", repo.FullName(), "ref", ref, "err", err)
+			lines = append(lines, at+": its workflows could not be read, nothing runs: the server's log says why")
 			continue
 		}
 		planned := planRuns(parseAll(files), workflow.Event{Kind: workflow.EventPush, Ref: ref}, false,
 			func(parsedWorkflow) bool { return true })
-		if len(planned) == 0 {
-			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha, "not_workflows", notes)
+		if len(planned) == 0 && len(notes) == 0 {
+			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha)
+			if len(files) == 0 {
+				lines = append(lines, at+": no workflow in "+workflow.Dir+"/, nothing runs")
+			} else {
+				lines = append(lines, fmt.Sprintf("%s: none of the %d workflows runs on a %s of it (their on:), nothing runs", at, len(files), event))
+			}
 			continue
 		}
 		var was string
 		if old, ok := before[ref]; ok {
 			was, _ = s.commitOf(ctx, dir, old)
 		}
-		if _, _, err := s.createPipeline(ctx, repo, ref, sha, event, trigger{actor: actor, before: was, notes: notes}, planned); err != nil {
+		p, runs, err := s.createPipeline(ctx, repo, ref, sha, event, trigger{actor: actor, before: was, notes: notes}, planned)
+		if err != nil {
 			s.log.Error("create pipeline after push", "repo", repo.FullName(), "ref", ref, "err", err)
+			lines = append(lines, at+": no pipeline was made: the server's log says why")
+			continue
+		}
+		lines = append(lines, pipelineLine(at, p, runs))
+		for _, n := range notes {
+			lines = append(lines, "  "+n)
 		}
 	}
+	return lines
+}
+
+// pipelineLine is a push's line about the pipeline p it made for at
+// ("main at 1a2b3c4"), e.g. "main at 1a2b3c4: pipeline 7, 2 runs (build,
+// test): knotless run list --pipeline 7", or "... pipeline 7 runs nothing"
+// when the notes below say why.
+func pipelineLine(at string, p store.Pipeline, runs []store.Run) string {
+	if len(runs) == 0 {
+		return fmt.Sprintf("%s: pipeline %d runs nothing, because:", at, p.ID)
+	}
+	var names []string
+	for _, r := range runs {
+		if !slices.Contains(names, r.Workflow) {
+			names = append(names, api.VisibleText(r.Workflow))
+		}
+	}
+	return fmt.Sprintf("%s: pipeline %d, %d %s (%s): knotless run list --pipeline %d", at, p.ID, len(runs), plural(len(runs), "run", "runs"), strings.Join(names, ", "), p.ID)
 }
 
 // fixHead points an unborn HEAD at a pushed branch (main if pushed), so

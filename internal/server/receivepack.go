@@ -227,13 +227,29 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
-	s.httpBackend(w, r, user, f, n)
+	// With a side band, what afterPush says goes before the answer's
+	// end, as "remote:" lines (pushmessages.go).
+	out := &heldFlush{ResponseWriter: w}
+	if !cmds.sideband {
+		out = nil
+	}
+	var rw http.ResponseWriter = w
+	if out != nil {
+		rw = out
+	}
+	s.httpBackend(rw, r, user, f, n)
 	after, err := s.refs(ctx, dir)
 	if err != nil {
 		s.log.Error("git: read refs after push", "repo", repo.FullName(), "err", err)
+		if out != nil {
+			out.finish(nil)
+		}
 		return
 	}
-	s.afterPush(ctx, repo, user, before, after)
+	lines := s.afterPush(ctx, repo, user, before, after)
+	if out != nil {
+		out.finish(lines)
+	}
 	s.pruneHeldCommits(ctx, repo, after)
 }
 

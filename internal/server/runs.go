@@ -154,7 +154,34 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 	if len(runs) == limit {
 		out.Cursor = strconv.FormatInt(runs[len(runs)-1].ID, 10)
 	}
+	if f.RepoID != 0 && f.PipelineID == 0 && f.Before == 0 {
+		if out.EmptyPipelines, err = s.emptyPipelines(ctx, f.RepoID, runs); err != nil {
+			return err
+		}
+	}
 	return writeJSON(w, out)
+}
+
+// emptyPipelines are the newest pipelines of repository repoID that made
+// no run, newer than every run of runs (the page listed), at most 5.
+func (s *Server) emptyPipelines(ctx context.Context, repoID int64, runs []store.Run) ([]api.EmptyPipeline, error) {
+	ps, err := s.store.ListPipelines(ctx, store.PipelineFilter{RepoID: repoID, Empty: true, Limit: 5})
+	if err != nil {
+		return nil, err
+	}
+	var oldest int64
+	for _, r := range runs {
+		if oldest == 0 || r.PipelineID < oldest {
+			oldest = r.PipelineID
+		}
+	}
+	var out []api.EmptyPipeline
+	for _, p := range ps {
+		if len(runs) == 0 || p.ID > oldest {
+			out = append(out, api.EmptyPipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Event: p.Event, CreatedAt: p.CreatedAt, Notes: p.Notes})
+		}
+	}
+	return out, nil
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, a store.Account) error {

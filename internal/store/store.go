@@ -685,4 +685,7 @@ type PipelineFilter struct {
 	// of that workflow (both, when both are set).
 	State    string
 	Workflow string
+	// Empty selects only pipelines that made no run (a push whose
+	// workflow files were all ignored: its Notes say why).
+	Empty bool
 }

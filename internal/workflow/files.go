@@ -106,6 +106,19 @@ func NotWorkflow(p string, kind EntryKind) string {
 	return "the file name ends in " + DisplayPath(ext) + ": workflows are files named *.yml or *.yaml"
 }
 
+// MisplacedDir says why p, a directory directly in .knotless whose name
+// is close to workflows (.knotless/workflow, .knotless/Workflows: a typo or
+// another case, as `unknown key` suggestions measure it), is never looked
+// at, for the notes of a pipeline and of lint; "" for any other directory
+// (.knotless/workflows itself, or one of another purpose).
+func MisplacedDir(p string) string {
+	base, want := path.Base(p), path.Base(Dir)
+	if base == want || suggest(base, []string{want}) == "" {
+		return ""
+	}
+	return "a directory that is never looked at: workflows are the files directly in " + Dir + "/ (lower case, with an s); move them there to run them"
+}
+
 // GitKind is the EntryKind of a git ls-tree mode.
 func GitKind(mode string) EntryKind {
 	switch mode {

@@ -98,6 +98,20 @@ func (s *Server) PushDir(t testing.TB, dir, repo, token string, refspecs ...stri
 	}
 }
 
+// PushDirOutput is PushDir without -q, returning git's output: its
+// "remote:" lines say what the server made of the push.
+func (s *Server) PushDirOutput(t testing.TB, dir, repo, token string, refspecs ...string) string {
+	t.Helper()
+	auth := "Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("knotless:"+token))
+	env := gitEnv(t, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0="+auth)
+	args := append([]string{"push", s.URL + "/" + repo + ".git"}, refspecs...)
+	out, err := runGit(t, dir, env, args)
+	if err != nil {
+		t.Fatalf("servertest: git push to %s %s: %v\n%s", repo, strings.Join(refspecs, " "), err, out)
+	}
+	return out
+}
+
 // Push commits files (as Commit takes them) into a fresh work tree and
 // pushes that commit to ref (a full ref name, e.g. "refs/heads/main") of
 // repo ("OWNER/NAME") as PushDir does. It returns the commit id.

@@ -68,6 +68,9 @@ func (d *DB) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]store
 		where += ` AND EXISTS (SELECT 1 FROM runs x WHERE x.pipeline_id = p.id AND (? = '' OR x.state = ?) AND (? = '' OR x.workflow = ?))`
 		args = append(args, f.State, f.State, f.Workflow, f.Workflow)
 	}
+	if f.Empty {
+		where += ` AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.pipeline_id = p.id)`
+	}
 	rows, err := d.db.QueryContext(ctx, `SELECT `+pipelineCols+pipelineFrom+where+` ORDER BY p.id DESC LIMIT ?`, append(args, f.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
