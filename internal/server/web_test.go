@@ -678,3 +678,16 @@ func TestWeb_SessionStoresNoTokenOrCookieAndCookieIsNoAPIToken(t *testing.T) {
 		t.Fatalf("the session cookie as an API token: %v, want InvalidToken", err)
 	}
 }
+
+// A push whose workflow files are all ignored is a pipeline of the web
+// view's list, with no runs and the notes that say why (issue 39 §1).
+func TestWeb_PipelineThatRanNothingIsListedWithItsNotes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	f.push(t, servertest.WorkTree(t, map[string]string{".knotless/workflows/ci.json": `{"steps": [{"run": "echo"}]}`}), "HEAD:refs/heads/main")
+	alice := signedIn(t, f.URL, f.token)
+	code, body := alice.get("/alice/app")
+	if code != http.StatusOK || !strings.Contains(body, `id="p1"`) || !strings.Contains(body, "ci.json: not a workflow, not run: the file name ends in .json") {
+		t.Errorf("GET /alice/app: %d, want pipeline 1 with its note:\n%s", code, body)
+	}
+}
