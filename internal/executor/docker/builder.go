@@ -136,9 +136,10 @@ func builderFor(b builderSpec, job containerSpec, jobID string) (*container.Conf
 }
 
 // refuseBuilds is the fault of a builds run on a runner without
-// --builder-image: before any container exists, naming the flag.
+// --builder-image: before any container exists, naming the flag
+// (unsupported: never retried).
 func (e *Executor) refuseBuilds() error {
-	return &executor.Fault{Reason: api.ReasonExecutor, Message: fmt.Sprintf(
+	return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
 		"this workflow asks for container-builds: true, and runner %s does not allow image builds: its operator gives the docker executor --builder-image IMAGE (docs/container-builds.md)",
 		strings.TrimSpace(e.cfg.Runner))}
 }

@@ -98,7 +98,7 @@ func TestDocker_ContainerBuildRefusedWithoutTheFlag(t *testing.T) {
 	defer cancel()
 	s, err := e.Prepare(ctx, spec)
 	var fault *executor.Fault
-	if !errors.As(err, &fault) || fault.Reason != "executor" || !strings.Contains(fault.Message, "--builder-image") || !strings.Contains(fault.Message, "container-builds: true") {
+	if !errors.As(err, &fault) || fault.Reason != "unsupported" || !strings.Contains(fault.Message, "--builder-image") || !strings.Contains(fault.Message, "container-builds: true") {
 		if s != nil {
 			_ = s.Cleanup(ctx)
 		}
