@@ -10,9 +10,8 @@ import _ "embed"
 // executor hands it to the engine with each builder container; kube
 // nodes get the same bytes from deploy/kubernetes/builds (the DaemonSet
 // writes builder-seccomp.json). seccomp.json is a copy of that file,
-// because go:embed reads no file outside this package's directory: a
-// test holds the two equal, so the deploy file stays the one source to
-// edit.
+// because go:embed reads no file outside this package's directory:
+// `make builder-seccomp` writes both, and a test holds the two equal.
 //
 //go:embed seccomp.json
 var SeccompProfile string
