@@ -21,13 +21,12 @@ import (
 
 // logFiles keeps step logs as files: DIR/logs/<run>/<step>.log, and their
 // line times (api.LineTime records) as <step>.times beside. A log's size
-// is its file's size; writes to one log (and to its times) are serialized.
+// is its file's size; writes to one log (and to its times) are serialized,
+// within a process by a mutex and across the replicas sharing DIR by an
+// flock(2) of the log file.
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
-	// writes counts the writes under each mu: a logAppend that saw the
-	// count last knows the log's size without a stat.
-	writes [64]uint64
 }
 
 // errGap: an append would leave a hole; size is what the log holds.
@@ -97,9 +96,6 @@ type logAppend struct {
 	f      *os.File
 	tf     *os.File       // the times file, opened at the first time kept
 	times  []api.LineTime // the request's line times not yet passed
-	size   int64          // the log's size as this append last knew it
-	known  bool           // size was known once
-	seen   uint64         // logFiles.writes[stripe] when size was right
 	buf    []byte         // line time records being written
 }
 
@@ -119,27 +115,28 @@ func (l *logFiles) openAppend(run int64, step int, times []api.LineTime) (*logAp
 
 // write stores data, which starts at byte offset of the log, as
 // logFiles.append does, with the line times of the bytes it writes, all
-// under the log's lock: a log's bytes and its times file grow in the same
-// order whichever requests interleave.
+// under the log's locks (the process's mutex, then an exclusive flock of
+// the log file, which another server replica sharing the data directory
+// also takes): a log's bytes and its times file grow in the same order
+// whichever requests interleave, in one replica or in two.
 //
-// The log's size comes from a stat of the file, unless nothing was written
-// under the lock since this append last knew it. (On NFS a stat of a file
-// with bytes not yet sent waits for them to reach the file server.) The
-// bytes go at their offset (pwrite), not at the file's end: should another
-// server replica have appended the same bytes meanwhile, they land on
-// themselves instead of twice.
+// The log's size comes from a stat of the file under the flock: another
+// replica may have written since this append's last piece. (On NFS the
+// flock's release sends the piece's bytes, so the stat does not wait for
+// them.) The bytes go at their offset (pwrite), not at the file's end.
 func (a *logAppend) write(offset int64, data []byte) (before, after int64, err error) {
 	mu := &a.l.mu[a.stripe]
 	mu.Lock()
 	defer mu.Unlock()
-	if !a.known || a.l.writes[a.stripe] != a.seen {
-		fi, err := a.f.Stat()
-		if err != nil {
-			return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
-		}
-		a.size, a.known, a.seen = fi.Size(), true, a.l.writes[a.stripe]
+	if err := unix.Flock(int(a.f.Fd()), unix.LOCK_EX); err != nil {
+		return 0, 0, fmt.Errorf("lock log of run %d step %d: %w", a.run, a.step, err)
 	}
-	size := a.size
+	defer unix.Flock(int(a.f.Fd()), unix.LOCK_UN)
+	fi, err := a.f.Stat()
+	if err != nil {
+		return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
+	}
+	size := fi.Size()
 	if offset > size {
 		return size, size, &errGap{size: size}
 	}
@@ -149,10 +146,7 @@ func (a *logAppend) write(offset int64, data []byte) (before, after int64, err e
 	}
 	n, err := a.f.WriteAt(data[skip:], size)
 	if n > 0 {
-		a.size = size + int64(n)
-		a.l.writes[a.stripe]++
-		a.seen = a.l.writes[a.stripe]
-		a.writeTimes(size, a.size)
+		a.writeTimes(size, size+int64(n))
 	}
 	if err != nil {
 		return size, size + int64(n), fmt.Errorf("write log of run %d step %d: %w", a.run, a.step, err)
