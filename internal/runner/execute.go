@@ -459,11 +459,49 @@ func (e *execution) run(ctx context.Context) Result {
 	}
 	res := e.steps(runCtx, sess, timeout)
 	if !e.handedOver && !e.handingOver() {
-		res.Exports = e.collectExports(ctx, sess)
-		e.collectOutputs(ctx, sess)
-		e.saveCaches(ctx, sess, res, caches)
+		e.afterSteps(ctx, sess, &res, caches)
 	}
 	return res
+}
+
+// afterSteps reads what the steps left (exports, outputs) and saves the
+// caches, unless the run's environment is known gone: its step ended
+// pod-lost, or reading the exports found the step agent gone
+// (executor.ErrEnvironmentGone). Then one line of the setup log says what was skipped
+// and why, rather than each as a failure of its own.
+func (e *execution) afterSteps(ctx context.Context, sess executor.Session, res *Result, caches cacheRestoreResult) {
+	gone := ""
+	if res.State == api.StateErrored && res.Reason == api.ReasonPodLost {
+		gone = res.Message
+	}
+	if gone == "" {
+		exports, err := e.collectExports(ctx, sess)
+		if err == nil {
+			res.Exports = exports
+			e.collectOutputs(ctx, sess)
+			e.saveCaches(ctx, sess, *res, caches)
+			return
+		}
+		gone = err.Error()
+	}
+	var skipped []string
+	if e.stepRan {
+		skipped = append(skipped, "exports")
+	}
+	if len(e.wf.Outputs) > 0 {
+		skipped = append(skipped, "outputs")
+	}
+	if len(caches) > 0 && res.State == api.StateSucceeded {
+		skipped = append(skipped, "caches")
+	}
+	if len(skipped) == 0 {
+		return
+	}
+	list := strings.Join(skipped, ", ")
+	if i := strings.LastIndex(list, ", "); i >= 0 {
+		list = list[:i] + " and " + list[i+2:]
+	}
+	e.setup.printf("%s: skipped: the run's environment is gone (%s)\n", list, gone)
 }
 
 func (e *execution) report(u StepUpdate) {

@@ -185,30 +185,35 @@ func (e *execution) download(ctx context.Context, n api.NeededRun, tmp *os.File)
 
 // collectExports reads the export file the steps wrote (workflow.ExportFile)
 // out of the environment and returns its values, every secret masked; the
-// setup log says what was exported and what was skipped.
-func (e *execution) collectExports(ctx context.Context, sess executor.Session) map[string]string {
+// setup log says what was exported and what was skipped. Its error, only
+// when the step agent is gone (executor.ErrEnvironmentGone: the environment is), is for
+// afterSteps to say once.
+func (e *execution) collectExports(ctx context.Context, sess executor.Session) (map[string]string, error) {
 	if !e.stepRan {
-		return nil
+		return nil, nil
 	}
 	dir, err := os.MkdirTemp(filepath.Dir(e.job.Workspace), ".export-")
 	if err != nil {
 		e.setup.printf("exports: not read: %v\n", err)
-		return nil
+		return nil, nil
 	}
 	defer os.RemoveAll(dir)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	dst := filepath.Join(dir, "export.env")
 	if err := sess.CopyOut(cctx, workflow.ExportFile, dst); err != nil {
+		if errors.Is(err, executor.ErrEnvironmentGone) {
+			return nil, err
+		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			e.setup.printf("exports: %s not read: %v\n", workflow.ExportFile, err)
 		}
-		return nil
+		return nil, nil
 	}
 	b, err := os.ReadFile(dst)
 	if err != nil {
 		e.setup.printf("exports: %s not read: %v\n", workflow.ExportFile, err)
-		return nil
+		return nil, nil
 	}
 	values, problems := workflow.ParseExports(b)
 	for _, p := range problems {
@@ -223,7 +228,7 @@ func (e *execution) collectExports(ctx context.Context, sess executor.Session) m
 	if len(values) > 0 {
 		e.setup.printf("exports: %s (for the runs that need this one)\n", strings.Join(names, ", "))
 	}
-	return values
+	return values, nil
 }
 
 func short(sum string) string {
