@@ -42,7 +42,9 @@ import (
 // The node is full for the few seconds between the job pod's start and
 // the preemptor's deletion: other tests' pods wait Pending meanwhile
 // (the executor's PendingTimeout is 10 minutes). The preemptor requests
-// no more than the job pod, so no other pod can be its victim.
+// what the job pod does, more than half the node's cpu, so it never fits
+// beside the job pod and needs no other pod's place: the job pod is its
+// only victim.
 func TestKube_JobPodPreemptedByTheSchedulerEndsPreemptedAndIsRetried(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -62,14 +64,15 @@ func TestKube_JobPodPreemptedByTheSchedulerEndsPreemptedAndIsRetried(t *testing.
 		_ = f.c.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
 	})
 
-	// The job pod takes all the node's free cpu but 100m; it must be more
-	// than half of it, so that the job pod and the preemptor cannot both
-	// run.
-	var free int64
-	testwait.Until(t, 2*time.Minute, "500m of the node's cpu free for the job pod", func() (bool, string) {
+	// The job pod takes all the node's free cpu but 100m, which must be
+	// more than half the node's: then the preemptor, asking for as much,
+	// never fits beside it, whatever other pods end meanwhile, and fits
+	// once it is gone beside every pod that runs now.
+	var free, allocatable int64
+	testwait.Until(t, 3*time.Minute, "more than half the node's cpu free for the job pod", func() (bool, string) {
 		var err error
-		free, err = freeMilliCPU(ctx, f.c)
-		return err == nil && free >= 500, fmt.Sprintf("%dm free, %v", free, err)
+		free, allocatable, err = freeMilliCPU(ctx, f.c)
+		return err == nil && free-100 > allocatable/2, fmt.Sprintf("%dm of %dm free, %v", free, allocatable, err)
 	})
 	jobCPU := free - 100
 	cfg := f.config()
@@ -132,16 +135,18 @@ func TestKube_JobPodPreemptedByTheSchedulerEndsPreemptedAndIsRetried(t *testing.
 
 // freeMilliCPU is the cluster's node's allocatable cpu less what its pods
 // that have not ended request (as the scheduler counts: the larger of the
-// containers' sum and any init container's, plus the pod's overhead).
-func freeMilliCPU(ctx context.Context, c *kubetest.Cluster) (int64, error) {
+// containers' sum and any init container's, plus the pod's overhead), and
+// the allocatable cpu.
+func freeMilliCPU(ctx context.Context, c *kubetest.Cluster) (free, allocatable int64, err error) {
 	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	free := node.Status.Allocatable.Cpu().MilliValue()
+	allocatable = node.Status.Allocatable.Cpu().MilliValue()
+	free = allocatable
 	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.NodeName})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -161,5 +166,5 @@ func freeMilliCPU(ctx context.Context, c *kubetest.Cluster) (int64, error) {
 		}
 		free -= max(sum, initMax) + p.Spec.Overhead.Cpu().MilliValue()
 	}
-	return free, nil
+	return free, allocatable, nil
 }
