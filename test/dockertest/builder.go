@@ -2,8 +2,6 @@ package dockertest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,17 +48,14 @@ func (e *Engine) BuilderImage(t testing.TB) string {
 	if dir == "" {
 		dir = DefaultClusterDir
 	}
-	var progs []string
 	for _, p := range []string{"buildkitd", "buildctl", "runc"} {
-		path := filepath.Join(dir, "bin", p)
-		if _, err := os.Stat(path); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "bin", p)); err != nil {
 			msg := fmt.Sprintf("the builder image needs the local cluster's %s: %v (make cluster-up builds BuildKit and runc)", p, err)
 			if os.Getenv(EnvClusterRequired) == "1" {
 				t.Fatal(msg)
 			}
 			t.Skip(msg)
 		}
-		progs = append(progs, path)
 	}
 	wd, err := os.Getwd()
 	if err != nil {
@@ -70,36 +65,16 @@ func (e *Engine) BuilderImage(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
-	built, err := deploy.Build(context.Background(), root, tmp, runtime.GOARCH, "knotless-builder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs = append([]string{built[deploy.FileName("knotless-builder", runtime.GOARCH)]}, progs...)
-	h := sha256.New()
-	for _, p := range progs {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	ref := "localhost/knotless/builder:" + hex.EncodeToString(h.Sum(nil))[:16]
 	ctx := context.Background()
-	if _, err := e.Client.ImageInspect(ctx, ref); err == nil {
-		return ref
-	}
-	img, err := deploy.BuilderImage(ref, runtime.GOARCH, progs[0], progs[1], progs[2], progs[3])
+	ref, archive, err := deploy.LocalBuilderImage(ctx, root, t.TempDir(), filepath.Join(dir, "bin"), runtime.GOARCH, func(ref string) bool {
+		_, err := e.Client.ImageInspect(ctx, ref)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive := filepath.Join(tmp, "builder.tar")
-	if err := deploy.WriteArchive(archive, img); err != nil {
-		t.Fatal(err)
+	if archive == "" {
+		return ref
 	}
 	if err := loadArchive(ctx, e.Client, archive); err != nil {
 		t.Fatalf("load the builder image %s: %v", ref, err)

@@ -2,9 +2,6 @@ package kubetest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,38 +30,13 @@ func (c *Cluster) BuilderImage(t testing.TB) string {
 	builderOnce.Lock()
 	defer builderOnce.Unlock()
 	c.InstallBuilderSeccompProfile(t)
-	dir := t.TempDir()
-	built, err := deploy.Build(context.Background(), moduleRoot(t), dir, runtime.GOARCH, "knotless-builder")
+	ref, archive, err := deploy.LocalBuilderImage(context.Background(), moduleRoot(t), t.TempDir(), filepath.Join(c.StateDir, "bin"), runtime.GOARCH,
+		func(ref string) bool { return c.HasImage(t, ref) })
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (test/cluster builds BuildKit and runc: make cluster-down cluster-up)", err)
 	}
-	progs := []string{built[deploy.FileName("knotless-builder", runtime.GOARCH)]}
-	for _, p := range []string{"buildkitd", "buildctl", "runc"} {
-		progs = append(progs, filepath.Join(c.StateDir, "bin", p))
-	}
-	h := sha256.New()
-	for _, p := range progs {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatalf("the builder image's %s: %v (test/cluster builds BuildKit and runc: make cluster-down cluster-up)", filepath.Base(p), err)
-		}
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	ref := "localhost/knotless/builder:" + hex.EncodeToString(h.Sum(nil))[:16]
-	if c.HasImage(t, ref) {
+	if archive == "" {
 		return ref
-	}
-	img, err := deploy.BuilderImage(ref, runtime.GOARCH, progs[0], progs[1], progs[2], progs[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	archive := filepath.Join(dir, "builder.tar")
-	if err := deploy.WriteArchive(archive, img); err != nil {
-		t.Fatal(err)
 	}
 	c.ImportImage(t, archive)
 	return ref
