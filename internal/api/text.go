@@ -103,7 +103,11 @@ func CheckDisplayName(what, s string) error {
 	}
 	if at, esc := escapeAt(s); at >= 0 {
 		v, _ := strconv.ParseUint(esc[2:], 16, 32)
-		return fmt.Errorf("%s \"%s\": characters %d to %d, %s, read as the escape of a hidden character (shown escaped, a name holding %U reads the same); names may not hold one", what, clipName(s), at+1, at+utf8.RuneCountInString(esc), esc, rune(v))
+		hidden := fmt.Sprintf("%U", rune(v))
+		if esc[1] == 'x' && v >= 0x80 {
+			hidden = fmt.Sprintf("the byte 0x%02x, not valid UTF-8,", v)
+		}
+		return fmt.Errorf("%s \"%s\": characters %d to %d, %s, read as the escape of a hidden character (shown escaped, a name holding %s reads the same); names may not hold one: drop the backslash, or write the name another way", what, clipName(s), at+1, at+utf8.RuneCountInString(esc), esc, hidden)
 	}
 	return nil
 }
@@ -137,21 +141,29 @@ func VisibleText(s string) string {
 }
 
 // escapeAt returns the character offset (0-based) of the first backslash
-// of s that begins what reads as one of VisibleText's escapes (\x, \u or
-// \U followed by a hex digit), and that escape as it reads; -1 when none.
+// of s that begins what VisibleText could have written for a character it
+// escapes (\x1b or \x80-\xff, \u202e, \U000e0001: an ASCII control, an
+// invalid byte, an IsHiddenRune character), and that escape as it reads;
+// -1 when none. \u00e9 reads as no such escape: VisibleText shows é as é.
 func escapeAt(s string) (chars int, esc string) {
 	for i, r := range s {
-		if r == '\\' {
-			if m := escapeLook.FindString(s[i:]); m != "" {
-				return utf8.RuneCountInString(s[:i]), m
-			}
+		if r != '\\' {
+			continue
+		}
+		m := escapeLook.FindString(s[i:])
+		if m == "" {
+			continue
+		}
+		v, _ := strconv.ParseUint(m[2:], 16, 32)
+		if m[1] == 'x' && (v < 0x20 || v >= 0x7f) || m[1] != 'x' && IsHiddenRune(rune(v)) {
+			return utf8.RuneCountInString(s[:i]), m
 		}
 	}
 	return -1, ""
 }
 
-// escapeLook is what VisibleText writes for a hidden character, at the
-// start of a string.
+// escapeLook is what an escape of VisibleText's looks like, at the start
+// of a string.
 var escapeLook = regexp.MustCompile(`^\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})`)
 
 // EscapeRune is how VisibleText writes a hidden character r: \x1b for an

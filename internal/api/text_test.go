@@ -132,6 +132,7 @@ func TestCheckDisplayName_RefusesWhatReadsAsAnEscape(t *testing.T) {
 	for _, c := range []struct{ name, want string }{
 		{`deploy\u202e`, `characters 7 to 12, \u202e, read as the escape of a hidden character (shown escaped, a name holding U+202E reads the same)`},
 		{`a\x1bb`, `characters 2 to 5, \x1b,`},
+		{`bad\xffbyte`, `a name holding the byte 0xff, not valid UTF-8, reads the same`},
 		{`tag\U000e0001`, `characters 4 to 13, \U000e0001,`},
 	} {
 		if err := CheckDisplayName("step name", c.name); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -141,9 +142,9 @@ func TestCheckDisplayName_RefusesWhatReadsAsAnEscape(t *testing.T) {
 			t.Errorf("CheckText(%q) = %v: text that is no name may hold it", c.name, err)
 		}
 	}
-	for _, ok := range []string{"plain name", `printf 'a\n'`, `C:\dir`, `trailing\`, `\uzzzz`} {
+	for _, ok := range []string{"plain name", `printf 'a\n'`, `C:\dir`, `trailing\`, `\uzzzz`, `caf\u00e9`, `C:\users\x41`, `a \U0001F600 b`} {
 		if err := CheckDisplayName("step name", ok); err != nil {
-			t.Errorf("CheckDisplayName(%q) = %v, want nil (nothing in it reads as an escape)", ok, err)
+			t.Errorf("CheckDisplayName(%q) = %v, want nil (nothing in it reads as an escape VisibleText writes)", ok, err)
 		}
 	}
 	if once := VisibleText("ok\u202e"); VisibleText(once) != once || once != `ok\u202e` {
