@@ -385,10 +385,11 @@ type Step struct {
 type ListRunsOutput struct {
 	Runs   []Run  `json:"runs"`
 	Cursor string `json:"cursor,omitempty"`
-	// EmptyPipelines are the repository's newest pipelines that made no
-	// run (at most 5, newer than the runs listed), with the notes that say
-	// why: a push whose workflow files were all ignored. Only on the first
-	// page of one repository's runs, without a pipeline.
+	// EmptyPipelines are pipelines that made no run, with the notes that
+	// say why (a push whose workflow files were all ignored): on the first
+	// page of one repository's runs, its newest (at most 5, newer than the
+	// oldest run listed unless that page is the last); for a pipeline
+	// (the pipeline parameter) that ran nothing, that pipeline.
 	EmptyPipelines []EmptyPipeline `json:"emptyPipelines,omitempty"`
 }
 

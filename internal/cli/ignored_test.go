@@ -47,6 +47,12 @@ func TestPush_IgnoredWorkflowFilesAreSaidWhereThePusherLooks(t *testing.T) {
 	if r := runCLI(t, e, dir, nil, "workflow", "lint"); r.code == ExitOK || !strings.Contains(r.stdout+r.stderr, ".knotless/workflow: not a workflow, will not run: a directory that is never looked at") {
 		t.Errorf("workflow lint does not name .knotless/workflow: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	if r := runCLI(t, e, dir, nil, "workflow", "lint"); strings.Contains(r.stderr, "run inside a repository") {
+		t.Errorf("workflow lint, run inside the repository, tells to run inside one:\n%s", r.stderr)
+	}
+	if r := runCLI(t, e, dir, nil, "workflow", "lint", ".knotless/workflow/build.yml"); r.code == ExitOK || !strings.Contains(r.stdout+r.stderr, "will not run: it is in .knotless/workflow, a directory that is never looked at") {
+		t.Errorf("workflow lint of a file in .knotless/workflow: exit %d, want it refused\n%s%s", r.code, r.stdout, r.stderr)
+	}
 
 	r := mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app")
 	if !strings.Contains(r.stdout, "Pipeline 1 (push of main at "+sha+") ran nothing:\n") || !strings.Contains(r.stdout, "No runs in admin/app.") {
@@ -63,6 +69,23 @@ func TestPush_IgnoredWorkflowFilesAreSaidWhereThePusherLooks(t *testing.T) {
 	out = srv.PushDirOutput(t, dir, "admin/app", srv.AdminToken, "HEAD:refs/heads/main")
 	if w := "remote: Knotless: main at " + sha + ": pipeline 2, 1 run (ci): knotless run list --pipeline 2"; !strings.Contains(out, w) {
 		t.Errorf("git push does not say %q:\n%s", w, out)
+	}
+
+	// Pipeline 1 stays in the list under the later runs, and by its id.
+	r = mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app")
+	if !strings.Contains(r.stdout, "Pipeline 1 (push of main at ") || !strings.Contains(r.stdout, notes[1]) {
+		t.Errorf("run list no longer says that pipeline 1 ran nothing once pipeline 2 ran:\n%s", r.stdout)
+	}
+	r = mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app", "--pipeline", "1")
+	if !strings.Contains(r.stdout, "Pipeline 1 (push of main at ") || !strings.Contains(r.stdout, notes[0]) || strings.Contains(r.stdout, "No runs") {
+		t.Errorf("run list --pipeline 1 does not say why it ran nothing:\n%s", r.stdout)
+	}
+	servertest.Git(t, dir, "rm", "-q", ".knotless/workflows/ci.yml")
+	servertest.Commit(t, dir, map[string]string{".knotless/workflows/other.json": "{}"}, "json only")
+	srv.PushDirOutput(t, dir, "admin/app", srv.AdminToken, "HEAD:refs/heads/main")
+	r = mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app", "--pipeline", "latest")
+	if !strings.Contains(r.stdout, "Pipeline 3 (push of main at ") || !strings.Contains(r.stdout, "other.json: not a workflow") {
+		t.Errorf("run list --pipeline latest does not show pipeline 3, which ran nothing:\n%s", r.stdout)
 	}
 
 	bare := servertest.WorkTree(t, map[string]string{"README": "x"})

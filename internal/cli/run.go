@@ -78,17 +78,25 @@ func (s *session) listRunsPage(ctx context.Context, repo string, pipeline int64,
 // latestPipeline is the id of the newest pipeline (of repo, if set), 0 when
 // there is none.
 func (s *session) latestPipeline(ctx context.Context, repo string) (int64, error) {
-	runs, _, err := s.listRuns(ctx, repo, 0, 20, "")
+	page, err := s.listRunsPage(ctx, repo, 0, 20, "")
 	if err != nil {
 		return 0, err
 	}
 	var max int64
-	for _, r := range runs {
-		if r.Pipeline > max {
-			max = r.Pipeline
-		}
+	for _, r := range page.Runs {
+		max = fmax(max, r.Pipeline)
+	}
+	for _, p := range page.EmptyPipelines { // one that ran nothing may be the newest
+		max = fmax(max, p.ID)
 	}
 	return max, nil
+}
+
+func fmax(a, b int64) int64 {
+	if b > a {
+		return b
+	}
+	return a
 }
 
 // pipelineRuns lists the runs of one pipeline, oldest first.
@@ -164,7 +172,9 @@ their workflow, and each retried run's attempts under it.`,
 			}
 			printEmptyPipelines(s.stdout(), page.EmptyPipelines)
 			if len(runs) == 0 {
-				fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
+				if pid == 0 || len(page.EmptyPipelines) == 0 {
+					fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
+				}
 				return nil
 			}
 			if pid != 0 {

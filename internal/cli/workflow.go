@@ -174,6 +174,9 @@ func (s *session) lint(files []string, expand bool) error {
 		sort.Strings(files)
 		if len(files) == 0 {
 			s.printIgnored(ignored)
+			if len(ignored) > 0 {
+				return failf("no workflows found in %s (*.yml, *.yaml): the entries above are not workflows and will not run; rename or move them", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
+			}
 			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
 		}
 	}
@@ -371,6 +374,16 @@ func lintFile(name, path string) ([]LintProblem, []*workflow.Workflow) {
 		}
 		if !ok {
 			return []LintProblem{{File: workflow.DisplayPath(name), Message: "will not run: " + workflow.NotWorkflow(name, lstatKind(fi))}}, nil
+		}
+	}
+	// A file of .knotless/workflow (a typo) checks as a workflow, and
+	// never runs.
+	if abs, err := filepath.Abs(path); err == nil {
+		dir := filepath.Dir(abs)
+		if filepath.Base(filepath.Dir(dir)) == filepath.Dir(workflow.Dir) {
+			if why := workflow.MisplacedDir(filepath.Dir(workflow.Dir) + "/" + filepath.Base(dir)); why != "" {
+				return []LintProblem{{File: workflow.DisplayPath(name), Message: "will not run: it is in " + workflow.DisplayPath(filepath.Dir(workflow.Dir)+"/"+filepath.Base(dir)) + ", " + why}}, nil
+			}
 		}
 	}
 	src, err := os.ReadFile(path)

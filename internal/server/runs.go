@@ -154,17 +154,30 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, a store.Accoun
 	if len(runs) == limit {
 		out.Cursor = strconv.FormatInt(runs[len(runs)-1].ID, 10)
 	}
-	if f.RepoID != 0 && f.PipelineID == 0 && f.Before == 0 {
-		if out.EmptyPipelines, err = s.emptyPipelines(ctx, f.RepoID, runs); err != nil {
+	switch {
+	case f.PipelineID != 0 && len(runs) == 0:
+		// A pipeline that ran nothing: the notes that say why.
+		p, err := s.store.Pipeline(ctx, f.PipelineID)
+		if err != nil {
+			return err
+		}
+		out.EmptyPipelines = []api.EmptyPipeline{emptyPipeline(p)}
+	case f.RepoID != 0 && f.PipelineID == 0 && f.Before == 0:
+		if out.EmptyPipelines, err = s.emptyPipelines(ctx, f.RepoID, runs, out.Cursor == ""); err != nil {
 			return err
 		}
 	}
 	return writeJSON(w, out)
 }
 
+func emptyPipeline(p store.Pipeline) api.EmptyPipeline {
+	return api.EmptyPipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Event: p.Event, CreatedAt: p.CreatedAt, Notes: p.Notes}
+}
+
 // emptyPipelines are the newest pipelines of repository repoID that made
-// no run, newer than every run of runs (the page listed), at most 5.
-func (s *Server) emptyPipelines(ctx context.Context, repoID int64, runs []store.Run) ([]api.EmptyPipeline, error) {
+// no run, at most 5: newer than the oldest run of runs (the page listed),
+// or any when the page is the last (all, the repository's runs).
+func (s *Server) emptyPipelines(ctx context.Context, repoID int64, runs []store.Run, last bool) ([]api.EmptyPipeline, error) {
 	ps, err := s.store.ListPipelines(ctx, store.PipelineFilter{RepoID: repoID, Empty: true, Limit: 5})
 	if err != nil {
 		return nil, err
@@ -177,8 +190,8 @@ func (s *Server) emptyPipelines(ctx context.Context, repoID int64, runs []store.
 	}
 	var out []api.EmptyPipeline
 	for _, p := range ps {
-		if len(runs) == 0 || p.ID > oldest {
-			out = append(out, api.EmptyPipeline{ID: p.ID, Ref: p.Ref, SHA: p.SHA, Event: p.Event, CreatedAt: p.CreatedAt, Notes: p.Notes})
+		if last || p.ID > oldest {
+			out = append(out, emptyPipeline(p))
 		}
 	}
 	return out, nil
