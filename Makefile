@@ -16,7 +16,7 @@ PROGRAMS := knotless knotless-server knotless-run knotless-agent knotless-builde
 # the same bytes (TestRelease_MakeBuildMatchesTheManifestDigests).
 STATIC  := CGO_ENABLED=0 GOFLAGS='-buildvcs=false -trimpath' GOAMD64=v1 GOARM64=v8.0
 
-.PHONY: test-gvisor release testreport deploy-digests deploy-digests-check builder-seccomp runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube bench-builds docker-up docker-down bench-docker
+.PHONY: test-gvisor release testreport deploy-digests deploy-digests-check builder-seccomp builder-image runner-image bench-deploy all build demo test test-unit test-e2e vet fuzz bench clean cluster-harness cluster-build cluster-up cluster-down cluster-status bench-cluster bench-kube bench-builds docker-up docker-down bench-docker
 
 all: build
 
@@ -251,6 +251,15 @@ deploy-digests:
 
 deploy-digests-check:
 	$(TESTBUILD) $(GO) run ./scripts/deploy digests -check
+
+# The builder image of container builds (docs/container-builds.md): this
+# checkout's knotless-builder with BuildKit's buildkitd and buildctl and runc,
+# which the local cluster's harness builds from their Go modules (cached in
+# /var/cache/knotless-test-cluster; runc needs gcc, libseccomp-dev and
+# pkg-config), as $(BIN)/knotless-builder-image.tar, its name printed.
+builder-image: cluster-harness
+	$(CLUSTER) build --only buildkitd,buildctl,runc --copy-to $(BIN)/builder-programs
+	$(TESTBUILD) $(GO) run ./scripts/deploy builder-image -bin $(BIN)/builder-programs -o $(BIN)/knotless-builder-image.tar
 
 runner-image:
 	@mkdir -p $(BIN)

@@ -6,6 +6,7 @@
 //	go run ./scripts/deploy digests -check       # exit 1 when the manifest's digests are stale
 //	go run ./scripts/deploy image -o bin/knotless-runner-image.tar [-ref localhost/knotless/runner:dev]
 //	go run ./scripts/deploy image -base -o FILE -ref localhost/knotless/runner-base:1
+//	go run ./scripts/deploy builder-image -bin DIR -o bin/knotless-builder-image.tar   # make builder-image
 package main
 
 import (
@@ -29,7 +30,7 @@ func main() {
 	}
 }
 
-const usage = "usage: deploy release [-o DIR] | deploy digests [-check] | deploy image -o FILE [-ref REF] [-base]"
+const usage = "usage: deploy release [-o DIR] | deploy digests [-check] | deploy image -o FILE [-ref REF] [-base] | deploy builder-image -bin DIR -o FILE"
 
 func run(args []string) error {
 	if len(args) == 0 {
@@ -100,6 +101,30 @@ func run(args []string) error {
 		} else {
 			fmt.Println(deploy.Manifest, "already up to date")
 		}
+		return nil
+	case "builder-image":
+		bin := fs.String("bin", "", "directory holding buildkitd, buildctl and runc, static, for this machine (make builder-image builds them)")
+		out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *bin == "" || *out == "" {
+			return fmt.Errorf("builder-image needs -bin DIR and -o FILE")
+		}
+		tmp, err := os.MkdirTemp("", "knotless-deploy-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		ref, archive, err := deploy.LocalBuilderImage(ctx, root, tmp, *bin, runtime.GOARCH, func(string) bool { return false })
+		if err != nil {
+			return err
+		}
+		if err := os.Rename(archive, *out); err != nil {
+			return err
+		}
+		fmt.Printf("%s in %s (linux/%s): load it (docker load -i %s, or ctr -n k8s.io images import %s), or push it where your nodes pull from, and give the runner --builder-image with its name\n",
+			ref, *out, runtime.GOARCH, *out, *out)
 		return nil
 	case "image":
 		out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")

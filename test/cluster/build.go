@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,10 @@ type BuildOptions struct {
 	// Log receives one line per build event (start with the command, end with
 	// duration and size). Default slog.Default().
 	Log *slog.Logger
+	// Only, when set, builds only the binaries of these names (the first
+	// word of a build line's name: buildkitd, buildctl, runc, ...); the
+	// others are neither built nor required.
+	Only []string
 }
 
 // Binaries holds absolute paths of the cluster's binaries in the cache.
@@ -209,6 +214,9 @@ func Build(ctx context.Context, o BuildOptions) (Binaries, error) {
 		go func() {
 			defer wg.Done()
 			for _, s := range line {
+				if len(o.Only) > 0 && !slices.Contains(o.Only, strings.Fields(s.name)[0]) {
+					continue
+				}
 				if isExecutable(s.path) {
 					o.Log.Info("binary cached", "component", s.name, "path", s.path)
 					continue

@@ -82,6 +82,15 @@ func (e *Engine) BuilderImage(t testing.TB) string {
 	return ref
 }
 
+// LoadArchive loads the docker image archive at path into the engine
+// (docker load), failing the test on an error.
+func (e *Engine) LoadArchive(t testing.TB, path string) {
+	t.Helper()
+	if err := loadArchive(context.Background(), e.Client, path); err != nil {
+		t.Fatalf("docker load %s: %v", path, err)
+	}
+}
+
 // loadArchive loads a docker image archive into the engine.
 func loadArchive(ctx context.Context, c *client.Client, path string) error {
 	f, err := os.Open(path)
