@@ -687,7 +687,7 @@ func TestWeb_PipelineThatRanNothingIsListedWithItsNotes(t *testing.T) {
 	f.push(t, servertest.WorkTree(t, map[string]string{".knotless/workflows/ci.json": `{"steps": [{"run": "echo"}]}`}), "HEAD:refs/heads/main")
 	alice := signedIn(t, f.URL, f.token)
 	code, body := alice.get("/alice/app")
-	if code != http.StatusOK || !strings.Contains(body, `id="p1"`) || !strings.Contains(body, "ci.json: not a workflow, not run: the file name ends in .json") {
+	if code != http.StatusOK || !strings.Contains(body, `id="p1"`) || !strings.Contains(body, "Ran nothing, because:") || !strings.Contains(body, "ci.json: not a workflow, not run: the file name ends in .json") {
 		t.Errorf("GET /alice/app: %d, want pipeline 1 with its note:\n%s", code, body)
 	}
 }
