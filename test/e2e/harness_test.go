@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -102,7 +103,46 @@ func buildAndRun(m *testing.M) int {
 			return 1
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	// No test may leave a process behind (a step agent that waited an
+	// hour for a runner that was gone, issue 39): after every test's
+	// cleanup, a process of this package's programs that outlives a grace
+	// fails the package, named, and is killed.
+	if left := leftoverProcesses(dir, 15*time.Second); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: %d process(es) of the tests' programs outlived every test (killed now):\n%s", len(left), strings.Join(left, "\n"))
+		code = 1
+	}
+	return code
+}
+
+// leftoverProcesses waits up to grace for every process whose program is
+// below dir (/proc/PID/exe) to end, then kills those left and returns
+// them, each as "PID: its command line".
+func leftoverProcesses(dir string, grace time.Duration) []string {
+	find := func() map[int]string {
+		out := map[int]string{}
+		for pid, cmdline := range procFiles("cmdline") {
+			exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+			if err != nil || !strings.HasPrefix(exe, dir+string(filepath.Separator)) {
+				continue
+			}
+			out[pid] = strings.Join(strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"), " ")
+		}
+		return out
+	}
+	deadline := time.Now().Add(grace)
+	left := find()
+	for len(left) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		left = find()
+	}
+	var out []string
+	for pid, cmd := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		out = append(out, fmt.Sprintf("%d: %s", pid, cmd))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // findModuleRoot walks up from the working directory (the test's package
