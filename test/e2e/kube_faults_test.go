@@ -31,7 +31,7 @@ func TestE2E_KubeFaultsReadTheSameOnExecAndServerPaths(t *testing.T) {
 	}{
 		{".knotless/workflows/term.yml", "on: {push: {}}\nsteps:\n  - run: echo started; kill -TERM 1; sleep 60\n", api.StateErrored, api.ReasonPodLost},
 		{".knotless/workflows/disk.yml", "on: {push: {}}\nresources: {disk: 32Mi}\nsteps:\n  - run: dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; sleep 300\n", api.StateErrored, api.ReasonEvicted},
-		{".knotless/workflows/arch.yml", "on: {push: {}}\nimage: " + kubetest.JobArm64OnlyImage + "\nsteps:\n  - run: echo never\n", api.StateErrored, api.ReasonExecutor},
+		{".knotless/workflows/arch.yml", "on: {push: {}}\nimage: " + kubetest.JobArm64OnlyImage + "\nsteps:\n  - run: echo never\n", api.StateErrored, api.ReasonUnsupported},
 		{".knotless/workflows/exit.yml", "on: {push: {}}\nsteps:\n  - run: exit 3\n", api.StateFailed, api.ReasonExitCode},
 	}
 	files := map[string]string{}
