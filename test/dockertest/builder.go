@@ -2,10 +2,7 @@ package dockertest
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +12,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"knotless.dev/knotless/internal/deploy"
+	"knotless.dev/knotless/internal/executor/docker"
 )
 
 const (
@@ -103,19 +101,5 @@ func loadArchive(ctx context.Context, c *client.Client, path string) error {
 		return err
 	}
 	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if m.Error != "" {
-			return errors.New(m.Error)
-		}
-	}
+	return docker.StreamError(res.Body)
 }

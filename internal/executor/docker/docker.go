@@ -191,7 +191,7 @@ func (e *Executor) ensureImage(ctx context.Context, spec executor.Spec, img stri
 	rc, err := e.api.ImagePull(ctx, img, image.PullOptions{})
 	if err == nil {
 		// The pull's progress ends with an error message when it failed.
-		err = pullResult(rc)
+		err = StreamError(rc)
 		rc.Close()
 	}
 	if err != nil {
@@ -204,8 +204,11 @@ func (e *Executor) ensureImage(ctx context.Context, spec executor.Spec, img stri
 	return got, nil
 }
 
-// pullResult reads a pull's JSON progress and returns its error, if any.
-func pullResult(r io.Reader) error {
+// StreamError reads the JSON progress stream the engine answers a pull or
+// an image load with (ImagePull, ImageLoad) to its end and returns the
+// error it reports (its "error" field), or the stream's own; nil when
+// none.
+func StreamError(r io.Reader) error {
 	dec := json.NewDecoder(r)
 	for {
 		var m struct {
