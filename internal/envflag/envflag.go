@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // annotation is the pflag annotation that holds a flag's variable.
@@ -71,8 +71,8 @@ func Apply(sets ...*pflag.FlagSet) error {
 }
 
 // Size is a flag holding a number of bytes, in Kubernetes quantity syntax
-// (workflow.ParseSize: 1048576, 512Ki, 10Mi, 1Gi; k, M, G, T are powers
-// of 1000; 10MiB is read as 10Mi), written back with workflow.FormatSize. P must not be nil.
+// (units.ParseSize: 1048576, 512Ki, 10Mi, 1Gi; k, M, G, T are powers
+// of 1000; 10MiB is read as 10Mi), written back with units.FormatSize. P must not be nil.
 // Zero is allowed (a limit's "none") only when AllowZero is set.
 type Size struct {
 	P         *int64
@@ -84,7 +84,7 @@ func (s Size) String() string {
 	if s.P == nil {
 		return "0"
 	}
-	return workflow.FormatSize(*s.P)
+	return units.FormatSize(*s.P)
 }
 
 // Set reads v.
@@ -101,7 +101,7 @@ func (s Size) Set(v string) error {
 			break
 		}
 	}
-	n, err := workflow.ParseSize(v)
+	n, err := units.ParseSize(v)
 	if err != nil {
 		return fmt.Errorf("%v (sizes are written like 1048576, 512Ki, 10Mi or 1Gi)", err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // Options is one executor's part of knotless-run's command line (run,
@@ -90,11 +90,11 @@ func (j *JobFlags) Job() (Job, error) {
 	if j.pids == 0 || j.pids < -1 {
 		return Job{}, fmt.Errorf("--pids %d: give a positive limit, or -1 for none", j.pids)
 	}
-	if _, err := workflow.ParseCPUs(j.cpus); err != nil {
+	if _, err := units.ParseCPUs(j.cpus); err != nil {
 		return Job{}, fmt.Errorf("--cpus %q: %v", j.cpus, err)
 	}
 	var err error
-	if job.Memory, err = workflow.ParseSize(j.memory); err != nil {
+	if job.Memory, err = units.ParseSize(j.memory); err != nil {
 		return Job{}, fmt.Errorf("--memory %q: %v", j.memory, err)
 	}
 	if job.Memory <= 0 {

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // Caps are a runner's limits for one job environment: what it gets when
@@ -32,7 +32,7 @@ type Resources struct {
 // CapsOf reads a Job's CPUs and Memory (and a disk cap in bytes) into
 // Caps. Errors name the flag (--cpus).
 func CapsOf(job Job, disk int64) (Caps, error) {
-	m, err := workflow.ParseCPUs(job.CPUs)
+	m, err := units.ParseCPUs(job.CPUs)
 	if err != nil {
 		return Caps{}, fmt.Errorf("--cpus %q: %v", job.CPUs, err)
 	}
@@ -64,7 +64,7 @@ func (c Caps) within(base Resources, cpus string, memory, disk int64) (Resources
 	r := base
 	var over []string
 	if cpus != "" {
-		m, err := workflow.ParseCPUs(cpus)
+		m, err := units.ParseCPUs(cpus)
 		if err != nil {
 			return r, nil, fmt.Errorf("resources.cpus %q: %v", cpus, err)
 		}
@@ -76,14 +76,14 @@ func (c Caps) within(base Resources, cpus string, memory, disk int64) (Resources
 	}
 	if memory > 0 {
 		if memory > c.Memory {
-			over = append(over, fmt.Sprintf("memory %s (--memory %s)", workflow.FormatSize(memory), workflow.FormatSize(c.Memory)))
+			over = append(over, fmt.Sprintf("memory %s (--memory %s)", units.FormatSize(memory), units.FormatSize(c.Memory)))
 		} else {
 			r.Memory = memory
 		}
 	}
 	if disk > 0 {
 		if c.Disk > 0 && disk > c.Disk {
-			over = append(over, fmt.Sprintf("disk %s (--disk %s)", workflow.FormatSize(disk), workflow.FormatSize(c.Disk)))
+			over = append(over, fmt.Sprintf("disk %s (--disk %s)", units.FormatSize(disk), units.FormatSize(c.Disk)))
 		} else if c.Disk > 0 || base.Disk > 0 {
 			r.Disk = disk
 		}

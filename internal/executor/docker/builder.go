@@ -20,7 +20,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/builder"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // Container builds (a workflow's `container-builds: true`,
@@ -224,7 +224,7 @@ func (e *Executor) startBuilder(ctx context.Context, spec executor.Spec, b build
 		root = "the container's root, remapped by the engine (userns-remap)"
 	}
 	e.logf(spec, "builder: container %s from image %s: cpus %s, memory %s (no swap), pids as the job's (its build steps run in it); BuildKit in a user namespace of its own whose root is %s; not privileged, capabilities SETUID, SETGID, SETFCAP only, no-new-privileges, seccomp the builder profile, /proc unmasked, read-only root file system; the job container's network; buildctl on the steps' PATH, its socket at %s/buildkitd.sock",
-		name, b.Image, executor.FormatCPUs(job.NanoCPUs/1e6), workflow.FormatSize(job.Memory), root, BuilderShare)
+		name, b.Image, executor.FormatCPUs(job.NanoCPUs/1e6), units.FormatSize(job.Memory), root, BuilderShare)
 	t0 := time.Now()
 	if err := e.builderReady(ctx, created.ID, b.HostIDs); err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentenv"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // driver is the docker executor's agentenv.Driver: an environment is a
@@ -154,7 +154,7 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		pids = fmt.Sprint(e.cfg.Pids)
 	}
 	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
-		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), workflow.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
+		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), units.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
 	if build != nil {
 		if err := e.startBuilder(ctx, spec, *build, job, id, name); err != nil {
 			e.removeContainer(context.WithoutCancel(ctx), id)

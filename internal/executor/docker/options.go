@@ -7,7 +7,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentenv"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // Options are the docker executor's part of knotless-run's command line;
@@ -42,7 +42,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	cfg := Config{Config: agentenv.ConfigOf(setup), Pids: setup.Job.Pids, Runtime: o.runtime, Network: o.network, BuilderImage: setup.Job.BuilderImage}
 	var err error
 	if o.diskFloor != "" && o.diskFloor != "0" {
-		if cfg.DiskFloor, err = workflow.ParseSize(o.diskFloor); err != nil {
+		if cfg.DiskFloor, err = units.ParseSize(o.diskFloor); err != nil {
 			return nil, fmt.Errorf("--disk-floor %q: %v", o.diskFloor, err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentenv"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // LabelService names the service a container is of (its value); the job
@@ -110,7 +110,7 @@ func (e *Executor) startServices(ctx context.Context, spec executor.Spec, job co
 			return &executor.Fault{Reason: api.ReasonService, Message: fmt.Sprintf("service %s (image %s) could not start: %v", s.Name, s.Image, err)}
 		}
 		e.logf(spec, "service %s: container %s from image %s: cpus %s, memory %s (no swap), the job's user and hardening, in the job container's network (127.0.0.1)",
-			s.Name, name, s.Image, executor.FormatCPUs(r.MilliCPUs), workflow.FormatSize(r.Memory))
+			s.Name, name, s.Image, executor.FormatCPUs(r.MilliCPUs), units.FormatSize(r.Memory))
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 var _ executor.Doctor = (*Executor)(nil)
@@ -445,7 +445,7 @@ func (e *Executor) checkWarm(ok func(string, string)) {
 	}
 	def, _ := e.caps.Resolve(executor.Spec{})
 	ok("warm pods", fmt.Sprintf("up to %d kept started (image %s, cpu %s, memory %s, ephemeral storage %s each; replaced after %s), within --capacity beside the runs; they hold their requests of the namespace's quota while they wait",
-		e.cfg.WarmPods, e.cfg.Image, executor.FormatCPUs(def.MilliCPUs), workflow.FormatSize(def.Memory), workflow.FormatSize(def.Disk), e.cfg.WarmMaxAge))
+		e.cfg.WarmPods, e.cfg.Image, executor.FormatCPUs(def.MilliCPUs), units.FormatSize(def.Memory), units.FormatSize(def.Disk), e.cfg.WarmMaxAge))
 }
 
 // checkDisk says what bounds a job's disk on the test pod's node: the
@@ -458,11 +458,11 @@ func (e *Executor) checkDisk(ctx context.Context, sess executor.Session, ok func
 	var out bytes.Buffer
 	_, err := sess.Exec(ctx, executor.Step{ID: "3", Name: "doctor disk", Script: "df -Pk " + Workspace + " | tail -n 1"}, &out)
 	f := strings.Fields(out.String())
-	detail := fmt.Sprintf("each job pod may use --disk %s (requests = limits); the kubelet enforces it by eviction only, about every 10 s, so a fast writer can put more on the node first: give /var/lib/kubelet a disk of its own, or nodes whose file system has project quotas (docs/kubernetes.md, \"How much disk a job can use\")", workflow.FormatSize(e.cfg.Disk))
+	detail := fmt.Sprintf("each job pod may use --disk %s (requests = limits); the kubelet enforces it by eviction only, about every 10 s, so a fast writer can put more on the node first: give /var/lib/kubelet a disk of its own, or nodes whose file system has project quotas (docs/kubernetes.md, \"How much disk a job can use\")", units.FormatSize(e.cfg.Disk))
 	if err == nil && len(f) >= 6 {
 		total, _ := strconv.ParseInt(f[1], 10, 64)
 		free, _ := strconv.ParseInt(f[3], 10, 64)
-		detail = fmt.Sprintf("the job pod's emptyDirs are on the node's %s (%s, %s free); ", f[0], workflow.FormatSize(roundGi(total<<10)), workflow.FormatSize(roundGi(free<<10))) + detail
+		detail = fmt.Sprintf("the job pod's emptyDirs are on the node's %s (%s, %s free); ", f[0], units.FormatSize(roundGi(total<<10)), units.FormatSize(roundGi(free<<10))) + detail
 	}
 	ok("job disk", detail)
 }

@@ -17,7 +17,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentenv"
-	"knotless.dev/knotless/internal/workflow"
+	"knotless.dev/knotless/internal/units"
 )
 
 // Options are the kube executor's part of knotless-run's command line
@@ -88,7 +88,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if o.warmPods < 0 {
 		return nil, fmt.Errorf("--warm-pods %d: give 0 for none, or how many", o.warmPods)
 	}
-	if cfg.Disk, err = workflow.ParseSize(o.disk); err != nil {
+	if cfg.Disk, err = units.ParseSize(o.disk); err != nil {
 		return nil, fmt.Errorf("--disk %q: %v", o.disk, err)
 	}
 	if cfg.NodeSelector, err = ParseNodeSelector(o.nodeSelector); err != nil {
