@@ -12,6 +12,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/units"
 )
 
 // The keys each mapping accepts, in the order messages list them.
@@ -435,13 +436,13 @@ func (d *decoder) resources(e entry) Resources {
 		}
 		switch x.key {
 		case "cpus":
-			if _, err := ParseCPUs(s); err != nil {
+			if _, err := units.ParseCPUs(s); err != nil {
 				d.errorf(x.vpos(), "resources.cpus: %v", err)
 				continue
 			}
 			r.CPUs = s
 		case "memory", "disk":
-			n, err := ParseSize(s)
+			n, err := units.ParseSize(s)
 			if err != nil {
 				d.errorf(x.vpos(), "resources.%s: %v", x.key, err)
 				continue

@@ -203,37 +203,6 @@ func TestParse_TooLargeFileIsRefused(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	good := map[string]int64{
-		"1000": 1000, "4Gi": 4 << 30, "512Mi": 512 << 20, "10G": 10e9, "1k": 1000, "1Ki": 1024,
-		"0.5Gi": 1 << 29, "1.5k": 1500, "1e3": 1000, "2E": 2e18, "+7": 7, "1Ei": 1 << 60,
-	}
-	for s, want := range good {
-		if got, err := ParseSize(s); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "0", "-1", "1.5", "10K", "4GB", "Gi", "8Ei", "1e999", "0.1", "1m", "1 Gi", "1e"} {
-		if got, err := ParseSize(s); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", s, got)
-		}
-	}
-}
-
-func TestParseCPUs(t *testing.T) {
-	good := map[string]int64{"2": 2000, "0.5": 500, "500m": 500, "1.25": 1250, "1m": 1}
-	for s, want := range good {
-		if got, err := ParseCPUs(s); err != nil || got != want {
-			t.Errorf("ParseCPUs(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "0", "-1", "0.0001", "2 cores", "1Gi", "0.5m", "1k"} {
-		if got, err := ParseCPUs(s); err == nil {
-			t.Errorf("ParseCPUs(%q) = %d, want an error", s, got)
-		}
-	}
-}
-
 func TestRenderCacheKey(t *testing.T) {
 	var calls [][]string
 	got, err := RenderCacheKey(`gomod-{{ hashFiles "go.sum" "x/go.sum" }}-v1`, func(p ...string) (string, error) {
