@@ -148,7 +148,7 @@ bench-smoke: build cluster-up docker-up
 # them under KNOTLESS_TEST_CLUSTER_REQUIRED=1, set here, and skips them
 # without, saying how to get it). About
 # 4.5 minutes alone; 5-11 minutes in make test beside the other parts.
-GVISOR_TESTS := ^(TestKube|TestKube_GVisorJobPodRunsOnTheNodeKernel|TestKube_SecretLeaksOrIsMangled|TestKube_PodMissingAHardeningField|TestKube_RunAsVariantNotApplied|TestKube_RunnerServiceAccountCanReadSecrets|TestKube_JobImageWithoutTarCannotRun|TestKubeDoctor_PassesEveryCheckInACorrectNamespace)$$
+GVISOR_TESTS := ^(TestKube|TestKube_GVisorJobPodSeesGVisorsKernelAndKeepsItsHardening|TestKube_SecretReachesTheStepByteExactAndNowhereElse|TestKube_StoredPodHasEveryHardeningField|TestKube_EachRunAsVariantIsApplied|TestKube_RunnerServiceAccountMayOnlyRunPodsInItsNamespace|TestKube_JobImageNeedsOnlyAShell|TestKubeDoctor_PassesEveryCheckInACorrectNamespace)$$
 test-gvisor: cluster-up testreport
 	$(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 20m -run '$(GVISOR_TESTS)' ./internal/executor/kube
 

@@ -209,12 +209,13 @@ func TestCheckRunsc_AFailingRunscIsAWarningWithItsOutput(t *testing.T) {
 	}
 }
 
-// gVisor runs on this kind of machine at all: the cached runsc starts a
-// sandbox on the systrap platform (no /dev/kvm, no ptrace needed) and runs
-// a program in it, which sees gVisor's kernel. Needs root and the binary
-// `make cluster-build` caches; skipped without them, failed instead with
-// KNOTLESS_TEST_CLUSTER_REQUIRED=1.
-func TestRunsc_CannotRunASandboxOnThisMachine(t *testing.T) {
+// TestRunsc_RunsASandboxOnThisMachine: gVisor runs on this kind of
+// machine at all: the cached runsc starts a sandbox on the systrap
+// platform (no /dev/kvm, no ptrace needed) and runs a program in it, which
+// sees gVisor's kernel. It pins a runsc that cannot run a sandbox here.
+// Needs root and the binary `make cluster-build` caches; skipped without
+// them, failed instead with KNOTLESS_TEST_CLUSTER_REQUIRED=1.
+func TestRunsc_RunsASandboxOnThisMachine(t *testing.T) {
 	b, _ := CachedBinaries(BuildOptions{CacheDir: os.Getenv(CacheDirEnv)})
 	if os.Geteuid() != 0 || !isExecutable(b.Runsc) {
 		msg := "needs root and " + b.Runsc + " (make cluster-build)"

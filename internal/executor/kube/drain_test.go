@@ -19,7 +19,7 @@ import (
 // optional budget of deploy/kubernetes/pdb applied, a drain's eviction of
 // a running job pod is refused (429: the budget) and the run ends with
 // its true result; the positive control without the budget is
-// TestKube_PodEvictedMidStepReadAsSuccess (evicted).
+// TestKube_PodEvictedMidStepEndsTheStepEvicted (evicted).
 func TestKube_DrainWaitsForTheRunWithThePodDisruptionBudget(t *testing.T) {
 	f := newFixture(t)
 	raw, err := os.ReadFile("../../../deploy/kubernetes/pdb/poddisruptionbudget.yaml")

@@ -21,9 +21,10 @@ import (
 	"knotless.dev/knotless/internal/testwait"
 )
 
-// TestKube_ExitCodeLost pins that a step's own exit status is the
-// result: exit 3 is ExitCode 3 with no reason.
-func TestKube_ExitCodeLost(t *testing.T) {
+// TestKube_StepsExitStatusIsItsResult: a step's own exit status is the
+// result: exit 3 is ExitCode 3 with no reason. It pins the exit code lost
+// on its way from the pod (read as 0, or as a fault of the environment).
+func TestKube_StepsExitStatusIsItsResult(t *testing.T) {
 	f := newFixture(t)
 	s := f.prepare(t, f.executor(t, f.config()), f.spec(t, runID("exit3")))
 	res, out, err := runStep(t, s, "1", "echo before; exit 3", time.Minute)
@@ -32,9 +33,10 @@ func TestKube_ExitCodeLost(t *testing.T) {
 	}
 }
 
-// TestKube_OOMKilledReadAsExitCode pins that a step past the pod's memory
-// limit ends oom-killed (api.ReasonOOMKilled), not with some exit code.
-func TestKube_OOMKilledReadAsExitCode(t *testing.T) {
+// TestKube_StepPastTheMemoryLimitEndsOOMKilled: a step past the pod's
+// memory limit ends oom-killed (api.ReasonOOMKilled). It pins the OOM kill
+// read as some exit code.
+func TestKube_StepPastTheMemoryLimitEndsOOMKilled(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
 	cfg.Memory = 64 << 20
@@ -47,10 +49,11 @@ func TestKube_OOMKilledReadAsExitCode(t *testing.T) {
 	t.Logf("result %+v, output %q", res, out)
 }
 
-// TestKube_MissingImageHangs pins that an image that cannot be had ends
-// Prepare with a *executor.Fault image-pull within the grace, leaving no
-// pod.
-func TestKube_MissingImageHangs(t *testing.T) {
+// TestKube_MissingImageFailsPrepareWithinThePullGrace: an image that
+// cannot be had ends Prepare with a *executor.Fault image-pull within the
+// grace, leaving no pod. It pins Prepare hanging on an image that never
+// comes.
+func TestKube_MissingImageFailsPrepareWithinThePullGrace(t *testing.T) {
 	f := newFixture(t)
 	for _, policy := range []string{"Never", "IfNotPresent"} {
 		t.Run(policy, func(t *testing.T) {
@@ -91,10 +94,11 @@ func TestKube_MissingImageHangs(t *testing.T) {
 	}
 }
 
-// TestKube_UnschedulablePodWaitsForever pins that a pod no node can take
-// ends Prepare with a *executor.Fault unschedulable after PendingTimeout,
-// naming the scheduler's message, leaving no pod.
-func TestKube_UnschedulablePodWaitsForever(t *testing.T) {
+// TestKube_UnschedulablePodFailsPrepareAfterThePendingTimeout: a pod no
+// node can take ends Prepare with a *executor.Fault unschedulable after
+// PendingTimeout, naming the scheduler's message, leaving no pod. It pins
+// Prepare waiting for ever on a Pending pod.
+func TestKube_UnschedulablePodFailsPrepareAfterThePendingTimeout(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
 	cfg.NodeSelector = map[string]string{"knotless.dev/no-such-node": "really"}
@@ -128,21 +132,21 @@ func TestKube_UnschedulablePodWaitsForever(t *testing.T) {
 	}
 }
 
-// TestKube_PodDeletedMidStepReadAsSuccess pins that a pod deleted from
-// outside the runner while a step runs ends the step pod-lost, never as a
-// success (or as a cancellation by a person: the agent, PID 1, stops the
-// step on the kubelet's SIGTERM).
-func TestKube_PodDeletedMidStepReadAsSuccess(t *testing.T) {
+// TestKube_PodDeletedMidStepEndsTheStepPodLost: a pod deleted from
+// outside the runner while a step runs ends the step pod-lost. It pins the
+// step of a deleted pod read as a success (or as a cancellation by a
+// person: the agent, PID 1, stops the step on the kubelet's SIGTERM).
+func TestKube_PodDeletedMidStepEndsTheStepPodLost(t *testing.T) {
 	f := newFixture(t)
 	f.stepEndedFromOutside(t, api.ReasonPodLost, func(ctx context.Context, pod string) error {
 		return f.c.Client.CoreV1().Pods(f.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)})
 	})
 }
 
-// TestKube_PodEvictedMidStepReadAsSuccess pins that a pod evicted (the
-// Eviction API) while a step runs ends the step evicted, never as a
-// success or a cancellation.
-func TestKube_PodEvictedMidStepReadAsSuccess(t *testing.T) {
+// TestKube_PodEvictedMidStepEndsTheStepEvicted: a pod evicted (the
+// Eviction API) while a step runs ends the step evicted. It pins the step
+// of an evicted pod read as a success or a cancellation.
+func TestKube_PodEvictedMidStepEndsTheStepEvicted(t *testing.T) {
 	f := newFixture(t)
 	f.stepEndedFromOutside(t, api.ReasonEvicted, func(ctx context.Context, pod string) error {
 		return f.c.Client.CoreV1().Pods(f.ns).EvictV1(ctx, &policyv1.Eviction{
@@ -184,9 +188,11 @@ func waitOutput(t *testing.T, out *syncBuffer, want string, d time.Duration) {
 	})
 }
 
-// TestKube_BackgroundProcessHoldsStepOpen pins that a step that leaves a
-// process in the background ends at its own exit.
-func TestKube_BackgroundProcessHoldsStepOpen(t *testing.T) {
+// TestKube_StepEndsAtItsExitAndItsBackgroundProcessWithIt: a step that
+// leaves a process in the background ends at its own exit, and the process
+// does not outlive it. It pins a background process holding the step
+// open.
+func TestKube_StepEndsAtItsExitAndItsBackgroundProcessWithIt(t *testing.T) {
 	f := newFixture(t)
 	s := f.prepare(t, f.executor(t, f.config()), f.spec(t, runID("bg")))
 	t0 := time.Now()
@@ -203,10 +209,11 @@ func TestKube_BackgroundProcessHoldsStepOpen(t *testing.T) {
 	}
 }
 
-// TestKube_CancelledRunLeavesPod pins that cancelling a step (the run's
-// ctx) ends it cancelled, and that after Cleanup the pod is gone; it logs
-// how long the pod took to go (the issue's target: 2 s).
-func TestKube_CancelledRunLeavesPod(t *testing.T) {
+// TestKube_CancelledStepEndsCancelledAndCleanupRemovesThePod: cancelling
+// a step (the run's ctx) ends it cancelled, and after Cleanup the pod is
+// gone; it logs how long the pod took to go (the issue's target: 2 s). It
+// pins a cancelled run leaving its pod behind.
+func TestKube_CancelledStepEndsCancelledAndCleanupRemovesThePod(t *testing.T) {
 	f := newFixture(t)
 	e := f.executor(t, f.config())
 	s, err := e.Prepare(context.Background(), f.spec(t, runID("cancel")))
@@ -235,9 +242,10 @@ func TestKube_CancelledRunLeavesPod(t *testing.T) {
 	t.Logf("pod gone %s after the run's end (Cleanup returned after %s); target 2s", gone.Round(time.Millisecond), cleanup.Round(time.Millisecond))
 }
 
-// TestKube_PodOutlivesRun pins that after a run's end and its Cleanup,
-// the pod is gone within seconds; it logs the time (target: 2 s).
-func TestKube_PodOutlivesRun(t *testing.T) {
+// TestKube_PodIsGoneWithinSecondsOfTheRunsCleanup: after a run's end and
+// its Cleanup, the pod is gone within seconds; it logs the time (target:
+// 2 s). It pins a pod that outlives its run.
+func TestKube_PodIsGoneWithinSecondsOfTheRunsCleanup(t *testing.T) {
 	f := newFixture(t)
 	e := f.executor(t, f.config())
 	s, err := e.Prepare(context.Background(), f.spec(t, runID("end")))
@@ -263,13 +271,14 @@ func TestKube_PodOutlivesRun(t *testing.T) {
 	}
 }
 
-// TestKube_KilledRunnerLeaksPod pins the restart of a runner that was
-// SIGKILLed mid-run: executor A prepares a run and starts a long step,
-// then its process "dies" (every connection it had to the API server is
-// cut at once through a proxy, its watch closed; no Detach, no Cleanup).
-// A new executor B of the same runner, namespace and identity sweeps at
-// start: with the run in keep the pod stays, with keep nil it is gone.
-func TestKube_KilledRunnerLeaksPod(t *testing.T) {
+// TestKube_SweepAfterAKilledRunnerRemovesItsPodUnlessKept: the restart of
+// a runner that was SIGKILLed mid-run: executor A prepares a run and
+// starts a long step, then its process "dies" (every connection it had to
+// the API server is cut at once through a proxy, its watch closed; no
+// Detach, no Cleanup). A new executor B of the same runner, namespace and
+// identity sweeps at start: with the run in keep the pod stays, with keep
+// nil it is gone. It pins a killed runner's pod leaked.
+func TestKube_SweepAfterAKilledRunnerRemovesItsPodUnlessKept(t *testing.T) {
 	f := newFixture(t)
 	px := newProxy(t, f.rest.Host, 0)
 	cfgA := f.config()
@@ -322,13 +331,13 @@ func TestKube_KilledRunnerLeaksPod(t *testing.T) {
 	}
 }
 
-// TestKube_KilledExecLeavesRunningPod pins the new-user trial's finding:
-// `knotless-run exec` killed with SIGKILL (no Cleanup, no Detach: its
-// connection just ends) left its job pod running its step until the
-// run's deadline, holding the node's cpu. With Ephemeral the agent ends
-// the step and exits once no runner has been connected for OrphanAfter,
-// and the pod stops running.
-func TestKube_KilledExecLeavesRunningPod(t *testing.T) {
+// TestKube_EphemeralPodOfAKilledExecStopsRunning: with Ephemeral the
+// agent ends the step and exits once no runner has been connected for
+// OrphanAfter, and the pod stops running. It pins the new-user trial's
+// finding: `knotless-run exec` killed with SIGKILL (no Cleanup, no Detach:
+// its connection just ends) left its job pod running its step until the
+// run's deadline, holding the node's cpu.
+func TestKube_EphemeralPodOfAKilledExecStopsRunning(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
 	cfg.Ephemeral, cfg.OrphanAfter = true, 3*time.Second

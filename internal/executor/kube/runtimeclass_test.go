@@ -43,13 +43,15 @@ func missingHandlerClass(t *testing.T, c *kubetest.Cluster) (string, string) {
 	return name, handler
 }
 
-// A RuntimeClass whose handler the node's container runtime lacks: the
+// TestKube_MissingRuntimeClassHandlerFailsPrepareWithinSecondsNamingTheFix:
+// a RuntimeClass whose handler the node's container runtime lacks: the
 // kubelet retries the pod's sandbox for ever (the pod stays
 // ContainerCreating, its status silent) and says why only in an event
 // ("no runtime for ... is configured"). Prepare reads it and fails within
 // seconds, not at the run's timeout, naming the node, the class, the
-// handler and the fix, and the pod is gone.
-func TestKube_RuntimeClassHandlerMissingOnTheNodeWaitsForever(t *testing.T) {
+// handler and the fix, and the pod is gone. It pins a run that waits for
+// ever on such a pod.
+func TestKube_MissingRuntimeClassHandlerFailsPrepareWithinSecondsNamingTheFix(t *testing.T) {
 	f := newFixture(t)
 	class, handler := missingHandlerClass(t, f.c)
 	cfg := f.config()
@@ -118,14 +120,15 @@ func TestKubeDoctor_FailsNamingTheFixWhenTheRuntimeClassHandlerIsMissing(t *test
 	}
 }
 
-// A job pod of RuntimeClass gvisor runs in gVisor's sandbox with its
-// hardening intact inside: the steps see gVisor's kernel, not the node's;
+// TestKube_GVisorJobPodSeesGVisorsKernelAndKeepsItsHardening: a job pod
+// of RuntimeClass gvisor runs in gVisor's sandbox with its hardening
+// intact inside: the steps see gVisor's kernel, not the node's;
 // no capabilities, no_new_privs and the seccomp filter (oci-seccomp) hold
 // for the step's processes; the pod carries the class and its overhead.
 // Skipped (saying so) on a cluster without RuntimeClass gvisor; with
 // KNOTLESS_TEST_CLUSTER_REQUIRED=1 a class whose handler cannot start a
-// pod fails.
-func TestKube_GVisorJobPodRunsOnTheNodeKernel(t *testing.T) {
+// pod fails. It pins a step that runs on the node's kernel after all.
+func TestKube_GVisorJobPodSeesGVisorsKernelAndKeepsItsHardening(t *testing.T) {
 	f := newFixture(t)
 	f.c.RequireRuntimeClass(t, kubetest.GVisor)
 	cfg := f.config()

@@ -20,17 +20,17 @@ import (
 	"knotless.dev/knotless/test/kubetest"
 )
 
-// TestKube_SecretLeaksOrIsMangled pins promise 1 (docs/architecture.md,
-// "Promises no part may break") on
-// Kubernetes: a secret value with newlines, quotes, $, =, backslashes and
+// TestKube_SecretReachesTheStepByteExactAndNowhereElse pins promise 1
+// (docs/architecture.md, "Promises no part may break") on Kubernetes: a secret value with newlines, quotes, $, =, backslashes and
 // non-ASCII text reaches the step byte-exact, and is nowhere else: not in
 // the stored pod, the namespace's events, the API server's audit log (any
 // event of the namespace, the value and its base64), the command line of
 // any process in the pod, the environment of the agent or of the connect
 // bridges, the agent's state directory, or the environment of another
 // step. The value is never put on an exec's command line by the test
-// either (exec commands are in the audit log).
-func TestKube_SecretLeaksOrIsMangled(t *testing.T) {
+// either (exec commands are in the audit log). It pins a secret that
+// leaks or arrives mangled.
+func TestKube_SecretReachesTheStepByteExactAndNowhereElse(t *testing.T) {
 	f := newFixture(t)
 	tok := make([]byte, 12)
 	_, _ = rand.Read(tok)

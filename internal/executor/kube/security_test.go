@@ -22,11 +22,12 @@ import (
 	"knotless.dev/knotless/test/kubetest"
 )
 
-// TestKube_PodMissingAHardeningField pins every hardening field of the job
-// pod as the API server stored it (not as the executor built it: an
-// admission plugin or a defaulting could have changed it), and that the
-// namespace enforcing Pod Security "restricted" admitted it.
-func TestKube_PodMissingAHardeningField(t *testing.T) {
+// TestKube_StoredPodHasEveryHardeningField: every hardening field of the
+// job pod is there as the API server stored it (not as the executor built
+// it: an admission plugin or a defaulting could have changed it), and the
+// namespace enforcing Pod Security "restricted" admitted it. It pins a job
+// pod missing a hardening field.
+func TestKube_StoredPodHasEveryHardeningField(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
 	e := f.executor(t, cfg)
@@ -218,11 +219,12 @@ func deref(p *int64) any {
 	return *p
 }
 
-// TestKube_RunAsVariantNotApplied pins --run-as: UID:GID becomes the
-// pod's runAsUser/runAsGroup and the steps' ids; "image" leaves the user
-// to the image (the job base image's USER 1000) with runAsNonRoot still
-// set; an image whose user is root with "image" fails clearly.
-func TestKube_RunAsVariantNotApplied(t *testing.T) {
+// TestKube_EachRunAsVariantIsApplied: each --run-as variant is applied:
+// UID:GID becomes the pod's runAsUser/runAsGroup and the steps' ids;
+// "image" leaves the user to the image (the job base image's USER 1000)
+// with runAsNonRoot still set; an image whose user is root with "image"
+// fails clearly. It pins a --run-as variant not applied to the pod.
+func TestKube_EachRunAsVariantIsApplied(t *testing.T) {
 	f := newFixture(t)
 	t.Run("UID:GID", func(t *testing.T) {
 		cfg := f.config()
@@ -274,11 +276,12 @@ func TestKube_RunAsVariantNotApplied(t *testing.T) {
 	})
 }
 
-// TestKube_RunnerServiceAccountCanReadSecrets pins least privilege: the
-// runner's ServiceAccount (kubetest.PodRunnerRules) may create pods and
-// exec into them in its namespace, and nothing else: no secrets, no pods
-// elsewhere.
-func TestKube_RunnerServiceAccountCanReadSecrets(t *testing.T) {
+// TestKube_RunnerServiceAccountMayOnlyRunPodsInItsNamespace: least
+// privilege (promise 7): the runner's ServiceAccount
+// (kubetest.PodRunnerRules) may create pods and exec into them in its
+// namespace, and nothing else: no secrets, no pods elsewhere. It pins a
+// runner's ServiceAccount that can read the namespace's secrets.
+func TestKube_RunnerServiceAccountMayOnlyRunPodsInItsNamespace(t *testing.T) {
 	f := newFixture(t)
 	client, err := kubernetes.NewForConfig(f.rest)
 	if err != nil {
@@ -340,10 +343,11 @@ func TestKube_RunnerServiceAccountCanReadSecrets(t *testing.T) {
 	}
 }
 
-// TestKube_JobImageWithoutTarCannotRun pins that the job image needs
-// /bin/sh and nothing else the runner relies on: no tar (the checkout and
-// outputs are tar streams the agent reads and writes itself), no busybox.
-func TestKube_JobImageWithoutTarCannotRun(t *testing.T) {
+// TestKube_JobImageNeedsOnlyAShell: the job image needs /bin/sh and
+// nothing else the runner relies on: no tar (the checkout and outputs are
+// tar streams the agent reads and writes itself), no busybox. It pins a
+// job image without tar that cannot run.
+func TestKube_JobImageNeedsOnlyAShell(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
 	cfg.Image = kubetest.JobNoTarImage

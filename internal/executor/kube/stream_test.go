@@ -53,8 +53,9 @@ func (c countingLog) count(s string) (int, []string) {
 	return len(got), got
 }
 
-// TestKube_IdleStreamCutFailsQuietStep pins actions/runner-container-hooks
-// #331: behind a proxy that cuts connections idle for 5 s, a step silent
+// TestKube_QuietStepOutlivesAProxyThatCutsIdleConnections pins
+// actions/runner-container-hooks #331 (an idle stream cut fails a quiet
+// step): behind a proxy that cuts connections idle for 5 s, a step silent
 // for 12 s succeeds with its whole log, and the exec stream to the agent is
 // never cut: the agent protocol's heartbeats keep it busy. The heartbeat
 // is a fifth of the proxy's limit here (1 s against 5 s), as the default
@@ -62,7 +63,7 @@ func (c countingLog) count(s string) (int, []string) {
 // commonly have (AWS ELB 60 s, GCP 30 s, nginx 60 s). A connection of the
 // test's own that sends nothing is cut meanwhile: the proxy does cut idle
 // connections, so the stream's survival is the heartbeats' doing.
-func TestKube_IdleStreamCutFailsQuietStep(t *testing.T) {
+func TestKube_QuietStepOutlivesAProxyThatCutsIdleConnections(t *testing.T) {
 	const idle, heartbeat = 5 * time.Second, time.Second
 	f := newFixture(t)
 	px := newProxy(t, f.rest.Host, idle)
@@ -109,12 +110,12 @@ func TestKube_IdleStreamCutFailsQuietStep(t *testing.T) {
 	}
 }
 
-// TestKube_StreamCutMidOutputRepeatsOrLosesLines pins gitlab-runner
-// #4119: the proxy cuts every connection (the exec stream to the agent
+// TestKube_StreamCutMidOutputKeepsEveryLineOnceInOrder pins gitlab-runner
+// #4119 (a stream cut mid-output repeats or loses lines): the proxy cuts every connection (the exec stream to the agent
 // included) three times while a step prints 20,000 numbered lines; the
 // step neither fails nor restarts, and its log has every line once, in
 // order.
-func TestKube_StreamCutMidOutputRepeatsOrLosesLines(t *testing.T) {
+func TestKube_StreamCutMidOutputKeepsEveryLineOnceInOrder(t *testing.T) {
 	f := newFixture(t)
 	px := newProxy(t, f.rest.Host, 0)
 	cfg := f.config()

@@ -226,7 +226,7 @@ func TestKube_UserNamespaceRefusedByTheRuntime(t *testing.T) {
 func TestKube_RunAsImageRootOnlyInAUserNamespace(t *testing.T) {
 	f := newFixture(t)
 	if f.runtimeClass != "" {
-		t.Skipf("RuntimeClass %s makes no user namespaces: TestKube_RunAsVariantNotApplied covers the refusal", f.runtimeClass)
+		t.Skipf("RuntimeClass %s makes no user namespaces: TestKube_EachRunAsVariantIsApplied covers the refusal", f.runtimeClass)
 	}
 	run := func(t *testing.T, mode string) (executor.Session, error) {
 		cfg := f.config()
