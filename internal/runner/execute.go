@@ -15,7 +15,6 @@ import (
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logmask"
 	"knotless.dev/knotless/internal/logship"
-	"knotless.dev/knotless/internal/version"
 	"knotless.dev/knotless/internal/workflow"
 )
 
@@ -175,12 +174,28 @@ var errHandedOver = errors.New("the run was handed over to the next runner proce
 // parses the workflow (errored/workflow-invalid), checks the commit out
 // (errored/checkout), prepares a session (errored/executor), executes the
 // steps in order (failed/exit-code, failed/timeout, ...), cleans the session
-// up whatever happened, and reports the result, which it also returns.
+// up whatever happened, and reports the result, which it also returns. The
+// phases are execution.run's; a run handed over (Job.Handover) returns a
+// Result with an empty State and reports nothing more.
 //
 // Canceling ctx stops the run; context.Cause(ctx) picks the reason:
 // ErrRunnerStopped gives cancelled/runner-stopped, anything else
 // cancelled/cancelled.
 func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) Result {
+	e := newExecution(job, ex, rep)
+	res := e.run(ctx)
+	if !e.keep() {
+		if err := e.setup.close(); err != nil {
+			e.log.Warn("close setup log", "err", err)
+		}
+		e.log.Info("run handed over to the next runner process; its environment goes on")
+		return Result{}
+	}
+	return e.report(res)
+}
+
+// newExecution returns the execution of job: nothing has run yet.
+func newExecution(job Job, ex executor.Executor, rep Reporter) *execution {
 	log := job.Logger
 	if log == nil {
 		log = slog.Default()
@@ -192,34 +207,34 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 			secrets = append(secrets, v)
 		}
 	}
-	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets, ended: map[int]bool{}}
+	e := &execution{job: job, ex: ex, rep: rep, log: log, secrets: secrets, ended: map[int]bool{},
+		past: historyOf(job.Resume, time.Now())}
+	e.held, e.endHold = holdRun(job)
 	if j, ok := rep.(Journal); ok {
 		e.journal = j
 	}
-	if job.Resume != nil {
-		for idx, u := range job.Resume.Steps {
-			if u.State != api.StepPending && u.State != api.StepRunning {
-				e.ended[idx] = true
-			}
+	for idx := range e.past.steps {
+		if e.past.ended(idx) {
+			e.ended[idx] = true
 		}
 	}
-	res := e.run(ctx)
-	if e.handedOver {
-		if err := e.setup.close(); err != nil {
-			log.Warn("close setup log", "err", err)
-		}
-		log.Info("run handed over to the next runner process; its environment goes on")
-		return Result{}
-	}
+	e.stepRan = e.past.stepRan()
+	return e
+}
+
+// report is the run's last phase: it removes the workspace, closes the
+// setup log, turns a success that lost bytes into errored/executor, marks
+// setup and every step not reached as ended, and reports res (Done).
+func (e *execution) report(res Result) Result {
 	res.Message = logmask.String(res.Message, e.secrets) // it leaves the runner too (id tokens included)
-	if job.Cleanup != nil {
-		if err := job.Cleanup(); err != nil {
-			log.Error("remove workspace", "err", err)
+	if e.job.Cleanup != nil {
+		if err := e.job.Cleanup(); err != nil {
+			e.log.Error("remove workspace", "err", err)
 			e.setup.printf("removing the workspace failed: %v\n", err)
 		}
 	}
 	if err := e.setup.close(); err != nil {
-		log.Warn("close setup log", "err", err)
+		e.log.Warn("close setup log", "err", err)
 	}
 	if e.lostWrite != "" && (res.State == "" || res.State == api.StateSucceeded) {
 		res = Result{State: api.StateErrored, Reason: api.ReasonExecutor, Message: e.lostWrite}
@@ -240,21 +255,21 @@ func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) R
 		case api.StateErrored:
 			u.State = api.StepErrored
 		}
-		e.report(u)
+		e.reportStep(u)
 	}
 	if e.wf != nil {
 		// Steps the run never reached (it ended in setup) are skipped.
 		for i, st := range e.wf.Steps {
 			if !e.ended[i+1] {
-				e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
+				e.reportStep(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
 			}
 		}
 	}
 	res.EnvironmentRemoved = !e.envLeft
-	if err := rep.Done(res); err != nil {
-		log.Error("record run result", "err", err)
+	if err := e.rep.Done(res); err != nil {
+		e.log.Error("record run result", "err", err)
 	}
-	log.Info("run finished", "state", res.State, "reason", res.Reason, "exit_code", intAttr(res.ExitCode))
+	e.log.Info("run finished", "state", res.State, "reason", res.Reason, "exit_code", intAttr(res.ExitCode))
 	return res
 }
 
@@ -286,225 +301,8 @@ func (e *execution) unusableSecret() (string, error) {
 // SetupName is the name the setup log (step 0) is reported under.
 const SetupName = "setup"
 
-type execution struct {
-	ended      map[int]bool // steps whose final state was reported
-	job        Job
-	ex         executor.Executor
-	rep        Reporter
-	journal    Journal // nil when rep keeps none
-	log        *slog.Logger
-	secrets    []string
-	setup      *setupLog
-	wf         *workflow.Workflow
-	handedOver bool // the run was let go for the runner's successor
-	stepRan    bool // a step of the workflow was started (by this process or an earlier one)
-	// lostWrite says what the runner could not write for want of disk
-	// space (outputs, say): the run does not end succeeded.
-	lostWrite string
-	// services are the detached steps still running (services.go).
-	services []service
-	// envLeft says an environment of the run may still exist: one was
-	// made or recovered, and its cleanup did not succeed (yet).
-	envLeft bool
-}
-
-// noSpace records a write that failed because the runner's disk is full:
-// the run then ends errored/executor instead of succeeded.
-func (e *execution) noSpace(err error, what string) {
-	if err != nil && logship.NoSpace(err) && e.lostWrite == "" {
-		e.lostWrite = fmt.Sprintf("%s: the runner's disk is full (%v)", what, err)
-	}
-}
-
-// handingOver reports whether the runner is handing its runs over.
-func (e *execution) handingOver() bool {
-	return e.job.Handover != nil && isClosed(e.job.Handover)
-}
-
-func (e *execution) run(ctx context.Context) Result {
-	e.setup = openSetupLog(e.rep, e.secrets, e.job.LogLimit, e.log)
-	sl := e.setup
-	resume := e.job.Resume
-	if !e.ended[api.SetupStep] {
-		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepRunning})
-	}
-	commit := e.job.SHA
-	if commit == "" {
-		commit = "(none)"
-	}
-	if e.job.Ref != "" {
-		commit += " (" + e.job.Ref + ")"
-	}
-	if n := e.job.WorkTreeChanges; n > 0 {
-		commit += fmt.Sprintf(" and the work tree's uncommitted changes (%d paths)", n)
-	}
-	if resume == nil {
-		sl.printf("knotless-run %s: run %d of %s, commit %s\n", version.Version, e.job.Run, e.job.Repo, commit)
-	} else {
-		sl.printf("%s took the run over from an earlier runner process at %s; a running step goes on where it was\n",
-			resume.By, time.Now().UTC().Format(time.RFC3339))
-	}
-
-	wf, err := workflow.ParseRun(e.job.WorkflowPath, e.job.WorkflowSource, e.job.combo())
-	if err != nil {
-		sl.printf("%s\n", err.Error())
-		// Neutral advice: the same code serves pushed runs and `exec`.
-		sl.printf("the workflow is invalid: fix the problems above (knotless workflow lint checks them before a run)\n")
-		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: firstLine(err.Error())}
-	}
-	if err := e.resolveNeedsImages(wf); err != nil {
-		sl.printf("%s\n", err.Error())
-		sl.printf("the image cannot be known: fix the workflow, or what the run it needs exports; nothing ran\n")
-		return Result{State: api.StateErrored, Reason: api.ReasonWorkflowInvalid, Message: err.Error()}
-	}
-	e.wf = wf
-	e.remaskIDTokens(ctx)
-	for i, st := range wf.Steps {
-		if _, known := e.resumed(i + 1); !known {
-			e.report(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepPending})
-		}
-	}
-	// A value no environment variable can hold (a NUL byte, set through
-	// an older server) would fail the step's execve with a bare "invalid
-	// argument": end the run before anything starts, naming the secret.
-	if name, err := e.unusableSecret(); err != nil {
-		sl.printf("%s\n", err.Error())
-		sl.printf("set the secret again with a value without NUL (knotless secret set %s); nothing ran\n", name)
-		return Result{State: api.StateErrored, Reason: api.ReasonSecretInvalid, Message: err.Error()}
-	}
-	if resume == nil {
-		for _, name := range sortedKeys(e.job.Secrets) {
-			if v := e.job.Secrets[name]; v != "" && logmask.TooShort(v) {
-				sl.printf("warning: secret %s is shorter than %d bytes or blank: it is NOT masked in logs\n", name, logmask.MinSecretLen)
-			}
-		}
-	}
-
-	timeout := wf.Timeout
-	if timeout <= 0 {
-		timeout = workflow.DefaultTimeout
-	}
-	remaining := timeout
-	if resume != nil && !resume.Started.IsZero() {
-		remaining = timeout - time.Since(resume.Started)
-	}
-	runCtx, cancelRun := context.WithTimeoutCause(ctx, max(remaining, 0), errRunTimeout)
-	defer cancelRun()
-	// A handover cuts setup short: the successor starts it over.
-	setupCtx, cancelSetup := context.WithCancelCause(runCtx)
-	defer cancelSetup(nil)
-	defer e.onHandover(func() { cancelSetup(errHandedOver) })()
-
-	var sess executor.Session
-	if resume != nil && resume.Session != nil {
-		switch {
-		case resume.Recovered != nil:
-			sess = resume.Recovered
-		case resume.RecoverErr != nil:
-			err = resume.RecoverErr
-		default:
-			sess, err = e.ex.Recover(setupCtx, *resume.Session)
-		}
-		e.envLeft = true // gone or not: only a cleanup or a sweep says so
-		if err != nil {
-			if e.handingOver() {
-				e.handedOver = true
-				return Result{}
-			}
-			if res, stopped := e.stopped(runCtx, timeout); stopped {
-				return res
-			}
-			sl.printf("the run's environment could not be taken over: %v\n", err)
-			reason := api.ReasonExecutor
-			if f := (*executor.Fault)(nil); errors.As(err, &f) && executor.EnvironmentFault(f.Reason) {
-				reason = f.Reason // e.g. pod-lost: the job pod is gone
-			}
-			return Result{State: api.StateErrored, Reason: reason, Message: firstLine(err.Error())}
-		}
-		e.log.Info("run's environment recovered", "executor", e.ex.Name())
-	} else {
-		var res Result
-		var failed bool
-		if sess, res, failed = e.setUp(runCtx, setupCtx, timeout, remaining); failed {
-			return res
-		}
-	}
-	defer e.onHandover(func() { _ = sess.Detach() })()
-	defer func() {
-		if e.handedOver || e.handingOver() {
-			e.handedOver = true
-			_ = sess.Detach()
-			return
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		e.serviceLogs(cctx, sess)
-		if err := sess.Cleanup(cctx); err != nil {
-			e.log.Error("clean up session", "err", err)
-			sl.printf("cleanup of the environment failed: %v\n", err)
-			return
-		}
-		e.envLeft = false
-	}()
-	// Caches: restored before the first step, saved after a success
-	// (caches.go); a run taken over in its environment was restored by
-	// its first process, which left in the environment what the restore
-	// found, for the save (one whose setup starts over is restored anew).
-	var caches cacheRestoreResult
-	if resume == nil || resume.Session == nil {
-		caches = e.restoreCaches(runCtx, sess)
-		e.recordCaches(runCtx, sess, caches)
-	} else {
-		caches = e.recoveredCaches(runCtx, sess)
-	}
-	res := e.steps(runCtx, sess, timeout)
-	if !e.handedOver && !e.handingOver() {
-		e.afterSteps(ctx, sess, &res, caches)
-	}
-	return res
-}
-
-// afterSteps reads what the steps left (exports, outputs) and saves the
-// caches, unless the run's environment is known gone: its step ended
-// pod-lost, or reading the exports found the step agent gone
-// (executor.ErrEnvironmentGone). Then one line of the setup log says what was skipped
-// and why, rather than each as a failure of its own.
-func (e *execution) afterSteps(ctx context.Context, sess executor.Session, res *Result, caches cacheRestoreResult) {
-	gone := ""
-	if res.State == api.StateErrored && res.Reason == api.ReasonPodLost {
-		gone = res.Message
-	}
-	if gone == "" {
-		exports, err := e.collectExports(ctx, sess)
-		if err == nil {
-			res.Exports = exports
-			e.collectOutputs(ctx, sess)
-			e.saveCaches(ctx, sess, *res, caches)
-			return
-		}
-		gone = err.Error()
-	}
-	var skipped []string
-	if e.stepRan {
-		skipped = append(skipped, "exports")
-	}
-	if len(e.wf.Outputs) > 0 {
-		skipped = append(skipped, "outputs")
-	}
-	if len(caches) > 0 && res.State == api.StateSucceeded {
-		skipped = append(skipped, "caches")
-	}
-	if len(skipped) == 0 {
-		return
-	}
-	list := strings.Join(skipped, ", ")
-	if i := strings.LastIndex(list, ", "); i >= 0 {
-		list = list[:i] + " and " + list[i+2:]
-	}
-	e.setup.printf("%s: skipped: the run's environment is gone (%s)\n", list, gone)
-}
-
-func (e *execution) report(u StepUpdate) {
+// reportStep reports a step update, and records that the step ended if so.
+func (e *execution) reportStep(u StepUpdate) {
 	switch u.State {
 	case api.StepPending, api.StepRunning:
 	default:
@@ -548,22 +346,4 @@ func intAttr(p *int) any {
 		return nil
 	}
 	return *p
-}
-
-// onHandover calls f once the runner hands this run over (Job.Handover
-// closes), unless the returned stop is called first. Without a Handover
-// channel it does nothing.
-func (e *execution) onHandover(f func()) (stop func()) {
-	if e.job.Handover == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-e.job.Handover:
-			f()
-		case <-done:
-		}
-	}()
-	return func() { close(done) }
 }

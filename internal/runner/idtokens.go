@@ -105,11 +105,11 @@ func (e *execution) stepTokens(ctx context.Context, idx int, st workflow.Step, n
 // for the same start), so that the logs written from now on mask them
 // too: a step still running, or a later one, may print one.
 func (e *execution) remaskIDTokens(ctx context.Context) {
-	if e.job.Resume == nil || e.job.IDTokens == nil {
+	if e.job.IDTokens == nil {
 		return
 	}
 	for i, st := range e.wf.Steps {
-		at, ok := e.job.Resume.StepStarted[i+1]
+		at, ok := e.past.stepStarted[i+1]
 		if !ok || len(st.IDTokens) == 0 {
 			continue
 		}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cleanup"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/logship"
@@ -41,16 +40,9 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 		return
 	}
 	sl := e.setup
-	if r := e.job.Resume; r != nil {
-		if r.OutputsCollected {
-			sl.printf("outputs: packed by the earlier runner process already\n")
-			return
-		}
-		for idx, u := range r.Steps {
-			if idx > 0 && u.State != api.StepPending && u.State != api.StepSkipped {
-				e.stepRan = true
-			}
-		}
+	if e.past.outputsCollected {
+		sl.printf("outputs: packed by the earlier runner process already\n")
+		return
 	}
 	if !e.stepRan {
 		sl.printf("outputs: not collected: no step ran\n")
@@ -75,7 +67,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	// copy has its own bound, and a handover cuts it short.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), OutputsTimeout)
 	defer cancel()
-	defer e.onHandover(func() { cancel() })()
+	defer e.onHandover(cancel)()
 	start := time.Now()
 	dir := e.job.OutputsDir
 	if err := cleanup.RemoveAll(dir, e.log); err != nil {
@@ -112,7 +104,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 			if fi.IsDir() && r != "." {
 				shown[r] = r + "/"
 			}
-		case e.handingOver():
+		case e.handedOver():
 			return // the successor collects them
 		case errors.Is(err, fs.ErrNotExist):
 			sl.printf("outputs: %s does not exist: not collected\n", r)
@@ -133,7 +125,7 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 		return total.Entries, err
 	})
 	if err != nil {
-		if e.handingOver() {
+		if e.handedOver() {
 			return
 		}
 		sl.printf("outputs: not stored: packing them failed: %v\n", err)

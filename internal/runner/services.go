@@ -42,7 +42,7 @@ func (e *execution) startService(ctx context.Context, sess executor.Session, idx
 		return fail(api.ReasonUnsupported, fmt.Errorf("the %s executor cannot run detached steps", e.ex.Name()))
 	}
 	start := time.Now()
-	e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
+	e.reportStep(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
 	e.stepRan = true
 	tokens, failed, res := e.stepTokens(ctx, idx, st, name, start)
 	if failed != nil {
@@ -66,7 +66,7 @@ func (e *execution) startService(ctx context.Context, sess executor.Session, idx
 // checkServices collects every service that ended on its own (before the
 // run's end) and reports it. A failed one (not continue-on-error) ends
 // the run: its result is returned.
-func (e *execution) checkServices(ctx context.Context, sess executor.Session, runTimeout time.Duration) (Result, bool) {
+func (e *execution) checkServices(ctx context.Context, sess executor.Session) (Result, bool) {
 	ds, _ := sess.(executor.DetachedSteps)
 	if ds == nil {
 		return Result{}, false
@@ -80,8 +80,8 @@ func (e *execution) checkServices(ctx context.Context, sess executor.Session, ru
 			live = append(live, svc)
 			continue
 		}
-		upd, r, fails := e.collectService(ctx, sess, svc, runTimeout, false)
-		e.report(upd)
+		upd, r, fails := e.collectService(ctx, sess, svc, false)
+		e.reportStep(upd)
 		if fails && !failed {
 			res, failed = r, true
 		}
@@ -94,7 +94,7 @@ func (e *execution) checkServices(ctx context.Context, sess executor.Session, ru
 // the grace), writes each one's log and reports it: stopped at the run's
 // end is how a service is meant to end (succeeded). It returns the result
 // of the first one that failed before it was stopped.
-func (e *execution) stopServices(ctx context.Context, sess executor.Session, runTimeout time.Duration) (Result, bool) {
+func (e *execution) stopServices(ctx context.Context, sess executor.Session) (Result, bool) {
 	if len(e.services) == 0 {
 		return Result{}, false
 	}
@@ -115,8 +115,8 @@ func (e *execution) stopServices(ctx context.Context, sess executor.Session, run
 	var res Result
 	failed := false
 	for _, svc := range e.services {
-		upd, r, fails := e.collectService(sctx, sess, svc, runTimeout, ctx.Err() != nil)
-		e.report(upd)
+		upd, r, fails := e.collectService(sctx, sess, svc, ctx.Err() != nil)
+		e.reportStep(upd)
 		if fails && !failed {
 			res, failed = r, true
 		}
@@ -129,7 +129,7 @@ func (e *execution) stopServices(ctx context.Context, sess executor.Session, run
 // whole output to its log and returns its final update and, when it
 // failed, the run's result. runStopped says the run itself was cancelled
 // or timed out: the service is then reported cancelled.
-func (e *execution) collectService(ctx context.Context, sess executor.Session, svc service, runTimeout time.Duration, runStopped bool) (StepUpdate, Result, bool) {
+func (e *execution) collectService(ctx context.Context, sess executor.Session, svc service, runStopped bool) (StepUpdate, Result, bool) {
 	log := e.log.With("step", svc.idx, "name", svc.name)
 	start := time.Now()
 	out, err := e.stepLog(svc.idx, nil)
@@ -165,7 +165,7 @@ func (e *execution) collectService(ctx context.Context, sess executor.Session, s
 		log.Info("detached step stopped at the run's end", "duration", r.Duration.Round(time.Millisecond))
 		return StepUpdate{Step: svc.idx, Name: svc.name, State: state, Duration: r.Duration}, Result{}, false
 	}
-	upd, res, fails := e.stepEnded(ctx, svc.idx, svc.st, svc.name, start, runTimeout, r, err, nil, log)
+	upd, res, fails := e.stepEnded(ctx, svc.idx, svc.st, svc.name, start, r, err, nil, log)
 	if res.Message != "" {
 		res.Message = "detached " + res.Message + " before the run's end"
 	}

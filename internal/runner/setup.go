@@ -19,8 +19,9 @@ import (
 // starts (a shell agent, a pod) while the commit is fetched. What Prepare
 // writes for the setup log is held until the checkout's lines are in, so
 // the log reads as if one came after the other. failed says that res is
-// the run's result (or, with e.handedOver, that the run was handed over).
-func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining time.Duration) (sess executor.Session, res Result, failed bool) {
+// the run's result (or, with e.handedOver(), that the run was handed
+// over). setupCtx is runCtx cut short by a handover.
+func (e *execution) setUp(runCtx, setupCtx context.Context) (sess executor.Session, res Result, failed bool) {
 	sl := e.setup
 	id := e.job.ID
 	if id == "" {
@@ -35,7 +36,7 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		CPUs:        wf.Resources.CPUs,
 		MemoryBytes: wf.Resources.MemoryBytes,
 		DiskBytes:   wf.Resources.DiskBytes,
-		Timeout:     remaining,
+		Timeout:     timeLeft(runCtx),
 		Labels:      e.job.Labels,
 		Log:         sl,
 		Services:    e.serviceSpecs(),
@@ -45,11 +46,10 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 	// stop is the result of a setup that ended early: handed over, or the
 	// run stopped (cancelled, timed out).
 	stop := func() (Result, bool) {
-		if e.handingOver() {
-			e.handedOver = true
+		if e.handedOver() {
 			return Result{}, true
 		}
-		return e.stopped(runCtx, timeout)
+		return e.stopped(runCtx)
 	}
 
 	var prepErr error
@@ -129,6 +129,16 @@ func (e *execution) setUp(runCtx, setupCtx context.Context, timeout, remaining t
 		}
 	}
 	return sess, Result{}, false
+}
+
+// timeLeft is the time until ctx's deadline (0 when it passed), or 0 when
+// it has none.
+func timeLeft(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(d), 0)
 }
 
 // cleanUp removes an environment the run will not use.

@@ -225,10 +225,7 @@ func (e *execution) stepLog(idx int, at *logship.Checkpoint) (*stepOut, error) {
 		o.cw = resumeCapWriter(o.file, e.job.LogLimit, at.Log, last)
 		o.m = logmask.NewResumed(o.cw, e.secrets, at.Hidden)
 		o.raw = at.Raw
-		by := "a new knotless-run process"
-		if e.job.Resume != nil && e.job.Resume.By != "" {
-			by = e.job.Resume.By
-		}
+		by := e.past.by
 		// From the first byte (no checkpoint: the predecessor's spool was
 		// rebuilt from the server's record, or it died before its first
 		// one), the output is made again byte for byte and only what lies

@@ -13,34 +13,28 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/logship"
 	"knotless.dev/knotless/internal/workflow"
 )
 
-// resumed returns what an earlier process recorded of step idx.
-func (e *execution) resumed(idx int) (api.UpdateStepInput, bool) {
-	if e.job.Resume == nil {
-		return api.UpdateStepInput{}, false
-	}
-	u, ok := e.job.Resume.Steps[idx]
-	return u, ok && u.State != api.StepPending
-}
-
-// steps executes the workflow's steps in order and returns the run's result.
-func (e *execution) steps(ctx context.Context, sess executor.Session, timeout time.Duration) Result {
+// steps executes the workflow's steps in order, each once across runner
+// processes (a step an earlier process ended counts as it ended; one it
+// left running is attached to), with the detached ones (services) beside
+// them, and returns the run's result. It stops at a handover, leaving the
+// rest to the successor.
+func (e *execution) steps(ctx context.Context, sess executor.Session) Result {
 	wf := e.wf
 	res := Result{State: api.StateSucceeded}
-	if _, stopped := e.stopped(ctx, timeout); !stopped && !e.ended[api.SetupStep] {
+	if _, stopped := e.stopped(ctx); !stopped && !e.ended[api.SetupStep] {
 		// Later setup-log lines (cleanup) are still shipped; the CLI
 		// prints what comes after the steps.
-		e.report(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepSucceeded})
+		e.reportStep(StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepSucceeded})
 	}
 	ended := false
 	for i, st := range wf.Steps {
 		idx, name := i+1, stepName(st, i)
 		if e.ended[idx] {
 			// An earlier runner process ran it to its end.
-			if u, _ := e.resumed(idx); !ended {
+			if u, _ := e.past.step(idx); !ended {
 				if r, fails := resultOf(u, st, name); fails {
 					res, ended = r, true
 				}
@@ -48,42 +42,47 @@ func (e *execution) steps(ctx context.Context, sess executor.Session, timeout ti
 			continue
 		}
 		if ended {
-			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
+			e.reportStep(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
 		}
-		if r, stopped := e.stopped(ctx, timeout); stopped {
+		if r, stopped := e.stopped(ctx); stopped {
 			res, ended = r, true
-			e.report(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
+			e.reportStep(StepUpdate{Step: idx, Name: name, State: api.StepSkipped})
 			continue
 		}
 		if st.Detach {
-			if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
+			if _, running := e.past.running(idx); running {
 				// Started by an earlier runner process: it runs on.
 				e.services = append(e.services, service{idx: idx, st: st, name: name})
 				continue
 			}
 			if upd, r, fails := e.startService(ctx, sess, idx, st); fails {
-				e.report(upd)
+				e.reportStep(upd)
 				res, ended = r, true
 			}
 			continue
 		}
-		upd, stepRes, fails := e.step(ctx, sess, idx, st, timeout)
-		if e.handedOver {
+		upd, stepRes, fails := e.step(ctx, sess, idx, st)
+		if e.handedOver() {
+			// Let go mid-step (no update: the successor reports it), or
+			// just after the step ended.
+			if upd.State != "" {
+				e.reportStep(upd)
+			}
 			return Result{}
 		}
-		e.report(upd)
+		e.reportStep(upd)
 		if fails && !ended {
 			res, ended = stepRes, true
 		}
-		if r, failed := e.checkServices(ctx, sess, timeout); failed && !ended {
+		if r, failed := e.checkServices(ctx, sess); failed && !ended {
 			res, ended = r, true
 		}
 	}
-	if e.handedOver || e.handingOver() {
+	if e.handedOver() {
 		return res
 	}
-	if r, failed := e.stopServices(ctx, sess, timeout); failed && !ended {
+	if r, failed := e.stopServices(ctx, sess); failed && !ended {
 		res = r
 	}
 	return res
@@ -112,19 +111,17 @@ func resultOf(u api.UpdateStepInput, st workflow.Step, name string) (Result, boo
 
 // step executes one step. It returns the step's final update and, when the
 // step ends the run, the run's result.
-func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st workflow.Step, runTimeout time.Duration) (StepUpdate, Result, bool) {
+func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st workflow.Step) (StepUpdate, Result, bool) {
 	name := stepName(st, idx-1)
 	log := e.log.With("step", idx, "name", name)
-	var resumeAt *logship.Checkpoint
 	start := time.Now()
-	if u, ok := e.resumed(idx); ok && u.State == api.StepRunning {
-		c := e.job.Resume.Checkpoints[idx] // none: from the start
-		resumeAt = &c
-		log.Info("step resumed", "raw_offset", c.Raw, "log_bytes", c.Log)
+	resumeAt, running := e.past.running(idx)
+	if running {
+		log.Info("step resumed", "raw_offset", resumeAt.Raw, "log_bytes", resumeAt.Log)
 	} else {
 		// The running update's At is the step's start, and its id tokens'
 		// issue time: a successor asks for them again with it.
-		e.report(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
+		e.reportStep(StepUpdate{Step: idx, Name: name, State: api.StepRunning, At: start})
 		log.Info("step started")
 	}
 	e.stepRan = true
@@ -156,8 +153,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 		out.started()
 		r, err = sess.Exec(ctx, xs, out)
 	}
-	if errors.Is(err, executor.ErrDetached) && e.handingOver() {
-		e.handedOver = true
+	if errors.Is(err, executor.ErrDetached) && e.handedOver() {
 		out.abandon()
 		return StepUpdate{}, Result{}, true
 	}
@@ -167,7 +163,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 	if cerr := out.close(); cerr != nil {
 		log.Error("close step log", "err", cerr)
 	}
-	upd, res, stop := e.stepEnded(ctx, idx, st, name, start, runTimeout, r, err, problem, log)
+	upd, res, stop := e.stepEnded(ctx, idx, st, name, start, r, err, problem, log)
 	if out.cw.lost > 0 || r.OutputLost {
 		// Bytes of the log are gone: the step cannot read as a clean
 		// success, and the setup log says so too (the step's own log has
@@ -190,7 +186,7 @@ func (e *execution) step(ctx context.Context, sess executor.Session, idx int, st
 
 // stepEnded makes a step's update and the run's result of how its Exec
 // ended (r, err) or why it did not run (problem).
-func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, name string, start time.Time, runTimeout time.Duration,
+func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, name string, start time.Time,
 	r executor.Result, err, problem error, log *slog.Logger) (StepUpdate, Result, bool) {
 	upd := StepUpdate{Step: idx, Name: name, Duration: time.Since(start)}
 	if r.Duration > 0 {
@@ -200,7 +196,7 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 		upd.ExitCode = ptr(r.ExitCode)
 	}
 
-	if res, stopped := e.stopped(ctx, runTimeout); stopped {
+	if res, stopped := e.stopped(ctx); stopped {
 		upd.State, upd.Reason = api.StepCancelled, res.Reason
 		if res.Reason == api.ReasonTimeout {
 			upd.State = api.StepFailed
@@ -260,7 +256,7 @@ func (e *execution) stepEnded(ctx context.Context, idx int, st workflow.Step, na
 // stopped reports whether the run's context ended, and the run's result if
 // so: failed/timeout for the run's timeout, cancelled/runner-stopped when
 // the runner stops, cancelled/cancelled otherwise.
-func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result, bool) {
+func (e *execution) stopped(ctx context.Context) (Result, bool) {
 	if ctx.Err() == nil {
 		return Result{}, false
 	}
@@ -268,8 +264,8 @@ func (e *execution) stopped(ctx context.Context, timeout time.Duration) (Result,
 	switch {
 	case errors.Is(cause, errRunTimeout):
 		msg := "the run reached its timeout"
-		if timeout > 0 {
-			msg = fmt.Sprintf("the run reached its timeout of %s", timeout)
+		if e.timeout > 0 {
+			msg = fmt.Sprintf("the run reached its timeout of %s", e.timeout)
 		}
 		return Result{State: api.StateFailed, Reason: api.ReasonTimeout, Message: msg}, true
 	case errors.Is(cause, ErrRunnerStopped):
