@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -49,9 +50,19 @@ A leaked token: create a new one, log in with it, revoke the leaked one.
 The token an account was created with is named "initial". The last token of
 an account cannot be revoked (create another first); an admin can disable a
 whole account instead (knotless account disable).`)
+	cmd.AddCommand(s.tokenCreateCmd(), s.tokenListCmd(), s.tokenRevokeCmd())
+	return cmd
+}
 
-	var expires string
-	create := &cobra.Command{
+// tokenCreateOptions is `knotless token create NAME`.
+type tokenCreateOptions struct {
+	Expires string // --expires as given (see parseExpiry); "": never
+	name    string // the token's NAME
+}
+
+func (s *session) tokenCreateCmd() *cobra.Command {
+	o := &tokenCreateOptions{}
+	c := &cobra.Command{
 		Use:   "create NAME [--expires 30d]",
 		Short: "Make a new API token and print it once",
 		Long: `Make a new API token for your account and print it to stdout, alone on its
@@ -64,40 +75,63 @@ without it the token lives until it is revoked.`,
   knotless login --server https://ci.example.com --token-file ~/.knotless-laptop.token
   knotless token create deploy-bot --json | jq -r .secret`,
 		Args: exactArgs(1, "one token NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := api.CheckName("token name", args[0]); err != nil {
-				return usageErrorf("%v", err)
-			}
-			in := api.CreateTokenInput{Name: args[0]}
-			if expires != "" {
-				d, err := parseExpiry(expires)
-				if err != nil {
-					return usageErrorf("%v", err)
-				}
-				t := s.now().Add(d).UTC()
-				in.ExpiresAt = &t
-			}
-			var out api.CreateTokenOutput
-			if err := s.procedure(cmd.Context(), api.MethodCreateToken, in, &out); err != nil {
-				return fmt.Errorf("create token %s: %w", args[0], err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), out)
-			}
-			fmt.Fprintln(s.stdout(), out.Secret)
-			until := "until it is revoked"
-			if out.Token.ExpiresAt != nil {
-				until = "until " + out.Token.ExpiresAt.Local().Format("2006-01-02 15:04 MST")
-			}
-			fmt.Fprintf(s.stderr(), "Created token %s, valid %s. It is shown only this once: keep it safe.\n"+
-				"Log in with it: knotless login --server %s --token-file FILE\n", out.Token.Name, until, s.server)
-			return nil
-		},
+		RunE: s.runE(o),
 	}
-	create.Flags().StringVar(&expires, "expires", "", "lifetime: days (30d), weeks (2w) or a duration (12h); default: never expires")
-	cmd.AddCommand(create)
+	c.Flags().StringVar(&o.Expires, "expires", "", "lifetime: days (30d), weeks (2w) or a duration (12h); default: never expires")
+	return c
+}
 
-	list := &cobra.Command{
+func (o *tokenCreateOptions) complete(_ context.Context, _ *session, args []string) error {
+	o.name = args[0]
+	return nil
+}
+
+// validate refuses a name the server would refuse and an --expires
+// parseExpiry cannot read (usage errors, in that order).
+func (o *tokenCreateOptions) validate() error {
+	if err := api.CheckName("token name", o.name); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if o.Expires != "" {
+		if _, err := parseExpiry(o.Expires); err != nil {
+			return usageErrorf("%v", err)
+		}
+	}
+	return nil
+}
+
+func (o *tokenCreateOptions) run(ctx context.Context, s *session) error {
+	in := api.CreateTokenInput{Name: o.name}
+	if o.Expires != "" {
+		d, err := parseExpiry(o.Expires)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		t := s.now().Add(d).UTC()
+		in.ExpiresAt = &t
+	}
+	var out api.CreateTokenOutput
+	if err := s.procedure(ctx, api.MethodCreateToken, in, &out); err != nil {
+		return fmt.Errorf("create token %s: %w", o.name, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), out)
+	}
+	fmt.Fprintln(s.stdout(), out.Secret)
+	until := "until it is revoked"
+	if out.Token.ExpiresAt != nil {
+		until = "until " + out.Token.ExpiresAt.Local().Format("2006-01-02 15:04 MST")
+	}
+	fmt.Fprintf(s.stderr(), "Created token %s, valid %s. It is shown only this once: keep it safe.\n"+
+		"Log in with it: knotless login --server %s --token-file FILE\n", out.Token.Name, until, s.server)
+	return nil
+}
+
+// tokenListOptions is `knotless token list`: it has no flags of its own.
+type tokenListOptions struct{}
+
+func (s *session) tokenListCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List your API tokens (names, never the tokens)",
 		Long: `List the API tokens of your account: name, when made, when they expire and
@@ -106,43 +140,55 @@ shown. The token this command used is marked with *.`,
 		Example: `  knotless token list
   knotless token list --json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out api.ListTokensOutput
-			if err := s.query(cmd.Context(), api.MethodListTokens, nil, &out); err != nil {
-				return fmt.Errorf("list tokens: %w", err)
-			}
-			if out.Tokens == nil {
-				out.Tokens = []api.Token{}
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), out)
-			}
-			now := s.now()
-			t := newTable(s.stdout(), "NAME", "CREATED", "EXPIRES", "LAST USED")
-			for _, tok := range out.Tokens {
-				name := tok.Name
-				if tok.Current {
-					name += " *"
-				}
-				exp := "never"
-				if tok.ExpiresAt != nil {
-					exp = tok.ExpiresAt.Local().Format("2006-01-02 15:04")
-					if !tok.ExpiresAt.After(now) {
-						exp += " (expired)"
-					}
-				}
-				used := agoPtr(tok.LastUsedAt, now)
-				if used == "" {
-					used = "never"
-				}
-				t.row(name, ago(tok.CreatedAt, now), exp, used)
-			}
-			return t.flush()
-		},
+		RunE: s.runE(&tokenListOptions{}),
 	}
-	cmd.AddCommand(list)
+}
 
-	revoke := &cobra.Command{
+func (o *tokenListOptions) complete(context.Context, *session, []string) error { return nil }
+
+func (o *tokenListOptions) validate() error { return nil }
+
+func (o *tokenListOptions) run(ctx context.Context, s *session) error {
+	var out api.ListTokensOutput
+	if err := s.query(ctx, api.MethodListTokens, nil, &out); err != nil {
+		return fmt.Errorf("list tokens: %w", err)
+	}
+	if out.Tokens == nil {
+		out.Tokens = []api.Token{}
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), out)
+	}
+	now := s.now()
+	t := newTable(s.stdout(), "NAME", "CREATED", "EXPIRES", "LAST USED")
+	for _, tok := range out.Tokens {
+		name := tok.Name
+		if tok.Current {
+			name += " *"
+		}
+		exp := "never"
+		if tok.ExpiresAt != nil {
+			exp = tok.ExpiresAt.Local().Format("2006-01-02 15:04")
+			if !tok.ExpiresAt.After(now) {
+				exp += " (expired)"
+			}
+		}
+		used := agoPtr(tok.LastUsedAt, now)
+		if used == "" {
+			used = "never"
+		}
+		t.row(name, ago(tok.CreatedAt, now), exp, used)
+	}
+	return t.flush()
+}
+
+// tokenRevokeOptions is `knotless token revoke NAME`.
+type tokenRevokeOptions struct {
+	name string // the token's NAME
+}
+
+func (s *session) tokenRevokeCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:     "revoke NAME",
 		Aliases: []string{"rm", "delete"},
 		Short:   "Revoke one of your API tokens, at once",
@@ -152,30 +198,52 @@ logs you out. The account's last token cannot be revoked: create another
 first.`,
 		Example: `  knotless token revoke laptop`,
 		Args:    exactArgs(1, "one token NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			in := api.RevokeTokenInput{Name: args[0]}
-			if err := s.procedure(cmd.Context(), api.MethodRevokeToken, in, nil); err != nil {
-				return fmt.Errorf("revoke token %s: %w", args[0], err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), in)
-			}
-			fmt.Fprintf(s.stdout(), "Revoked token %s: it is refused from now on.\n", args[0])
-			return nil
-		},
+		RunE:    s.runE(&tokenRevokeOptions{}),
 	}
-	cmd.AddCommand(revoke)
-	return cmd
+}
+
+func (o *tokenRevokeOptions) complete(_ context.Context, _ *session, args []string) error {
+	o.name = args[0]
+	return nil
+}
+
+func (o *tokenRevokeOptions) validate() error { return nil }
+
+func (o *tokenRevokeOptions) run(ctx context.Context, s *session) error {
+	in := api.RevokeTokenInput{Name: o.name}
+	if err := s.procedure(ctx, api.MethodRevokeToken, in, nil); err != nil {
+		return fmt.Errorf("revoke token %s: %w", o.name, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), in)
+	}
+	fmt.Fprintf(s.stdout(), "Revoked token %s: it is refused from now on.\n", o.name)
+	return nil
+}
+
+// accountToggleOptions is `knotless account disable HANDLE` (Disable) or
+// `knotless account enable HANDLE`.
+type accountToggleOptions struct {
+	Disable bool
+	handle  string
+}
+
+// verb is the subcommand's name and what its errors say it did.
+func (o *accountToggleOptions) verb() (verb, nsid string) {
+	if o.Disable {
+		return "disable", api.MethodDisableAccount
+	}
+	return "enable", api.MethodEnableAccount
 }
 
 // accountToggleCmd is `account disable` or `account enable`.
 func (s *session) accountToggleCmd(disable bool) *cobra.Command {
-	verb, nsid := "enable", api.MethodEnableAccount
+	o := &accountToggleOptions{Disable: disable}
+	verb, _ := o.verb()
 	short := "Enable a disabled account again (admins)"
 	long := `Enable an account an admin disabled: its tokens work again (those not
 revoked or expired meanwhile).`
 	if disable {
-		verb, nsid = "disable", api.MethodDisableAccount
 		short = "Disable an account: its tokens are refused at once (admins)"
 		long = `Disable an account (admins only): from the next request on, every token of
 the account is refused (HTTP 401), by the API and by git. Its repositories,
@@ -188,23 +256,36 @@ knotless account enable. An admin cannot disable their own account.`
 		Long:    long,
 		Example: "  knotless account " + verb + " bob",
 		Args:    exactArgs(1, "one HANDLE"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := api.CheckHandle(args[0]); err != nil {
-				return usageErrorf("%v", err)
-			}
-			var out api.Account
-			if err := s.procedure(cmd.Context(), nsid, api.AccountRef{Handle: args[0]}, &out); err != nil {
-				return fmt.Errorf("%s account %s: %w", verb, args[0], err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), out)
-			}
-			if out.Disabled {
-				fmt.Fprintf(s.stdout(), "Disabled account %s: its tokens are refused from now on.\n", out.Handle)
-			} else {
-				fmt.Fprintf(s.stdout(), "Enabled account %s.\n", out.Handle)
-			}
-			return nil
-		},
+		RunE:    s.runE(o),
 	}
+}
+
+func (o *accountToggleOptions) complete(_ context.Context, _ *session, args []string) error {
+	o.handle = args[0]
+	return nil
+}
+
+// validate refuses what is not a handle (a usage error).
+func (o *accountToggleOptions) validate() error {
+	if err := api.CheckHandle(o.handle); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
+}
+
+func (o *accountToggleOptions) run(ctx context.Context, s *session) error {
+	verb, nsid := o.verb()
+	var out api.Account
+	if err := s.procedure(ctx, nsid, api.AccountRef{Handle: o.handle}, &out); err != nil {
+		return fmt.Errorf("%s account %s: %w", verb, o.handle, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), out)
+	}
+	if out.Disabled {
+		fmt.Fprintf(s.stdout(), "Disabled account %s: its tokens are refused from now on.\n", out.Handle)
+	} else {
+		fmt.Fprintf(s.stdout(), "Enabled account %s.\n", out.Handle)
+	}
+	return nil
 }
