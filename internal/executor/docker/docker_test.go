@@ -1,12 +1,9 @@
 package docker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -86,7 +83,7 @@ func (f *fixture) procs(id string) func() ([]executortest.Proc, error) {
 	return func() ([]executortest.Proc, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := f.sh(ctx, id, `for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; printf '%s\n' "$s"; tr '\000\n' '\001\002' < $d/cmdline 2>/dev/null; printf '\n'; done`)
+		out, err := f.sh(ctx, id, executortest.ProcsScript)
 		if err != nil {
 			st, ierr := f.eng.Client.ContainerInspect(ctx, id)
 			if ierr != nil || st.State == nil || !st.State.Running {
@@ -94,25 +91,7 @@ func (f *fixture) procs(id string) func() ([]executortest.Proc, error) {
 			}
 			return nil, err
 		}
-		var procs []executortest.Proc
-		lines := strings.Split(string(out), "\n")
-		for i := 0; i+1 < len(lines); i += 2 {
-			stat := lines[i]
-			j := strings.LastIndexByte(stat, ')')
-			if j < 0 {
-				continue
-			}
-			pid, _ := strconv.Atoi(strings.Fields(stat)[0])
-			rest := strings.Fields(stat[j+1:])
-			if len(rest) < 3 {
-				continue
-			}
-			pgid, _ := strconv.Atoi(rest[2])
-			argv := bytes.ReplaceAll([]byte(lines[i+1]), []byte{1}, []byte{0})
-			argv = bytes.ReplaceAll(argv, []byte{2}, []byte{'\n'})
-			procs = append(procs, executortest.Proc{PID: pid, PGID: pgid, State: rest[0][0], Argv: argv})
-		}
-		return procs, nil
+		return executortest.ParseProcs(out), nil
 	}
 }
 

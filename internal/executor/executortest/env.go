@@ -1,7 +1,6 @@
 package executortest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -69,24 +68,15 @@ func HostProcs() ([]Proc, error) {
 		if err != nil {
 			continue
 		}
-		// "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(stat[i+1:])
-		if len(f) < 3 || len(f[0]) != 1 {
-			continue
-		}
-		pgid, err := strconv.Atoi(string(f[2]))
-		if err != nil {
+		_, state, pgid, ok := parseStat(stat)
+		if !ok {
 			continue
 		}
 		argv, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		procs = append(procs, Proc{PID: pid, PGID: pgid, State: f[0][0], Argv: argv})
+		procs = append(procs, Proc{PID: pid, PGID: pgid, State: state, Argv: argv})
 	}
 	if len(procs) == 0 {
 		return nil, errors.New("list processes: /proc shows none")
