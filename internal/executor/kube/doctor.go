@@ -50,29 +50,28 @@ func (a access) String() string {
 	return a.verb + " " + r
 }
 
-// needed is every permission the executor uses: the pods' life cycle and
-// watch, patch to re-point an adopted pod's owner reference, and
-// pods/exec create (WebSocket exec since Kubernetes 1.35, SPDY) and get
-// (older servers' WebSocket exec); and get on the owner --owner names.
+// needed is each permission of Permissions, one verb at a time, and
+// OwnerPermission of the configured owner: exactly what the runner's Role
+// must grant (permissions.go).
 func (e *Executor) needed() []access {
-	var out []access
-	for _, v := range []string{"create", "get", "list", "watch", "delete", "patch"} {
-		out = append(out, access{verb: v, resource: "pods"})
+	ps := Permissions
+	if p, ok := OwnerPermission(e.cfg.Owner); ok {
+		ps = append(ps[:len(ps):len(ps)], p)
 	}
-	out = append(out, access{verb: "create", resource: "pods", sub: "exec"}, access{verb: "get", resource: "pods", sub: "exec"})
-	if o := e.cfg.Owner; o != nil && o.Kind != "Pod" {
-		group, _, _ := strings.Cut(o.APIVersion, "/")
-		if !strings.Contains(o.APIVersion, "/") {
-			group = ""
+	var out []access
+	for _, p := range ps {
+		resource, sub, _ := strings.Cut(p.Resource, "/")
+		for _, v := range p.Verbs {
+			out = append(out, access{verb: v, group: p.APIGroup, resource: resource, sub: sub, name: p.ResourceName})
 		}
-		out = append(out, access{verb: "get", group: group, resource: strings.ToLower(o.Kind) + "s", name: o.Name})
 	}
 	return out
 }
 
 // Doctor checks, in order, each reported as it finishes: the client
-// configuration and the API server; each permission the executor needs
-// (SelfSubjectAccessReview), and that Secrets are not readable; that the
+// configuration and the API server; each permission the runner's Role
+// must grant (needed: Permissions and the owner's, by
+// SelfSubjectAccessReview), and that Secrets are not readable; that the
 // namespace enforces Pod Security "restricted" (a server-side dry run of
 // a pod that breaks it must be refused: this needs no right beyond pods
 // create, and proves enforcement rather than a label); that a
