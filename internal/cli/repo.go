@@ -67,7 +67,17 @@ func (s *session) cloneURL(r api.Repo) string {
 func (s *session) repoCmd() *cobra.Command {
 	cmd := group("repo", "Create and list repositories", `Create and list repositories. A repository is OWNER/NAME and is served over
 git smart HTTP; pushing to it runs its workflows (.knotless/workflows/).`)
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(s.repoCreateCmd(), s.repoListCmd())
+	return cmd
+}
+
+// repoCreateOptions is `knotless repo create NAME|OWNER/NAME`.
+type repoCreateOptions struct {
+	repo string // NAME or OWNER/NAME as given
+}
+
+func (s *session) repoCreateCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "create NAME|OWNER/NAME",
 		Short: "Create a repository and show how to push to it",
 		Long: `Create a repository. NAME makes it yours; OWNER/NAME is for admins (or your
@@ -77,23 +87,38 @@ checkout to it.`,
   knotless repo create alice/app
   knotless repo create app --json`,
 		Args: exactArgs(1, "one NAME or OWNER/NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			check := api.CheckRepo
-			if !strings.Contains(args[0], "/") {
-				check = func(n string) error { return api.CheckName("repository name", n) }
-			}
-			if err := check(args[0]); err != nil {
-				return usageErrorf("%v", err)
-			}
-			var r api.Repo
-			if err := s.procedure(cmd.Context(), api.MethodCreateRepo, api.CreateRepoInput{Repo: args[0]}, &r); err != nil {
-				return fmt.Errorf("create repository %s: %w", args[0], err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), r)
-			}
-			u := s.cloneURL(r)
-			fmt.Fprintf(s.stdout(), `Created repository %s.
+		RunE: s.runE(&repoCreateOptions{}),
+	}
+}
+
+func (o *repoCreateOptions) complete(_ context.Context, _ *session, args []string) error {
+	o.repo = args[0]
+	return nil
+}
+
+// validate refuses a NAME or OWNER/NAME the server would refuse (a usage
+// error).
+func (o *repoCreateOptions) validate() error {
+	check := api.CheckRepo
+	if !strings.Contains(o.repo, "/") {
+		check = func(n string) error { return api.CheckName("repository name", n) }
+	}
+	if err := check(o.repo); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
+}
+
+func (o *repoCreateOptions) run(ctx context.Context, s *session) error {
+	var r api.Repo
+	if err := s.procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: o.repo}, &r); err != nil {
+		return fmt.Errorf("create repository %s: %w", o.repo, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), r)
+	}
+	u := s.cloneURL(r)
+	fmt.Fprintf(s.stdout(), `Created repository %s.
 Clone URL: %s
 
 Push an existing checkout (git asks for a password: give your API token,
@@ -104,38 +129,47 @@ any user name):
 Then follow its pipeline:
   knotless run logs --repo %s --latest -f
 `, r.FullName(), u, u, r.FullName())
-			return nil
-		},
-	})
-	cmd.AddCommand(&cobra.Command{
+	return nil
+}
+
+// repoListOptions is `knotless repo list`: it has no flags of its own.
+type repoListOptions struct{}
+
+func (s *session) repoListCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List the repositories you own (admins: all)",
 		Long:  `List the repositories you own; admins see every repository.`,
 		Example: `  knotless repo list
   knotless repo list --json | jq -r '.repos[].cloneUrl'`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out api.ListReposOutput
-			if err := s.query(cmd.Context(), api.MethodListRepos, nil, &out); err != nil {
-				return fmt.Errorf("list repositories: %w", err)
-			}
-			if out.Repos == nil {
-				out.Repos = []api.Repo{}
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), out)
-			}
-			if len(out.Repos) == 0 {
-				fmt.Fprintln(s.stdout(), "No repositories yet: create one with knotless repo create NAME.")
-				return nil
-			}
-			now := s.now()
-			t := newTable(s.stdout(), "REPO", "CLONE URL", "CREATED")
-			for _, r := range out.Repos {
-				t.row(r.FullName(), s.cloneURL(r), ago(r.CreatedAt, now))
-			}
-			return t.flush()
-		},
-	})
-	return cmd
+		RunE: s.runE(&repoListOptions{}),
+	}
+}
+
+func (o *repoListOptions) complete(context.Context, *session, []string) error { return nil }
+
+func (o *repoListOptions) validate() error { return nil }
+
+func (o *repoListOptions) run(ctx context.Context, s *session) error {
+	var out api.ListReposOutput
+	if err := s.query(ctx, api.MethodListRepos, nil, &out); err != nil {
+		return fmt.Errorf("list repositories: %w", err)
+	}
+	if out.Repos == nil {
+		out.Repos = []api.Repo{}
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), out)
+	}
+	if len(out.Repos) == 0 {
+		fmt.Fprintln(s.stdout(), "No repositories yet: create one with knotless repo create NAME.")
+		return nil
+	}
+	now := s.now()
+	t := newTable(s.stdout(), "REPO", "CLONE URL", "CREATED")
+	for _, r := range out.Repos {
+		t.row(r.FullName(), s.cloneURL(r), ago(r.CreatedAt, now))
+	}
+	return t.flush()
 }
