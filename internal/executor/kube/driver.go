@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,63 +88,42 @@ func (e *Executor) makePod(ctx context.Context, spec executor.Spec, serve agent.
 }
 
 // makePodOnce makes one pod for makePod, asking for a user namespace when
-// userns (why says why not, for the setup log). On error the pod it
-// returns is non-nil only when the pod was made and did not run (then
-// already deleted): what usernsRefused reads.
+// userns (why says why not, for the setup log): it builds the pod
+// (jobPod), creates it and waits until it runs (startPod), then delivers
+// the agent (podEnv). On error the pod it returns is non-nil only when
+// the pod was made and did not run (then already deleted): what
+// usernsRefused reads.
 func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve agent.Serve, warm, userns bool, why string) (*agentenv.Env, *corev1.Pod, error) {
-	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
+	plan, err := e.jobPod(spec, serve, warm, userns)
 	if err != nil {
 		return nil, nil, err
 	}
-	cpu := *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI)
-	mem := *resource.NewQuantity(res.Memory, resource.BinarySI)
-	disk := *resource.NewQuantity(res.Disk, resource.BinarySI)
-	services, err := e.services(spec)
+	pod, node, err := e.startPod(ctx, spec, plan)
 	if err != nil {
+		return nil, pod, err
+	}
+	env, err := e.podEnv(ctx, spec, pod, node, userns, why)
+	if err != nil {
+		_ = e.deletePod(context.WithoutCancel(ctx), pod.Name, pod.UID, false)
 		return nil, nil, err
 	}
+	return env, pod, nil
+}
+
+// startPod creates plan's pod (createPod), says in spec's setup log what
+// it is (logPod) and waits until its containers run (waitRunning); it
+// returns the pod as created and the node it runs on. On error the pod
+// is deleted, and the pod returned is plan's as asked for, with its
+// name, when it was made and did not run (else nil).
+func (e *Executor) startPod(ctx context.Context, spec executor.Spec, plan podPlan) (*corev1.Pod, string, error) {
 	// The informer (started once per process: the first pod of an `exec`
 	// waits for its list and watch) syncs while the pod is created.
 	watched := make(chan error, 1)
 	go func() { watched <- e.watch(ctx) }()
-	selector, err := e.nodeSelector(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	timeout := spec.Timeout
-	if timeout <= 0 {
-		timeout = time.Hour
-	}
-	lbl := map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(spec.ID)}
-	if warm {
-		lbl[LabelWarm] = "true"
-		timeout = warmDeadline
-	}
-	for k, v := range spec.Labels {
-		if _, ok := lbl[k]; !ok && validLabelKey.MatchString(k) {
-			lbl[k] = labelValue(v)
-		}
-	}
-	if userns {
-		serve.Nproc = e.cfg.Pids
-	}
-	var builder *builderSpec
-	if e.cfg.builder {
-		builder = &builderSpec{Image: e.cfg.BuilderImage, SeccompProfile: e.cfg.BuilderSeccompProfile, GID: e.cfg.RunAs.Group()}
-		serve.PathAppend = BuilderShare + "/bin"
-	}
-	pod := podFor(podSpec{
-		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
-		CPU: cpu, Memory: mem, Disk: disk, Deadline: timeout, RunAs: e.cfg.RunAs,
-		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
-		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
-		Command: bootstrapCommand(serve), Services: services, UserNamespace: userns, Builder: builder,
-	})
-	asked := pod
-	pod, err = e.createPod(ctx, spec, pod)
+	pod, err := e.createPod(ctx, spec, plan.pod)
 	if err != nil {
 		<-watched
-		return nil, nil, err
+		return nil, "", err
 	}
 	created := time.Now()
 	ok := false
@@ -155,63 +133,79 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 		}
 	}()
 	if err := <-watched; err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
-	user := "uid:gid " + e.cfg.RunAs.String()
-	switch {
-	case e.cfg.RunAs.Image && userns:
-		user = "the image's own user (root too: the pod asks for a user namespace)"
-	case e.cfg.RunAs.Image:
-		user = "the image's own user (non-root)"
-	}
-	if userns {
-		user += ", in a user namespace of its own (hostUsers: false)"
-	}
-	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
-		e.ns, pod.Name, image, cpu.String(), mem.String(), disk.String(), user)
-	if builder != nil {
-		e.logf(spec, "builder: image %s, cpu %s, memory %s (the job's: its build steps run in it), BuildKit in a user namespace nested in the pod's, as the pod's root; capabilities SETUID, SETGID, SETFCAP of the pod's user namespace only, seccomp Localhost %s, /proc unmasked; namespace %s (Pod Security baseline); buildctl on the steps' PATH, its socket at %s/buildkitd.sock",
-			builder.Image, cpu.String(), mem.String(), builder.SeccompProfile, e.ns, BuilderShare)
-	}
-	for _, s := range services {
-		e.logf(spec, "service %s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), a sidecar of the pod hardened as the job's container, reachable at 127.0.0.1",
-			s.Name, s.Image, s.CPU.String(), s.Memory.String(), s.Disk.String())
-	}
+	e.logPod(spec, pod.Name, plan)
 	running, err := e.waitRunning(ctx, spec, pod.Name, created)
 	if err != nil {
 		if f := (*executor.Fault)(nil); errors.As(err, &f) && f.Reason == api.ReasonService {
 			agentenv.WriteServiceLogs(context.WithoutCancel(ctx), spec, podServices{e: e, pod: pod.Name})
 		}
+		asked := plan.pod.DeepCopy()
 		asked.Name = pod.Name
-		return nil, asked, err
+		return asked, "", err
 	}
 	e.logf(spec, "pod running on node %s after %s", running.Spec.NodeName, time.Since(created).Round(time.Millisecond))
+	ok = true
+	return pod, running.Spec.NodeName, nil
+}
 
+// logPod writes to spec's setup log what the job pod name is: its image,
+// resources, user and hardening, its builder and its services.
+func (e *Executor) logPod(spec executor.Spec, name string, plan podPlan) {
+	user := "uid:gid " + e.cfg.RunAs.String()
+	switch {
+	case e.cfg.RunAs.Image && plan.userns:
+		user = "the image's own user (root too: the pod asks for a user namespace)"
+	case e.cfg.RunAs.Image:
+		user = "the image's own user (non-root)"
+	}
+	if plan.userns {
+		user += ", in a user namespace of its own (hostUsers: false)"
+	}
+	e.logf(spec, "pod %s/%s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), as %s, read-only root file system, no capabilities, no service account token",
+		e.ns, name, plan.image, plan.cpu.String(), plan.mem.String(), plan.disk.String(), user)
+	if b := plan.builder; b != nil {
+		e.logf(spec, "builder: image %s, cpu %s, memory %s (the job's: its build steps run in it), BuildKit in a user namespace nested in the pod's, as the pod's root; capabilities SETUID, SETGID, SETFCAP of the pod's user namespace only, seccomp Localhost %s, /proc unmasked; namespace %s (Pod Security baseline); buildctl on the steps' PATH, its socket at %s/buildkitd.sock",
+			b.Image, plan.cpu.String(), plan.mem.String(), b.SeccompProfile, e.ns, BuilderShare)
+	}
+	for _, s := range plan.services {
+		e.logf(spec, "service %s: image %s, cpu %s, memory %s, ephemeral storage %s (requests = limits), a sidecar of the pod hardened as the job's container, reachable at 127.0.0.1",
+			s.Name, s.Image, s.CPU.String(), s.Memory.String(), s.Disk.String())
+	}
+}
+
+// podEnv delivers the step agent into pod, running on node (deliver), and
+// returns the pod as an environment whose first connection is the
+// delivery's exec: its Why says when the agent sent cannot execute there
+// (agentArchFault), its Attached writes what was delivered and checks the
+// user namespace (userNamespaceChecked; userns and why as for
+// makePodOnce), its Ready copies spec's checkout in. It records on pod
+// (in memory) the node and the architecture, which a warm pod's claim
+// reads. Errors: the delivery's; the pod is the caller's to delete.
+func (e *Executor) podEnv(ctx context.Context, spec executor.Spec, pod *corev1.Pod, node string, userns bool, why string) (*agentenv.Env, error) {
 	t0 := time.Now()
-	dl, err := e.deliver(ctx, pod.Name, running.Spec.NodeName)
+	dl, err := e.deliver(ctx, pod.Name, node)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	env := e.env(pod.Name, pod.UID, dl.stream)
 	if st, ok := dl.stream.(*stream); ok && dl.arch != "" {
 		// The agent sent may not run here (a pod that reported another
 		// architecture than its node's): its bridge says so on STDERR.
-		why := env.Why
+		podWhy := env.Why
 		env.Why = func(ctx context.Context) *executor.Fault {
-			f := why(ctx)
-			agentFailed := strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") ||
-				f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath)
-			if agentFailed {
-				return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
-					"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
-					dl.arch, running.Spec.NodeName)}
+			f := podWhy(ctx)
+			if strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") ||
+				f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath) {
+				return agentArchFault(dl.arch, node)
 			}
 			return f
 		}
 	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
 	// What a warm pod's claim needs to know of it.
-	pod.Spec.NodeName = running.Spec.NodeName
+	pod.Spec.NodeName = node
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
@@ -223,7 +217,7 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 		}
 		e.logf(spec, "step agent %s for %s delivered (%.1f MB) and connected in %s; a step's processes end with the step (%s)",
 			hello.Agent, arch, float64(dl.size)/1e6, time.Since(t0).Round(time.Millisecond), hello.Kill)
-		if f := e.userNamespaceChecked(spec, pod.Name, running.Spec.NodeName, userns, why, hello); f != nil {
+		if f := e.userNamespaceChecked(spec, pod.Name, node, userns, why, hello); f != nil {
 			return f
 		}
 		return nil
@@ -231,8 +225,16 @@ func (e *Executor) makePodOnce(ctx context.Context, spec executor.Spec, serve ag
 	if spec.Workspace != "" {
 		env.Ready = e.copyCheckout(spec.Workspace)
 	}
-	ok = true
-	return env, pod, nil
+	return env, nil
+}
+
+// agentArchFault is the fault of a step agent for linux/arch that cannot
+// execute on node (exec format error): the pod's image reported (uname
+// -m) another architecture than the node's.
+func agentArchFault(arch, node string) *executor.Fault {
+	return &executor.Fault{Reason: api.ReasonUnsupported, Message: fmt.Sprintf(
+		"the step agent for linux/%s, the architecture the job pod reported (uname -m), cannot execute on node %s (exec format error): the image's uname and the node disagree, or the node runs an emulation; run such images on nodes of their architecture (--node-selector kubernetes.io/arch=..., or the workflow's arch:)",
+		arch, node)}
 }
 
 // Open finds the pod a handle names for Recover: it must still exist with

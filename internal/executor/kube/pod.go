@@ -211,6 +211,76 @@ func podFor(s podSpec) *corev1.Pod {
 	return pod
 }
 
+// podPlan is one job pod as jobPod builds it: the pod to create and the
+// values the setup log names (logPod).
+type podPlan struct {
+	pod            *corev1.Pod
+	image          string
+	cpu, mem, disk resource.Quantity
+	services       []serviceSpec
+	builder        *builderSpec // nil but in the builds namespace
+	userns         bool
+}
+
+// jobPod builds the job pod of spec's run (warm: of no run, for the warm
+// pool) from the executor's Config, without a call to the API server: the
+// image and resources the workflow asks for within the runner's caps, its
+// services, its node selector, its labels (the runner's, the run's and
+// the spec's valid ones), activeDeadlineSeconds from spec.Timeout (an
+// hour when 0; warmDeadline for a warm pod), a user namespace when
+// userns, the builder sidecar in the builds namespace, and PID 1's
+// command from serve (bootstrapCommand: its Deadline is the only time in
+// the pod). The pod has a GenerateName: the API server names it. Errors:
+// what Caps refuses (more than the runner allows: a *executor.Fault), an
+// arch: the runner's --node-selector contradicts.
+func (e *Executor) jobPod(spec executor.Spec, serve agent.Serve, warm, userns bool) (podPlan, error) {
+	image, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
+	if err != nil {
+		return podPlan{}, err
+	}
+	p := podPlan{image: image, userns: userns,
+		cpu:  *resource.NewMilliQuantity(res.MilliCPUs, resource.DecimalSI),
+		mem:  *resource.NewQuantity(res.Memory, resource.BinarySI),
+		disk: *resource.NewQuantity(res.Disk, resource.BinarySI),
+	}
+	if p.services, err = e.services(spec); err != nil {
+		return podPlan{}, err
+	}
+	selector, err := e.nodeSelector(spec)
+	if err != nil {
+		return podPlan{}, err
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = time.Hour
+	}
+	lbl := map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(spec.ID)}
+	if warm {
+		lbl[LabelWarm] = "true"
+		timeout = warmDeadline
+	}
+	for k, v := range spec.Labels {
+		if _, ok := lbl[k]; !ok && validLabelKey.MatchString(k) {
+			lbl[k] = labelValue(v)
+		}
+	}
+	if userns {
+		serve.Nproc = e.cfg.Pids
+	}
+	if e.cfg.builder {
+		p.builder = &builderSpec{Image: e.cfg.BuilderImage, SeccompProfile: e.cfg.BuilderSeccompProfile, GID: e.cfg.RunAs.Group()}
+		serve.PathAppend = BuilderShare + "/bin"
+	}
+	p.pod = podFor(podSpec{
+		Namespace: e.ns, GenerateName: podNamePrefix(spec.ID), Labels: lbl, Image: image,
+		CPU: p.cpu, Memory: p.mem, Disk: p.disk, Deadline: timeout, RunAs: e.cfg.RunAs,
+		RuntimeClass: e.cfg.RuntimeClass, NodeSelector: selector, Tolerations: e.cfg.Tolerations,
+		PullSecrets: e.cfg.PullSecrets, PullPolicy: e.cfg.PullPolicy, Owner: e.cfg.Owner,
+		Command: bootstrapCommand(serve), Services: p.services, UserNamespace: userns, Builder: p.builder,
+	})
+	return p, nil
+}
+
 // bootstrapCommand is PID 1 of the job container until the agent is
 // there: a POSIX shell that waits until the first exec has delivered the
 // agent's program (AgentPath made executable), then replaces itself with
