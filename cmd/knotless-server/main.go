@@ -1,6 +1,7 @@
 // Command knotless-server is the Knotless control plane: accounts,
 // repositories over git smart HTTP, pipelines and runs, runners, secrets,
-// logs and the XRPC API. Flags map onto server.Config; everything else is in
+// logs and the XRPC API. Flags map onto server.Config, and --database
+// chooses the store it is handed (store.go); everything else is in
 // internal/server.
 package main
 
@@ -68,7 +69,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func newCommand() *cobra.Command {
 	var cfg server.Config
-	var logLevel string
+	var database, logLevel string
 	cmd := &cobra.Command{
 		Use:   "knotless-server [flags]",
 		Short: "Run the Knotless CI server",
@@ -135,7 +136,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 			// informational lines at debug: they are not events of this
 			// server an operator follows.
 			slog.SetDefault(slog.New(demoted{cfg.Logger.Handler()}))
-			return run(cmd.Context(), cfg)
+			return run(cmd.Context(), cfg, database)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
@@ -143,7 +144,7 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")
-	f.StringVar(&cfg.Database, "database", "",
+	f.StringVar(&database, "database", "",
 		"PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB) for several replicas sharing --data; default SQLite in DATA/knotless.db")
 	f.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address to listen on, host:port")
 	f.StringVar(&cfg.URL, "url", "",
@@ -177,13 +178,16 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 	return cmd
 }
 
-func run(ctx context.Context, cfg server.Config) error {
+// run opens the store database names (openStore) and hands it to the
+// server, serves until ctx ends or SIGINT or SIGTERM, then closes the
+// server and after it the store.
+func run(ctx context.Context, cfg server.Config, database string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// A second server on the same data directory most likely also has the
 	// same --listen: name the directory rather than the busy port. New
 	// takes the lock for real.
-	if cfg.Database == "" { // replicas on PostgreSQL share the directory
+	if database == "" { // replicas on PostgreSQL share the directory
 		if err := server.CheckDataDir(cfg.DataDir); err != nil {
 			return err
 		}
@@ -199,8 +203,15 @@ func run(ctx context.Context, cfg server.Config) error {
 				"listen", cfg.Listen)
 		}
 	}
+	st, name, err := openStore(ctx, cfg.DataDir, database)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	cfg.Store, cfg.StoreName = st, name
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
+		st.Close()
 		ln.Close()
 		return err
 	}
@@ -210,17 +221,19 @@ func run(ctx context.Context, cfg server.Config) error {
 	// so a refused second start never touches the first one's file.
 	// Replicas sharing the directory would overwrite each other's: they
 	// write none.
-	if cfg.Database == "" {
+	if database == "" {
 		urlFile := filepath.Join(cfg.DataDir, URLFile)
 		if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
 			srv.Close()
+			st.Close()
 			ln.Close()
 			return fmt.Errorf("write %s: %w", urlFile, err)
 		}
 		defer os.Remove(urlFile)
 	}
 	serveErr := srv.Serve(ctx, ln)
-	if err := srv.Close(); err != nil && serveErr == nil {
+	srv.Close()
+	if err := st.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("close: %w", err)
 	}
 	if serveErr == nil {

@@ -281,3 +281,20 @@ func TestExecute_UsageErrorsExit2WithHint(t *testing.T) {
 		t.Errorf("--help has no examples:\n%s", stdout.String())
 	}
 }
+
+// --database takes a PostgreSQL URL only: anything else stops the start
+// (exit 1) naming the flag, the value without its password and what to
+// give, before any store is opened.
+func TestDatabase_NotAPostgreSQLURLIsRefusedNamingTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr strings.Builder
+	code := execute(context.Background(), []string{"--data", dir, "--listen", "127.0.0.1:0", "--log-level", "error",
+		"--database", "mysql://knotless:hunter2@db:3306/knotless"}, &stdout, &stderr)
+	want := `knotless-server: --database "mysql://knotless:xxxxx@db:3306/knotless": want a PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB), or nothing for SQLite in DATA/knotless.db` + "\n"
+	if code != exitError || stderr.String() != want {
+		t.Errorf("exit %d, stderr %q; want %d, %q", code, stderr.String(), exitError, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "knotless.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("knotless.db: %v; want no SQLite database made", err)
+	}
+}

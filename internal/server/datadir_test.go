@@ -15,8 +15,10 @@ import (
 	"knotless.dev/knotless/internal/server/servertest"
 )
 
-func quietConfig(dir, url string) server.Config {
-	return server.Config{DataDir: dir, Listen: "127.0.0.1:0", URL: url,
+// quietConfig is a server's on dir answering at url, with a SQLite store
+// on dir that is closed when the test ends.
+func quietConfig(t testing.TB, dir, url string) server.Config {
+	return server.Config{DataDir: dir, Listen: "127.0.0.1:0", URL: url, Store: servertest.OpenStore(t, dir, ""),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
@@ -27,7 +29,7 @@ func TestNew_SecondServerOnSameDataDirectoryFailsNamingFirstPID(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(os.Getpid()) {
 		t.Fatalf("%s = %q, %v; want this process's PID %d", server.LockFile, b, err, os.Getpid())
 	}
-	second, err := server.New(context.Background(), quietConfig(s.DataDir, "http://127.0.0.1:1"))
+	second, err := server.New(context.Background(), quietConfig(t, s.DataDir, "http://127.0.0.1:1"))
 	if err == nil {
 		second.Close()
 		t.Fatal("a second server started on a data directory in use")
@@ -57,7 +59,7 @@ func TestNew_URLWithoutSchemeOrWithQueryIsRefused(t *testing.T) {
 		"ci.example.com", "localhost:8080", "ftp://ci.example.com", "http://", "https:///x",
 		"https://ci.example.com/?a=b", "https://ci.example.com/#top", "https://user:pw@ci.example.com",
 	} {
-		srv, err := server.New(context.Background(), quietConfig(t.TempDir(), bad))
+		srv, err := server.New(context.Background(), quietConfig(t, t.TempDir(), bad))
 		if err == nil {
 			srv.Close()
 			t.Errorf("URL %q was accepted", bad)
@@ -77,7 +79,7 @@ func TestNew_URLWithoutSchemeOrWithQueryIsRefused(t *testing.T) {
 			t.Errorf("CheckURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	srv, err := server.New(context.Background(), quietConfig(t.TempDir(), "https://ci.example.com/"))
+	srv, err := server.New(context.Background(), quietConfig(t, t.TempDir(), "https://ci.example.com/"))
 	if err != nil {
 		t.Fatal(err)
 	}

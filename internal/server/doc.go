@@ -6,10 +6,13 @@
 // secrets. What one client can hold of it (connections, the time a
 // header, a body or an unread answer may take) is bounded by
 // Config.Limits: conns.go and limits.go. Everything persistent goes
-// through store.Store or the data directory:
+// through Config.Store or the data directory. The store is handed in,
+// opened by the caller (knotless-server chooses SQLite or PostgreSQL with
+// --database), who closes it after Close; the server knows it as a
+// store.Store, and as a store.Coordinator when replicas may share it.
 //
-//	DIR/knotless.db          SQLite database (+ -wal, -shm), mode 0600; unused with
-//	                         Config.Database (PostgreSQL), where replicas share DIR
+//	DIR/knotless.db          the SQLite database (+ -wal, -shm), mode 0600, when knotless-server
+//	                         opens one (DBFile); with PostgreSQL (--database) replicas share DIR
 //	DIR/logs/<run>/<step>.log step logs; a log's size is its file's size
 //	DIR/outputs/<run>/outputs.tar a run's outputs archive (<sha256>-<size>.part while it arrives);
 //	                         it goes with its run (no run is deleted yet)

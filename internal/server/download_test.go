@@ -183,7 +183,8 @@ func TestServer_ReleaseDirThatIsNoDirectoryIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{file, filepath.Join(t.TempDir(), "missing")} {
-		srv, err := server.New(context.Background(), server.Config{DataDir: t.TempDir(), ReleaseDir: dir})
+		data := t.TempDir()
+		srv, err := server.New(context.Background(), server.Config{DataDir: data, ReleaseDir: dir, Store: servertest.OpenStore(t, data, "")})
 		if err == nil {
 			srv.Close()
 			t.Fatalf("--release-dir %s: started", dir)

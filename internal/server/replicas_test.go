@@ -15,6 +15,8 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/postgres"
 	"knotless.dev/knotless/internal/store/postgres/pgtest"
 	"knotless.dev/knotless/internal/testwait"
 )
@@ -192,16 +194,28 @@ func TestReplicas_StartingTogetherOnAFreshDirectoryShareKeysAndAdmin(t *testing.
 	for round := range 3 {
 		dir, db := t.TempDir(), pg.Database(t)
 		servers := make([]*server.Server, 2)
+		stores := make([]store.Store, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for i := range servers {
 			wg.Go(func() {
-				servers[i], errs[i] = server.New(context.Background(), server.Config{DataDir: dir, Database: db,
+				// Each replica opens (and migrates) the database itself, at
+				// the same moment, as knotless-server does.
+				st, err := postgres.Open(context.Background(), db)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				stores[i] = st
+				servers[i], errs[i] = server.New(context.Background(), server.Config{DataDir: dir, Store: stores[i],
 					Listen: "127.0.0.1:0", URL: "http://127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			})
 		}
 		wg.Wait()
 		for i, err := range errs {
+			if stores[i] != nil {
+				defer stores[i].Close() // after the server's Close, deferred next
+			}
 			if err != nil {
 				t.Fatalf("round %d: replica %d: %v", round, i, err)
 			}

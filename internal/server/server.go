@@ -23,8 +23,6 @@ import (
 
 	"knotless.dev/knotless/internal/oidc"
 	"knotless.dev/knotless/internal/store"
-	"knotless.dev/knotless/internal/store/postgres"
-	"knotless.dev/knotless/internal/store/sqlite"
 	"knotless.dev/knotless/internal/svcauth"
 	"knotless.dev/knotless/internal/version"
 	"knotless.dev/knotless/internal/web"
@@ -52,7 +50,7 @@ const (
 
 // Names of files and directories inside Config.DataDir.
 const (
-	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm)
+	DBFile         = "knotless.db" // SQLite database (+ -wal, -shm), when knotless-server opens one
 	LogsDir        = "logs"        // logs/<run>/<step>.log
 	OutputsDir     = "outputs"     // outputs/<run>/outputs.tar
 	ReposDir       = "repos"       // repos/<owner>/<name>.git (bare)
@@ -68,15 +66,25 @@ const AdminHandle = "admin"
 
 // Config is every setting of a server. Zero fields take the defaults above.
 type Config struct {
-	// DataDir holds the database, logs, repositories and keys (see the
-	// *File and *Dir constants); created with mode 0700 if missing.
-	// Replicas on one PostgreSQL database share one DataDir (a shared file
-	// system: docs/scaling.md).
+	// DataDir holds the logs, repositories and keys (see the *File and
+	// *Dir constants; a SQLite Store's file is put there by whoever opens
+	// it); created with mode 0700 if missing. Replicas on one PostgreSQL
+	// database share one DataDir (a shared file system: docs/scaling.md).
 	DataDir string
-	// Database is "" for SQLite in DataDir/knotless.db (one server
-	// process), or a PostgreSQL URL, postgres://USER:PASSWORD@HOST:PORT/DB,
-	// which several replicas may share.
-	Database string
+	// Store is where everything but files is kept, opened (and migrated)
+	// by the caller, who also closes it after Server.Close: New neither
+	// opens nor closes it, and knows it only as a store.Store. One that is
+	// also a store.Coordinator (postgres) may be shared by replicas: the
+	// server then takes DataDir's lock shared, spools pushes under a
+	// directory of its own and listens for the other replicas'
+	// notifications; any other (sqlite) must be this process's alone, and
+	// the lock is exclusive. Required. knotless-server opens SQLite in
+	// DataDir/DBFile, or PostgreSQL with --database.
+	Store store.Store
+	// StoreName names Store in the "server ready" log line (database=...),
+	// e.g. "sqlite" or a PostgreSQL URL without its password; default
+	// "store".
+	StoreName string
 	// Listen is the address knotless-server listens on (host:port); the
 	// server itself uses it only to default URL.
 	Listen string
@@ -154,6 +162,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.StoreName == "" {
+		c.StoreName = "store"
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -234,23 +245,25 @@ type Server struct {
 func (s *Server) now() time.Time { return s.cfg.Now() }
 
 // New locks the data directory (DIR/.lock; an *InUseError at once when
-// another server holds it), prepares it (creating keys, the database and,
-// on first start, the admin account and DIR/admin.token), extends the lease
-// of every active run (runners could not renew while the server was down)
-// and starts the lease sweeper. An invalid cfg.URL is an error naming the
-// --url flag. The caller must Close the server, which releases the lock.
+// another server holds it), prepares it (creating keys and, on first
+// start, the admin account in cfg.Store and DIR/admin.token), extends the
+// lease of every active run (runners could not renew while the server was
+// down) and starts the lease sweeper. An invalid cfg.URL is an error
+// naming the --url flag; a nil cfg.Store is an error. The caller must
+// Close the server, which releases the lock, and then close cfg.Store,
+// which stays the caller's (also when New fails).
 func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server.New: Config.Store is nil (the caller opens the store)")
+	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	if cfg.Database != "" && !postgres.IsURL(cfg.Database) {
-		return nil, fmt.Errorf("--database %q: want a PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB), or nothing for SQLite in DATA/%s",
-			postgres.Redact(cfg.Database), DBFile)
-	}
-	lock, err := lockDataDir(cfg.DataDir, cfg.Database != "")
+	_, replicas := cfg.Store.(store.Coordinator)
+	lock, err := lockDataDir(cfg.DataDir, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +280,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.stopListen = cancel
 		go s.listen(ctx)
 	}
-	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "database", databaseName(cfg.Database),
+	s.log.Info("server ready", "url", cfg.URL, "data", cfg.DataDir, "database", cfg.StoreName,
 		"replica", s.replica, "did", s.did, "version", version.Version)
 	if cfg.ReleaseDir != "" {
 		s.log.Info("serving release files", "dir", cfg.ReleaseDir, "url", cfg.URL+DownloadPath, "install", cfg.URL+DownloadPath+InstallScript)
@@ -282,6 +295,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 	s := &Server{
 		lock:       lock,
+		store:      cfg.Store,
 		cfg:        cfg,
 		log:        slog.New(clipHandler{cfg.Logger.Handler()}), // no client input unbounded in a log line
 		replica:    newReplicaID(),
@@ -302,7 +316,8 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
 	}
-	if cfg.Database != "" {
+	s.coord, _ = cfg.Store.(store.Coordinator)
+	if s.coord != nil {
 		s.tmpDir = filepath.Join(s.tmpDir, s.replica)
 		if err := os.MkdirAll(s.tmpDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
@@ -350,47 +365,17 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		return nil, err
 	}
 	s.issuer = &oidc.Issuer{URL: cfg.URL, Keys: keys}
-	db, err := openStore(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	s.store = db
-	s.coord, _ = db.(store.Coordinator)
-	s.replay = newReplayCaches(cfg.ClientLimits, db)
+	s.replay = newReplayCaches(cfg.ClientLimits, s.store)
 	s.metrics = newServerMetrics(s)
 	if err := s.ensureAdmin(ctx); err != nil {
-		db.Close()
 		return nil, err
 	}
 	if n, err := s.store.ExtendLeases(ctx, s.now().Add(cfg.Lease)); err != nil {
-		db.Close()
 		return nil, err
 	} else if n > 0 {
 		s.log.Info("extended leases of active runs after start", "runs", n, "lease", cfg.Lease)
 	}
 	return s, nil
-}
-
-// openStore opens cfg's database: SQLite in the data directory, or
-// PostgreSQL.
-func openStore(ctx context.Context, cfg Config) (store.Store, error) {
-	if cfg.Database != "" {
-		return postgres.Open(ctx, cfg.Database)
-	}
-	// SQLite gives the -wal and -shm files the database file's mode.
-	dbPath := filepath.Join(cfg.DataDir, DBFile)
-	if f, err := os.OpenFile(dbPath, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-		f.Close()
-	}
-	return sqlite.Open(ctx, dbPath)
-}
-
-// databaseName names cfg.Database for a log line, without a password.
-func databaseName(database string) string {
-	if database == "" {
-		return "sqlite"
-	}
-	return postgres.Redact(database)
 }
 
 // DID returns the server's service DID (a did:key), the audience of runner
@@ -437,8 +422,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close ends long polls, stops the lease sweeper, closes the database and
-// then releases the data directory's lock. Call it after Serve returned.
+// Close ends long polls, stops the lease sweeper (and, with replicas, the
+// listening for notifications) and then releases the data directory's
+// lock. It does not close Config.Store: the caller does, after Close. Call
+// it after Serve returned. It always returns nil (an io.Closer).
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	select {
@@ -451,13 +438,12 @@ func (s *Server) Close() error {
 		s.stopListen()
 		<-s.listenDone
 	}
-	err := s.store.Close()
 	// Unlock explicitly: a child forked at this moment (git, in another
 	// goroutine) shares the open file description until it execs, and
 	// closing our descriptor alone would leave the lock held meanwhile.
 	_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
 	s.lock.Close()
-	return err
+	return nil
 }
 
 // loadOrCreate reads path, or creates it (mode 0600, never replacing an

@@ -126,7 +126,7 @@ func TestWeb_SignInSetsHttpOnlyLaxSessionCookie(t *testing.T) {
 func TestWeb_SessionCookieSecureWhenServedOverHTTPS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, err := server.New(context.Background(), quietConfig(dir, "https://ci.example.com"))
+	srv, err := server.New(context.Background(), quietConfig(t, dir, "https://ci.example.com"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,9 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/server"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/postgres"
+	"knotless.dev/knotless/internal/store/sqlite"
 	"knotless.dev/knotless/internal/svcauth"
 )
 
@@ -53,9 +56,9 @@ type Options struct {
 	// ReleaseDir is server.Config's: release files served at
 	// server.DownloadPath; default none.
 	ReleaseDir string
-	// Database is server.Config's: "" for SQLite, or a PostgreSQL URL
-	// (pgtest). Two servers with one Database and one DataDir are two
-	// replicas.
+	// Database chooses the store Start opens and hands the server
+	// (OpenStore): "" for SQLite in DataDir, or a PostgreSQL URL (pgtest).
+	// Two servers with one Database and one DataDir are two replicas.
 	Database string
 }
 
@@ -73,6 +76,7 @@ type Server struct {
 
 	t      testing.TB
 	opts   Options
+	store  store.Store // the running server's, closed by Stop
 	logw   *testWriter
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -112,13 +116,19 @@ func (s *Server) start(ln net.Listener) {
 	if limits.RegistrationsPerMinute == 0 {
 		limits.RegistrationsPerMinute = 1 << 20 // tests register many runners from one address
 	}
+	st, err := openStore(s.DataDir, s.opts.Database)
+	if err != nil {
+		ln.Close()
+		t.Fatalf("servertest: open store: %v", err)
+	}
 	srv, err := server.New(context.Background(), server.Config{
 		DataDir: s.DataDir, Listen: s.Addr, URL: s.URL, Lease: s.opts.Lease, HandoverGrace: s.opts.HandoverGrace,
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
-		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Database: s.opts.Database, Now: s.opts.Clock.now(),
+		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Store: st, Now: s.opts.Clock.now(),
 	})
 	if err != nil {
+		st.Close()
 		ln.Close()
 		t.Fatalf("servertest: start server: %v", err)
 	}
@@ -126,13 +136,14 @@ func (s *Server) start(ln net.Listener) {
 	if err != nil {
 		ln.Close()
 		srv.Close()
+		st.Close()
 		t.Fatalf("servertest: read admin token: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
 	s.mu.Lock()
-	s.Server, s.AdminToken, s.cancel, s.done = srv, strings.TrimSpace(string(tok)), cancel, done
+	s.Server, s.store, s.AdminToken, s.cancel, s.done = srv, st, strings.TrimSpace(string(tok)), cancel, done
 	s.mu.Unlock()
 }
 
@@ -140,7 +151,7 @@ func (s *Server) start(ln net.Listener) {
 // idempotent.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	cancel, done, srv := s.cancel, s.done, s.Server
+	cancel, done, srv, st := s.cancel, s.done, s.Server, s.store
 	s.cancel = nil
 	s.mu.Unlock()
 	if cancel == nil {
@@ -153,12 +164,40 @@ func (s *Server) Stop() {
 	if err := srv.Close(); err != nil {
 		s.t.Errorf("servertest: close: %v", err)
 	}
+	if err := st.Close(); err != nil {
+		s.t.Errorf("servertest: close store: %v", err)
+	}
 	// Clients made by Client use the default transport: drop its idle
 	// connections to the stopped server, or the first request after a
 	// Restart may be sent on one the server already closed (EOF).
 	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}
+}
+
+// OpenStore opens the store a server on dataDir is handed, as
+// knotless-server chooses it: database "" is SQLite in
+// dataDir/server.DBFile (made, 0700, if missing), else the PostgreSQL
+// database at that URL (pgtest). It is closed when the test ends; close
+// the server first.
+func OpenStore(t testing.TB, dataDir, database string) store.Store {
+	t.Helper()
+	st, err := openStore(dataDir, database)
+	if err != nil {
+		t.Fatalf("servertest: open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openStore(dataDir, database string) (store.Store, error) {
+	if database != "" {
+		return postgres.Open(context.Background(), database)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	return sqlite.Open(context.Background(), filepath.Join(dataDir, server.DBFile))
 }
 
 // Restart stops the server and starts a new one on the same data directory

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -27,11 +28,17 @@ type DB = sqlstore.DB
 // Dialect is SQLite's for sqlstore.
 var Dialect = sqlstore.Dialect{Name: "sqlite", IsUnique: isUnique}
 
-// Open opens (creating if needed) the database file at path and applies
-// every pending migration. Explicit transactions take the write lock at
-// BEGIN (no lock upgrades, so no SQLITE_BUSY deadlocks), and a writer waits
-// up to 10 s for another to finish.
+// Open opens the database file at path, creating it with mode 0600 if
+// missing (its directory must exist), and applies every pending
+// migration. Explicit transactions take the write lock at BEGIN (no lock
+// upgrades, so no SQLITE_BUSY deadlocks), and a writer waits up to 10 s
+// for another to finish.
 func Open(ctx context.Context, path string) (*DB, error) {
+	// SQLite gives the -wal and -shm files the database file's mode: made
+	// here first, they are 0600 too, whatever the umask.
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+		f.Close()
+	}
 	db, err := OpenSQL(path)
 	if err != nil {
 		return nil, err
