@@ -19,6 +19,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/internal/testenv"
 	"knotless.dev/knotless/internal/testwait"
 )
@@ -80,29 +81,12 @@ func (f *fixture) prepare(t testing.TB, e *docker.Executor, spec executor.Spec) 
 	return s
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
 // runStep runs step in s, bounded by d.
 func runStep(t testing.TB, s executor.Session, step executor.Step, d time.Duration) (executor.Result, []byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	res, err := s.Exec(ctx, step, &out)
 	return res, out.Bytes(), err
 }
@@ -117,9 +101,9 @@ type stepEnd struct {
 // "started" (its script must echo that first): the test then acts on a
 // running step, never after a fixed sleep. done receives what Exec
 // returned.
-func startStep(t *testing.T, ctx context.Context, s executor.Session, step executor.Step) (*syncBuffer, <-chan stepEnd) {
+func startStep(t *testing.T, ctx context.Context, s executor.Session, step executor.Step) (*syncbuf.Buffer, <-chan stepEnd) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	done := make(chan stepEnd, 1)
 	go func() {
 		res, err := s.Exec(ctx, step, out)

@@ -70,7 +70,7 @@ func TestDocker_SecretByteExactAndAbsentFromInspectLabelsAndLogs(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	var res executor.Result
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // TestKube_StepThatRemovesTheAgentsFilesLosesNothing: a step (the agent's
@@ -20,7 +21,7 @@ func TestKube_StepThatRemovesTheAgentsFilesLosesNothing(t *testing.T) {
 	f := newFixture(t)
 	s := f.prepare(t, f.executor(t, f.config()), f.spec(t, runID("rmagent")))
 	pod := podOf(t, s)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	script := "rm -f /knotless/agent.sock /knotless/knotless-agent; echo junk > /knotless/knotless-agent; echo removed\n" +

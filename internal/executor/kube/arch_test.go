@@ -11,6 +11,7 @@ import (
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -85,7 +86,7 @@ func TestKube_Arm64OnlyImageFailsFastNamingTheArchitecture(t *testing.T) {
 func TestKube_AgentSentBeforeThePodAsksOnlyForTheMachineItReports(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config()
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Agent = agenttest.WithArch(t, "arm64")
 	e := f.executor(t, cfg)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // TestKube_BridgeKilledMidStepResumesOnBothPaths: the exec bridge to the
@@ -25,7 +26,7 @@ func TestKube_BridgeKilledMidStepResumesOnBothPaths(t *testing.T) {
 			cfg.Ephemeral = ephemeral
 			s := f.prepare(t, f.executor(t, cfg), f.spec(t, runID("bridge")))
 			pod := podOf(t, s)
-			var out syncBuffer
+			var out syncbuf.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			ch := startStep(ctx, s, executor.Step{ID: "1", Script: "i=0; while [ $i -lt 60 ]; do i=$((i+1)); echo line $i; sleep 0.1; done; exit 3"}, &out)

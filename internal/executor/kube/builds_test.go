@@ -17,6 +17,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -203,7 +204,7 @@ func TestKube_ContainerBuildCancelledMidRunLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := startStep(ctx, s, executor.Step{ID: "1", Name: "build", Script: "buildctl build --frontend dockerfile.v0 --local context=. --local dockerfile=. --opt filename=Dockerfile.sleep --output type=local,dest=out"}, &out)
 	for deadline := time.Now().Add(time.Minute); hostPID(sleeper) == ""; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -350,7 +351,7 @@ func TestKube_ContainerBuildPushesAndRunsItsImage(t *testing.T) {
 	step := func(s executor.Session, id, script string, secrets map[string]string) (executor.Result, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		var out syncBuffer
+		var out syncbuf.Buffer
 		res, err := await(t, startStep(ctx, s, executor.Step{ID: id, Name: id, Script: script, Secrets: secrets}, &out), 3*time.Minute)
 		if err != nil {
 			t.Fatalf("step %s: %v\n%s", id, err, out.Bytes())

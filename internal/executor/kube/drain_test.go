@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // TestKube_DrainWaitsForTheRunWithThePodDisruptionBudget: with the
@@ -37,7 +38,7 @@ func TestKube_DrainWaitsForTheRunWithThePodDisruptionBudget(t *testing.T) {
 	}
 	s := f.prepare(t, f.executor(t, f.config()), f.spec(t, runID("pdb")))
 	pod := podOf(t, s)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ch := startStep(ctx, s, executor.Step{ID: "1", Script: "echo started; sleep 8; echo finished"}, &out)
 	waitOutput(t, &out, "started\n", time.Minute)
 	// The budget's controller computes its status before the Eviction API

@@ -8,6 +8,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // TestKube_DiskOverItsLimitIsEvictedWithTheKubeletsMessage: a step that
@@ -20,7 +21,7 @@ func TestKube_DiskOverItsLimitIsEvictedWithTheKubeletsMessage(t *testing.T) {
 	cfg := f.config()
 	cfg.Disk = 32 << 20
 	s := f.prepare(t, f.executor(t, cfg), f.spec(t, runID("diskfill")))
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// 64 MiB into the 32 MiB workspace, then wait for the kubelet's

@@ -18,6 +18,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/internal/testwait"
 )
 
@@ -162,7 +163,7 @@ func (f *fixture) stepEndedFromOutside(t *testing.T, want string, end func(ctx c
 	t.Helper()
 	s := f.prepare(t, f.executor(t, f.config()), f.spec(t, runID("outside")))
 	pod := podOf(t, s)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ch := startStep(ctx, s, executor.Step{ID: "1", Script: "echo started; sleep 300; echo finished"}, &out)
@@ -181,7 +182,7 @@ func (f *fixture) stepEndedFromOutside(t *testing.T, want string, end func(ctx c
 }
 
 // waitOutput waits until out starts with want.
-func waitOutput(t *testing.T, out *syncBuffer, want string, d time.Duration) {
+func waitOutput(t *testing.T, out *syncbuf.Buffer, want string, d time.Duration) {
 	t.Helper()
 	testwait.Until(t, d, "the output to start with "+strconv.Quote(want), func() (bool, string) {
 		return strings.HasPrefix(string(out.Bytes()), want), fmt.Sprintf("%q", out.Bytes())
@@ -221,7 +222,7 @@ func TestKube_CancelledStepEndsCancelledAndCleanupRemovesThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := podOf(t, s)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := startStep(ctx, s, executor.Step{ID: "1", Script: "echo started; sleep 300", Grace: time.Second}, &out)
@@ -295,7 +296,7 @@ func TestKube_SweepAfterAKilledRunnerRemovesItsPodUnlessKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := podOf(t, sA)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	stepCtx, stepCancel := context.WithCancel(context.Background())
 	ch := startStep(stepCtx, sA, executor.Step{ID: "1", Script: "echo started; sleep 600"}, &out)
 	waitOutput(t, &out, "started\n", time.Minute)
@@ -345,7 +346,7 @@ func TestKube_EphemeralPodOfAKilledExecStopsRunning(t *testing.T) {
 	s := f.prepare(t, e, f.spec(t, runID("orphan")))
 	pod := podOf(t, s)
 	ch := make(chan error, 1)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	go func() {
 		_, err := s.Exec(context.Background(), executor.Step{ID: "1", Script: "echo started; sleep 600"}, &out)
 		ch <- err

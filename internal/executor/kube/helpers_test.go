@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +15,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // Helpers of the Kubernetes-specific tests (security_test.go,
@@ -64,32 +65,6 @@ func (f *fixture) prepare(t *testing.T, e *kube.Executor, spec executor.Spec) ex
 	return s
 }
 
-// syncBuffer is an output buffer a test may read while Exec writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	// onWrite, when set, is called (outside the lock) with the length
-	// after each write.
-	onWrite func(n int)
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	n, err := b.buf.Write(p)
-	l := b.buf.Len()
-	b.mu.Unlock()
-	if b.onWrite != nil {
-		b.onWrite(l)
-	}
-	return n, err
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
 type execResult struct {
 	res executor.Result
 	err error
@@ -97,7 +72,7 @@ type execResult struct {
 
 // startStep runs step in s in the background; the channel delivers its
 // end.
-func startStep(ctx context.Context, s executor.Session, step executor.Step, out *syncBuffer) <-chan execResult {
+func startStep(ctx context.Context, s executor.Session, step executor.Step, out io.Writer) <-chan execResult {
 	ch := make(chan execResult, 1)
 	go func() {
 		res, err := s.Exec(ctx, step, out)
@@ -124,7 +99,7 @@ func runStep(t *testing.T, s executor.Session, id, script string, d time.Duratio
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	res, err := await(t, startStep(ctx, s, executor.Step{ID: id, Name: id, Script: script}, &out), d)
 	return res, out.Bytes(), err
 }

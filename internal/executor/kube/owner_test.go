@@ -17,6 +17,7 @@ import (
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -124,7 +125,7 @@ func TestKube_JobPodOwnedByTheRunnerPodIsDeletedWithItButTheDeploymentsOutlivesI
 	// A step that outlives the runner pod: it counts for ~20 s while
 	// nobody is connected.
 	const count = `i=0; while [ $i -lt 200 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done`
-	startStep(ctx, deploySess, executor.Step{ID: "count", Name: "count", Script: count}, &syncBuffer{})
+	startStep(ctx, deploySess, executor.Step{ID: "count", Name: "count", Script: count}, &syncbuf.Buffer{})
 	if err := deploySess.Detach(); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
@@ -146,7 +147,7 @@ func TestKube_JobPodOwnedByTheRunnerPodIsDeletedWithItButTheDeploymentsOutlivesI
 	}
 	// Attached again from byte 0, the step's whole output is there:
 	// it never stopped.
-	var out syncBuffer
+	var out syncbuf.Buffer
 	res, err := await(t, startStep(ctx, rec, executor.Step{ID: "count", Name: "count", Script: count}, &out), 2*time.Minute)
 	var want strings.Builder
 	for i := 0; i < 200; i++ {

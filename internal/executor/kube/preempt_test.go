@@ -19,6 +19,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/internal/workflow"
 	"knotless.dev/knotless/test/kubetest"
@@ -83,7 +84,7 @@ func TestKube_JobPodPreemptedByTheSchedulerEndsPreemptedAndIsRetried(t *testing.
 	if jp.Spec.Priority != nil && *jp.Spec.Priority != 0 {
 		t.Fatalf("the job pod's priority is %d, want 0 (no PriorityClass): the preemptor's %d must be higher", *jp.Spec.Priority, 1_000_000)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer scancel()
 	ch := startStep(sctx, s, executor.Step{ID: "1", Script: "echo started; sleep 300; echo finished"}, &out)

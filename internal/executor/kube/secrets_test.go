@@ -17,6 +17,7 @@ import (
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -70,7 +71,7 @@ func TestKube_SecretReachesTheStepByteExactAndNowhereElse(t *testing.T) {
 
 	// Step 1 has the secret; it writes it to a file and as hex, then
 	// waits at the gate while the test looks at the pod's processes.
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ch := startStep(ctx, s, executor.Step{

@@ -16,6 +16,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -114,7 +115,7 @@ func runStepWith(t *testing.T, s executor.Session, step executor.Step, d time.Du
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	res, err := s.Exec(ctx, step, &out)
 	return res, out.Bytes(), err
 }
@@ -127,7 +128,7 @@ func TestKube_ServiceThatExitsBeforeReadyFailsTheRunNamingIt(t *testing.T) {
 	f := newFixture(t)
 	e := f.executor(t, f.config())
 	spec := f.spec(t, runID("svcexit"))
-	var setup syncBuffer
+	var setup syncbuf.Buffer
 	spec.Log = &setup
 	spec.Services = []executor.Service{{Name: "broken", Image: kubetest.JobBaseImage,
 		Command: []string{"/bin/sh", "-c", "echo the-service-said-this; exit 7"}, Ports: []int{6000}, ReadyTimeout: 5 * time.Minute}}

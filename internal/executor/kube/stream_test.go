@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // countingLog is a slog handler that keeps the executor's messages, to
@@ -129,25 +130,28 @@ func TestKube_StreamCutMidOutputKeepsEveryLineOnceInOrder(t *testing.T) {
 	// says whether the script ever ran twice.
 	script := fmt.Sprintf(`[ ! -e /tmp/ran ] || { echo "STEP RAN TWICE"; exit 9; }; : > /tmp/ran
 i=1; while [ $i -le %d ]; do echo "line $i of %d"; [ $((i %% 40)) -ne 0 ] || sleep 0.02; i=$((i+1)); done`, n, n)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	marks := []int{n / 10, n / 3, 2 * n / 3}
 	var cuts []string
 	var cutMu sync.Mutex
-	var next int
-	out.onWrite = func(size int) {
+	var next, size int
+	cutting := writerFunc(func(p []byte) (int, error) {
+		k, err := out.Write(p)
 		// Lines are ~17 bytes: cut at about the marks' lines.
 		cutMu.Lock()
 		defer cutMu.Unlock()
+		size += k
 		if next < len(marks) && size >= marks[next]*17 {
-			k := px.cutAll()
-			cuts = append(cuts, fmt.Sprintf("at byte %d: %d connections", size, k))
+			conns := px.cutAll()
+			cuts = append(cuts, fmt.Sprintf("at byte %d: %d connections", size, conns))
 			next++
 		}
-	}
+		return k, err
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	res, err := await(t, startStep(ctx, s, executor.Step{ID: "1", Script: script}, &out), 4*time.Minute)
+	res, err := await(t, startStep(ctx, s, executor.Step{ID: "1", Script: script}, cutting), 4*time.Minute)
 	got := out.Bytes()
 	lost, msgs := logs.count("connection to the step agent lost")
 	cutMu.Lock()
@@ -190,3 +194,8 @@ func tail(b []byte) []byte {
 	}
 	return b
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

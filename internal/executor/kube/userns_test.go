@@ -17,6 +17,7 @@ import (
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/syncbuf"
 	"knotless.dev/knotless/test/kubetest"
 )
 
@@ -110,7 +111,7 @@ func TestKube_JobPodUIDsAreRemapped(t *testing.T) {
 	marker := fmt.Sprintf("sleep 8.%d", time.Now().UnixNano()%1e6)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := startStep(ctx, s, executor.Step{ID: "sleep", Name: "sleep", Script: "exec " + marker}, &out)
 	hostUID := -1
 	for deadline := time.Now().Add(30 * time.Second); hostUID < 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -291,11 +292,11 @@ func TestKube_ForkBombStopsAtPidsAndSparesOtherPods(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var bombOut syncBuffer
+	var bombOut syncbuf.Buffer
 	bombDone := startStep(ctx, bs, executor.Step{ID: "bomb", Name: "bomb",
 		Script: `(while :; do sleep 600 & done) 2>/dev/null & exec sleep 25`}, &bombOut)
 	time.Sleep(3 * time.Second)
-	var manyOut syncBuffer
+	var manyOut syncbuf.Buffer
 	manyDone := startStep(ctx, spared, executor.Step{ID: "many", Name: "many",
 		Script: `i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done; echo started $i; wait; echo spared`}, &manyOut)
 	maxTasks := 0
