@@ -20,6 +20,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/testenv"
+	"knotless.dev/knotless/internal/testwait"
 )
 
 // logServer implements the runner-facing side of appendLog, updateStep and
@@ -157,18 +158,6 @@ func (s *logServer) eventList() []string {
 	return append([]string(nil), s.events...)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -286,7 +275,7 @@ func TestShipper_ServerDownKeepsEverythingAndDeliversLater(t *testing.T) {
 	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepRunning})
 	w, _ := sp.Log(1)
 	w.Write([]byte("before\n"))
-	waitFor(t, 10*time.Second, "failed deliveries", func() bool {
+	testwait.For(t, 10*time.Second, "failed deliveries", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return srv.downHits >= 3
@@ -353,7 +342,7 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 	w.Write([]byte("first half\n"))
 	// A first process ships part of it, then dies.
 	cancel, done := startShipper(t, srv, sp)
-	waitFor(t, 5*time.Second, "first half shipped", func() bool { return len(srv.log(10, 1)) == 11 })
+	testwait.For(t, 5*time.Second, "first half shipped", func() bool { return len(srv.log(10, 1)) == 11 })
 	cancel()
 	<-done
 	w.Write([]byte("second half\n"))
@@ -497,12 +486,12 @@ func TestShipper_GivesBackShippedBytesBelowTheCheckpoint(t *testing.T) {
 	}
 	cw.Close()
 	startShipper(t, srv, sp)
-	waitFor(t, 20*time.Second, "the log delivered", func() bool { return len(srv.log(12, 1)) == len(want) })
+	testwait.For(t, 20*time.Second, "the log delivered", func() bool { return len(srv.log(12, 1)) == len(want) })
 	if got := srv.log(12, 1); !bytes.Equal(got, want) {
 		t.Fatal("the server's log differs from the spool's")
 	}
 	path := filepath.Join(sp.Dir(), "step-1.log")
-	waitFor(t, 10*time.Second, "the shipped bytes given back", func() bool {
+	testwait.For(t, 10*time.Second, "the shipped bytes given back", func() bool {
 		b, _ := os.ReadFile(path)
 		return len(b) == len(want) && bytes.Count(b[:3<<20], []byte{0}) == 3<<20
 	})
