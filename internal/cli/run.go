@@ -118,9 +118,18 @@ func (s *session) pipelineRuns(ctx context.Context, repo string, pipeline int64)
 	return runs, nil
 }
 
+// runListOptions is `knotless run list`: the flags as given and the
+// repository they name ("" for every one the caller sees), once completed.
+type runListOptions struct {
+	Repo     string // --repo
+	Pipeline string // --pipeline: "", an id or "latest"
+	Cursor   string // --cursor
+	Limit    int    // --limit
+	repo     string // OWNER/NAME or ""
+}
+
 func (s *session) runListCmd() *cobra.Command {
-	var repo, pipeline, cursor string
-	var limit int
+	o := &runListOptions{}
 	cmd := &cobra.Command{
 		Use:   "list [--repo R] [--pipeline N|latest] [--limit N] [--cursor C]",
 		Short: "List runs, newest first",
@@ -135,70 +144,92 @@ their workflow, and each retried run's attempts under it.`,
   knotless run list --repo alice/app --pipeline latest
   knotless run list --limit 5 --json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			r, err := s.repoArg(ctx, repo, false)
-			if err != nil {
-				return err
-			}
-			if limit < 0 {
-				return usageErrorf("--limit %d: want 0 (server default) or more", limit)
-			}
-			var pid int64
-			switch pipeline {
-			case "":
-			case "latest":
-				if pid, err = s.latestPipeline(ctx, r); err != nil {
-					return err
-				}
-				if pid == 0 {
-					return &exitError{code: ExitNotFound, msg: "no pipelines yet" + inRepo(r) + ": push a commit or run knotless run trigger"}
-				}
-			default:
-				if pid, err = strconv.ParseInt(pipeline, 10, 64); err != nil || pid <= 0 {
-					return usageErrorf("--pipeline %q: want a pipeline id or latest", pipeline)
-				}
-			}
-			page, err := s.listRunsPage(ctx, r, pid, limit, cursor)
-			if err != nil {
-				return err
-			}
-			runs, next := page.Runs, page.Cursor
-			if runs == nil {
-				runs = []api.Run{}
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs, Cursor: next, EmptyPipelines: page.EmptyPipelines})
-			}
-			printEmptyPipelines(s.stdout(), page.EmptyPipelines)
-			if len(runs) == 0 {
-				if pid == 0 || len(page.EmptyPipelines) == 0 {
-					fmt.Fprintln(s.stdout(), "No runs"+inRepo(r)+".")
-				}
-				return nil
-			}
-			if pid != 0 {
-				all, err := s.pipelineRuns(ctx, r, pid)
-				if err != nil {
-					return err
-				}
-				return s.printGraph(s.stdout(), all)
-			}
-			if err := s.printRuns(s.stdout(), runs); err != nil {
-				return err
-			}
-			printPipelineNotes(s.stdout(), runs)
-			if next != "" {
-				fmt.Fprintf(s.stderr(), "Older runs: add --cursor %s\n", next)
-			}
-			return nil
-		},
+		RunE: s.runE(o),
 	}
-	s.addRepoFlag(cmd, &repo)
-	cmd.Flags().StringVar(&pipeline, "pipeline", "", "only runs of this pipeline id, or latest")
-	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "at most this many runs (0: the server's default)")
-	cmd.Flags().StringVar(&cursor, "cursor", "", "the page of older runs a previous list pointed to")
+	s.addRepoFlag(cmd, &o.Repo)
+	cmd.Flags().StringVar(&o.Pipeline, "pipeline", "", "only runs of this pipeline id, or latest")
+	cmd.Flags().IntVarP(&o.Limit, "limit", "n", 0, "at most this many runs (0: the server's default)")
+	cmd.Flags().StringVar(&o.Cursor, "cursor", "", "the page of older runs a previous list pointed to")
 	return cmd
+}
+
+func (o *runListOptions) complete(ctx context.Context, s *session, _ []string) (err error) {
+	o.repo, err = s.repoArg(ctx, o.Repo, false)
+	return err
+}
+
+// validate refuses a negative --limit and a --pipeline that is neither a
+// pipeline id nor latest (usage errors).
+func (o *runListOptions) validate() error {
+	if o.Limit < 0 {
+		return usageErrorf("--limit %d: want 0 (server default) or more", o.Limit)
+	}
+	if o.Pipeline != "" && o.Pipeline != "latest" {
+		if _, err := o.pipelineID(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pipelineID is --pipeline as an id: 0 for none, the newest for latest.
+func (o *runListOptions) pipelineID() (int64, error) {
+	if o.Pipeline == "" || o.Pipeline == "latest" {
+		return 0, nil
+	}
+	pid, err := strconv.ParseInt(o.Pipeline, 10, 64)
+	if err != nil || pid <= 0 {
+		return 0, usageErrorf("--pipeline %q: want a pipeline id or latest", o.Pipeline)
+	}
+	return pid, nil
+}
+
+func (o *runListOptions) run(ctx context.Context, s *session) error {
+	pid, err := o.pipelineID()
+	if err != nil {
+		return err
+	}
+	if o.Pipeline == "latest" {
+		if pid, err = s.latestPipeline(ctx, o.repo); err != nil {
+			return err
+		}
+		if pid == 0 {
+			return &exitError{code: ExitNotFound, msg: "no pipelines yet" + inRepo(o.repo) + ": push a commit or run knotless run trigger"}
+		}
+	}
+	page, err := s.listRunsPage(ctx, o.repo, pid, o.Limit, o.Cursor)
+	if err != nil {
+		return err
+	}
+	runs, next := page.Runs, page.Cursor
+	if runs == nil {
+		runs = []api.Run{}
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), api.ListRunsOutput{Runs: runs, Cursor: next, EmptyPipelines: page.EmptyPipelines})
+	}
+	printEmptyPipelines(s.stdout(), page.EmptyPipelines)
+	if len(runs) == 0 {
+		if pid == 0 || len(page.EmptyPipelines) == 0 {
+			fmt.Fprintln(s.stdout(), "No runs"+inRepo(o.repo)+".")
+		}
+		return nil
+	}
+	if pid != 0 {
+		all, err := s.pipelineRuns(ctx, o.repo, pid)
+		if err != nil {
+			return err
+		}
+		return s.printGraph(s.stdout(), all)
+	}
+	if err := s.printRuns(s.stdout(), runs); err != nil {
+		return err
+	}
+	printPipelineNotes(s.stdout(), runs)
+	if next != "" {
+		fmt.Fprintf(s.stderr(), "Older runs: add --cursor %s\n", next)
+	}
+	return nil
 }
 
 func inRepo(repo string) string {
@@ -219,6 +250,11 @@ func (s *session) printRuns(w io.Writer, runs []api.Run) error {
 	return t.flush()
 }
 
+// runShowOptions is `knotless run show ID`.
+type runShowOptions struct {
+	id int64 // the run's ID
+}
+
 func (s *session) runShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
@@ -231,24 +267,30 @@ them with knotless run outputs ID).`,
 		Example: `  knotless run show 42
   knotless run show 42 --json | jq .state`,
 		Args: exactArgs(1, "one run ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			r, err := s.getRun(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), r)
-			}
-			if err := s.printRun(s.stdout(), r); err != nil || r.Outputs == nil {
-				return err
-			}
-			return s.printOutputs(cmd.Context(), s.stdout(), r)
-		},
+		RunE: s.runE(&runShowOptions{}),
 	}
+}
+
+// complete reads the ID (a usage error if it is not a positive number).
+func (o *runShowOptions) complete(_ context.Context, _ *session, args []string) (err error) {
+	o.id, err = parseRunID(args[0])
+	return err
+}
+
+func (o *runShowOptions) validate() error { return nil }
+
+func (o *runShowOptions) run(ctx context.Context, s *session) error {
+	r, err := s.getRun(ctx, o.id)
+	if err != nil {
+		return err
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), r)
+	}
+	if err := s.printRun(s.stdout(), r); err != nil || r.Outputs == nil {
+		return err
+	}
+	return s.printOutputs(ctx, s.stdout(), r)
 }
 
 func (s *session) printRun(w io.Writer, r api.Run) error {
@@ -316,6 +358,11 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	return nil
 }
 
+// runCancelOptions is `knotless run cancel ID`.
+type runCancelOptions struct {
+	id int64 // the run's ID
+}
+
 func (s *session) runCancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID",
@@ -326,34 +373,52 @@ SIGKILL after a grace period, and the run ends cancelled. A run that has
 already finished cannot be cancelled (exit 1).`,
 		Example: `  knotless run cancel 42`,
 		Args:    exactArgs(1, "one run ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			var r api.Run
-			if err := s.procedure(cmd.Context(), api.MethodCancelRun, api.RunRef{Run: id}, &r); err != nil {
-				return fmt.Errorf("cancel run %d: %w", id, err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), r)
-			}
-			switch {
-			case r.State == api.StateCancelled:
-				fmt.Fprintf(s.stdout(), "Run %d cancelled.\n", id)
-			case api.IsFinal(r.State):
-				fmt.Fprintf(s.stdout(), "Run %d had already finished: %s.\n", id, stateText(r.State, r.Reason))
-			default:
-				fmt.Fprintf(s.stdout(), "Cancelling run %d (%s); its runner stops it within seconds. Watch: knotless run logs %d -f\n", id, r.State, id)
-			}
-			return nil
-		},
+		RunE:    s.runE(&runCancelOptions{}),
 	}
 }
 
+// complete reads the ID (a usage error if it is not a positive number).
+func (o *runCancelOptions) complete(_ context.Context, _ *session, args []string) (err error) {
+	o.id, err = parseRunID(args[0])
+	return err
+}
+
+func (o *runCancelOptions) validate() error { return nil }
+
+func (o *runCancelOptions) run(ctx context.Context, s *session) error {
+	id := o.id
+	var r api.Run
+	if err := s.procedure(ctx, api.MethodCancelRun, api.RunRef{Run: id}, &r); err != nil {
+		return fmt.Errorf("cancel run %d: %w", id, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), r)
+	}
+	switch {
+	case r.State == api.StateCancelled:
+		fmt.Fprintf(s.stdout(), "Run %d cancelled.\n", id)
+	case api.IsFinal(r.State):
+		fmt.Fprintf(s.stdout(), "Run %d had already finished: %s.\n", id, stateText(r.State, r.Reason))
+	default:
+		fmt.Fprintf(s.stdout(), "Cancelling run %d (%s); its runner stops it within seconds. Watch: knotless run logs %d -f\n", id, r.State, id)
+	}
+	return nil
+}
+
+// runTriggerOptions is `knotless run trigger`. Its repository is
+// resolved in run, after validate, as the command always did: a bad flag is
+// told before a missing or unknown --repo.
+type runTriggerOptions struct {
+	Repo     string // --repo
+	Ref      string // --ref: a branch or tag, "" for the default branch
+	SHA      string // --sha: a full commit id on Ref, "" for Ref's newest
+	Workflow string // --workflow: a name or file path, "" for every manual one
+	Follow   bool   // -f
+	json     bool   // --json, from the session
+}
+
 func (s *session) runTriggerCmd() *cobra.Command {
-	var repo, ref, sha, wf string
-	var follow bool
+	o := &runTriggerOptions{}
 	cmd := &cobra.Command{
 		Use:   "trigger --repo R [--ref REF] [--sha COMMIT] [--workflow W] [-f]",
 		Short: "Start a manual pipeline for a branch or tag",
@@ -372,45 +437,57 @@ must be on REF (reachable from its commit), and REF is still the run's ref.`,
   knotless run trigger --repo alice/app --ref release/1.2 --workflow deploy -f
   knotless run trigger --repo alice/app --ref main --sha $(git rev-parse main~5)`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if follow && s.jsonOut {
-				return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
-			}
-			if err := api.CheckTriggerRef(ref); err != nil {
-				return usageErrorf("--ref: %v", err)
-			}
-			if sha != "" {
-				if err := api.CheckCommitID(sha); err != nil {
-					return usageErrorf("--sha: %v", err)
-				}
-			}
-			r, err := s.repoArg(ctx, repo, true)
-			if err != nil {
-				return err
-			}
-			var p api.Pipeline
-			in := api.TriggerInput{Repo: r, Ref: ref, SHA: sha, Workflow: wf}
-			if err := s.procedure(ctx, api.MethodTriggerRun, in, &p); err != nil {
-				return fmt.Errorf("trigger %s: %w", r, err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), p)
-			}
-			fmt.Fprintf(s.stdout(), "Pipeline %d of %s at %s (%s): %d %s.\n", p.ID, p.Repo, shortRef(p.Ref), shortSHA(p.SHA),
-				len(p.Runs), plural(len(p.Runs), "run", "runs"))
-			if len(p.Runs) == 0 {
-				return failf("no workflow of %s at %s has a manual trigger (on: manual)%s", r, orDefault(ref), forWorkflow(wf))
-			}
-			return s.printNewRuns(ctx, p.Runs, follow)
-		},
+		RunE: s.runE(o),
 	}
-	s.addRepoFlag(cmd, &repo)
-	cmd.Flags().StringVar(&ref, "ref", "", "existing branch or tag (name or full ref) to run (default: the default branch); no revision expressions")
-	cmd.Flags().StringVar(&sha, "sha", "", "run this commit (full id) of --ref instead of its newest")
-	cmd.Flags().StringVarP(&wf, "workflow", "w", "", "only the workflow with this name or file path")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
+	s.addRepoFlag(cmd, &o.Repo)
+	cmd.Flags().StringVar(&o.Ref, "ref", "", "existing branch or tag (name or full ref) to run (default: the default branch); no revision expressions")
+	cmd.Flags().StringVar(&o.SHA, "sha", "", "run this commit (full id) of --ref instead of its newest")
+	cmd.Flags().StringVarP(&o.Workflow, "workflow", "w", "", "only the workflow with this name or file path")
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
 	return cmd
+}
+
+func (o *runTriggerOptions) complete(_ context.Context, s *session, _ []string) error {
+	o.json = s.jsonOut
+	return nil
+}
+
+// validate refuses --json with -f, a --ref that is not a plain branch or
+// tag and a --sha that is not a full commit id (usage errors).
+func (o *runTriggerOptions) validate() error {
+	if o.Follow && o.json {
+		return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
+	}
+	if err := api.CheckTriggerRef(o.Ref); err != nil {
+		return usageErrorf("--ref: %v", err)
+	}
+	if o.SHA != "" {
+		if err := api.CheckCommitID(o.SHA); err != nil {
+			return usageErrorf("--sha: %v", err)
+		}
+	}
+	return nil
+}
+
+func (o *runTriggerOptions) run(ctx context.Context, s *session) error {
+	r, err := s.repoArg(ctx, o.Repo, true)
+	if err != nil {
+		return err
+	}
+	var p api.Pipeline
+	in := api.TriggerInput{Repo: r, Ref: o.Ref, SHA: o.SHA, Workflow: o.Workflow}
+	if err := s.procedure(ctx, api.MethodTriggerRun, in, &p); err != nil {
+		return fmt.Errorf("trigger %s: %w", r, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), p)
+	}
+	fmt.Fprintf(s.stdout(), "Pipeline %d of %s at %s (%s): %d %s.\n", p.ID, p.Repo, shortRef(p.Ref), shortSHA(p.SHA),
+		len(p.Runs), plural(len(p.Runs), "run", "runs"))
+	if len(p.Runs) == 0 {
+		return failf("no workflow of %s at %s has a manual trigger (on: manual)%s", r, orDefault(o.Ref), forWorkflow(o.Workflow))
+	}
+	return s.printNewRuns(ctx, p.Runs, o.Follow)
 }
 
 // printNewRuns prints the runs a trigger or re-run made and, with follow,
