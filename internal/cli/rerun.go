@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,9 +11,17 @@ import (
 	"knotless.dev/knotless/internal/api"
 )
 
+// runRerunOptions is `knotless run rerun ID` or `knotless run rerun
+// --pipeline N`: exactly one of the two.
+type runRerunOptions struct {
+	Pipeline string   // --pipeline as given
+	Follow   bool     // -f
+	args     []string // the run ID, if given
+	json     bool     // --json, from the session
+}
+
 func (s *session) runRerunCmd() *cobra.Command {
-	var pipeline string
-	var follow bool
+	o := &runRerunOptions{}
 	cmd := &cobra.Command{
 		Use:   "rerun ID | --pipeline N [-f]",
 		Short: "Run a finished run again, or a pipeline's failed runs",
@@ -28,46 +37,66 @@ wait. Prints the new runs; with -f follows their logs to the end and exits
 		Example: `  knotless run rerun 42
   knotless run rerun --pipeline 17 -f`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if follow && s.jsonOut {
-				return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
-			}
-			var in api.RerunInput
-			var what string
-			switch {
-			case len(args) == 1 && pipeline != "":
-				return usageErrorf("name a run ID or --pipeline, not both")
-			case len(args) == 1:
-				id, err := parseRunID(args[0])
-				if err != nil {
-					return err
-				}
-				in.Run, what = id, fmt.Sprintf("run %d", id)
-			case pipeline != "":
-				id, err := strconv.ParseInt(pipeline, 10, 64)
-				if err != nil || id <= 0 {
-					return usageErrorf("--pipeline %q: want a pipeline id", pipeline)
-				}
-				in.Pipeline, what = id, fmt.Sprintf("the failed runs of pipeline %d", id)
-			default:
-				return usageErrorf("name a run ID, or --pipeline N for a pipeline's failed runs")
-			}
-			var p api.Pipeline
-			if err := s.procedure(ctx, api.MethodRerun, in, &p); err != nil {
-				return fmt.Errorf("re-run %s: %w", what, err)
-			}
-			if s.jsonOut {
-				return writeJSON(s.stdout(), p)
-			}
-			fmt.Fprintf(s.stdout(), "Pipeline %d re-runs %s of pipeline %d at %s (%s): %d %s.\n", p.ID, plural(len(p.Runs), "a run", "runs"),
-				p.RerunOf, api.VisibleText(shortRef(p.Ref)), shortSHA(p.SHA), len(p.Runs), plural(len(p.Runs), "run", "runs"))
-			return s.printNewRuns(ctx, p.Runs, follow)
-		},
+		RunE: s.runE(o),
 	}
-	cmd.Flags().StringVar(&pipeline, "pipeline", "", "re-run every run of this pipeline that did not succeed")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
+	cmd.Flags().StringVar(&o.Pipeline, "pipeline", "", "re-run every run of this pipeline that did not succeed")
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "follow the runs' logs until they end; exit 1 unless all succeeded")
 	return cmd
+}
+
+func (o *runRerunOptions) complete(_ context.Context, s *session, args []string) error {
+	o.args, o.json = args, s.jsonOut
+	return nil
+}
+
+// validate refuses --json with -f and anything but one run ID or one
+// --pipeline id (usage errors).
+func (o *runRerunOptions) validate() error {
+	if o.Follow && o.json {
+		return usageErrorf("--json and -f do not go together: follow the logs, or print the pipeline as JSON")
+	}
+	_, _, err := o.input()
+	return err
+}
+
+// input is the request and what it re-runs, in words for errors.
+func (o *runRerunOptions) input() (in api.RerunInput, what string, err error) {
+	switch {
+	case len(o.args) == 1 && o.Pipeline != "":
+		return in, "", usageErrorf("name a run ID or --pipeline, not both")
+	case len(o.args) == 1:
+		id, err := parseRunID(o.args[0])
+		if err != nil {
+			return in, "", err
+		}
+		in.Run, what = id, fmt.Sprintf("run %d", id)
+	case o.Pipeline != "":
+		id, err := strconv.ParseInt(o.Pipeline, 10, 64)
+		if err != nil || id <= 0 {
+			return in, "", usageErrorf("--pipeline %q: want a pipeline id", o.Pipeline)
+		}
+		in.Pipeline, what = id, fmt.Sprintf("the failed runs of pipeline %d", id)
+	default:
+		return in, "", usageErrorf("name a run ID, or --pipeline N for a pipeline's failed runs")
+	}
+	return in, what, nil
+}
+
+func (o *runRerunOptions) run(ctx context.Context, s *session) error {
+	in, what, err := o.input()
+	if err != nil {
+		return err
+	}
+	var p api.Pipeline
+	if err := s.procedure(ctx, api.MethodRerun, in, &p); err != nil {
+		return fmt.Errorf("re-run %s: %w", what, err)
+	}
+	if s.jsonOut {
+		return writeJSON(s.stdout(), p)
+	}
+	fmt.Fprintf(s.stdout(), "Pipeline %d re-runs %s of pipeline %d at %s (%s): %d %s.\n", p.ID, plural(len(p.Runs), "a run", "runs"),
+		p.RerunOf, api.VisibleText(shortRef(p.Ref)), shortSHA(p.SHA), len(p.Runs), plural(len(p.Runs), "run", "runs"))
+	return s.printNewRuns(ctx, p.Runs, o.Follow)
 }
 
 // printEmptyPipelines prints, newest first, the pipelines that made no
