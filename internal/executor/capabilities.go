@@ -61,7 +61,8 @@ func Capabilities(x any) []string {
 
 // Facter is implemented by an Executor that can say where its runs go, for
 // the people reading the server's Runners page: a few names and values
-// (a kube executor's namespace and the runner's own pod), each short text
+// (a kube executor's namespace, its job pods' owner and the runner's own
+// pod), each short text
 // that is never a secret. The runner sends them when its session starts
 // (api.StartSessionInput.Facts). Safe to call concurrently.
 type Facter interface {

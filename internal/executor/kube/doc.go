@@ -7,16 +7,19 @@
 // executor's own is its agentenv.Driver (driver.go: how a pod is made,
 // found and listed; status.go: why it stopped).
 //
-// Restarts lose no run: job pods are owned (garbage collection) by the
-// object --owner names, in a cluster the runner's Deployment, not by the
-// runner's pod, which the garbage collector would delete them with before
-// a Recreate successor exists (owner.go). The successor, with the same
-// credential, recovers each pod the server says it holds by the pod's
-// labels and UID, and re-points an owner reference that names another
-// owner. Doctor (doctor.go) checks a namespace for all of this.
+// Restarts lose no run: job pods are owned (garbage collection) not by
+// the runner's pod but by the object --owner names, in the shipped
+// manifests the runner's Deployment (owner.go states who owns them in
+// every case, and why). The successor, with the same credential,
+// recovers each pod the server says it holds by the pod's labels and
+// UID, and re-points an owner reference that names another owner.
+// Doctor (doctor.go) checks a namespace for all of this.
 //
 // It must never put a secret in a pod spec, a label, an annotation, an
 // event or a command line (secrets travel on the exec's STDIN), never give
-// a job pod a ServiceAccount token or a host path, and never read Secrets:
-// the runner's Role covers pods, pods/exec and get on its owner only.
+// a job pod a ServiceAccount token or a host path, and never read Secrets.
+// The Kubernetes permissions it uses, each with the code that uses it,
+// are one table, Permissions (permissions.go): the runner's Role grants
+// exactly those, doctor checks them, and tests hold the shipped Roles and
+// the package's API calls to it.
 package kube

@@ -68,9 +68,10 @@ type Config struct {
 	// PendingTimeout is how long a pod may stay unscheduled before the
 	// run ends errored/unschedulable (default 10 min).
 	PendingTimeout time.Duration
-	// Owner, when set, becomes every job pod's owner reference (the
-	// runner's own pod, by UID), so that deleting the runner's pod deletes
-	// its job pods.
+	// Owner, when set, becomes every job pod's owner reference, so that
+	// the garbage collector deletes the job pods with it: which object
+	// that is (in the shipped manifests the runner's Deployment) is
+	// stated in owner.go.
 	Owner *metav1.OwnerReference
 	// InCluster says the runner runs in a pod of the cluster (its
 	// ServiceAccount's configuration), for Doctor's identity checks.
@@ -408,8 +409,9 @@ func (e *Executor) String() string {
 var _ executor.Facter = (*Executor)(nil)
 
 // Facts implements executor.Facter: the namespace job pods go to, what
-// owns them, in a cluster the runner's own pod, and the user namespaces
-// the job pods get (userNamespaceFact) with their process limit.
+// owns them (owner.go), in a cluster the runner's own pod's name, the
+// user namespaces the job pods get (userNamespaceFact) with their
+// process limit, and whether it allows container builds.
 func (e *Executor) Facts() map[string]string {
 	f := map[string]string{"namespace": e.ns}
 	if o := ownerName(e.cfg.Owner); o != "" {

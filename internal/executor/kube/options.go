@@ -69,8 +69,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // New makes the kube executor from the flags: client configuration by
-// LoadClientConfig, the runner's own pod as owner when it runs in one
-// (OwnPod), the step agent setup.Agent (or the one beside knotless-run).
+// LoadClientConfig, the job pods' owner (--owner, else in a cluster the
+// runner's own pod: owner.go), the step agent setup.Agent (or the one
+// beside knotless-run).
 // It logs once what Kubernetes cannot do of a runner's limits.
 func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	rc, ns, inCluster, err := LoadClientConfig(o.kubeconfig, o.namespace)

@@ -13,17 +13,37 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Who owns the job pods decides what the garbage collector deletes with
-// them (https://kubernetes.io/docs/concepts/architecture/garbage-collection/:
+// Who owns the job pods (stated here only; the docs and other comments
+// point here). Every job pod of the runner's namespace, warm pods too,
+// gets Config.Owner as its one owner reference, by UID, neither a
+// controller nor blocking the owner's deletion (ResolveOwner). Which
+// object that is (Options.New):
+//   - --owner KIND/NAME (KNOTLESS_OWNER): that object, read once at start;
+//     a runner that cannot read it does not start. The shipped manifests
+//     (deploy/kubernetes) give deployment/knotless-runner: the runner's
+//     Deployment owns the job pods.
+//   - no --owner, in a cluster: the runner's own pod ($POD_NAME, else the
+//     host name; OwnPod), with a warning that replacing that pod loses
+//     the runs; none when that pod cannot be read (also warned).
+//   - no --owner, outside a cluster (a kubeconfig): none.
+//   - pods of the builds namespace: none ever (an owner in another
+//     namespace counts as absent: newBuilds).
+// Whatever the owner, the runner deletes a run's pod when the run ends,
+// and its next start sweeps the pods of runs it does not hold; a pod
+// nobody deletes ends at its activeDeadlineSeconds. Recover re-points an
+// adopted pod's owner reference that names another UID to Config.Owner
+// (adopt: patch on pods).
+//
+// Why the Deployment: the garbage collector
+// (https://kubernetes.io/docs/concepts/architecture/garbage-collection/:
 // a dependent goes once every owner is gone, owners by UID, same
-// namespace). An owner reference to the runner's own pod deletes the job
-// pods ~7 s after that pod is gone: on a rollout restart, an upgrade or an
-// eviction, before a Recreate successor exists to adopt them. So in a
-// cluster the runner's workload owns them instead (--owner
-// deployment/NAME): it outlives every replacement of the runner's pod and
-// every restart of its container, and `kubectl delete -k` (or deleting
-// the Deployment) takes the job pods with it. The runner needs `get` on
-// that one object (a Role rule with resourceNames), nothing else.
+// namespace) deletes job pods owned by the runner's pod seconds after
+// that pod is gone: on a rollout restart, an upgrade or an eviction,
+// before a Recreate successor exists to adopt them. The Deployment
+// outlives every replacement of the runner's pod and every restart of
+// its container, and `kubectl delete -k` (or deleting the Deployment)
+// takes the job pods with it. The runner needs get on that one object
+// (OwnerPermission: a Role rule with resourceNames), nothing else.
 
 // OwnerKinds are the kinds --owner takes, as KIND/NAME with the kind in
 // lower case.
