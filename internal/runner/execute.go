@@ -246,23 +246,24 @@ func (e *execution) report(res Result) Result {
 	}
 	if !e.ended[api.SetupStep] {
 		// The run ended before its first step: setup is where it failed.
-		u := StepUpdate{Step: api.SetupStep, Name: SetupName, State: api.StepFailed, Reason: res.Reason, RunState: res.State}
-		switch res.State {
-		case api.StateSucceeded:
-			u.State, u.Reason = api.StepSucceeded, ""
-		case api.StateCancelled:
-			u.State = api.StepCancelled
-		case api.StateErrored:
-			u.State = api.StepErrored
-		}
+		u := StepUpdate{Step: api.SetupStep, Name: SetupName, RunState: res.State}
+		u.State, u.Reason = stepEndedWith(res)
 		e.reportStep(u)
 	}
 	if e.wf != nil {
-		// Steps the run never reached (it ended in setup) are skipped.
+		// Steps the run never reached (it ended in setup) are skipped; one
+		// an earlier process left running ends as the run does (its
+		// environment could not be taken over, or the run was cancelled
+		// first): it ran, so it was not skipped.
 		for i, st := range e.wf.Steps {
-			if !e.ended[i+1] {
-				e.reportStep(StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped})
+			if e.ended[i+1] {
+				continue
 			}
+			u := StepUpdate{Step: i + 1, Name: stepName(st, i), State: api.StepSkipped}
+			if _, running := e.past.running(i + 1); running {
+				u.State, u.Reason = stepEndedWith(res)
+			}
+			e.reportStep(u)
 		}
 	}
 	res.EnvironmentRemoved = !e.envLeft
@@ -271,6 +272,20 @@ func (e *execution) report(res Result) Result {
 	}
 	e.log.Info("run finished", "state", res.State, "reason", res.Reason, "exit_code", intAttr(res.ExitCode))
 	return res
+}
+
+// stepEndedWith is the final state and reason of a step that ends with
+// the run (setup, or a step left running) when the run's result is res.
+func stepEndedWith(res Result) (state, reason string) {
+	switch res.State {
+	case api.StateSucceeded:
+		return api.StepSucceeded, ""
+	case api.StateCancelled:
+		return api.StepCancelled, res.Reason
+	case api.StateErrored:
+		return api.StepErrored, res.Reason
+	}
+	return api.StepFailed, res.Reason
 }
 
 // unusableSecret returns the first (by name) secret a step of the workflow

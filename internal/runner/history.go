@@ -111,9 +111,16 @@ func (e *execution) handedOver() bool {
 }
 
 // keep ends the hold for this process to finish the run, and reports
-// whether it still holds the run (false: it was handed over first).
+// whether it still holds the run (false: it was handed over first). A
+// handover whose channel closed before keep wins even if the watcher has
+// not said so yet: the answer does not depend on goroutine scheduling.
 func (e *execution) keep() bool {
-	e.endHold(errRunEnding)
+	select {
+	case <-e.job.Handover: // nil: never
+		e.endHold(errHandedOver)
+	default:
+		e.endHold(errRunEnding)
+	}
 	return !e.handedOver()
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -112,25 +113,10 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 		log.Warn("cannot take over a run the server said this runner holds", "err", err)
 		return nil, "the runner process stopped during the run and its successor could not take it over: " + err.Error()
 	}
-	resume := &Resume{
-		Started:     rec.Claim.Started,
-		Steps:       rec.Steps,
-		StepStarted: rec.Started,
-		Checkpoints: map[int]logship.Checkpoint{},
-		By:          fmt.Sprintf("knotless-run %s (process %d)", version.Version, os.Getpid()),
-		// Outputs packed already are in the spool: shipped, not collected again.
-		OutputsCollected: rec.Outputs != nil,
-	}
-	for idx, u := range rec.Steps {
-		if u.State == api.StepRunning && idx > 0 {
-			c, ok, err := sp.LastCheckpoint(idx)
-			if err != nil {
-				log.Warn("read a step's checkpoint; its log resumes from the start", "step", idx, "err", err)
-			}
-			if ok {
-				resume.Checkpoints[idx] = c
-			}
-		}
+	resume, err := resumeOf(sp, rec, fmt.Sprintf("knotless-run %s (process %d)", version.Version, os.Getpid()), log)
+	if err != nil {
+		log.Error("cannot read the run's environment handle", "err", err)
+		return nil, "the runner process stopped during the run and its record of the environment is unreadable"
 	}
 	workspace := rec.Claim.Workspace
 	if workspace == "" {
@@ -139,13 +125,8 @@ func (r *Runner) prepareTakeover(ctx context.Context, sp *logship.Spool) (*takeo
 	}
 	r.workspaces.hold(workspace)
 	t := &takeover{sp: sp, cr: cr, resume: resume, workspace: workspace}
-	if len(rec.Session) > 0 {
-		var h executor.Handle
-		if err := json.Unmarshal(rec.Session, &h); err != nil {
-			log.Error("cannot read the run's environment handle", "err", err)
-			return nil, "the runner process stopped during the run and its record of the environment is unreadable"
-		}
-		resume.Session = &h
+	if resume.Session != nil {
+		h := *resume.Session
 		sess, err := r.cfg.Executor.Recover(ctx, h)
 		switch {
 		case err == nil:
@@ -242,4 +223,43 @@ func (r *Runner) handOver(done <-chan struct{}, stopShipping context.CancelFunc)
 	}
 	r.log.Info("runner stopped")
 	return nil
+}
+
+// resumeOf is what rec, the journal of sp, tells a process that takes its
+// run over (by names it): the steps' latest updates and starts, the
+// checkpoint of each step left running (a checkpoint that cannot be read
+// is a warning: that step's log resumes from its start) and the
+// environment's handle (nil when the run never got one). Its error says
+// the handle is unreadable.
+func resumeOf(sp *logship.Spool, rec logship.Record, by string, log *slog.Logger) (*Resume, error) {
+	resume := &Resume{
+		Steps:       rec.Steps,
+		StepStarted: rec.Started,
+		Checkpoints: map[int]logship.Checkpoint{},
+		By:          by,
+		// Outputs packed already are in the spool: shipped, not collected again.
+		OutputsCollected: rec.Outputs != nil,
+	}
+	if rec.Claim != nil {
+		resume.Started = rec.Claim.Started
+	}
+	for idx, u := range rec.Steps {
+		if u.State == api.StepRunning && idx > 0 {
+			c, ok, err := sp.LastCheckpoint(idx)
+			if err != nil {
+				log.Warn("read a step's checkpoint; its log resumes from the start", "step", idx, "err", err)
+			}
+			if ok {
+				resume.Checkpoints[idx] = c
+			}
+		}
+	}
+	if len(rec.Session) > 0 {
+		var h executor.Handle
+		if err := json.Unmarshal(rec.Session, &h); err != nil {
+			return nil, err
+		}
+		resume.Session = &h
+	}
+	return resume, nil
 }
