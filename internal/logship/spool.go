@@ -34,6 +34,7 @@ import (
 //	journal.jsonl   one JournalEntry per line, append-only
 //	outputs.tar     the run's outputs archive (package outputs), once packed
 //	shipped.json    the cursor of what the server acknowledged (shipCursor)
+//	reserve         disk space held back for the run's last words (ReserveFile)
 //
 // A Spool is safe for concurrent use.
 type Spool struct {

@@ -12,6 +12,12 @@
 // command line, a URL or a log, never drop a log byte or a result without a
 // visible marker, and never leave a workspace behind.
 //
+// A run's phases are execution.run's (phases.go): begin, parse, session
+// (the environment, prepared or recovered), steps, afterSteps, release and
+// Execute's report. What earlier processes did of the run is a history;
+// whether the run was handed over is the cause of the execution's hold
+// context (errHandedOver), asked through execution.handedOver.
+//
 // Runs outlive the process: the journal records what was claimed and the
 // environment's handle, and each step log a checkpoint of how far into the
 // step's raw output it got. A runner that starts asks the server which runs
@@ -31,12 +37,9 @@
 //	                                 before and after each run)
 //	DIR/runs/<run>/outputs           the workflow's outputs, copied out of the
 //	                                 environment to be packed (removed once packed)
-//	DIR/spool/<run>/step-<N>.log     masked log bytes of step N (0 = setup)
-//	DIR/spool/<run>/step-<N>.raw     step N's checkpoint: raw output bytes its log holds
-//	DIR/spool/<run>/journal.jsonl    the claim, the environment's handle, step
-//	                                 updates and the final result, in order
-//	DIR/spool/<run>/outputs.tar      the outputs archive, uploaded before the result
-//	DIR/spool/<run>/shipped.json     what the server acknowledged so far
+//	DIR/spool/<run>/                 the run's spool: its logs, their lines' times,
+//	                                 checkpoints, journal, outputs archive and
+//	                                 delivery cursor (logship.Spool lists the files)
 //	DIR/caches/                      the cache store (package cache): entries by
 //	                                 repository and key, bounded by --cache-size
 //	DIR/shell/run-<run>/             the shell executor's session: the step
