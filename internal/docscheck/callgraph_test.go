@@ -160,7 +160,7 @@ func (g *callGraph) scan(k funcKey, p *modPackage, body ast.Node) {
 					if p, ok := rt.(*types.Pointer); ok {
 						rt = p.Elem()
 					}
-					if types.Implements(rt, iface) || types.Implements(types.NewPointer(rt), iface) {
+					if hasMethods(types.NewPointer(rt), iface) && (types.Implements(rt, iface) || types.Implements(types.NewPointer(rt), iface)) {
 						add(keyOf(impl))
 					}
 				}
