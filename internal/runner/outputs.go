@@ -83,35 +83,9 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 		sl.printf("outputs: not collected: %v\n", err)
 		return
 	}
-	var found []string
-	shown := map[string]string{} // a directory's root with a trailing slash
-	for _, r := range roots {
-		dst := filepath.Join(dir, filepath.FromSlash(r))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-			sl.printf("outputs: %s: not collected: %v\n", r, err)
-			continue
-		}
-		err := sess.CopyOut(cctx, r, dst)
-		switch {
-		case err == nil:
-			fi, serr := os.Lstat(dst)
-			if serr != nil {
-				sl.printf("outputs: %s: not collected: the executor copied nothing\n", r)
-				continue
-			}
-			found = append(found, r)
-			shown[r] = r
-			if fi.IsDir() && r != "." {
-				shown[r] = r + "/"
-			}
-		case e.handedOver():
-			return // the successor collects them
-		case errors.Is(err, fs.ErrNotExist):
-			sl.printf("outputs: %s does not exist: not collected\n", r)
-		default:
-			sl.printf("outputs: %s: not collected: %v\n", r, err)
-			e.noSpace(err, "outputs: "+r+" not collected")
-		}
+	found, shown := e.copyOutputs(cctx, sess, dir, roots)
+	if e.handedOver() {
+		return // the successor collects them
 	}
 	if len(found) == 0 {
 		sl.printf("outputs: nothing to store\n")
@@ -139,6 +113,44 @@ func (e *execution) collectOutputs(ctx context.Context, sess executor.Session) {
 	sl.printf("outputs: archive of %s, %s (%d bytes), sha256 %s, packed in %s; it goes to the server before the result\n",
 		entryCount(total.Entries), byteCount(rec.Size), rec.Size, rec.SHA256, time.Since(start).Round(time.Millisecond))
 	e.log.Info("outputs packed", "entries", total.Entries, "bytes", rec.Size, "sha256", rec.SHA256)
+}
+
+// copyOutputs copies each of roots (slash-separated paths relative to the
+// workdir) out of sess into dir, and returns those copied and how the
+// setup log shows each (a directory with a trailing slash). A root that
+// cannot be copied is a line of the setup log; a handover stops the copy.
+func (e *execution) copyOutputs(ctx context.Context, sess executor.Session, dir string, roots []string) (found []string, shown map[string]string) {
+	sl := e.setup
+	shown = map[string]string{}
+	for _, r := range roots {
+		dst := filepath.Join(dir, filepath.FromSlash(r))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			sl.printf("outputs: %s: not collected: %v\n", r, err)
+			continue
+		}
+		err := sess.CopyOut(ctx, r, dst)
+		switch {
+		case err == nil:
+			fi, serr := os.Lstat(dst)
+			if serr != nil {
+				sl.printf("outputs: %s: not collected: the executor copied nothing\n", r)
+				continue
+			}
+			found = append(found, r)
+			shown[r] = r
+			if fi.IsDir() && r != "." {
+				shown[r] = r + "/"
+			}
+		case e.handedOver():
+			return nil, nil
+		case errors.Is(err, fs.ErrNotExist):
+			sl.printf("outputs: %s does not exist: not collected\n", r)
+		default:
+			sl.printf("outputs: %s: not collected: %v\n", r, err)
+			e.noSpace(err, "outputs: "+r+" not collected")
+		}
+	}
+	return found, shown
 }
 
 func entryCount(n int) string {

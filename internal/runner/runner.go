@@ -263,7 +263,15 @@ func (r *Runner) Run(ctx context.Context) error {
 		}()
 	})
 
-	// Stopping.
+	return r.stop(&active, slots, stopShipping, stopRuns)
+}
+
+// stop ends Run once the claim loop returned: it waits for the active
+// runs (or hands them over, or cancels them after Config.StopWait, at
+// once when hurried), then for their spools' delivery (Config.ShipWait).
+// Its error says why the runner stops when it is not a plain stop
+// (ErrNotRegistered, ErrSuperseded).
+func (r *Runner) stop(active *sync.WaitGroup, slots chan struct{}, stopShipping context.CancelFunc, stopRuns context.CancelCauseFunc) error {
 	done := make(chan struct{})
 	go func() { active.Wait(); close(done) }()
 	if len(slots) == 0 && !isClosed(r.handover) { // the claim loop has returned its own slot
@@ -276,22 +284,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return r.stopSuperseded(done, stopShipping, stopRuns)
 	}
 	if isClosed(r.unknown) {
-		claimErr := r.unknownErr
-		r.logNotRegistered(claimErr)
-		select {
-		case <-done:
-		default:
-			r.log.Warn("cancelling running runs: the server refuses this runner", "runs", len(slots), "reason", api.ReasonRunnerStopped)
-			stopRuns(errNotRegisteredStop)
-			<-done
-		}
-		stopShipping()
-		r.shippers.Wait()
-		if n := r.spoolCount(); n > 0 {
-			r.log.Warn("undelivered logs and results stay in the spool: the server refuses them from this runner", "runs", n, "spool", r.path("spool"))
-		}
-		r.log.Info("runner stopped")
-		return fmt.Errorf("%w: %v", ErrNotRegistered, claimErr)
+		return r.stopNotRegistered(done, slots, stopShipping, stopRuns)
 	}
 	select {
 	case <-done:
@@ -327,6 +320,27 @@ func (r *Runner) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrSuperseded, r.sess.err)
 	}
 	return nil
+}
+
+// stopNotRegistered stops a runner the server no longer knows: running
+// runs are cancelled (cancelled/runner-stopped), their spools stay.
+func (r *Runner) stopNotRegistered(done <-chan struct{}, slots chan struct{}, stopShipping context.CancelFunc, stopRuns context.CancelCauseFunc) error {
+	claimErr := r.unknownErr
+	r.logNotRegistered(claimErr)
+	select {
+	case <-done:
+	default:
+		r.log.Warn("cancelling running runs: the server refuses this runner", "runs", len(slots), "reason", api.ReasonRunnerStopped)
+		stopRuns(errNotRegisteredStop)
+		<-done
+	}
+	stopShipping()
+	r.shippers.Wait()
+	if n := r.spoolCount(); n > 0 {
+		r.log.Warn("undelivered logs and results stay in the spool: the server refuses them from this runner", "runs", n, "spool", r.path("spool"))
+	}
+	r.log.Info("runner stopped")
+	return fmt.Errorf("%w: %v", ErrNotRegistered, claimErr)
 }
 
 // logNotRegistered says what to do when the server does not know this
@@ -547,6 +561,25 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 			log.Error("create run directory", "dir", d, "err", err)
 		}
 	}
+	job := r.job(cr, workspace, runDir, removeWorkspace)
+	job.Resume, job.Handover = resume, r.handover
+	var rep Reporter = SpoolReporter{Spool: sp}
+	if r.cfg.Metrics != nil {
+		rep = observedReporter{SpoolReporter{Spool: sp}, r.cfg.Metrics}
+	}
+	if res := Execute(ctx, job, r.cfg.Executor, rep); res.State == "" {
+		removed = true // handed over: the successor's steps use the workspace
+		handedOver = true
+	}
+	close(executed)
+}
+
+// job is the Job of a claimed run cr: the claim's run, workflow, secrets
+// and needs; this runner's environment, limits, cache store and executor
+// labels; the checkout into workspace through the mirrors; the outputs
+// copied under runDir; removeWorkspace as its Cleanup.
+func (r *Runner) job(cr *api.ClaimedRun, workspace, runDir string, removeWorkspace func() error) Job {
+	run := cr.Run
 	job := Job{
 		Run:            run.ID,
 		Pipeline:       run.Pipeline,
@@ -578,21 +611,12 @@ func (r *Runner) execute(runsCtx, shipCtx context.Context, sp *logship.Spool, cr
 			}, workspace, w)
 		},
 	}
-	job.Resume, job.Handover = resume, r.handover
 	job.Matrix, job.Needs, job.Attempt = run.Matrix, cr.Needs, run.Attempt
 	job.NeedOutputs = func(ctx context.Context, need int64) (io.ReadCloser, error) {
 		body, _, err := r.client.NeedOutputs(ctx, run.ID, need)
 		return body, err
 	}
-	var rep Reporter = SpoolReporter{Spool: sp}
-	if r.cfg.Metrics != nil {
-		rep = observedReporter{SpoolReporter{Spool: sp}, r.cfg.Metrics}
-	}
-	if res := Execute(ctx, job, r.cfg.Executor, rep); res.State == "" {
-		removed = true // handed over: the successor's steps use the workspace
-		handedOver = true
-	}
-	close(executed)
+	return job
 }
 
 // heartbeat renews run's lease every interval (Config.Heartbeat, or a third

@@ -14,35 +14,11 @@ import (
 )
 
 // setUp makes the run's checkout and prepares its environment, and records
-// the environment's handle. When the executor prepares without reading the
-// checkout (executor.EarlyPreparer), both go on at once: the environment
-// starts (a shell agent, a pod) while the commit is fetched. What Prepare
-// writes for the setup log is held until the checkout's lines are in, so
-// the log reads as if one came after the other. failed says that res is
-// the run's result (or, with e.handedOver(), that the run was handed
-// over). setupCtx is runCtx cut short by a handover.
+// the environment's handle. failed says that res is the run's result (or,
+// with e.handedOver(), that the run was handed over). setupCtx is runCtx
+// cut short by a handover.
 func (e *execution) setUp(runCtx, setupCtx context.Context) (sess executor.Session, res Result, failed bool) {
 	sl := e.setup
-	id := e.job.ID
-	if id == "" {
-		id = "run-" + strconv.FormatInt(e.job.Run, 10)
-	}
-	wf := e.wf
-	spec := executor.Spec{
-		ID:          id,
-		Image:       wf.Image,
-		Arch:        wf.Arch,
-		Workspace:   e.job.Workspace,
-		CPUs:        wf.Resources.CPUs,
-		MemoryBytes: wf.Resources.MemoryBytes,
-		DiskBytes:   wf.Resources.DiskBytes,
-		Timeout:     timeLeft(runCtx),
-		Labels:      e.job.Labels,
-		Log:         sl,
-		Services:    e.serviceSpecs(),
-
-		ContainerBuilds: wf.ContainerBuilds,
-	}
 	// stop is the result of a setup that ended early: handed over, or the
 	// run stopped (cancelled, timed out).
 	stop := func() (Result, bool) {
@@ -51,58 +27,13 @@ func (e *execution) setUp(runCtx, setupCtx context.Context) (sess executor.Sessi
 		}
 		return e.stopped(runCtx)
 	}
-
-	var prepErr error
-	prepared := make(chan struct{})
-	early := false
-	if ep, ok := e.ex.(executor.EarlyPreparer); ok && ep.PrepareEarly() && e.job.Checkout != nil {
-		early = os.MkdirAll(e.job.Workspace, 0o755) == nil
-	}
-	prepCtx, cancelPrep := context.WithCancel(setupCtx)
-	defer cancelPrep()
-	var prepLog lockedBuffer
-	if early {
-		spec.Log = &prepLog
-		go func() {
-			defer close(prepared)
-			sess, prepErr = e.ex.Prepare(prepCtx, spec)
-		}()
-	}
-
-	// The workspace gets the commit (Checkout tells what it does:
-	// fetching, then checking out) and what the runs it needs left.
-	inputs := func() (string, error) {
-		if e.job.Checkout != nil {
-			if err := e.job.Checkout(setupCtx, wf.Checkout, sl); err != nil {
-				return "checkout failed: ", err
-			}
-		}
-		return "", e.receiveNeeds(setupCtx)
-	}
-	if what, err := inputs(); err != nil {
-		if early {
-			cancelPrep()
-			<-prepared
-			if prepErr == nil {
-				e.envLeft = true
-				e.cleanUp(sess)
-			}
-		}
+	sess, what, inputsErr, prepErr := e.prepare(setupCtx, e.spec(runCtx))
+	if inputsErr != nil {
 		if res, stopped := stop(); stopped {
 			return nil, res, true
 		}
-		sl.printf("%s%v\n", what, err)
-		return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(err.Error())}, true
-	}
-	if early {
-		<-prepared
-		_, _ = sl.Write(prepLog.Bytes())
-		sl.flush()
-	} else {
-		sess, prepErr = e.ex.Prepare(setupCtx, spec)
-	}
-	if prepErr == nil {
-		e.envLeft = true
+		sl.printf("%s%v\n", what, inputsErr)
+		return nil, Result{State: api.StateErrored, Reason: api.ReasonCheckout, Message: firstLine(inputsErr.Error())}, true
 	}
 	if prepErr != nil {
 		if res, stopped := stop(); stopped {
@@ -129,6 +60,91 @@ func (e *execution) setUp(runCtx, setupCtx context.Context) (sess executor.Sessi
 		}
 	}
 	return sess, Result{}, false
+}
+
+// spec is what the executor prepares for the run: its workflow's image,
+// architecture, resources and services, its workspace and labels, and the
+// time left of its timeout (runCtx's deadline).
+func (e *execution) spec(runCtx context.Context) executor.Spec {
+	id := e.job.ID
+	if id == "" {
+		id = "run-" + strconv.FormatInt(e.job.Run, 10)
+	}
+	wf := e.wf
+	return executor.Spec{
+		ID:          id,
+		Image:       wf.Image,
+		Arch:        wf.Arch,
+		Workspace:   e.job.Workspace,
+		CPUs:        wf.Resources.CPUs,
+		MemoryBytes: wf.Resources.MemoryBytes,
+		DiskBytes:   wf.Resources.DiskBytes,
+		Timeout:     timeLeft(runCtx),
+		Labels:      e.job.Labels,
+		Log:         e.setup,
+		Services:    e.serviceSpecs(),
+
+		ContainerBuilds: wf.ContainerBuilds,
+	}
+}
+
+// prepare fills the workspace (the checkout, then what the needed runs
+// left) and prepares the environment of spec. When the executor prepares
+// without reading the checkout (executor.EarlyPreparer), both go on at
+// once: the environment starts (a shell agent, a pod) while the commit is
+// fetched; what Prepare writes for the setup log is held until the
+// checkout's lines are in, so the log reads as if one came after the
+// other, and an environment made early for a checkout that failed is
+// removed. inputsErr (what says which part failed, for the setup log) or
+// prepErr says why there is no session.
+func (e *execution) prepare(ctx context.Context, spec executor.Spec) (sess executor.Session, what string, inputsErr, prepErr error) {
+	inputs := func() (string, error) {
+		if e.job.Checkout != nil {
+			if err := e.job.Checkout(ctx, e.wf.Checkout, e.setup); err != nil {
+				return "checkout failed: ", err
+			}
+		}
+		return "", e.receiveNeeds(ctx)
+	}
+	early := false
+	if ep, ok := e.ex.(executor.EarlyPreparer); ok && ep.PrepareEarly() && e.job.Checkout != nil {
+		early = os.MkdirAll(e.job.Workspace, 0o755) == nil
+	}
+	if !early {
+		if what, err := inputs(); err != nil {
+			return nil, what, err, nil
+		}
+		sess, prepErr = e.ex.Prepare(ctx, spec)
+		if prepErr == nil {
+			e.envLeft = true
+		}
+		return sess, "", nil, prepErr
+	}
+	prepCtx, cancelPrep := context.WithCancel(ctx)
+	defer cancelPrep()
+	var prepLog lockedBuffer
+	spec.Log = &prepLog
+	prepared := make(chan struct{})
+	go func() {
+		defer close(prepared)
+		sess, prepErr = e.ex.Prepare(prepCtx, spec)
+	}()
+	if what, err := inputs(); err != nil {
+		cancelPrep()
+		<-prepared
+		if prepErr == nil {
+			e.envLeft = true
+			e.cleanUp(sess)
+		}
+		return nil, what, err, nil
+	}
+	<-prepared
+	_, _ = e.setup.Write(prepLog.Bytes())
+	e.setup.flush()
+	if prepErr == nil {
+		e.envLeft = true
+	}
+	return sess, "", nil, prepErr
 }
 
 // timeLeft is the time until ctx's deadline (0 when it passed), or 0 when
