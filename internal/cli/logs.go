@@ -33,17 +33,27 @@ const (
 	followRetryFor = 2 * time.Minute
 )
 
-type logsOptions struct {
-	follow  bool
-	step    int
-	repo    string
-	latest  bool
-	after   int64
-	timeout time.Duration
+// runLogsOptions is `knotless run logs ID` or `knotless run logs --repo R
+// --latest`. The *Set fields say a flag was given at all (cobra knows,
+// the options do not): --step 0 is the setup log, not "every step", and
+// --after and --timeout are refused without --latest even at their
+// defaults. --raw is the session's (it decides how stdout is written).
+type runLogsOptions struct {
+	Repo       string        // --repo, with --latest
+	Follow     bool          // -f
+	Step       int           // --step, if StepSet
+	Latest     bool          // --latest
+	After      int64         // --after: a pipeline id, with --latest
+	Timeout    time.Duration // --timeout, with --latest
+	StepSet    bool
+	AfterSet   bool
+	TimeoutSet bool
+	args       []string
+	json       bool // --json, from the session: refused
 }
 
 func (s *session) runLogsCmd() *cobra.Command {
-	var o logsOptions
+	o := &runLogsOptions{}
 	cmd := &cobra.Command{
 		Use:   "logs (ID | --repo R --latest) [-f] [--step N]",
 		Short: "Print or follow a run's logs, step by step",
@@ -74,69 +84,95 @@ for a pipeline newer than PIPELINE to appear: use it right after a git push.`,
   git push knotless HEAD:main && knotless run logs --repo alice/app --latest -f
   knotless run logs --repo alice/app --latest -f --after 17 --timeout 2m`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.step = -1
-			if f := cmd.Flags().Lookup("step"); f.Changed {
-				o.step, _ = strconv.Atoi(f.Value.String())
-				if o.step < 0 {
-					return usageErrorf("--step %d: want 0 (setup) or a step number", o.step)
-				}
-			}
-			return s.runLogs(cmd, args, o)
+			f := cmd.Flags()
+			o.StepSet, o.AfterSet, o.TimeoutSet = f.Changed("step"), f.Changed("after"), f.Changed("timeout")
+			return execute(cmd.Context(), s, o, args)
 		},
 	}
-	s.addRepoFlag(cmd, &o.repo)
+	s.addRepoFlag(cmd, &o.Repo)
 	f := cmd.Flags()
-	f.BoolVarP(&o.follow, "follow", "f", false, "follow until the run ends; exit 1 unless it succeeded")
+	f.BoolVarP(&o.Follow, "follow", "f", false, "follow until the run ends; exit 1 unless it succeeded")
 	f.BoolVar(&s.raw, "raw", false, "print step output byte for byte also on a terminal (control sequences act on it)")
-	f.Int("step", 0, "only this step (0: the setup log)")
-	f.BoolVar(&o.latest, "latest", false, "every run of the newest pipeline of --repo")
-	f.Int64Var(&o.after, "after", 0, "with --latest: wait for a pipeline newer than this id")
-	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "with --latest: how long to wait for the pipeline to appear")
+	f.IntVar(&o.Step, "step", 0, "only this step (0: the setup log)")
+	f.BoolVar(&o.Latest, "latest", false, "every run of the newest pipeline of --repo")
+	f.Int64Var(&o.After, "after", 0, "with --latest: wait for a pipeline newer than this id")
+	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "with --latest: how long to wait for the pipeline to appear")
 	return cmd
 }
 
-func (s *session) runLogs(cmd *cobra.Command, args []string, o logsOptions) error {
-	ctx := cmd.Context()
-	if s.jsonOut {
+func (o *runLogsOptions) complete(_ context.Context, s *session, args []string) error {
+	o.args, o.json = args, s.jsonOut
+	return nil
+}
+
+// step is the one step to print, -1 for all.
+func (o *runLogsOptions) step() int {
+	if !o.StepSet {
+		return -1
+	}
+	return o.Step
+}
+
+// validate refuses a negative --step, --json, and anything but one run ID
+// or --latest with the flags that go with each (usage errors, in the
+// order the command has always told them).
+func (o *runLogsOptions) validate() error {
+	if o.StepSet && o.Step < 0 {
+		return usageErrorf("--step %d: want 0 (setup) or a step number", o.Step)
+	}
+	if o.json {
 		return usageErrorf("run logs prints raw logs and has no --json; use knotless run show ID --json for the run's data")
 	}
 	switch {
-	case len(args) > 1:
-		return usageErrorf("run logs takes one run ID, got %d arguments", len(args))
-	case len(args) == 1 && o.latest:
+	case len(o.args) > 1:
+		return usageErrorf("run logs takes one run ID, got %d arguments", len(o.args))
+	case len(o.args) == 1 && o.Latest:
 		return usageErrorf("give a run ID or --latest, not both")
-	case len(args) == 0 && !o.latest:
+	case len(o.args) == 0 && !o.Latest:
 		return usageErrorf("run logs needs a run ID, or --repo R --latest (see knotless run logs --help)")
-	case !o.latest && (cmd.Flags().Changed("after") || cmd.Flags().Changed("timeout")):
+	case !o.Latest && (o.AfterSet || o.TimeoutSet):
 		return usageErrorf("--after and --timeout go with --latest")
-	case o.latest && o.step >= 0:
+	case o.Latest && o.StepSet:
 		return usageErrorf("--step goes with a run ID, not --latest")
 	}
-	if !o.latest {
-		id, err := parseRunID(args[0])
-		if err != nil {
-			return err
-		}
-		if !o.follow {
-			return s.printLogs(ctx, id, o.step)
-		}
-		_, ok, err := s.followRun(ctx, id, o.step)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errSilentFailure
-		}
-		return nil
+	if !o.Latest {
+		_, err := parseRunID(o.args[0])
+		return err
 	}
+	return nil
+}
 
-	repo, err := s.repoArg(ctx, o.repo, true)
+func (o *runLogsOptions) run(ctx context.Context, s *session) error {
+	if o.Latest {
+		return o.runLatest(ctx, s)
+	}
+	id, err := parseRunID(o.args[0])
+	if err != nil {
+		return err
+	}
+	if !o.Follow {
+		return s.printLogs(ctx, id, o.step())
+	}
+	_, ok, err := s.followRun(ctx, id, o.step())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errSilentFailure
+	}
+	return nil
+}
+
+// runLatest prints or follows every run of the newest pipeline of the
+// repository; with -f or --after it first waits for that pipeline.
+func (o *runLogsOptions) runLatest(ctx context.Context, s *session) error {
+	repo, err := s.repoArg(ctx, o.Repo, true)
 	if err != nil {
 		return err
 	}
 	var pid int64
-	if o.follow || o.after > 0 {
-		pid, err = s.waitPipeline(ctx, repo, o.after, o.timeout)
+	if o.Follow || o.After > 0 {
+		pid, err = s.waitPipeline(ctx, repo, o.After, o.Timeout)
 	} else {
 		pid, err = s.latestPipeline(ctx, repo)
 		if err == nil && pid == 0 {
@@ -150,21 +186,21 @@ func (s *session) runLogs(cmd *cobra.Command, args []string, o logsOptions) erro
 	if err != nil {
 		return err
 	}
-	if !o.follow {
-		for i, r := range runs {
-			if len(runs) > 1 {
-				if i > 0 {
-					fmt.Fprintln(s.stdout())
-				}
-				fmt.Fprint(s.stdout(), runBanner(r))
-			}
-			if err := s.printLogs(ctx, r.ID, -1); err != nil {
-				return err
-			}
-		}
-		return nil
+	if o.Follow {
+		return s.followRuns(ctx, runs)
 	}
-	return s.followRuns(ctx, runs)
+	for i, r := range runs {
+		if len(runs) > 1 {
+			if i > 0 {
+				fmt.Fprintln(s.stdout())
+			}
+			fmt.Fprint(s.stdout(), runBanner(r))
+		}
+		if err := s.printLogs(ctx, r.ID, -1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runBanner(r api.Run) string {
