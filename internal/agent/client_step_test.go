@@ -76,11 +76,15 @@ type request struct {
 // before RunStep follows it, so the agent's frames are exactly
 // min(chunk, what is left) and every cut falls where the row says.
 //
-// Broken on purpose once each (then restored): shrinking by 2 instead of
-// 4 fails the shrink rows; no regrowth fails "regrow"; a floor of 256
-// fails "floor"; no ceiling fails "ceiling"; not resending the pending
-// Stop fails "stop"; Attach before Started fails "started"; the zstd
-// path not decompressing fails "zstd".
+// Broken on purpose once each, then restored (the rows that failed):
+// shrinking by 2, not 4 (started, floor, regrow, zstd, stop); no
+// regrowth (floor, regrow, zstd, stop); a floor of 256 (floor); no
+// ceiling (regrow, ceiling); the connection's first offset not reset, so
+// that a connection after one with output counts as bringing some
+// (regrow); the pending Stop not sent again (stop); Attach before Started
+// (started); OutputZstd not decompressed (zstd); Attach one byte past what
+// arrived (every row with an Attach); the Exit's code dropped (every row
+// but stop).
 func TestRunStep_ResumesWholeOutputAcrossCuts(t *testing.T) {
 	const oc = agent.OutputChunk
 	ag := startAgent(t)
@@ -121,12 +125,13 @@ func TestRunStep_ResumesWholeOutputAcrossCuts(t *testing.T) {
 			{"attach", 6656, 2048, 0},
 		},
 	}, {
-		name: "regrow: frames that arrive double the frame size back up to OutputChunk (the ceiling), not past it",
+		name: "regrow: frames that arrive double the frame size back up to OutputChunk, not past it; a connection that brings none after them shrinks it again",
 		links: []link{
 			{cutAt: 0},
-			{cutAt: 300000},  // frames of oc/4: [oc/4, oc/2) holds byte 300000
-			{cutAt: 800000},  // frames of oc/2 from oc/4: [3oc/4, 5oc/4) holds it
-			{cutAt: 1900000}, // frames of oc from 3oc/4: [7oc/4, 11oc/4) holds it
+			{cutAt: 300000},     // frames of oc/4: [oc/4, oc/2) holds byte 300000
+			{cutAt: 800000},     // frames of oc/2 from oc/4: [3oc/4, 5oc/4) holds it
+			{cutAt: 1900000},    // frames of oc from 3oc/4: [7oc/4, 11oc/4) holds it
+			{cutAt: 7 * oc / 4}, // the first frame again: nothing arrives
 		},
 		requests: []request{
 			{"start", 0, oc, 0},
@@ -134,6 +139,7 @@ func TestRunStep_ResumesWholeOutputAcrossCuts(t *testing.T) {
 			{"attach", oc / 4, oc / 2, 0},
 			{"attach", 3 * oc / 4, oc, 0},
 			{"attach", 7 * oc / 4, oc, 0},
+			{"attach", 7 * oc / 4, oc / 4, 0},
 		},
 	}, {
 		name:  "ceiling: a cut after a whole frame at full size keeps full frames",
