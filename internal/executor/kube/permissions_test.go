@@ -309,7 +309,7 @@ func scanUses(t *testing.T) []use {
 			if !ok || fd.Body == nil {
 				continue
 			}
-			var rest []use
+			var reqs []use
 			webSocketGet, restClients := false, 0
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
 				c, ok := n.(*ast.CallExpr)
@@ -375,16 +375,16 @@ func scanUses(t *testing.T) []use {
 						t.Errorf("%s: a REST request this scan cannot map (resource %q, subresource %q, verb %q, group %q)", fset.Position(c.Pos()), resource, sub, verb, group)
 						return true
 					}
-					rest = append(rest, at(grant{group: group, resource: resource + "/" + sub, verb: verb}))
+					reqs = append(reqs, at(grant{group: group, resource: resource + "/" + sub, verb: verb}))
 				}
 				return true
 			})
-			if restClients != len(rest) {
-				t.Errorf("%s: %s makes %d REST requests and this scan maps %d (only requests to a subresource: ...SubResource(\"exec\"))", name, fd.Name.Name, restClients, len(rest))
+			if restClients != len(reqs) {
+				t.Errorf("%s: %s makes %d REST requests and this scan maps %d (only requests to a subresource: ...SubResource(\"exec\"))", name, fd.Name.Name, restClients, len(reqs))
 			}
-			out = append(out, rest...)
+			out = append(out, reqs...)
 			if webSocketGet {
-				for _, r := range rest {
+				for _, r := range reqs {
 					r.verb = "get"
 					out = append(out, r)
 				}
