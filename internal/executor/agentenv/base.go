@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -52,49 +53,124 @@ type Listed struct {
 	Remove func(ctx context.Context) error
 }
 
-// Env is one environment as its driver made or found it.
+// Environment is what every driver writes of an environment: how its
+// agent is reached, why it stopped, how it goes. Its methods may be
+// called concurrently, from any goroutine, before and after Remove.
+type Environment interface {
+	// Dial opens a new connection to the environment's agent (an
+	// agent.Dialer): a byte stream the agent protocol runs over, which the
+	// caller closes. An environment that can tell it is gone or ended
+	// makes it return an error wrapping agent.ErrGone (Base then stops
+	// dialing); other errors may pass (Base dials again). ctx bounds the
+	// dial only, not the connection.
+	Dial(ctx context.Context) (io.ReadWriteCloser, error)
+	// Why says why the environment can no longer run steps: nil while it
+	// runs (or when it cannot tell, e.g. its API cannot be asked); a
+	// *executor.Fault with the run's reason (api.Reason*: evicted,
+	// oom-killed, service, ...) and the environment's own words once it
+	// stopped (evicted, oom-killed, the container ended). Base asks it when
+	// the agent cannot be reached and when the agent stopped a step that
+	// nobody cancelled (a signal to its PID 1 from outside); it may take
+	// the environment a moment to know, so Base asks again for a few
+	// seconds. It must return within ctx.
+	Why(ctx context.Context) *executor.Fault
+	// Remove removes the environment with everything in it (containers,
+	// volumes, files, processes). agentEnded says the agent was asked to
+	// end its steps and exit and answered, so nothing runs any more (it
+	// may go at once, without a grace period). Idempotent: an environment
+	// gone already is no error. Its error says what could not be removed.
+	Remove(ctx context.Context, agentEnded bool) error
+}
+
+// Hooks are the optional moments of an environment's life at which its
+// driver acts, composed as net/http/httptrace composes a ClientTrace: a
+// nil hook is skipped, and Env.AddHooks adds hooks to those an Env has
+// (each runs after the ones already there) instead of a driver wrapping
+// the previous hook by hand.
+type Hooks struct {
+	// Attached runs once the agent answered (Prepare and Recover), with
+	// the connected client and the agent's hello: it writes what the
+	// setup log should say of the environment, or checks what the
+	// environment holds. Its error fails the Prepare (the environment is
+	// removed) or the Recover (wrap executor.ErrNotRecoverable for an
+	// environment that cannot be used); composed, the first error ends
+	// the chain.
+	Attached func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error
+	// Ready runs once before the session's first Exec, CopyIn or CopyOut
+	// (the kube executor copies the checkout in there): its error fails
+	// that call and every later one; composed, the first error ends the
+	// chain.
+	Ready func(ctx context.Context, s *Session) error
+	// AroundStep is called as each Exec begins; the function it returns
+	// (nil: nothing to add) gets the step's Result to add to (a Note about
+	// a limit the step reached). Composed, every one is called, and each
+	// function returned, in the same order.
+	AroundStep func() func(*executor.Result)
+}
+
+// compose returns hooks that run h's and then next's, each skipped when
+// nil.
+func (h Hooks) compose(next Hooks) Hooks {
+	out := h
+	if a, b := h.Attached, next.Attached; a != nil && b != nil {
+		out.Attached = func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error {
+			if err := a(ctx, c, hello); err != nil {
+				return err
+			}
+			return b(ctx, c, hello)
+		}
+	} else if b != nil {
+		out.Attached = b
+	}
+	if a, b := h.Ready, next.Ready; a != nil && b != nil {
+		out.Ready = func(ctx context.Context, s *Session) error {
+			if err := a(ctx, s); err != nil {
+				return err
+			}
+			return b(ctx, s)
+		}
+	} else if b != nil {
+		out.Ready = b
+	}
+	if a, b := h.AroundStep, next.AroundStep; a != nil && b != nil {
+		out.AroundStep = func() func(*executor.Result) {
+			fa, fb := a(), b()
+			switch {
+			case fa == nil:
+				return fb
+			case fb == nil:
+				return fa
+			}
+			return func(r *executor.Result) { fa(r); fb(r) }
+		}
+	} else if b != nil {
+		out.AroundStep = b
+	}
+	return out
+}
+
+// Env is one environment as its driver made or found it: its Environment
+// (required), its hooks and what Base needs to know of it besides.
 type Env struct {
+	Environment
+	// Hooks are the driver's optional hooks (AddHooks adds more).
+	Hooks Hooks
 	// Name says what it is, for errors and logs ("pod ci/knotless-run-1-x2x9p").
 	Name string
 	// Data is the driver's part of the environment's Handle (marshalled
 	// to JSON); never a secret.
 	Data any
-	// Dial opens a new connection to the environment's agent; one that
-	// can tell that the environment is gone or ended returns an error
-	// wrapping agent.ErrGone. Required.
-	Dial agent.Dialer
-	// Why says why the environment can no longer run steps: nil while it
-	// runs (or when it cannot tell); a *executor.Fault with the run's
-	// reason and the environment's own words once it stopped (evicted,
-	// oom-killed, the container ended). It is asked when the agent cannot
-	// be reached and when the agent stopped a step that nobody cancelled
-	// (a signal to its PID 1 from outside). Required.
-	Why func(ctx context.Context) *executor.Fault
 	// LostReason is the run's reason for a step the environment stopped
 	// when Why never says why (default api.ReasonExecutor).
 	LostReason string
-	// Remove removes the environment with everything in it. agentEnded
-	// says the agent was asked to end its steps and exit and answered, so
-	// nothing runs any more. Required; idempotent.
-	Remove func(ctx context.Context, agentEnded bool) error
 	// Client, when set, is a client of the agent connected already (the
 	// kube executor's warm pods keep one): Base uses it instead of
 	// dialing. Its hello must name the run or AdoptFrom.
 	Client *agent.Client
-	// AdoptFrom, when set, is the run a warm agent serves until Attached
-	// adopts it for this one (agent.Client.Adopt): its hello may name it.
+	// AdoptFrom, when set, is the run a warm agent serves until the
+	// Attached hook adopts it for this one (agent.Client.Adopt): its
+	// hello may name it.
 	AdoptFrom string
-	// Attached, when set, runs once the agent answered (Prepare and
-	// Recover), with the connected client and the agent's hello: it
-	// writes what the setup log should say of the environment, or checks
-	// what the environment holds. Its error fails the Prepare (the
-	// environment is removed) or the Recover (wrap
-	// executor.ErrNotRecoverable for an environment that cannot be used).
-	Attached func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error
-	// Ready, when set, runs once before the session's first Exec, CopyIn
-	// or CopyOut (the kube executor copies the checkout in there): its
-	// error fails that call and every later one.
-	Ready func(ctx context.Context, s *Session) error
 	// HostPath, when set, maps a path as the steps see it (absolute) to
 	// the same file on the runner's host and the host directory it must
 	// stay in (the checkout, HOME), and reports false for paths the host
@@ -110,10 +186,6 @@ type Env struct {
 	// level) when the agent speaks it, as caches always do, and the
 	// agent compresses a step's output frames where that shrinks them.
 	Compress bool
-	// AroundStep, when set, is called as each Exec begins; the function it
-	// returns gets the step's Result to add to (a Note about a limit the
-	// step reached).
-	AroundStep func() func(*executor.Result)
 	// Services, when set, reaches the environment's service containers
 	// (Spec.Services); nil for a driver that runs none, which then refuses
 	// a spec with services.
@@ -122,6 +194,10 @@ type Env struct {
 	// it (for `knotless-agent probe --connected`); required with Services.
 	AgentPath string
 }
+
+// AddHooks adds h's hooks to env's: each runs after the one env has
+// already (see Hooks). Not safe once Base has the Env.
+func (env *Env) AddHooks(h Hooks) { env.Hooks = env.Hooks.compose(h) }
 
 // Base is the executor.Executor of an agent-based executor, over its
 // Driver: an executor embeds it, and its Name, Prepare, Recover and Sweep
@@ -249,27 +325,35 @@ func whyWithin(env *Env, bound time.Duration) *executor.Fault {
 // observed wraps env's Remove to tell the Observer, once, that the
 // environment is gone.
 func (b *Base) observed(env *Env) *Env {
-	o := b.cfg.Observer
-	if o == nil || env.Remove == nil {
+	if b.cfg.Observer == nil || env.Environment == nil {
 		return env
 	}
-	remove := env.Remove
-	var once sync.Once
-	env.Remove = func(ctx context.Context, agentEnded bool) error {
-		err := remove(ctx, agentEnded)
-		if err == nil {
-			once.Do(func() { o.EnvironmentRemoved(b.name) })
-		}
-		return err
-	}
+	env.Environment = &observedEnvironment{Environment: env.Environment, o: b.cfg.Observer, name: b.name}
 	return env
+}
+
+// observedEnvironment is an Environment whose first successful Remove
+// tells o that an environment of executor name is gone.
+type observedEnvironment struct {
+	Environment
+	o    executor.Observer
+	name string
+	once sync.Once
+}
+
+func (e *observedEnvironment) Remove(ctx context.Context, agentEnded bool) error {
+	err := e.Environment.Remove(ctx, agentEnded)
+	if err == nil {
+		e.once.Do(func() { e.o.EnvironmentRemoved(e.name) })
+	}
+	return err
 }
 
 // agentStartWait bounds how long a new environment's agent may take to
 // listen.
 const agentStartWait = 10 * time.Second
 
-// attach connects to env's agent, runs Env.Attached and makes the
+// attach connects to env's agent, runs its Attached hook and makes the
 // session. An agent that is not there yet (agent.ErrGone) is dialed again
 // for up to starting, while Env.Why has nothing to say.
 func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Duration) (*Session, error) {
@@ -291,8 +375,8 @@ func (b *Base) attach(ctx context.Context, id string, env *Env, starting time.Du
 		_ = client.Close()
 		return nil, fmt.Errorf("the agent in %s serves run %q, not %q", env.Name, hello.Run, id)
 	}
-	if env.Attached != nil {
-		if err := env.Attached(ctx, client, hello); err != nil {
+	if env.Hooks.Attached != nil {
+		if err := env.Hooks.Attached(ctx, client, hello); err != nil {
 			_ = client.Close()
 			return nil, err
 		}

@@ -3,7 +3,8 @@
 // the step agent (internal/stepagent) and is reached over the agent
 // protocol (internal/agent). An executor writes only what is its own, as
 // a Driver: how an environment is made (Make), found again (Open, List),
-// attached to (Env.Dial) and why it stopped (Env.Why). Base does the rest
+// attached to (Environment.Dial), why it stopped (Environment.Why) and
+// removed (Environment.Remove), with optional Hooks. Base does the rest
 // the same way for every executor: the run-ID rule, the Prepare, Recover
 // and Sweep skeletons, the agent client, the session (Session: steps,
 // copies, caches, detached steps, cleanup), and the rule that a step the

@@ -75,31 +75,36 @@ func (d *localDriver) List(context.Context) ([]agentenv.Listed, error) {
 }
 
 func (d *localDriver) env(dir string) *agentenv.Env {
-	return &agentenv.Env{
-		Name: "directory " + dir,
-		Data: dir,
-		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
-			c, err := agent.DialUnix(ctx, filepath.Join(dir, "agent.sock"))
-			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-				return nil, fmt.Errorf("%w: %v", agent.ErrGone, err)
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &counted{ReadWriteCloser: c, l: (*local)(d)}, nil
-		},
-		Compress: d.compress,
-		Why:      func(context.Context) *executor.Fault { return d.fault.Load() },
-		Remove: func(ctx context.Context, agentEnded bool) error {
-			if pid := agentPID(dir); pid > 1 && !agentEnded {
-				_ = syscall.Kill(pid, syscall.SIGTERM) // it ends its steps and exits
-				for i := 0; i < 1000 && syscall.Kill(pid, 0) == nil; i++ {
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-			return os.RemoveAll(dir)
-		},
+	return &agentenv.Env{Environment: localEnv{d: d, dir: dir}, Name: "directory " + dir, Data: dir, Compress: d.compress}
+}
+
+// localEnv is the local agent in dir as an agentenv.Environment.
+type localEnv struct {
+	d   *localDriver
+	dir string
+}
+
+func (l localEnv) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	c, err := agent.DialUnix(ctx, filepath.Join(l.dir, "agent.sock"))
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("%w: %v", agent.ErrGone, err)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return &counted{ReadWriteCloser: c, l: (*local)(l.d)}, nil
+}
+
+func (l localEnv) Why(context.Context) *executor.Fault { return l.d.fault.Load() }
+
+func (l localEnv) Remove(ctx context.Context, agentEnded bool) error {
+	if pid := agentPID(l.dir); pid > 1 && !agentEnded {
+		_ = syscall.Kill(pid, syscall.SIGTERM) // it ends its steps and exits
+		for i := 0; i < 1000 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return os.RemoveAll(l.dir)
 }
 
 // agentPID is the PID the agent in dir recorded; 0 when none.

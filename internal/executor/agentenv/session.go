@@ -35,8 +35,8 @@ type sessionConfig struct {
 	Workdir string
 	// Client talks to the environment's agent.
 	Client *agent.Client
-	// Env is the environment: its hooks (Why, Remove, Ready, HostPath,
-	// HostChown, AroundStep).
+	// Env is the environment: its Environment (Why, Remove), its Hooks
+	// (Ready, AroundStep), HostPath and HostChown.
 	Env *Env
 	// Forget tells Base that the session is over (Cleanup, Detach).
 	Forget func()
@@ -100,8 +100,8 @@ func (s *Session) begin(ctx context.Context) (chan struct{}, error) {
 	done := make(chan struct{})
 	s.execDone = done
 	s.mu.Unlock()
-	if s.cfg.Env.Ready != nil {
-		s.readyOnce.Do(func() { s.readyErr = s.cfg.Env.Ready(ctx, s) })
+	if s.cfg.Env.Hooks.Ready != nil {
+		s.readyOnce.Do(func() { s.readyErr = s.cfg.Env.Hooks.Ready(ctx, s) })
 		if s.readyErr != nil {
 			s.end(done)
 			return nil, s.readyErr
@@ -211,8 +211,8 @@ func (s *Session) Exec(ctx context.Context, step executor.Step, out io.Writer) (
 	}()
 
 	var after func(*executor.Result)
-	if s.cfg.Env.AroundStep != nil {
-		after = s.cfg.Env.AroundStep()
+	if s.cfg.Env.Hooks.AroundStep != nil {
+		after = s.cfg.Env.Hooks.AroundStep()
 	}
 	res, err = s.runStep(ctx, follow, step, req, out, stop)
 	if err == nil && after != nil {
@@ -413,7 +413,7 @@ func (s *Session) CopyIn(ctx context.Context, src, dst string) error {
 	return s.copyIn(ctx, src, dst)
 }
 
-// copyIn is CopyIn without the bookkeeping (Env.Ready uses it).
+// copyIn is CopyIn without the bookkeeping (the Ready hook uses it).
 func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	src = filepath.Clean(src)
 	if _, err := os.Lstat(src); err != nil {
@@ -429,7 +429,7 @@ func (s *Session) copyIn(ctx context.Context, src, dst string) error {
 	return nil
 }
 
-// CopyInNow is CopyIn for an Env.Ready hook, which runs inside the first
+// CopyInNow is CopyIn for a Ready hook (Hooks.Ready), which runs inside the first
 // operation (CopyIn would wait for itself).
 func (s *Session) CopyInNow(ctx context.Context, src, dst string) error {
 	return s.copyIn(ctx, src, dst)

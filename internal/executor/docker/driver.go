@@ -180,12 +180,12 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		// container can swap a directory for a link while the tree is
 		// walked.
 		ws := spec.Workspace
-		env.Ready = func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }
+		env.AddHooks(agentenv.Hooks{Ready: func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }})
 	}
-	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+	env.AddHooks(agentenv.Hooks{Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
 		hostCaches(env, hello.Workdir, spec.Workspace, runAs)
 		return nil
-	}
+	}})
 	return env, nil
 }
 
@@ -259,43 +259,18 @@ func (e *Executor) prepareBuilder(ctx context.Context, spec executor.Spec) (*bui
 	return &builderSpec{Image: e.cfg.BuilderImage, HostIDs: ids}, nil
 }
 
-// env is container id as an environment: each dial is a new exec of
-// `knotless-agent connect` as user; a container that is gone or no longer
-// running makes a dial fail with agent.ErrGone, and says why
-// (containerFault, then a service's serviceFault). A step's Note says
-// when it reached the process limit. Its services are the containers
-// named after name, the job container's (removed with it).
+// env is container id as an environment (containerEnvironment). A step's
+// Note says when it reached the process limit. Its services are the
+// containers named after name, the job container's (removed with it).
 func (e *Executor) env(id, user, name string) *agentenv.Env {
-	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
 	return &agentenv.Env{
-		Name: "container " + short(id),
-		Data: handleData{Container: id, User: user},
-		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
-			st, err := e.api.ContainerInspect(ctx, id)
-			if errdefs.IsNotFound(err) {
-				return nil, fmt.Errorf("%w: the job container %s is gone", agent.ErrGone, short(id))
-			}
-			if err == nil && (st.State == nil || !st.State.Running) {
-				return nil, fmt.Errorf("%w: %s", agent.ErrGone, stateMessage(st))
-			}
-			return e.openStream(ctx, id, user, connect)
-		},
-		Why: func(ctx context.Context) *executor.Fault {
-			if f := e.containerFault(ctx, id); f != nil {
-				return f
-			}
-			if f := e.builderFault(ctx, name); f != nil {
-				return f
-			}
-			return e.serviceFault(ctx, name)
-		},
-		Remove: func(ctx context.Context, _ bool) error {
-			// The builder's volumes go once no container mounts them.
-			return errors.Join(e.removeServices(ctx, name), e.removeContainer(ctx, id), e.removeBuilder(ctx, name))
-		},
+		Environment: containerEnvironment{e: e, id: id, user: user, name: name,
+			connect: append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)},
+		Name:      "container " + short(id),
+		Data:      handleData{Container: id, User: user},
 		Services:  containerServices{e: e, job: id, jobName: name, user: user},
 		AgentPath: AgentPath,
-		AroundStep: func() func(*executor.Result) {
+		Hooks: agentenv.Hooks{AroundStep: func() func(*executor.Result) {
 			if e.cfg.Pids <= 0 {
 				return nil
 			}
@@ -306,8 +281,46 @@ func (e *Executor) env(id, user, name string) *agentenv.Env {
 					res.Note = strings.TrimPrefix(strings.TrimSpace(res.Note+"; "+note), "; ")
 				}
 			}
-		},
+		}},
 	}
+}
+
+// containerEnvironment is job container id (named name) as an
+// agentenv.Environment: each dial is a new exec of `knotless-agent
+// connect` (connect) as user; a container that is gone or no longer
+// running makes a dial fail with agent.ErrGone, and says why
+// (containerFault, then the builder's builderFault, then a service's
+// serviceFault); Remove removes its services, itself and its builder.
+type containerEnvironment struct {
+	e              *Executor
+	id, user, name string
+	connect        []string
+}
+
+func (c containerEnvironment) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	st, err := c.e.api.ContainerInspect(ctx, c.id)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: the job container %s is gone", agent.ErrGone, short(c.id))
+	}
+	if err == nil && (st.State == nil || !st.State.Running) {
+		return nil, fmt.Errorf("%w: %s", agent.ErrGone, stateMessage(st))
+	}
+	return c.e.openStream(ctx, c.id, c.user, c.connect)
+}
+
+func (c containerEnvironment) Why(ctx context.Context) *executor.Fault {
+	if f := c.e.containerFault(ctx, c.id); f != nil {
+		return f
+	}
+	if f := c.e.builderFault(ctx, c.name); f != nil {
+		return f
+	}
+	return c.e.serviceFault(ctx, c.name)
+}
+
+func (c containerEnvironment) Remove(ctx context.Context, _ bool) error {
+	// The builder's volumes go once no container mounts them.
+	return errors.Join(c.e.removeServices(ctx, c.name), c.e.removeContainer(ctx, c.id), c.e.removeBuilder(ctx, c.name))
 }
 
 // checkOwnTree checks that the job's user can enter and read a checkout

@@ -191,17 +191,7 @@ func (e *Executor) podEnv(ctx context.Context, spec executor.Spec, pod *corev1.P
 	}
 	env := e.env(pod.Name, pod.UID, dl.stream)
 	if st, ok := dl.stream.(*stream); ok && dl.arch != "" {
-		// The agent sent may not run here (a pod that reported another
-		// architecture than its node's): its bridge says so on STDERR.
-		podWhy := env.Why
-		env.Why = func(ctx context.Context) *executor.Fault {
-			f := podWhy(ctx)
-			if strings.Contains(strings.ToLower(st.stderr.String()), "exec format error") ||
-				f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath) {
-				return agentArchFault(dl.arch, node)
-			}
-			return f
-		}
+		env.Environment = archChecked{Environment: env.Environment, stderr: &st.stderr, arch: dl.arch, node: node}
 	}
 	env.Data = handleData{Namespace: e.ns, Pod: pod.Name, UID: pod.UID, Workspace: spec.Workspace}
 	// What a warm pod's claim needs to know of it.
@@ -210,7 +200,7 @@ func (e *Executor) podEnv(ctx context.Context, spec executor.Spec, pod *corev1.P
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[annotationArch] = dl.arch
-	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+	hooks := agentenv.Hooks{Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
 		arch := "linux/" + dl.arch
 		if dl.assumed != "" {
 			arch += " (the image has no uname: assumed, " + dl.assumed + ")"
@@ -221,11 +211,32 @@ func (e *Executor) podEnv(ctx context.Context, spec executor.Spec, pod *corev1.P
 			return f
 		}
 		return nil
-	}
+	}}
 	if spec.Workspace != "" {
-		env.Ready = e.copyCheckout(spec.Workspace)
+		hooks.Ready = e.copyCheckout(spec.Workspace)
 	}
+	env.AddHooks(hooks)
 	return env, nil
+}
+
+// archChecked is a job pod's Environment whose Why says when the agent
+// sent for arch cannot execute on node: its bridge (the delivery's exec)
+// says so on STDERR, or the container's status names the agent's path
+// with "exec format error" (a pod that reported another architecture
+// than its node's).
+type archChecked struct {
+	agentenv.Environment
+	stderr     *agentenv.StderrTail
+	arch, node string
+}
+
+func (a archChecked) Why(ctx context.Context) *executor.Fault {
+	f := a.Environment.Why(ctx)
+	if strings.Contains(strings.ToLower(a.stderr.String()), "exec format error") ||
+		f != nil && strings.Contains(f.Message, "exec format error") && strings.Contains(f.Message, AgentPath) {
+		return agentArchFault(a.arch, a.node)
+	}
+	return f
 }
 
 // agentArchFault is the fault of a step agent for linux/arch that cannot
@@ -283,16 +294,25 @@ func (d *driver) Open(ctx context.Context, id string, data json.RawMessage) (*ag
 	e.adopt(ctx, p)
 	env := e.env(p.Name, p.UID, nil)
 	env.Data = h
-	env.Attached = func(ctx context.Context, c *agent.Client, _ agent.AgentHello) error {
-		if e.hasMark(ctx, c) {
+	copyIn := false // the checkout is copied again: Attached found no mark
+	env.AddHooks(agentenv.Hooks{
+		Attached: func(ctx context.Context, c *agent.Client, _ agent.AgentHello) error {
+			if e.hasMark(ctx, c) {
+				return nil
+			}
+			if fi, err := os.Stat(h.Workspace); h.Workspace == "" || err != nil || !fi.IsDir() {
+				return fmt.Errorf("the pod %s never got the whole checkout, and it is not on this host: %w", p.Name, executor.ErrNotRecoverable)
+			}
+			copyIn = true
 			return nil
-		}
-		if fi, err := os.Stat(h.Workspace); h.Workspace == "" || err != nil || !fi.IsDir() {
-			return fmt.Errorf("the pod %s never got the whole checkout, and it is not on this host: %w", p.Name, executor.ErrNotRecoverable)
-		}
-		env.Ready = e.copyCheckout(h.Workspace)
-		return nil
-	}
+		},
+		Ready: func(ctx context.Context, s *agentenv.Session) error {
+			if !copyIn {
+				return nil
+			}
+			return e.copyCheckout(h.Workspace)(ctx, s)
+		},
+	})
 	return env, nil
 }
 
@@ -317,47 +337,64 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	return out, nil
 }
 
-// env is job pod name as an environment. first (when not nil) is its
-// first connection; each later one is a new exec of `knotless-agent
-// connect`. A pod that is gone, or whose container ended, makes a dial
-// fail with agent.ErrGone; Why reads the pod's own reason (podFault). A
-// step its pod stopped without saying why ends pod-lost.
+// env is job pod name as an environment (podEnvironment): first (when
+// not nil) is its first connection. A step its pod stopped without
+// saying why ends pod-lost.
 func (e *Executor) env(name string, uid types.UID, first io.ReadWriteCloser) *agentenv.Env {
-	var mu sync.Mutex
-	connect := append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)
 	return &agentenv.Env{
+		Environment: &podEnvironment{e: e, name: name, uid: uid, first: first,
+			connect: append([]string{AgentPath}, agent.Connect{Socket: AgentSocket, Wait: 10 * time.Second}.Args()...)},
 		Name:       "pod " + e.ns + "/" + name,
 		LostReason: ReasonPodLost,
-		Dial: func(ctx context.Context) (io.ReadWriteCloser, error) {
-			mu.Lock()
-			c := first
-			first = nil
-			mu.Unlock()
-			if c != nil {
-				return c, nil
-			}
-			if p, _ := e.pod(name); p == nil || !running(p) {
-				// The cache may lag: ask the API server before giving up.
-				got, err := e.client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) {
-					return nil, fmt.Errorf("%w: the job pod %s is gone", agent.ErrGone, name)
-				}
-				if err == nil && !running(got) {
-					if f := podFault(got, time.Now(), time.Now(), 0, 0); f != nil {
-						return nil, fmt.Errorf("%w: %s", agent.ErrGone, f.Message)
-					}
-				}
-			}
-			return e.openStream(name, connect)
-		},
-		Why: func(ctx context.Context) *executor.Fault { return e.why(ctx, name) },
-		Remove: func(ctx context.Context, agentEnded bool) error {
-			return e.deletePod(ctx, name, uid, agentEnded)
-		},
-		Services:  podServices{e: e, pod: name},
-		AgentPath: AgentPath,
-		Compress:  true,
+		Services:   podServices{e: e, pod: name},
+		AgentPath:  AgentPath,
+		Compress:   true,
 	}
+}
+
+// podEnvironment is job pod name (of uid) as an agentenv.Environment:
+// each dial but the first (first, when not nil) is a new exec of
+// `knotless-agent connect` (connect); a pod that is gone, or whose
+// container ended, makes a dial fail with agent.ErrGone; Why reads the
+// pod's own reason (why); Remove deletes it (deletePod).
+type podEnvironment struct {
+	e       *Executor
+	name    string
+	uid     types.UID
+	connect []string
+
+	mu    sync.Mutex
+	first io.ReadWriteCloser
+}
+
+func (p *podEnvironment) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	p.mu.Lock()
+	c := p.first
+	p.first = nil
+	p.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	e := p.e
+	if pod, _ := e.pod(p.name); pod == nil || !running(pod) {
+		// The cache may lag: ask the API server before giving up.
+		got, err := e.client.CoreV1().Pods(e.ns).Get(ctx, p.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: the job pod %s is gone", agent.ErrGone, p.name)
+		}
+		if err == nil && !running(got) {
+			if f := podFault(got, time.Now(), time.Now(), 0, 0); f != nil {
+				return nil, fmt.Errorf("%w: %s", agent.ErrGone, f.Message)
+			}
+		}
+	}
+	return e.openStream(p.name, p.connect)
+}
+
+func (p *podEnvironment) Why(ctx context.Context) *executor.Fault { return p.e.why(ctx, p.name) }
+
+func (p *podEnvironment) Remove(ctx context.Context, agentEnded bool) error {
+	return p.e.deletePod(ctx, p.name, p.uid, agentEnded)
 }
 
 // why reads what became of the pod: nil while its container runs and it

@@ -352,7 +352,8 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 	env := wp.env
 	env.Client, env.AdoptFrom = wp.client, wp.id
 	env.Data = handleData{Namespace: e.ns, Pod: wp.name, UID: wp.uid, Workspace: spec.Workspace}
-	env.Attached = func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error {
+	// The warm pod's hooks were of no run: the run's replace them.
+	env.Hooks = agentenv.Hooks{Attached: func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error {
 		if hello.Run != spec.ID {
 			if err := c.Adopt(ctx, spec.ID, serve.Deadline); err != nil {
 				return err
@@ -366,10 +367,9 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 		}
 		e.log.Info("warm pod taken", "run", spec.ID, "pod", wp.name)
 		return nil
-	}
-	env.Ready = nil
+	}}
 	if spec.Workspace != "" {
-		env.Ready = e.copyCheckout(spec.Workspace)
+		env.Hooks.Ready = e.copyCheckout(spec.Workspace)
 	}
 	return env, nil
 }

@@ -176,16 +176,12 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 		return nil, err
 	}
 	env := e.env(dir)
-	attached := env.Attached
-	env.Attached = func(ctx context.Context, c *agent.Client, hello agent.AgentHello) error {
-		if err := attached(ctx, c, hello); err != nil {
-			return err
-		}
+	env.AddHooks(agentenv.Hooks{Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
 		if err := writeSetupLog(spec, hello.Kill, e.cfg.Ephemeral, e.cfg.User); err != nil {
 			return fmt.Errorf("write setup log: %w", err)
 		}
 		return nil
-	}
+	}})
 	ok = true
 	return env, nil
 }
@@ -241,33 +237,24 @@ func (d *driver) List(context.Context) ([]agentenv.Listed, error) {
 // step.
 func (e *Executor) env(dir string) *agentenv.Env {
 	home := filepath.Join(dir, "home")
-	env := &agentenv.Env{
-		Name: "session directory " + dir,
-		Data: handleData{Dir: dir},
-		Dial: e.dialer(dir),
-		Why:  func(context.Context) *executor.Fault { return agentGone(dir) },
-		Remove: func(ctx context.Context, agentEnded bool) error {
-			if agentEnded {
-				e.waitAgentGone(dir, 5*time.Second)
-			}
-			return e.removeSession(ctx, dir)
-		},
-	}
+	env := &agentenv.Env{Environment: sessionDir{e: e, dir: dir}, Name: "session directory " + dir, Data: handleData{Dir: dir}}
 	var workdir string // the checkout as the agent says
-	env.Ready = func(ctx context.Context, s *agentenv.Session) error {
-		if u := e.cfg.User; u != nil {
-			base := filepath.Clean(e.cfg.Dir)
-			if err := openForUser(u, base, dir); err != nil {
-				return err
+	env.AddHooks(agentenv.Hooks{
+		Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+			workdir = hello.Workdir
+			return nil
+		},
+		Ready: func(ctx context.Context, s *agentenv.Session) error {
+			if u := e.cfg.User; u != nil {
+				base := filepath.Clean(e.cfg.Dir)
+				if err := openForUser(u, base, dir); err != nil {
+					return err
+				}
+				return giveWorkspace(ctx, u, s.Workdir(), filepath.Dir(base))
 			}
-			return giveWorkspace(ctx, u, s.Workdir(), filepath.Dir(base))
-		}
-		return nil
-	}
-	env.Attached = func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
-		workdir = hello.Workdir
-		return nil
-	}
+			return nil
+		},
+	})
 	// Steps see the host's own paths: caches move on the runner's disk,
 	// never through the agent, for the checkout and HOME only.
 	env.HostPath = func(p string) (string, string, bool) {
@@ -289,6 +276,28 @@ func (e *Executor) env(dir string) *agentenv.Env {
 		}
 	}
 	return env
+}
+
+// sessionDir is session directory dir as an agentenv.Environment: its
+// agent is reached at dir/agent.sock (dialer); Why is agentGone; Remove
+// waits for an agent asked to end (5 s at most) and removes the
+// directory with every process of the session (removeSession).
+type sessionDir struct {
+	e   *Executor
+	dir string
+}
+
+func (d sessionDir) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	return d.e.dialer(d.dir)(ctx)
+}
+
+func (d sessionDir) Why(context.Context) *executor.Fault { return agentGone(d.dir) }
+
+func (d sessionDir) Remove(ctx context.Context, agentEnded bool) error {
+	if agentEnded {
+		d.e.waitAgentGone(d.dir, 5*time.Second)
+	}
+	return d.e.removeSession(ctx, d.dir)
 }
 
 // agentGone is why a session directory's environment stopped: nil while
