@@ -353,29 +353,12 @@ func scanUses(t *testing.T) []use {
 				}
 				// A REST request: ...Resource("pods")...SubResource("exec").
 				if method == "SubResource" {
-					sub, resource, verb, group := stringArg(c, 0), "", "", "?"
-					for e := x; e != nil; {
-						m, next := selName(e)
-						if m == "" {
-							break
-						}
-						switch {
-						case m == "Resource":
-							resource = stringArg(e.(*ast.CallExpr), 0)
-						case restVerbs[m] != "" && verb == "":
-							if r, _ := selName(next); r == "RESTClient" {
-								verb = restVerbs[m]
-							}
-						case groupGetter.MatchString(m):
-							group = clientGroups[groupGetter.FindStringSubmatch(m)[1]]
-						}
-						e = next
-					}
-					if sub == "" || resource == "" || verb == "" || group == "?" {
-						t.Errorf("%s: a REST request this scan cannot map (resource %q, subresource %q, verb %q, group %q)", fset.Position(c.Pos()), resource, sub, verb, group)
+					g, ok := restGrant(c, x)
+					if !ok {
+						t.Errorf("%s: a REST request this scan cannot map (%s)", fset.Position(c.Pos()), g)
 						return true
 					}
-					reqs = append(reqs, at(grant{group: group, resource: resource + "/" + sub, verb: verb}))
+					reqs = append(reqs, at(g))
 				}
 				return true
 			})
@@ -392,6 +375,34 @@ func scanUses(t *testing.T) []use {
 		}
 	}
 	return out
+}
+
+// restGrant maps a REST request's SubResource call c, of x
+// (client.CoreV1().RESTClient().Post()...Resource("pods")...), to its
+// grant: the HTTP method after RESTClient() as the verb; ok false when a
+// part is missing.
+func restGrant(c *ast.CallExpr, x ast.Expr) (g grant, ok bool) {
+	sub, group := stringArg(c, 0), "?"
+	for e := x; e != nil; {
+		m, next := selName(e)
+		if m == "" {
+			break
+		}
+		switch {
+		case m == "Resource":
+			g.resource = stringArg(e.(*ast.CallExpr), 0)
+		case restVerbs[m] != "" && g.verb == "":
+			if r, _ := selName(next); r == "RESTClient" {
+				g.verb = restVerbs[m]
+			}
+		case groupGetter.MatchString(m):
+			group = clientGroups[groupGetter.FindStringSubmatch(m)[1]]
+		}
+		e = next
+	}
+	ok = sub != "" && g.resource != "" && g.verb != "" && group != "?"
+	g.group, g.resource = group, g.resource+"/"+sub
+	return g, ok
 }
 
 // TestPermissions_AreTheCallsTheCodeMakes scans this package's source
