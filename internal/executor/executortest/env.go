@@ -64,24 +64,33 @@ func HostProcs() ([]Proc, error) {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-		if err != nil {
-			continue
+		if p, ok := HostProc(pid); ok {
+			procs = append(procs, p)
 		}
-		_, state, pgid, ok := parseStat(stat)
-		if !ok {
-			continue
-		}
-		argv, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		procs = append(procs, Proc{PID: pid, PGID: pgid, State: state, Argv: argv})
 	}
 	if len(procs) == 0 {
 		return nil, errors.New("list processes: /proc shows none")
 	}
 	return procs, nil
+}
+
+// HostProc reads process pid of this host from /proc; ok is false when
+// there is no such process (or it ended while being read).
+func HostProc(pid int) (p Proc, ok bool) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return Proc{}, false
+	}
+	_, state, pgid, ok := parseStat(stat)
+	if !ok {
+		return Proc{}, false
+	}
+	argv, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Proc{}, false
+	}
+	return Proc{PID: pid, PGID: pgid, State: state, Argv: argv}, true
 }
 
 // FifoGate returns a gate made of a named pipe in dir (a directory both the

@@ -125,13 +125,11 @@ func exec(t *testing.T, s executor.Session, step executor.Step) (executor.Result
 	return res, out.String()
 }
 
+// alive reports whether process pid of this host runs (a zombie does
+// not).
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && len(b) > i+2 && b[i+2] != 'Z'
+	p, ok := executortest.HostProc(pid)
+	return ok && !p.Dead()
 }
 
 // A process that left the step's process group and session (setsid) and
