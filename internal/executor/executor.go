@@ -75,10 +75,15 @@ type Executor interface {
 	Name() string
 
 	// Prepare makes a fresh environment for one run and returns its session.
-	// The checkout is already at spec.Workspace on the runner's host; the
-	// executor makes it the steps' working directory (copying it in when the
-	// environment cannot see the host). Prepare writes to spec.Log what the
-	// environment is and which of spec it ignores.
+	// spec.Workspace is the run's checkout on the runner's host, an
+	// existing directory that may still be being filled: the runner makes
+	// the checkout while Prepare runs, so that the environment's start (a
+	// pod's, a container's) overlaps the fetch. So Prepare reads nothing of
+	// it: it makes it the steps' working directory, and an environment that
+	// cannot see the host gets it copied in at the session's first Exec,
+	// CopyIn or CopyOut, which come only after the checkout is complete. If
+	// the checkout fails, the runner cleans the session up. Prepare writes
+	// to spec.Log what the environment is and which of spec it ignores.
 	//
 	// Not idempotent: each call makes a new environment. On error nothing is
 	// left behind (no process, container, pod or file of the environment),
@@ -109,13 +114,13 @@ type Executor interface {
 	Sweep(ctx context.Context, keep []string) error
 }
 
-// EarlyPreparer is implemented by an executor whose Prepare reads nothing
-// of the checkout: it only makes spec.Workspace the steps' working
-// directory. When PrepareEarly says so, the runner calls Prepare while it
-// makes the checkout, with spec.Workspace an existing directory that is
-// still being filled, so that the environment's start overlaps the fetch.
-// The first Exec, CopyIn or CopyOut comes after the checkout is complete;
-// if the checkout fails, the runner cleans the session up.
+// EarlyPreparer once marked an executor whose Prepare reads nothing of
+// the checkout, which the runner then prepared while it made the
+// checkout. Every executor is such now: it is Executor.Prepare's
+// contract.
+//
+// Deprecated: implement nothing; the runner will prepare every executor
+// early (its remaining users are being removed).
 type EarlyPreparer interface {
 	PrepareEarly() bool
 }

@@ -29,8 +29,9 @@ type driver Executor
 // never reused) after the disk floor allows it, and starts it with the
 // agent as PID 1. The checkout at spec.Workspace is bind-mounted as
 // agentenv.Workspace (nothing is copied), and given to the container's
-// user at the session's first Exec, CopyIn or CopyOut (PrepareEarly;
-// never under `knotless-run exec`). It writes to spec.Log the container,
+// user at the session's first Exec, CopyIn or CopyOut, when the checkout
+// is complete (executor.Executor.Prepare; never under `knotless-run
+// exec`). It writes to spec.Log the container,
 // image, limits, user and network. Caches move by the host's file system
 // for the checkout (hostCaches).
 //
@@ -176,8 +177,8 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 	env := e.env(id, userOf(runAs), name)
 	if !e.cfg.Ephemeral {
 		// The checkout is complete by the first Exec, CopyIn or CopyOut
-		// (PrepareEarly), and no step has run yet: nothing in the
-		// container can swap a directory for a link while the tree is
+		// (executor.Executor.Prepare), and no step has run yet: nothing in
+		// the container can swap a directory for a link while the tree is
 		// walked.
 		ws := spec.Workspace
 		env.AddHooks(agentenv.Hooks{Ready: func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }})

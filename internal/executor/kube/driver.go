@@ -29,11 +29,12 @@ import (
 // pod with the agent as its PID 1.
 type driver Executor
 
-// Make makes the run's job pod (podFor: hardened, one per run, never
+// Make makes the run's job pod (jobPod: hardened, one per run, never
 // reused), waits until its container runs, and delivers the step agent
 // over the first exec, which becomes the first connection to it; the
 // checkout at spec.Workspace is copied into agentenv.Workspace at the
-// session's first Exec, CopyIn or CopyOut (PrepareEarly). It writes to
+// session's first Exec, CopyIn or CopyOut (executor.Executor.Prepare:
+// the runner prepares while it makes the checkout). It writes to
 // spec.Log the pod's name, node, image, resources and user.
 //
 // Errors: a workflow asking for more resources than the runner allows,
