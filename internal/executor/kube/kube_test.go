@@ -50,7 +50,8 @@ func newFixture(t testing.TB) *fixture {
 // Under a RuntimeClass (the gVisor suite) job pods ask for no user
 // namespace: runsc refuses them, and --user-namespace auto would learn
 // that anew in each test's executor, a failed sandbox each
-// (TestKube_UserNamespaceRefusedByTheRuntime pins that path).
+// (TestKube_UserNamespaceRefusedByTheRuntimeIsDroppedUnderAutoAndAnErrorUnderRequired
+// pins that path).
 func (f *fixture) config() kube.Config {
 	cfg := kube.Config{Config: agentenv.Config{Runner: "test", Job: executor.Job{Image: kubetest.JobBaseImage, CPUs: "200m", Memory: 128 << 20}, Agent: f.agent},
 		Rest: f.rest, Namespace: f.ns, Disk: 256 << 20, PullPolicy: "Never", RuntimeClass: f.runtimeClass}

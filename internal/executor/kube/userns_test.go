@@ -83,7 +83,7 @@ func hostUIDOf(argv string) int {
 func TestKube_JobPodUIDsAreRemapped(t *testing.T) {
 	f := newFixture(t)
 	if f.runtimeClass != "" {
-		t.Skipf("RuntimeClass %s makes no user namespaces (TestKube_UserNamespaceRefusedByTheRuntime covers it)", f.runtimeClass)
+		t.Skipf("RuntimeClass %s makes no user namespaces (TestKube_UserNamespaceRefusedByTheRuntimeIsDroppedUnderAutoAndAnErrorUnderRequired covers it)", f.runtimeClass)
 	}
 	e := f.executor(t, f.config())
 	id := runID("userns")
@@ -144,13 +144,14 @@ func TestKube_JobPodUIDsAreRemapped(t *testing.T) {
 	})
 }
 
-// TestKube_UserNamespaceRefusedByTheRuntime pins the three modes on a
-// node whose runtime cannot make a pod's user namespace (the local
-// cluster's gVisor: runsc fails the sandbox): auto makes the pod again
-// without one, saying so in the setup log, and asks for none again for
-// that RuntimeClass; required ends the run errored before any step,
-// naming the node and the runtime's words; off never asks.
-func TestKube_UserNamespaceRefusedByTheRuntime(t *testing.T) {
+// TestKube_UserNamespaceRefusedByTheRuntimeIsDroppedUnderAutoAndAnErrorUnderRequired
+// pins the three modes on a node whose runtime cannot make a pod's user
+// namespace (the local cluster's gVisor: runsc fails the sandbox): auto
+// makes the pod again without one, saying so in the setup log, and asks
+// for none again for that RuntimeClass; required ends the run errored
+// before any step, naming the node and the runtime's words; off never
+// asks.
+func TestKube_UserNamespaceRefusedByTheRuntimeIsDroppedUnderAutoAndAnErrorUnderRequired(t *testing.T) {
 	f := newFixture(t)
 	runIn := func(t *testing.T, mode string) (executor.Session, *lockedLog, error, *kube.Executor) {
 		cfg := f.config()
