@@ -23,6 +23,7 @@ type callGraph struct {
 	decls   map[funcKey]*ast.FuncDecl
 	files   map[funcKey]string // module-relative file of each declaration
 	edges   map[funcKey][]funcKey
+	iface   map[[2]funcKey]bool      // edges that are only an interface method's call
 	sends   map[funcKey][]types.Type // element types of the channels f sends on
 	recvs   map[funcKey][]types.Type // element types of the channels f receives from
 	makes   map[funcKey][]string     // the module's types f makes (T{...}, &T{...}, new(T)), as "IMPORTPATH.T"
@@ -68,7 +69,7 @@ func keyOf(f *types.Func) funcKey {
 
 func newCallGraph(m *module) *callGraph {
 	g := &callGraph{m: m, decls: map[funcKey]*ast.FuncDecl{}, files: map[funcKey]string{},
-		edges: map[funcKey][]funcKey{}, sends: map[funcKey][]types.Type{}, recvs: map[funcKey][]types.Type{},
+		edges: map[funcKey][]funcKey{}, iface: map[[2]funcKey]bool{}, sends: map[funcKey][]types.Type{}, recvs: map[funcKey][]types.Type{},
 		makes: map[funcKey][]string{}, methods: map[string][]*types.Func{}}
 	for _, p := range m.order {
 		if p.types == nil {
@@ -119,10 +120,17 @@ func newCallGraph(m *module) *callGraph {
 // scan adds the edges and channel uses of body to the function k.
 func (g *callGraph) scan(k funcKey, p *modPackage, body ast.Node) {
 	seen := map[funcKey]bool{}
-	add := func(to funcKey) {
-		if to != "" && to != k && !seen[to] {
+	add := func(to funcKey, viaIface bool) {
+		if to == "" || to == k {
+			return
+		}
+		e := [2]funcKey{k, to}
+		if !seen[to] {
 			seen[to] = true
 			g.edges[k] = append(g.edges[k], to)
+			g.iface[e] = viaIface
+		} else if !viaIface {
+			g.iface[e] = false // a direct call too
 		}
 	}
 	elem := func(e ast.Expr) types.Type {
@@ -147,7 +155,7 @@ func (g *callGraph) scan(k funcKey, p *modPackage, body ast.Node) {
 				return true
 			}
 			if key := keyOf(f); key != "" {
-				add(key)
+				add(key, false)
 				return true
 			}
 			if sig, ok := f.Type().(*types.Signature); ok && sig.Recv() != nil {
@@ -161,7 +169,7 @@ func (g *callGraph) scan(k funcKey, p *modPackage, body ast.Node) {
 						rt = p.Elem()
 					}
 					if hasMethods(types.NewPointer(rt), iface) && (types.Implements(rt, iface) || types.Implements(types.NewPointer(rt), iface)) {
-						add(keyOf(impl))
+						add(keyOf(impl), true)
 					}
 				}
 			}
@@ -194,27 +202,38 @@ func (g *callGraph) scan(k funcKey, p *modPackage, body ast.Node) {
 	})
 }
 
-// path is a shortest chain of at most maxEdges edges from `from` to
-// `to`, both included; nil if there is none.
+// path is a shortest chain from `from` to `to`, both included, of at
+// most maxEdges edges, of which at most one an interface method's call,
+// and then of at most maxEdges-1 edges (the loosest edge makes the
+// chain shorter); nil if there is none.
 func (g *callGraph) path(from, to funcKey, maxEdges int) []funcKey {
-	prev := map[funcKey]funcKey{from: ""}
-	level := []funcKey{from}
-	for d := 0; d < maxEdges && len(level) > 0; d++ {
-		var next []funcKey
-		for _, f := range level {
-			for _, h := range g.edges[f] {
-				if _, ok := prev[h]; ok {
+	type state struct {
+		f     funcKey
+		iface bool // the chain to f has an interface edge
+	}
+	prev := map[state]state{{from, false}: {}}
+	level := []state{{from, false}}
+	for d := 1; d <= maxEdges && len(level) > 0; d++ {
+		var next []state
+		for _, cur := range level {
+			for _, h := range g.edges[cur.f] {
+				viaIface := g.iface[[2]funcKey{cur.f, h}]
+				if viaIface && (cur.iface || d > maxEdges-1) {
 					continue
 				}
-				prev[h] = f
+				st := state{h, cur.iface || viaIface}
+				if _, ok := prev[st]; ok {
+					continue
+				}
+				prev[st] = cur
 				if h == to {
 					var out []funcKey
-					for x := to; x != ""; x = prev[x] {
-						out = append([]funcKey{x}, out...)
+					for x := st; x.f != ""; x = prev[x] {
+						out = append([]funcKey{x.f}, out...)
 					}
 					return out
 				}
-				next = append(next, h)
+				next = append(next, st)
 			}
 		}
 		level = next
