@@ -18,20 +18,7 @@ import (
 	"knotless.dev/knotless/internal/runner"
 )
 
-func newExec(g *globals, stdout io.Writer) *cobra.Command {
-	var (
-		work     string
-		exf      *executorFlags
-		secrets  []string
-		logLimit = int64(runner.DefaultLogLimit)
-		envs     = &envValue{}
-		envPass  = &envPassValue{}
-		matrix   = &envValue{}
-	)
-	cmd := &cobra.Command{
-		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
-		Short: "Run one workflow file locally, without a server",
-		Long: `exec runs the workflow FILE from the local checkout (the git work tree that
+const execLong = `exec runs the workflow FILE from the local checkout (the git work tree that
 holds FILE, or the current directory) through the same code as a runner does,
 and prints each step's log between step headers and footers, then a summary.
 
@@ -51,7 +38,22 @@ that ask for them byte for byte (as a server run gives them), and masked in
 the output.
 
 Exit status: 0 when the run succeeded, 1 when it failed, errored or was
-cancelled, 2 when the command line was wrong.`,
+cancelled, 2 when the command line was wrong.`
+
+func newExec(g *globals, stdout io.Writer) *cobra.Command {
+	var (
+		work     string
+		exf      *executorFlags
+		secrets  []string
+		logLimit = int64(runner.DefaultLogLimit)
+		envs     = &envValue{}
+		envPass  = &envPassValue{}
+		matrix   = &envValue{}
+	)
+	cmd := &cobra.Command{
+		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
+		Short: "Run one workflow file locally, without a server",
+		Long: execLong,
 		Example: `  knotless-run exec .knotless/workflows/ci.yml
   DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
   knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build

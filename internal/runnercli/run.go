@@ -14,22 +14,23 @@ import (
 	"knotless.dev/knotless/internal/runner"
 )
 
-func newRun(g *globals) *cobra.Command {
-	var (
-		statePath, work string
-		exf             *executorFlags
-		cfg             runner.Config
-		logLimit        = int64(runner.DefaultLogLimit)
-		cacheSize       = int64(cache.DefaultSize)
-		envs            = &envValue{}
-		envPass         = &envPassValue{}
-		handover        bool
-		metricsListen   string
-	)
-	cmd := &cobra.Command{
-		Use:   "run --state FILE --work DIR [--executor shell]",
-		Short: "Claim runs from the server and execute them",
-		Long: `run long-polls the server for runs this runner qualifies for and executes up to
+// runOptions are `knotless-run run`'s flags and what it does with them
+// (kubectl's pattern: newRun only binds the flags; validate and run are
+// callable without cobra).
+type runOptions struct {
+	g               *globals
+	statePath, work string
+	exf             *executorFlags
+	cfg             runner.Config
+	logLimit        int64
+	cacheSize       int64
+	envs            *envValue
+	envPass         *envPassValue
+	handover        bool
+	metricsListen   string
+}
+
+const runLong = `run long-polls the server for runs this runner qualifies for and executes up to
 --capacity of them at once: it fetches the commit into a bare mirror under DIR
 (only what is missing), checks it out into a clean workspace, executes the steps
 with the executor, and ships masked logs, step states and the result. Logs and
@@ -89,99 +90,130 @@ Later wins: LANG/TZ defaults, --env-pass, --env, KNOTLESS_* variables, the
 workflow's env, the step's env, the step's secrets.
 
 If the server no longer knows the runner (it was removed), run logs what
-to do, cancels its running runs and exits 1.`,
-		Example: `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
+to do, cancels its running runs and exits 1.`
+
+const runExample = `  knotless-run run --state /etc/knotless/runner.json --executor shell --work /var/lib/knotless-run
   knotless-run run --state runner.json --work work --capacity 2 --stop-wait 2m
   knotless-run run --state runner.json --work work --executor docker --image golang:1.26 --cpus 2 --memory 4Gi --disk-floor 10Gi
   knotless-run run --state runner.json --work work \
       --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod
-  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY`,
-		Args: noArgs,
+  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY`
+
+func newRun(g *globals) *cobra.Command {
+	o := &runOptions{g: g, logLimit: int64(runner.DefaultLogLimit), cacheSize: int64(cache.DefaultSize), envs: &envValue{}, envPass: &envPassValue{}}
+	cmd := &cobra.Command{
+		Use:     "run --state FILE --work DIR [--executor shell]",
+		Short:   "Claim runs from the server and execute them",
+		Long:    runLong,
+		Example: runExample,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if statePath == "" || work == "" {
-				return usagef("run needs --state FILE and --work DIR")
-			}
-			log := g.logger()
-			// The executor labels what it makes with the runner's name; a
-			// state file that cannot be read is reported below, after the
-			// executor's own complaints.
-			name := ""
-			if st, err := runner.LoadState(statePath); err == nil {
-				name = st.Name
-			}
-			if metricsListen != "" {
-				cfg.Metrics = runner.NewMetrics()
-				exf.observer = cfg.Metrics
-				stopMetrics, err := serveMetrics(metricsListen, cfg.Metrics, log)
-				if err != nil {
-					return err
-				}
-				defer stopMetrics()
-			}
-			exf.capacity = cfg.Capacity
-			ex, err := exf.newExecutor(work, name, log, false)
-			if err != nil {
+			if err := o.validate(); err != nil {
 				return err
 			}
-			if c, ok := ex.(executor.EnvironmentCounter); ok && cfg.Metrics != nil {
-				cfg.Metrics.CountEnvironments(c)
-			}
-			st, err := runner.LoadState(statePath)
-			if err != nil {
-				return err
-			}
-			cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, statePath, ex, work, log
-			cfg.LogLimit = logLimit
-			cfg.CacheSize = cacheSize
-			var missing []string
-			cfg.Env, missing = stepEnv(envPass, envs)
-			if len(missing) > 0 {
-				log.Warn("--env-pass names variables this process does not have: steps run without them", "names", missing)
-			}
-			r, err := runner.New(cfg)
-			if err != nil {
-				return err
-			}
-			// SIGTERM hands the runs over (unless --handover=false);
-			// SIGINT stops gracefully; a second signal cancels running
-			// runs at once.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				sig := <-sigs
-				if sig == syscall.SIGTERM && handover {
-					log.Info("signal received: handing the runs over to the next knotless-run process (they go on running)", "signal", sig.String())
-					r.Handover()
-					return
-				}
-				log.Info("signal received: stopping (claiming no more runs; a second signal cancels running runs at once)",
-					"signal", sig.String(), "stop_wait", cfg.StopWait)
-				cancel()
-				<-sigs
-				r.StopNow()
-			}()
-			return r.Run(ctx)
+			return o.run()
 		},
 	}
+	o.bind(cmd)
+	return cmd
+}
+
+// bind binds the command's flags (and their KNOTLESS_* variables) to o.
+func (o *runOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
-	exf = addExecutorFlags(f, "where runs execute")
-	f.StringVar(&statePath, "state", "", "state file written by login")
-	f.StringVar(&work, "work", "", "work directory for mirrors, workspaces and spools")
-	f.IntVar(&cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once")
-	f.BoolVar(&handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT")
-	f.DurationVar(&cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)")
-	f.Var(envflag.Size{P: &logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running")
-	f.Var(envflag.Size{P: &cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
-	f.Var(envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
-	f.Var(envPass, "env-pass", envPassUsage)
-	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (and /healthz), e.g. 0.0.0.0:9090; empty: none")
+	o.exf = addExecutorFlags(f, "where runs execute")
+	f.StringVar(&o.statePath, "state", "", "state file written by login")
+	f.StringVar(&o.work, "work", "", "work directory for mirrors, workspaces and spools")
+	f.IntVar(&o.cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once")
+	f.BoolVar(&o.handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT")
+	f.DurationVar(&o.cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)")
+	f.Var(envflag.Size{P: &o.logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running")
+	f.Var(envflag.Size{P: &o.cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
+	f.Var(o.envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
+	f.Var(o.envPass, "env-pass", envPassUsage)
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (and /healthz), e.g. 0.0.0.0:9090; empty: none")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
 		"cache-size": "KNOTLESS_CACHE_SIZE", "metrics-listen": "KNOTLESS_METRICS_LISTEN"} {
 		envflag.BindAs(f, flag, env)
 	}
-	return cmd
+}
+
+// validate refuses a command line without --state and --work (a usage
+// error, exit 2).
+func (o *runOptions) validate() error {
+	if o.statePath == "" || o.work == "" {
+		return usagef("run needs --state FILE and --work DIR")
+	}
+	return nil
+}
+
+// run starts the executor and the runner and runs it until it stops: its
+// error is the runner's (runner.ErrNotRegistered, ...) or why it could not
+// start (the executor, the state file, the metrics address).
+func (o *runOptions) run() error {
+	log := o.g.logger()
+	cfg := o.cfg
+	// The executor labels what it makes with the runner's name; a
+	// state file that cannot be read is reported below, after the
+	// executor's own complaints.
+	name := ""
+	if st, err := runner.LoadState(o.statePath); err == nil {
+		name = st.Name
+	}
+	if o.metricsListen != "" {
+		cfg.Metrics = runner.NewMetrics()
+		o.exf.observer = cfg.Metrics
+		stopMetrics, err := serveMetrics(o.metricsListen, cfg.Metrics, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	o.exf.capacity = cfg.Capacity
+	ex, err := o.exf.newExecutor(o.work, name, log, false)
+	if err != nil {
+		return err
+	}
+	if c, ok := ex.(executor.EnvironmentCounter); ok && cfg.Metrics != nil {
+		cfg.Metrics.CountEnvironments(c)
+	}
+	st, err := runner.LoadState(o.statePath)
+	if err != nil {
+		return err
+	}
+	cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, o.statePath, ex, o.work, log
+	cfg.LogLimit = o.logLimit
+	cfg.CacheSize = o.cacheSize
+	var missing []string
+	cfg.Env, missing = stepEnv(o.envPass, o.envs)
+	if len(missing) > 0 {
+		log.Warn("--env-pass names variables this process does not have: steps run without them", "names", missing)
+	}
+	r, err := runner.New(cfg)
+	if err != nil {
+		return err
+	}
+	// SIGTERM hands the runs over (unless --handover=false);
+	// SIGINT stops gracefully; a second signal cancels running
+	// runs at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		sig := <-sigs
+		if sig == syscall.SIGTERM && o.handover {
+			log.Info("signal received: handing the runs over to the next knotless-run process (they go on running)", "signal", sig.String())
+			r.Handover()
+			return
+		}
+		log.Info("signal received: stopping (claiming no more runs; a second signal cancels running runs at once)",
+			"signal", sig.String(), "stop_wait", cfg.StopWait)
+		cancel()
+		<-sigs
+		r.StopNow()
+	}()
+	return r.Run(ctx)
 }
