@@ -53,7 +53,7 @@ func newExec(g *globals, stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec FILE [--executor shell|kube|docker] [--secret NAME]...",
 		Short: "Run one workflow file locally, without a server",
-		Long: execLong,
+		Long:  execLong,
 		Example: `  knotless-run exec .knotless/workflows/ci.yml
   DEPLOY_TOKEN=$(cat token) knotless-run exec .knotless/workflows/deploy.yml --secret DEPLOY_TOKEN
   knotless-run exec ci.yml --env GOCACHE=$HOME/.cache/go-build
