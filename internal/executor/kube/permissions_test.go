@@ -128,7 +128,7 @@ var grantedUnused = map[grant]bool{{"", "events", "", "watch"}: true}
 // and nothing beyond (but grantedUnused); any other Role fails until it
 // is held here. The bug it pins: role.yaml, doctor's list, kube/doc.go
 // and the docs each stated the runner's permissions, and no two agreed
-// (issue 35).
+// (issue 35). Promise 7 of docs/architecture.md (least privilege).
 func TestPermissions_ShippedRolesGrantExactlyThem(t *testing.T) {
 	root := filepath.Join("..", "..", "..", "deploy", "kubernetes")
 	owner, ok := OwnerPermission(shippedOwner(t))
@@ -412,7 +412,8 @@ func restGrant(c *ast.CallExpr, x ast.Expr) (g grant, ok bool) {
 // Permissions and NotGranted is made by some call. So a new call without
 // a table entry fails, and so does an entry nothing uses any more. The
 // runner's other packages make no call (only this package imports
-// client-go, outside test/), which the test checks too.
+// client-go, outside test/), which the test checks too. Promise 7 of
+// docs/architecture.md (least privilege).
 func TestPermissions_AreTheCallsTheCodeMakes(t *testing.T) {
 	uses := scanUses(t)
 	table := grantsOf(Permissions...)
