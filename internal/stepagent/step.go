@@ -124,29 +124,8 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	if err := a.giveScript(script); err != nil {
 		return nil, err
 	}
-	outPath := filepath.Join(sdir, "output")
-	wf, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	f, err := openStepFiles(filepath.Join(sdir, "output"))
 	if err != nil {
-		return nil, fmt.Errorf("create output file: %w", err)
-	}
-	rf, err := os.Open(outPath)
-	if err != nil {
-		wf.Close()
-		return nil, fmt.Errorf("open output file: %w", err)
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		wf.Close()
-		rf.Close()
-		return nil, fmt.Errorf("output pipe: %w", err)
-	}
-	growPipe(pw)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		wf.Close()
-		rf.Close()
-		pr.Close()
-		pw.Close()
 		return nil, err
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Credential: a.cfg.User.credential()}
@@ -164,7 +143,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
-		Files: []uintptr{devnull.Fd(), pw.Fd(), pw.Fd()},
+		Files: []uintptr{f.devnull.Fd(), f.pw.Fd(), f.pw.Fd()},
 		Sys:   sys,
 	}
 	start := time.Now()
@@ -178,30 +157,17 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		preferOOMVictim(pid)
 	}
 	clear(env)
-	devnull.Close()
-	pw.Close()
+	f.started()
 	if err != nil {
-		wf.Close()
-		rf.Close()
-		pr.Close()
+		f.close()
 		if cgDir != "" {
 			_ = os.Remove(cgDir)
 		}
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	// Recorded so that whoever cleans up after a dead agent can still kill
-	// the step's process group.
-	if st, err := ProcStartTime(pid); err == nil {
-		rec := map[string]any{"pid": pid, "startTime": st}
-		if cgDir != "" {
-			rec["cgroup"] = cgDir
-		}
-		if b, err := json.Marshal(rec); err == nil {
-			_ = os.WriteFile(filepath.Join(sdir, "proc.json"), b, 0o600)
-		}
-	}
+	recordProc(sdir, pid, cgDir)
 	s := &step{
-		id: req.ID, dir: sdir, started: start, out: rf, detached: req.Detach, pgid: pid, cgDir: cgDir,
+		id: req.ID, dir: sdir, started: start, out: f.rf, detached: req.Detach, pgid: pid, cgDir: cgDir,
 		grace: time.Duration(req.GraceMS) * time.Millisecond,
 		grown: make(chan struct{}), stopCh: make(chan agent.Stop, 4), done: make(chan struct{}),
 	}
@@ -209,11 +175,78 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 		s.grace = DefaultGrace
 	}
 	pumped := make(chan error, 1)
-	go func() { pumped <- pump(pr, wf, s) }()
+	go func() { pumped <- pump(f.pr, f.wf, s) }()
 	s.oomBefore, s.oomKnown = oomBefore, oomKnown
 	go a.supervise(s, pid, cgDir, waitCh, pumped, time.Duration(req.TimeoutMS)*time.Millisecond)
 	a.log.Info("step started", "step", req.ID, "pid", pid)
 	return s, nil
+}
+
+// stepFiles are the files a step's process starts with: its output file
+// (wf, appended to by pump; rf, read by those who follow the output), the
+// pipe its stdout and stderr write to (pw; pump reads pr) and /dev/null as
+// its stdin.
+type stepFiles struct {
+	wf, rf, pr, pw, devnull *os.File
+}
+
+// openStepFiles creates the output file at outPath (truncated) and the
+// pipe (1 MiB where the kernel allows, growPipe). Its error names what
+// failed; nothing is left open then.
+func openStepFiles(outPath string) (*stepFiles, error) {
+	f := &stepFiles{}
+	var err error
+	if f.wf, err = os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600); err != nil {
+		return nil, fmt.Errorf("create output file: %w", err)
+	}
+	if f.rf, err = os.Open(outPath); err != nil {
+		f.close()
+		return nil, fmt.Errorf("open output file: %w", err)
+	}
+	if f.pr, f.pw, err = os.Pipe(); err != nil {
+		f.close()
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	growPipe(f.pw)
+	if f.devnull, err = os.Open(os.DevNull); err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// started closes the process's ends (stdin and the pipe's write end),
+// which the forked process holds now.
+func (f *stepFiles) started() {
+	f.devnull.Close()
+	f.pw.Close()
+	f.devnull, f.pw = nil, nil
+}
+
+// close closes every file still open (a step that did not start).
+func (f *stepFiles) close() {
+	for _, c := range []*os.File{f.wf, f.rf, f.pr, f.pw, f.devnull} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// recordProc writes the step's proc.json (pid, its start time, cgroup) so
+// that whoever cleans up after a dead agent can still kill the step's
+// process group. Best effort: a step runs without it.
+func recordProc(sdir string, pid int, cgDir string) {
+	st, err := ProcStartTime(pid)
+	if err != nil {
+		return
+	}
+	rec := map[string]any{"pid": pid, "startTime": st}
+	if cgDir != "" {
+		rec["cgroup"] = cgDir
+	}
+	if b, err := json.Marshal(rec); err == nil {
+		_ = os.WriteFile(filepath.Join(sdir, "proc.json"), b, 0o600)
+	}
 }
 
 // growPipe asks for a 1 MiB pipe buffer (F_SETPIPE_SZ), so that a chatty
@@ -249,9 +282,19 @@ func pump(r *os.File, w *os.File, s *step) error {
 }
 
 // supervise waits for the step's shell to exit, stopping it on timeout,
-// Stop or the agent's deadline; then it kills whatever the step left,
-// waits for the output to end and records the exit.
+// Stop or the agent's deadline (waitStep); then it kills whatever the step
+// left, waits for the output to end and records the exit (endStep).
 func (a *Agent) supervise(s *step, pid int, cgDir string, waitCh <-chan syscall.WaitStatus, pumped <-chan error, timeout time.Duration) {
+	ws, reason := a.waitStep(s, pid, cgDir, waitCh, timeout)
+	a.endStep(s, pid, cgDir, ws, reason, pumped)
+}
+
+// waitStep waits for the step's shell (pid) to exit and returns its wait
+// status and why it was stopped ("" when it ended on its own): at timeout
+// (0: none) or the agent's deadline ("timeout"), or a Stop (its reason),
+// it sends SIGTERM to every process of the step, and SIGKILL after the
+// grace (the Stop's, else the step's).
+func (a *Agent) waitStep(s *step, pid int, cgDir string, waitCh <-chan syscall.WaitStatus, timeout time.Duration) (syscall.WaitStatus, string) {
 	var timeoutC, deadlineC, graceC <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -316,7 +359,15 @@ wait:
 			signalAll(syscall.SIGKILL)
 		}
 	}
-	// The shell is gone; nothing of the step may outlive it.
+	return ws, reason
+}
+
+// endStep runs once the step's shell (pid) is gone: nothing of the step
+// may outlive it, so it kills what is left (its cgroup, its process group
+// or the agent's tree), waits up to 2 s for the output to end, reads the
+// kernel's OOM kills (the step is then oom-killed, whatever its exit
+// code), and records the exit (exit.json, s.exit) for Attach and Exit.
+func (a *Agent) endStep(s *step, pid int, cgDir string, ws syscall.WaitStatus, reason string, pumped <-chan error) {
 	note := ""
 	outputLost := false
 	gone := true
