@@ -26,6 +26,12 @@
 // docs/architecture.md's table of a step's bytes (marked <!-- hops -->)
 // is checked hop by hop (TestDocs_ArchitectureHopsAreTheCode; its comment
 // has the rule of how one hop reaches the next), its import graph
-// (<!-- import graph -->) against go list, and every Go identifier it
-// names in backticks against the code (TestDocs_ArchitectureNamesAreTheCode).
+// (<!-- import graph -->) against go list, every Go name and path it
+// writes in backticks against the code (TestDocs_ArchitectureNamesAreTheCode),
+// its thin mains (TestDocs_ArchitectureThinMainsAreThin) and its stores
+// (TestDocs_ArchitectureNamesEveryStore). The code's comments are held to
+// name what exists (TestCode_CommentsNameWhatExists: doc links, and
+// Type.Member of a type of their package), and a function over 100 lines
+// to say why in its doc comment, in a sentence beginning "Long because"
+// (TestCode_FunctionsOver100LinesSayWhyTheyAreLong).
 package docscheck
