@@ -121,90 +121,12 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		http.Error(w, "internal error: this repository's stored name fails the name rule; the server's log says more", http.StatusInternalServerError)
 		return
 	}
-	limit, quota := s.cfg.MaxPushSize, false
-	tooLarge := fmt.Sprintf("push refused: it is larger than %s, this server's limit (knotless-server --max-push-size); "+
-		"push fewer commits at a time, or ask the server's operator to raise the limit", size(s.cfg.MaxPushSize))
-	var used int64
-	if q := s.cfg.RepoQuota; q > 0 {
-		used = dirSize(dir)
-		if left := q - used; left < limit {
-			limit = max(left, 0)
-			quota = true
-		}
-	}
-	// Refused before spooling: a body that says it is too large, or a
-	// repository with no room left. What is read is the command list.
-	if r.ContentLength > limit || limit == 0 {
-		body, err := newCappedBody(r, peekCommands)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		msg := tooLarge
-		if quota {
-			this := "this push"
-			if r.ContentLength > 0 {
-				this += " of " + size(r.ContentLength)
-			}
-			msg = s.quotaMessage(repo, used, this)
-		}
-		s.log.Warn("git: push refused before its body", "repo", repo.FullName(), "user", user,
-			"content_length", r.ContentLength, "limit", limit)
-		refusePush(w, readPushCommands(bufio.NewReader(body)), msg)
-		return
-	}
-	body, err := newCappedBody(r, limit)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	_ = os.MkdirAll(s.tmpDir, 0o700) // with replicas, another's sweeper may have taken it for a dead one's
-	f, err := os.CreateTemp(s.tmpDir, "push-*")
-	if err != nil {
-		s.log.Error("git: spool push", "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
+	f, cmds, n, ok := s.spoolPush(w, r, repo, user, dir)
+	if !ok {
 		return
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	// The command list goes to the spool as it is read; then the rest.
-	br := bufio.NewReader(io.TeeReader(body, f))
-	cmds := readPushCommands(br)
-	if !cmds.valid && !body.over() {
-		s.log.Info("git: not a push", "repo", repo.FullName(), "user", user)
-		w.Header().Set("Connection", "close")
-		http.Error(w, "not a git push: the body opens with no command list", http.StatusBadRequest)
-		return
-	}
-	_, err = io.Copy(f, body)
-	var n int64 // what the spool holds: the command list and the rest
-	if st, serr := f.Stat(); serr == nil {
-		n = st.Size()
-	}
-	switch {
-	case body.over():
-		s.log.Warn("git: push cut at its cap", "repo", repo.FullName(), "user", user, "limit", limit)
-		msg := tooLarge
-		if quota {
-			msg = s.quotaMessage(repo, used, "this push, larger than the "+size(limit)+" left,")
-		}
-		refusePush(w, cmds, msg)
-		return
-	case err != nil:
-		s.log.Info("git: push body not received", "repo", repo.FullName(), "user", user, "bytes", n, "err", err)
-		status := http.StatusBadRequest
-		if errors.Is(err, errBodyTooSlow) {
-			status = http.StatusRequestTimeout
-		}
-		http.Error(w, "read request body: "+err.Error(), status)
-		return
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		s.log.Error("git: rewind spooled push", "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-
 	unlock, err := s.lockRepo(r.Context(), repo.ID)
 	if err != nil {
 		s.log.Error("git: lock repository for push", "repo", repo.FullName(), "err", err)
@@ -251,6 +173,105 @@ func (s *Server) receivePack(w http.ResponseWriter, r *http.Request, repo store.
 		out.finish(lines)
 	}
 	s.pruneHeldCommits(ctx, repo, after)
+}
+
+// spoolPush reads a push's body (capped at --max-push-size, and at what
+// is left of the repository's quota in dir) into a temporary file, and
+// returns it rewound, with its command list and its size in bytes. ok
+// false: the push was refused or failed, and w has the answer (a git
+// error for the pusher, or an HTTP error); nothing is left on disk then.
+// The caller closes and removes f.
+func (s *Server) spoolPush(w http.ResponseWriter, r *http.Request, repo store.Repo, user, dir string) (f *os.File, cmds pushCommands, n int64, ok bool) {
+	limit, quota := s.cfg.MaxPushSize, false
+	tooLarge := fmt.Sprintf("push refused: it is larger than %s, this server's limit (knotless-server --max-push-size); "+
+		"push fewer commits at a time, or ask the server's operator to raise the limit", size(s.cfg.MaxPushSize))
+	var used int64
+	if q := s.cfg.RepoQuota; q > 0 {
+		used = dirSize(dir)
+		if left := q - used; left < limit {
+			limit = max(left, 0)
+			quota = true
+		}
+	}
+	// Refused before spooling: a body that says it is too large, or a
+	// repository with no room left. What is read is the command list.
+	if r.ContentLength > limit || limit == 0 {
+		body, err := newCappedBody(r, peekCommands)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return nil, pushCommands{}, 0, false
+		}
+		msg := tooLarge
+		if quota {
+			this := "this push"
+			if r.ContentLength > 0 {
+				this += " of " + size(r.ContentLength)
+			}
+			msg = s.quotaMessage(repo, used, this)
+		}
+		s.log.Warn("git: push refused before its body", "repo", repo.FullName(), "user", user,
+			"content_length", r.ContentLength, "limit", limit)
+		refusePush(w, readPushCommands(bufio.NewReader(body)), msg)
+		return nil, pushCommands{}, 0, false
+	}
+	body, err := newCappedBody(r, limit)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil, pushCommands{}, 0, false
+	}
+	_ = os.MkdirAll(s.tmpDir, 0o700) // with replicas, another's sweeper may have taken it for a dead one's
+	tmp, err := os.CreateTemp(s.tmpDir, "push-*")
+	if err != nil {
+		s.log.Error("git: spool push", "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return nil, pushCommands{}, 0, false
+	}
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	f = tmp
+	// The command list goes to the spool as it is read; then the rest.
+	br := bufio.NewReader(io.TeeReader(body, f))
+	cmds = readPushCommands(br)
+	if !cmds.valid && !body.over() {
+		s.log.Info("git: not a push", "repo", repo.FullName(), "user", user)
+		w.Header().Set("Connection", "close")
+		http.Error(w, "not a git push: the body opens with no command list", http.StatusBadRequest)
+		return nil, pushCommands{}, 0, false
+	}
+	_, err = io.Copy(f, body)
+	// n is what the spool holds: the command list and the rest.
+	if st, serr := f.Stat(); serr == nil {
+		n = st.Size()
+	}
+	switch {
+	case body.over():
+		s.log.Warn("git: push cut at its cap", "repo", repo.FullName(), "user", user, "limit", limit)
+		msg := tooLarge
+		if quota {
+			msg = s.quotaMessage(repo, used, "this push, larger than the "+size(limit)+" left,")
+		}
+		refusePush(w, cmds, msg)
+		return nil, pushCommands{}, 0, false
+	case err != nil:
+		s.log.Info("git: push body not received", "repo", repo.FullName(), "user", user, "bytes", n, "err", err)
+		status := http.StatusBadRequest
+		if errors.Is(err, errBodyTooSlow) {
+			status = http.StatusRequestTimeout
+		}
+		http.Error(w, "read request body: "+err.Error(), status)
+		return nil, pushCommands{}, 0, false
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		s.log.Error("git: rewind spooled push", "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return nil, pushCommands{}, 0, false
+	}
+
+	return f, cmds, n, true
 }
 
 // quotaMessage says why push (e.g. "this push of 3 MiB") does not fit
