@@ -31,7 +31,10 @@ type driver Executor
 // agentenv.Workspace (nothing is copied), and given to the container's
 // user at the session's first Exec, CopyIn or CopyOut, when the checkout
 // is complete (executor.Executor.Prepare; never under `knotless-run
-// exec`). It writes to spec.Log the container,
+// exec`). A session recovered by a later runner process does not give it
+// again (its steps may be running, and could swap a directory for a link
+// under the walk): a runner that died between Prepare and the first step
+// leaves a run whose steps cannot write to the checkout. It writes to spec.Log the container,
 // image, limits, user and network. Caches move by the host's file system
 // for the checkout (hostCaches).
 //

@@ -106,7 +106,9 @@ type handleData struct {
 // and TMPDIR in it, and starts the session's agent there (detached from
 // the runner, in its own session and process group). The setup log says
 // that steps run directly on this host, how a step's processes are ended,
-// and which parts of spec it ignores (Image, resource limits).
+// and which parts of spec it ignores (Image, resource limits). It only
+// hands the workspace's path to the agent, which reads nothing in it
+// before a step starts (executor.Executor.Prepare).
 //
 // Errors: no Config.Dir, a missing workspace, no agent program, an agent
 // that does not start within 10 s, or a file-system failure; on error
