@@ -228,7 +228,7 @@ func (s *session) CopyIn(ctx context.Context, src, dst string) error  { return n
 func (s *session) CopyOut(ctx context.Context, src, dst string) error { return nil }
 
 // Exec starts the step (once per ID) and follows its output from
-// step.Offset.
+// st.Offset.
 func (s *session) Exec(ctx context.Context, st executor.Step, out io.Writer) (executor.Result, error) {
 	s.mu.Lock()
 	closed := s.closed
