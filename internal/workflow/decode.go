@@ -51,18 +51,32 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 	if !ok {
 		return nil
 	}
-	var steps *entry
-	var secrets []item
-	var envPos map[string]pos
-	templated := false // the name says the run's matrix values itself
-	var idDefs map[string]idTokenDef
-	var services *entry
+	l := d.topLevel(w, es)
+	return d.finishWorkflow(w, at, l)
+}
+
+// laterEntries is what the workflow's top level holds that is read once
+// every key is known: the entries of steps and services (they need the
+// secrets), the secrets, the env's positions, the id tokens, and whether
+// the name holds the matrix's values itself.
+type laterEntries struct {
+	steps, services *entry
+	secrets         []item
+	envPos          map[string]pos
+	templated       bool
+	idDefs          map[string]idTokenDef
+}
+
+// topLevel reads each top-level key of the workflow (es) into w, one case
+// per key of WORKFLOW.md's top level, and returns what is read later.
+func (d *decoder) topLevel(w *Workflow, es []entry) laterEntries {
+	var l laterEntries
 	for _, e := range es {
 		switch e.key {
 		case "name":
 			d.substituted = false
 			if s, ok := d.text(e, "name"); ok && d.displayName(e.vpos(), "name", s) {
-				w.Name, templated = s, d.substituted
+				w.Name, l.templated = s, d.substituted
 			}
 		case "on":
 			d.fixed = "on"
@@ -97,10 +111,10 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 				w.ContainerBuilds = b
 			}
 		case "env":
-			w.Env, envPos = d.env(e, "env")
+			w.Env, l.envPos = d.env(e, "env")
 		case "secrets":
-			secrets = d.secretNames(e, "secrets")
-			for _, it := range secrets {
+			l.secrets = d.secretNames(e, "secrets")
+			for _, it := range l.secrets {
 				w.Secrets = append(w.Secrets, it.s)
 			}
 		case "timeout":
@@ -118,47 +132,55 @@ func (d *decoder) workflow(n ast.Node, at pos) *Workflow {
 		case "concurrency":
 			w.Concurrency = d.concurrency(e)
 		case "id-tokens":
-			idDefs = d.idTokens(e)
+			l.idDefs = d.idTokens(e)
 		case "services":
-			services = &e
+			l.services = &e
 		case "steps":
-			steps = &e
+			l.steps = &e
 		default:
 			d.unknownKey(e, "the workflow", workflowKeys)
 		}
 	}
+	return l
+}
+
+// finishWorkflow completes w once its top level is read (l): the name of
+// a matrix's run, the services and steps with the secrets they may ask
+// for, the checks across keys (a name both secret and env, needs' refs,
+// id tokens). A workflow without steps is an error at at.
+func (d *decoder) finishWorkflow(w *Workflow, at pos, l laterEntries) *Workflow {
 	w.Base = w.Name
 	if d.matrix != nil {
 		w.Matrix, w.Combo = d.matrix, d.combo
-		if templated {
+		if l.templated {
 			w.Base = defaultName(d.path)
 		} else {
 			w.Name += " (" + d.combo.Label() + ")"
 		}
 	}
 	allowed := map[string]bool{}
-	for _, it := range secrets {
+	for _, it := range l.secrets {
 		allowed[it.s] = true
-		if p, clash := envPos[it.s]; clash {
+		if p, clash := l.envPos[it.s]; clash {
 			d.errorf(p, "%s is both a secret and an env variable of the workflow; rename one", it.s)
 		}
 	}
-	if services != nil {
-		w.Services = d.services(*services, allowed)
+	if l.services != nil {
+		w.Services = d.services(*l.services, allowed)
 	}
 	d.checkNeedsRefs(w.Needs)
-	d.checkIDTokens(idDefs, w.Timeout, allowed, envPos)
-	for name, def := range idDefs {
+	d.checkIDTokens(l.idDefs, w.Timeout, allowed, l.envPos)
+	for name, def := range l.idDefs {
 		if w.IDTokens == nil {
 			w.IDTokens = map[string]IDToken{}
 		}
 		w.IDTokens[name] = def.tok
 	}
-	if steps == nil {
+	if l.steps == nil {
 		d.errorf(at, "missing steps: a workflow needs at least one step (steps: [{run: make test}])")
 		return w
 	}
-	w.Steps = d.steps(*steps, allowed, idDefs)
+	w.Steps = d.steps(*l.steps, allowed, l.idDefs)
 	return w
 }
 
