@@ -160,9 +160,15 @@ func parse(path string, src []byte, pick Combo) ([]*Workflow, ErrorList) {
 		}
 		return []*Workflow{w}, nil
 	}
-	// Each run is decoded with its values, so that a value that is wrong
-	// where it lands (an image with a space, a size without a unit) is
-	// reported; a problem of only some runs says which.
+	return d.decodeRuns(body, at, combos, matrixAt)
+}
+
+// decodeRuns decodes body (the workflow's mapping, at at) once for each
+// of combos, the matrix's runs, so that a value that is wrong where it
+// lands (an image with a space, a size without a unit) is reported; a
+// problem of only some runs says which. A matrix too large to check is an
+// error at matrixAt.
+func (d *decoder) decodeRuns(body ast.Node, at pos, combos []Combo, matrixAt pos) ([]*Workflow, ErrorList) {
 	matrixErrs := d.errs
 	type seen struct {
 		err   *Error
