@@ -69,8 +69,15 @@ func (s *session) printOutputs(ctx context.Context, w io.Writer, r api.Run) erro
 	return nil
 }
 
+// runOutputsOptions is `knotless run outputs ID`.
+type runOutputsOptions struct {
+	Dir string // -o: "" for ./run-ID-outputs
+	id  int64
+	dir string // where to unpack
+}
+
 func (s *session) runOutputsCmd() *cobra.Command {
-	var dir string
+	o := &runOutputsOptions{}
 	cmd := &cobra.Command{
 		Use:   "outputs ID [-o DIR]",
 		Short: "Download a run's outputs and unpack them into a directory",
@@ -91,19 +98,31 @@ list with knotless run show ID.`,
 		Example: `  knotless run outputs 42
   knotless run outputs 42 -o ./artifacts`,
 		Args: exactArgs(1, "one run ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			if dir == "" {
-				dir = fmt.Sprintf("run-%d-outputs", id)
-			}
-			return s.downloadOutputs(cmd.Context(), id, dir)
-		},
+		RunE: s.runE(o),
 	}
-	cmd.Flags().StringVarP(&dir, "output", "o", "", "directory to unpack into (default ./run-ID-outputs; must not exist or be empty)")
+	cmd.Flags().StringVarP(&o.Dir, "output", "o", "", "directory to unpack into (default ./run-ID-outputs; must not exist or be empty)")
 	return cmd
+}
+
+// complete reads the ID (a usage error if it is not a positive number) and
+// names the default directory after it.
+func (o *runOutputsOptions) complete(_ context.Context, _ *session, args []string) (err error) {
+	if o.id, err = parseRunID(args[0]); err != nil {
+		return err
+	}
+	o.dir = o.Dir
+	if o.dir == "" {
+		o.dir = fmt.Sprintf("run-%d-outputs", o.id)
+	}
+	return nil
+}
+
+// validate accepts any directory: whether it is empty is known only when
+// the download starts (downloadOutputs).
+func (o *runOutputsOptions) validate() error { return nil }
+
+func (o *runOutputsOptions) run(ctx context.Context, s *session) error {
+	return s.downloadOutputs(ctx, o.id, o.dir)
 }
 
 // downloadOutputs fetches run's archive into a temporary file beside dir,
