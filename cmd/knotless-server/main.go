@@ -67,13 +67,15 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func newCommand() *cobra.Command {
-	var cfg server.Config
-	var database, logLevel string
-	cmd := &cobra.Command{
-		Use:   "knotless-server [flags]",
-		Short: "Run the Knotless CI server",
-		Long: `knotless-server runs the Knotless control plane: the XRPC API under /xrpc/,
+// serverOptions are knotless-server's flags and what it does with them
+// (kubectl's pattern: newCommand only binds the flags; complete and run
+// are callable without cobra).
+type serverOptions struct {
+	cfg                server.Config
+	database, logLevel string
+}
+
+const serverLong = `knotless-server runs the Knotless control plane: the XRPC API under /xrpc/,
 git repositories at /OWNER/NAME.git, pipelines, runs, runners, secrets and logs,
 and the web pages at / (sign in with an account API token; Pipelines at
 /OWNER/NAME, Runners at /OWNER/NAME/-/runners, a run at /-/runs/ID).
@@ -92,8 +94,9 @@ Every flag can also be set with the environment variable named after it,
 e.g. KNOTLESS_DATA for --data; a flag on the command line wins.
 
 Exit status: 0 after a clean stop (SIGINT or SIGTERM), 1 when the server
-could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
-		Example: `  # Try it on this machine: data in ./knotless-data, API at http://127.0.0.1:8080
+could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`
+
+const serverExample = `  # Try it on this machine: data in ./knotless-data, API at http://127.0.0.1:8080
   knotless-server
   knotless login --server http://127.0.0.1:8080 --token-file knotless-data/admin.token
 
@@ -102,7 +105,15 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 
   # Scripts and tests: any free port, read the URL the server answers at
   knotless-server --data /tmp/kl --listen 127.0.0.1:0 &
-  cat /tmp/kl/server.url`,
+  cat /tmp/kl/server.url`
+
+func newCommand() *cobra.Command {
+	o := &serverOptions{}
+	cmd := &cobra.Command{
+		Use:           "knotless-server [flags]",
+		Short:         "Run the Knotless CI server",
+		Long:          serverLong,
+		Example:       serverExample,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -119,63 +130,77 @@ could not start or failed, 2 for a mistake in flags or KNOTLESS_* variables.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			if err := o.complete(cmd.ErrOrStderr()); err != nil {
+				return err
 			}
-			if cfg.URL != "" {
-				u, err := server.CheckURL(cfg.URL)
-				if err != nil {
-					return &usageError{err}
-				}
-				cfg.URL = u
-			}
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			// Libraries that log through slog's default logger (indigo
-			// does) go to the same place, under --log-level, their
-			// informational lines at debug: they are not events of this
-			// server an operator follows.
-			slog.SetDefault(slog.New(demoted{cfg.Logger.Handler()}))
-			return run(cmd.Context(), cfg, database)
+			return run(cmd.Context(), o.cfg, o.database)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	cmd.AddCommand(newMigrateCommand(), newOIDCKeysCommand())
+	o.bind(cmd)
+	return cmd
+}
+
+// bind binds the server's flags (and their KNOTLESS_* variables) to o.
+func (o *serverOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data", server.DefaultDataDir,
+	f.StringVar(&o.cfg.DataDir, "data", server.DefaultDataDir,
 		"data directory: database, logs, git repositories, keys and admin.token")
-	f.StringVar(&database, "database", "",
+	f.StringVar(&o.database, "database", "",
 		"PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DB) for several replicas sharing --data; default SQLite in DATA/knotless.db")
-	f.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address to listen on, host:port")
-	f.StringVar(&cfg.URL, "url", "",
+	f.StringVar(&o.cfg.Listen, "listen", server.DefaultListen, "address to listen on, host:port")
+	f.StringVar(&o.cfg.URL, "url", "",
 		"public base URL clients and runners reach the server at (default http://LISTEN)")
-	f.DurationVar(&cfg.Lease, "lease", server.DefaultLease,
+	f.DurationVar(&o.cfg.Lease, "lease", server.DefaultLease,
 		"how long a claimed run lives without a runner heartbeat before it ends errored/runner-lost")
-	f.DurationVar(&cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
+	f.DurationVar(&o.cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
 		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
-	f.IntVar(&cfg.Limits.MaxConns, "max-conns", server.DefaultMaxConns,
+	f.IntVar(&o.cfg.Limits.MaxConns, "max-conns", server.DefaultMaxConns,
 		"connections held at once; past it the one waiting longest for a request is closed, or new ones wait")
-	f.IntVar(&cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
+	f.IntVar(&o.cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
 		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	cfg.MaxPushSize, cfg.MaxFetchRequest = server.DefaultMaxPushSize, server.DefaultMaxFetchRequest
-	f.Var(envflag.Size{P: &cfg.MaxPushSize, AllowZero: true}, "max-push-size",
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	o.cfg.MaxPushSize, o.cfg.MaxFetchRequest = server.DefaultMaxPushSize, server.DefaultMaxFetchRequest
+	f.Var(envflag.Size{P: &o.cfg.MaxPushSize, AllowZero: true}, "max-push-size",
 		"largest push (request body, uncompressed) the server takes; a larger one is refused before it is stored")
-	f.Var(envflag.Size{P: &cfg.MaxFetchRequest, AllowZero: true}, "max-fetch-request",
+	f.Var(envflag.Size{P: &o.cfg.MaxFetchRequest, AllowZero: true}, "max-fetch-request",
 		"largest fetch request (wants and haves, uncompressed); a larger one is cut there and refused")
-	cfg.MaxOutputsSize = server.DefaultMaxOutputsSize
-	f.Var(envflag.Size{P: &cfg.MaxOutputsSize, AllowZero: true}, "max-outputs-size",
+	o.cfg.MaxOutputsSize = server.DefaultMaxOutputsSize
+	f.Var(envflag.Size{P: &o.cfg.MaxOutputsSize, AllowZero: true}, "max-outputs-size",
 		"largest outputs archive of one run; a larger one is refused before it is stored, and the run's setup log says so")
-	f.Var(envflag.Size{P: &cfg.RepoQuota, AllowZero: true}, "repo-quota",
+	f.Var(envflag.Size{P: &o.cfg.RepoQuota, AllowZero: true}, "repo-quota",
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
-	f.StringVar(&cfg.ReleaseDir, "release-dir", "",
+	f.StringVar(&o.cfg.ReleaseDir, "release-dir", "",
 		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download, and /-/download/install.sh, which installs knotless-run from them on a plain host")
-	limits := clientLimitFlags(f, &cfg.ClientLimits)
+	limits := clientLimitFlags(f, &o.cfg.ClientLimits)
 	for _, name := range append([]string{"data", "database", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
 		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {
 		envflag.Bind(f, name)
 	}
-	return cmd
+}
+
+// complete checks --log-level and --url (a usage error names the flag)
+// and makes the logger, writing to stderr: the server's own, and slog's
+// default for the libraries that log through it.
+func (o *serverOptions) complete(stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usagef("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	if o.cfg.URL != "" {
+		u, err := server.CheckURL(o.cfg.URL)
+		if err != nil {
+			return &usageError{err}
+		}
+		o.cfg.URL = u
+	}
+	o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Libraries that log through slog's default logger (indigo does) go
+	// to the same place, under --log-level, their informational lines at
+	// debug: they are not events of this server an operator follows.
+	slog.SetDefault(slog.New(demoted{o.cfg.Logger.Handler()}))
+	return nil
 }
 
 // run opens the store database names (openStore) and hands it to the
