@@ -49,130 +49,150 @@ func run(args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	switch args[0] {
 	case "release":
-		out := fs.String("o", "dist", "directory to write the release into")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		rel, err := deploy.MakeRelease(ctx, root, *out, nil)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("knotless %s (%s) in %s:\n", rel.Version, rel.GoVersion, rel.Dir)
-		sums, err := os.ReadFile(filepath.Join(rel.Dir, deploy.SumsFile))
-		if err != nil {
-			return err
-		}
-		os.Stdout.Write(sums)
-		if rel.Stale != "" {
-			fmt.Fprintf(os.Stderr, "deploy: note: %s holds other digests than this build (`kubectl apply -k` of the checkout would refuse these files; %s holds the right ones): run `make deploy-digests`\n%s\n",
-				deploy.Manifest, filepath.Base(rel.Manifest), rel.Stale)
-		}
-		return nil
+		return runRelease(ctx, root, fs, args[1:])
 	case "digests":
-		check := fs.Bool("check", false, "only compare: exit 1 when the manifest's digests differ from the build's")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		digests, err := buildDigests(ctx, root)
-		if err != nil {
-			return err
-		}
-		manifest := filepath.Join(root, deploy.Manifest)
-		if *check {
-			text, err := os.ReadFile(manifest)
-			if err != nil {
-				return err
-			}
-			if s := deploy.Stale(text, digests); s != "" {
-				return fmt.Errorf("%s: stale digests (run `make deploy-digests`):\n%s", deploy.Manifest, s)
-			}
-			fmt.Println(deploy.Manifest + ": digests match the build")
-			return nil
-		}
-		changed, err := deploy.WriteDigests(manifest, digests)
-		if err != nil {
-			return err
-		}
-		for _, name := range sorted(digests) {
-			fmt.Printf("%s  %s\n", digests[name], name)
-		}
-		if changed {
-			fmt.Println("wrote", deploy.Manifest)
-		} else {
-			fmt.Println(deploy.Manifest, "already up to date")
-		}
-		return nil
+		return runDigests(ctx, root, fs, args[1:])
 	case "builder-image":
-		bin := fs.String("bin", "", "directory holding buildkitd, buildctl and runc, static, for this machine (make builder-image builds them)")
-		out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
-		if err := fs.Parse(args[1:]); err != nil {
+		return runBuilderImage(ctx, root, fs, args[1:])
+	case "image":
+		return runImage(ctx, root, fs, args[1:])
+	}
+	return fmt.Errorf("unknown command %q: %s", args[0], usage)
+}
+
+// runRelease writes a release of this checkout into -o DIR (deploy.MakeRelease) and prints its checksums; args are its flags.
+func runRelease(ctx context.Context, root string, fs *flag.FlagSet, args []string) error {
+	out := fs.String("o", "dist", "directory to write the release into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rel, err := deploy.MakeRelease(ctx, root, *out, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("knotless %s (%s) in %s:\n", rel.Version, rel.GoVersion, rel.Dir)
+	sums, err := os.ReadFile(filepath.Join(rel.Dir, deploy.SumsFile))
+	if err != nil {
+		return err
+	}
+	os.Stdout.Write(sums)
+	if rel.Stale != "" {
+		fmt.Fprintf(os.Stderr, "deploy: note: %s holds other digests than this build (`kubectl apply -k` of the checkout would refuse these files; %s holds the right ones): run `make deploy-digests`\n%s\n",
+			deploy.Manifest, filepath.Base(rel.Manifest), rel.Stale)
+	}
+	return nil
+}
+
+// runDigests writes the runner's digests for this code into the manifest (deploy.WriteDigests), or with -check only compares; args are its flags.
+func runDigests(ctx context.Context, root string, fs *flag.FlagSet, args []string) error {
+	check := fs.Bool("check", false, "only compare: exit 1 when the manifest's digests differ from the build's")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	digests, err := buildDigests(ctx, root)
+	if err != nil {
+		return err
+	}
+	manifest := filepath.Join(root, deploy.Manifest)
+	if *check {
+		text, err := os.ReadFile(manifest)
+		if err != nil {
 			return err
 		}
-		if *bin == "" || *out == "" {
-			return fmt.Errorf("builder-image needs -bin DIR and -o FILE")
+		if s := deploy.Stale(text, digests); s != "" {
+			return fmt.Errorf("%s: stale digests (run `make deploy-digests`):\n%s", deploy.Manifest, s)
 		}
+		fmt.Println(deploy.Manifest + ": digests match the build")
+		return nil
+	}
+	changed, err := deploy.WriteDigests(manifest, digests)
+	if err != nil {
+		return err
+	}
+	for _, name := range sorted(digests) {
+		fmt.Printf("%s  %s\n", digests[name], name)
+	}
+	if changed {
+		fmt.Println("wrote", deploy.Manifest)
+	} else {
+		fmt.Println(deploy.Manifest, "already up to date")
+	}
+	return nil
+}
+
+// runBuilderImage writes the builder image archive from the binaries in -bin DIR (deploy.LocalBuilderImage); args are its flags.
+func runBuilderImage(ctx context.Context, root string, fs *flag.FlagSet, args []string) error {
+	bin := fs.String("bin", "", "directory holding buildkitd, buildctl and runc, static, for this machine (make builder-image builds them)")
+	out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *bin == "" || *out == "" {
+		return fmt.Errorf("builder-image needs -bin DIR and -o FILE")
+	}
+	tmp, err := os.MkdirTemp("", "knotless-deploy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	ref, archive, err := deploy.LocalBuilderImage(ctx, root, tmp, *bin, runtime.GOARCH, func(string) bool { return false })
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(archive, *out); err != nil {
+		return err
+	}
+	fmt.Printf("%s in %s (linux/%s): load it (docker load -i %s, or ctr -n k8s.io images import %s), or push it where your nodes pull from, and give the runner --builder-image with its name\n",
+		ref, *out, runtime.GOARCH, *out, *out)
+	return nil
+}
+
+// runImage writes the runner image archive (or with -base the base image) to -o FILE; args are its flags.
+func runImage(ctx context.Context, root string, fs *flag.FlagSet, args []string) error {
+	out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
+	ref := fs.String("ref", "localhost/knotless/runner:dev", "image name and tag (never :latest)")
+	base := fs.Bool("base", false, "without knotless-run and knotless-agent: the small image the manifests' init container installs them into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("image needs -o FILE")
+	}
+	var img deploy.Image
+	if *base {
+		files, err := deploy.BaseFiles()
+		if err != nil {
+			return err
+		}
+		uid := fmt.Sprint(deploy.RunnerUID)
+		img = deploy.Image{Ref: *ref, Files: files, User: uid + ":" + uid, Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"}}
+	} else {
 		tmp, err := os.MkdirTemp("", "knotless-deploy-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		ref, archive, err := deploy.LocalBuilderImage(ctx, root, tmp, *bin, runtime.GOARCH, func(string) bool { return false })
+		// This machine's knotless-run, both agents.
+		files, err := deploy.BuildAll(ctx, root, tmp, "knotless-agent")
 		if err != nil {
 			return err
 		}
-		if err := os.Rename(archive, *out); err != nil {
+		run, err := deploy.Build(ctx, root, tmp, runtime.GOARCH, "knotless-run")
+		if err != nil {
 			return err
 		}
-		fmt.Printf("%s in %s (linux/%s): load it (docker load -i %s, or ctr -n k8s.io images import %s), or push it where your nodes pull from, and give the runner --builder-image with its name\n",
-			ref, *out, runtime.GOARCH, *out, *out)
-		return nil
-	case "image":
-		out := fs.String("o", "", "image archive to write (docker format: docker load, ctr images import)")
-		ref := fs.String("ref", "localhost/knotless/runner:dev", "image name and tag (never :latest)")
-		base := fs.Bool("base", false, "without knotless-run and knotless-agent: the small image the manifests' init container installs them into")
-		if err := fs.Parse(args[1:]); err != nil {
+		for n, p := range run {
+			files[n] = p
+		}
+		if img, err = deploy.RunnerImage(*ref, runtime.GOARCH, files); err != nil {
 			return err
 		}
-		if *out == "" {
-			return fmt.Errorf("image needs -o FILE")
-		}
-		var img deploy.Image
-		if *base {
-			files, err := deploy.BaseFiles()
-			if err != nil {
-				return err
-			}
-			uid := fmt.Sprint(deploy.RunnerUID)
-			img = deploy.Image{Ref: *ref, Files: files, User: uid + ":" + uid, Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp"}}
-		} else {
-			tmp, err := os.MkdirTemp("", "knotless-deploy-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(tmp)
-			// This machine's knotless-run, both agents.
-			files, err := deploy.BuildAll(ctx, root, tmp, "knotless-agent")
-			if err != nil {
-				return err
-			}
-			run, err := deploy.Build(ctx, root, tmp, runtime.GOARCH, "knotless-run")
-			if err != nil {
-				return err
-			}
-			for n, p := range run {
-				files[n] = p
-			}
-			if img, err = deploy.RunnerImage(*ref, runtime.GOARCH, files); err != nil {
-				return err
-			}
-		}
-		if err := deploy.WriteArchive(*out, img); err != nil {
-			return err
-		}
-		fmt.Printf("wrote %s (%s)\n", *out, *ref)
-		return nil
 	}
-	return fmt.Errorf("unknown command %q: %s", args[0], usage)
+	if err := deploy.WriteArchive(*out, img); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s (%s)\n", *out, *ref)
+	return nil
 }
 
 // buildDigests builds the files the manifest names (deploy.ManifestFiles)
