@@ -26,8 +26,10 @@ type Resumer interface {
 // (its remaining output is discarded). Errors the agent answers (a step
 // already running, a bad shell) are returned as *Error.
 //
-// A connection that breaks is redialed (Client.conn) and the output
-// resumed where it stopped, in frames sized as stepStream says.
+// A connection that breaks is redialed and the output resumed where it
+// stopped, in frames that shrink while connections break before one
+// arrives and grow back as they arrive (the rule, with its bounds, is
+// stepStream's doc in client_step.go).
 func (c *Client) RunStep(ctx context.Context, st Start, out io.Writer, stop <-chan Stop) (Exit, error) {
 	s := newStepStream(st, out)
 	for {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -72,9 +73,10 @@ type request struct {
 // received so far (a Resumer is told the same offset); and each request
 // asks for the frame size the rule gives: a quarter after a connection
 // that brought no whole frame, down to 512 bytes; twice after one that
-// brought some, up to OutputChunk. Each step has written all its output
-// before RunStep follows it, so the agent's frames are exactly
-// min(chunk, what is left) and every cut falls where the row says.
+// brought some, up to OutputChunk. Each step is started detached and has
+// written all its output before RunStep follows it, so the agent's frames
+// are exactly min(chunk, what is left) and every cut falls where the row
+// says.
 //
 // Broken on purpose once each, then restored (the rows that failed):
 // shrinking by 2, not 4 (started, floor, regrow, zstd, stop); no
@@ -232,27 +234,51 @@ func TestRunStep_ResumesWholeOutputAcrossCuts(t *testing.T) {
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testAgent is the step agent in this process (one per process: it
-// becomes the child subreaper), and a client of its own for setting up
-// steps.
+// testAgent is the step agent in this process, and a client of the test's
+// own for setting up steps.
 type testAgent struct {
 	a  *stepagent.Agent
 	cl *agent.Client
 }
 
-func startAgent(t *testing.T) *testAgent {
-	dir := t.TempDir()
-	a, err := stepagent.New(stepagent.Config{Dir: dir, Workdir: dir, Run: "run-1", NoCgroups: true, Logger: discard})
-	if err != nil {
-		t.Fatal(err)
+// The step agent of this test binary: one per process, made on first use
+// (it becomes the process's child subreaper, and its reaper waits for
+// every child: a test of this package that started processes of its own
+// would lose their exit statuses to it). TestMain shuts it down.
+var (
+	agentOnce   sync.Once
+	sharedAgent *stepagent.Agent
+	sharedDir   string
+	agentErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedAgent != nil {
+		sharedAgent.Shutdown()
 	}
-	t.Cleanup(a.Shutdown)
+	if sharedDir != "" {
+		_ = os.RemoveAll(sharedDir)
+	}
+	os.Exit(code)
+}
+
+func startAgent(t *testing.T) *testAgent {
+	agentOnce.Do(func() {
+		if sharedDir, agentErr = os.MkdirTemp("", "knotless-runstep-test-"); agentErr != nil {
+			return
+		}
+		sharedAgent, agentErr = stepagent.New(stepagent.Config{Dir: sharedDir, Workdir: sharedDir, Run: "run-1", NoCgroups: true, Logger: discard})
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
 	// Through a proxy that cuts nothing: on one net.Pipe, the handshake's
 	// two sides would each block writing their preamble.
-	setup := &proxy{t: t, agent: a}
+	setup := &proxy{t: t, agent: sharedAgent}
 	cl := agent.NewClient(setup.dial, agent.Options{Name: "setup", Logger: discard})
 	t.Cleanup(func() { _ = cl.Close() })
-	return &testAgent{a: a, cl: cl}
+	return &testAgent{a: sharedAgent, cl: cl}
 }
 
 // startAndWaitForOutput starts st detached and waits until its output is
@@ -320,10 +346,17 @@ func (p *proxy) dial(context.Context) (io.ReadWriteCloser, error) {
 	client, fromClient := net.Pipe()
 	toAgent, agentEnd := net.Pipe()
 	go p.agent.ServeConn(agentEnd)
-	closeAll := func() { _, _ = fromClient.Close(), toAgent.Close() }
+	gone := make(chan struct{})
+	var once sync.Once
+	closeAll := func() {
+		once.Do(func() {
+			_, _ = fromClient.Close(), toAgent.Close()
+			close(gone)
+		})
+	}
 	stopSeen := make(chan struct{})
 	go p.clientToAgent(k, fromClient, toAgent, stopSeen, closeAll)
-	go p.agentToClient(l, toAgent, fromClient, stopSeen, closeAll)
+	go p.agentToClient(l, toAgent, fromClient, stopSeen, gone, closeAll)
 	return client, nil
 }
 
@@ -371,7 +404,7 @@ func (p *proxy) clientToAgent(k int, from, to net.Conn, stopSeen chan struct{}, 
 
 // agentToClient relays the agent's frames and cuts the connection as l
 // says: half of the frame to cut arrives, then the stream ends.
-func (p *proxy) agentToClient(l link, from, to net.Conn, stopSeen chan struct{}, closeAll func()) {
+func (p *proxy) agentToClient(l link, from, to net.Conn, stopSeen, gone chan struct{}, closeAll func()) {
 	defer closeAll()
 	fr := agent.NewFrameReader(from)
 	if fr.ReadPreamble() != nil {
@@ -390,6 +423,8 @@ func (p *proxy) agentToClient(l link, from, to net.Conn, stopSeen chan struct{},
 		if n == 1 && l.awaitStop { // past the hello
 			select {
 			case <-stopSeen:
+			case <-gone:
+				return
 			case <-time.After(10 * time.Second):
 				p.t.Errorf("no Stop came over a connection that awaits one")
 			}

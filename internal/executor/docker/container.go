@@ -32,14 +32,8 @@ const (
 	AgentPath = "/knotless-agent"
 )
 
-// RunAs, DefaultRunAs and ParseRunAs are the executors' shared --run-as.
+// RunAs is the executors' shared --run-as (executor.RunAs).
 type RunAs = executor.RunAs
-
-// DefaultRunAs is UID:GID 1000:1000.
-var DefaultRunAs = executor.DefaultRunAs
-
-// ParseRunAs reads --run-as: see executor.ParseRunAs.
-var ParseRunAs = executor.ParseRunAs
 
 // userOf is the container's User for r: "UID:GID".
 func userOf(r RunAs) string { return fmt.Sprintf("%d:%d", r.UID, r.GID) }
@@ -50,7 +44,7 @@ func imageUser(image, user string) (RunAs, error) {
 	if user == "" {
 		return RunAs{}, fmt.Errorf("--run-as image: the image %s has no USER (it would run as root): give --run-as UID:GID", image)
 	}
-	r, err := ParseRunAs(user)
+	r, err := executor.ParseRunAs(user)
 	if err != nil {
 		return RunAs{}, fmt.Errorf("--run-as image: the image %s has USER %q: it must be numeric and not root (UID:GID); give --run-as UID:GID", image, user)
 	}

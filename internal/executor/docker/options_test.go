@@ -40,7 +40,7 @@ func TestDockerOptions_DiskFloorZeroMeansNone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if e.cfg.DiskFloor != 0 || e.cfg.Memory != 2<<30 || e.cfg.Pids != DefaultPids || e.cfg.RunAs != DefaultRunAs || e.caps.MilliCPUs != 1000 {
+	if e.cfg.DiskFloor != 0 || e.cfg.Memory != 2<<30 || e.cfg.Pids != DefaultPids || e.cfg.RunAs != executor.DefaultRunAs || e.caps.MilliCPUs != 1000 {
 		t.Errorf("defaults: %+v", e.cfg)
 	}
 	e, err = newOptions(t, "--disk-floor", "5Gi", "--cpus", "500m", "--memory", "64Mi", "--run-as", "2000:3000", "--pids", "-1")

@@ -50,14 +50,8 @@ const (
 // kubelet's deadline only catches a pod nobody ends.
 const deadlineMargin = 2 * time.Minute
 
-// RunAs, DefaultRunAs and ParseRunAs are the executors' shared --run-as.
+// RunAs is the executors' shared --run-as (executor.RunAs).
 type RunAs = executor.RunAs
-
-// DefaultRunAs is UID:GID 1000:1000.
-var DefaultRunAs = executor.DefaultRunAs
-
-// ParseRunAs reads --run-as: see executor.ParseRunAs.
-var ParseRunAs = executor.ParseRunAs
 
 // podSpec is what podFor needs to build one job pod.
 type podSpec struct {
@@ -399,7 +393,7 @@ func BenchPod(namespace, container string) *corev1.Pod {
 		Namespace: namespace, GenerateName: "bare-", Image: "localhost/knotless/job-base:1",
 		Labels: map[string]string{LabelManagedBy: "kubetest"},
 		CPU:    resource.MustParse(executor.DefaultCPUs), Memory: *resource.NewQuantity(128<<20, resource.BinarySI),
-		Disk: *resource.NewQuantity(256<<20, resource.BinarySI), Deadline: time.Hour, RunAs: DefaultRunAs,
+		Disk: *resource.NewQuantity(256<<20, resource.BinarySI), Deadline: time.Hour, RunAs: executor.DefaultRunAs,
 		PullPolicy: corev1.PullNever,
 		Command:    []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
 	})

@@ -33,9 +33,9 @@ func TestPodFor_UserNamespaceKeepsEveryHardeningField(t *testing.T) {
 		hostUsers  *bool
 		nonRootSet bool
 	}{
-		{DefaultRunAs, true, ptr.To(false), true},
+		{executor.DefaultRunAs, true, ptr.To(false), true},
 		{executor.RunAs{Image: true}, true, ptr.To(false), false},
-		{DefaultRunAs, false, nil, true},
+		{executor.DefaultRunAs, false, nil, true},
 		{executor.RunAs{Image: true}, false, nil, true},
 	} {
 		p := podFor(spec(c.runAs, c.userns))
