@@ -97,30 +97,31 @@ func (c *Client) follow(ctx context.Context, cn *Conn, s *stepStream, stop <-cha
 // following it.
 //
 // The reconnection rule: every request for the output (Start until the
-// agent said Started, then Attach) asks for it from offset, the output
-// bytes that arrived so far (counted from byte 0 of the step's output), in
-// Output frames of at most chunk bytes. chunk is OutputChunk at first.
-// When a connection breaks, cut sets the next request's chunk: a quarter
-// of it (down to minChunk, 512 bytes) when no output arrived on that
-// connection (offset did not move: the connection broke before a whole
-// frame came), twice it (up to OutputChunk) when some did. A link that
-// breaks every so many bytes thus still makes progress (frames shrink
-// until one fits between two breaks), and frames grow back to full size,
-// each costing both sides system calls and the runner a checkpoint, once
-// the link holds. The latest Stop received is sent again after each new
-// request: a Stop sent while a connection was breaking reaches the agent.
+// agent said Started, then Attach) asks for it from offset, a byte count
+// of the step's output (Start.Offset, what the caller had, plus what
+// arrived since), in Output frames of at most chunk output bytes. chunk is
+// OutputChunk at first (Start.Chunk is not used). When a connection
+// breaks, cut sets the next request's chunk: a quarter of it (down to
+// minChunk, 512 bytes) when no output arrived on that connection (offset
+// did not move: it broke before a whole frame came), twice it (up to
+// OutputChunk) when some did. A link that breaks every so many bytes thus
+// still makes progress (frames shrink until one fits between two breaks),
+// and frames grow back to full size once the link holds (every frame
+// costs both sides system calls and the runner a checkpoint). The latest
+// Stop received is sent again after each new request: a Stop sent while a
+// connection was breaking reaches the agent.
 type stepStream struct {
-	st  Start     // the step as asked; its Offset and Chunk are the first request's
+	st  Start     // the step as asked; a Start request is st with offset and chunk
 	out io.Writer // where the output goes (a Resumer is told of each new connection)
 
-	offset  int64 // output bytes that arrived, from byte 0 of the step's output
-	from    int64 // offset when the current connection began
-	chunk   int   // the Output frame size the next request asks for, in bytes: [minChunk, OutputChunk]
-	started bool  // the agent said Started: later requests Attach
-	stop    *Stop // the latest Stop received; sent again on each new connection
-	werr    error // out's first write error; the output after it is discarded
-	dropped error // why the last connection broke, until the output resumes
-	unz     []byte
+	offset  int64  // the output bytes the caller has: st.Offset, plus what arrived
+	from    int64  // offset when the current connection began
+	chunk   int    // the Output frame size the next request asks for, in bytes: [minChunk, OutputChunk]
+	started bool   // the agent said Started: later requests Attach
+	stop    *Stop  // the latest Stop received; sent again on each new connection
+	werr    error  // out's first write error; the output after it is discarded
+	dropped error  // why the last connection broke, until the output resumes
+	unz     []byte // reused for decompressing OutputZstd frames
 }
 
 // minChunk is the smallest output frame a client asks for, in bytes.
