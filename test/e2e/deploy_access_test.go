@@ -42,14 +42,14 @@ func TestDeploy_RunnerMayUseOnlyPodsAndExecInItsNamespaceAndNoSecrets(t *testing
 		return strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]) == "yes"
 	}
 	for _, r := range [][2]string{{"create", "pods"}, {"get", "pods"}, {"list", "pods"}, {"watch", "pods"}, {"delete", "pods"},
-		{"patch", "pods"}, {"create", "pods/exec"}, {"get", "pods/exec"}, {"list", "events"}, {"watch", "events"}} {
+		{"patch", "pods"}, {"create", "pods/exec"}, {"get", "pods/exec"}, {"list", "events"}} {
 		if !canI(d.ns, r[0], r[1]) {
 			t.Errorf("the runner may not %s %s in its namespace", r[0], r[1])
 		}
 	}
 	for _, r := range [][3]string{{d.ns, "get", "secrets"}, {d.ns, "list", "secrets"}, {d.ns, "watch", "secrets"},
 		{d.ns, "create", "secrets"}, {d.ns, "update", "pods"}, {d.ns, "create", "pods/attach"}, {d.ns, "create", "pods/portforward"},
-		{d.ns, "create", "pods/ephemeralcontainers"}, {d.ns, "patch", "roles"}, {d.ns, "create", "networkpolicies"}, {d.ns, "create", "configmaps"},
+		{d.ns, "create", "pods/ephemeralcontainers"}, {d.ns, "watch", "events"}, {d.ns, "patch", "roles"}, {d.ns, "create", "networkpolicies"}, {d.ns, "create", "configmaps"},
 		{"default", "create", "pods"}, {"default", "list", "pods"}, {"kube-system", "get", "secrets"}} {
 		if canI(r[0], r[1], r[2]) {
 			t.Errorf("the runner may %s %s in namespace %s", r[1], r[2], r[0])

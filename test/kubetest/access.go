@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"knotless.dev/knotless/internal/executor/kube"
 )
 
 const (
@@ -37,19 +40,15 @@ const (
 )
 
 // PodRunnerRules is the Role a runner needs to run job pods in one
-// namespace: create, get, list, watch, delete and patch (to re-point an
-// adopted pod's owner reference) on pods, and get plus
-// create on pods/exec (WebSocket exec needs create since Kubernetes 1.35,
-// SPDY needs create, older WebSocket servers get), and list and watch on
-// events (why a pod that is gone ended), and get on pods/log (the logs of
-// a run's services). It returns a new slice.
+// namespace: one rule per permission of kube.Permissions (the table that
+// says which code uses each), so that the tests' runners hold what the
+// shipped Role grants and nothing more. It returns a new slice.
 func PodRunnerRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+	var rules []rbacv1.PolicyRule
+	for _, p := range kube.Permissions {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{p.APIGroup}, Resources: []string{p.Resource}, Verbs: slices.Clone(p.Verbs)})
 	}
+	return rules
 }
 
 // ServiceAccountUser is the user name the API server (and its audit log)

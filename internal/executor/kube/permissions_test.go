@@ -111,14 +111,11 @@ func shippedOwner(t *testing.T) *metav1.OwnerReference {
 	return nil
 }
 
-// grantedUnused are grants the shipped Roles hold that no code uses
-// (TestPermissions_AreTheCallsTheCodeMakes finds no events watch: the
-// code lists events, it never watches them). They are kept, for now,
-// because deploy/kubernetes/builds/role.yaml, test/kubetest.PodRunnerRules
-// and test/e2e's deploy test hold the same grant and are changed
-// together; remove the grant there and here together. The test fails
-// when a Role stops granting one of these, so the list cannot go stale.
-var grantedUnused = map[grant]bool{{"", "events", "", "watch"}: true}
+// grantedUnused are grants the shipped Roles hold that no code uses:
+// none (the events watch once granted was removed with this table). The
+// test fails when a Role stops granting one of these, so the list cannot
+// go stale.
+var grantedUnused = map[grant]bool{}
 
 // TestPermissions_ShippedRolesGrantExactlyThem holds every Role and
 // ClusterRole under deploy/kubernetes to the table (permissions.go):
