@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -60,7 +61,7 @@ type LintRun struct {
 func (s *session) workflowCmd() *cobra.Command {
 	cmd := group("workflow", "Check workflow files", `Work with workflow files (.knotless/workflows/*.yml). These commands need no
 server and no login.`)
-	var expand bool
+	o := &workflowLintOptions{}
 	lint := &cobra.Command{
 		Use:   "lint [FILES...]",
 		Short: "Check workflow files and print every problem as FILE:LINE:COL",
@@ -93,91 +94,51 @@ exits 0. Needs no server.`,
   knotless workflow lint .knotless/workflows/ci.yml other.yml
   knotless workflow lint --expand
   knotless workflow lint --json`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.lint(args, expand)
-		},
+		RunE: s.runE(o),
 	}
-	lint.Flags().BoolVar(&expand, "expand", false, "also print the runs each file makes (matrix runs, needs, retry)")
+	lint.Flags().BoolVar(&o.Expand, "expand", false, "also print the runs each file makes (matrix runs, needs, retry)")
 	cmd.AddCommand(lint)
 	return cmd
 }
 
+// workflowLintOptions is `knotless workflow lint [FILES...]`. It needs no
+// server: run reads the files (relative to the App's Dir) and prints.
+type workflowLintOptions struct {
+	Expand bool     // --expand
+	files  []string // FILES; none: the checkout's workflows
+}
+
+func (o *workflowLintOptions) complete(_ context.Context, _ *session, args []string) error {
+	o.files = args
+	return nil
+}
+
+func (o *workflowLintOptions) validate() error { return nil }
+
+func (o *workflowLintOptions) run(_ context.Context, s *session) error {
+	return s.lint(o.files, o.Expand)
+}
+
+// lint checks files, or without files the workflow files of the checkout
+// (findWorkflows), and prints the problems (printLint).
 func (s *session) lint(files []string, expand bool) error {
 	base := s.app.Dir
 	var ignored []LintIgnored
 	if len(files) == 0 {
-		cwd := base
-		if cwd == "" {
-			var err error
-			if cwd, err = os.Getwd(); err != nil {
-				return fmt.Errorf("find workflows: %w", err)
-			}
+		found, err := findWorkflows(base)
+		if err != nil {
+			return err
 		}
-		// git names the top by its real path: compare real paths.
-		if real, err := filepath.EvalSymlinks(cwd); err == nil {
-			cwd = real
-			if base != "" {
-				base = real
-			}
+		if len(found.problems) > 0 {
+			return s.printLint(LintOutput{Files: []string{}, Problems: found.problems, Ignored: []LintIgnored{}}, 1, 0)
 		}
-		root := checkoutRoot(cwd)
-		rel := func(f string) string { // named as seen from where lint was started
-			if r, err := filepath.Rel(cwd, f); err == nil {
-				return r
-			}
-			return f
-		}
-		// The same rule as the server's (workflow.CheckDir, CheckFile): a
-		// symbolic link is reported, never followed.
-		var dirProblems []LintProblem
-		for _, d := range []string{filepath.Dir(workflow.Dir), workflow.Dir} {
-			fi, err := os.Lstat(filepath.Join(root, d))
-			if err != nil {
-				break // reported below as no workflows found
-			}
-			if err := workflow.CheckDir(filepath.ToSlash(d), lstatKind(fi)); err != nil {
-				dirProblems = append(dirProblems, problemOf(rel(filepath.Join(root, d)), err)...)
-				break
-			}
-		}
-		if len(dirProblems) > 0 {
-			return s.printLint(LintOutput{Files: []string{}, Problems: dirProblems, Ignored: []LintIgnored{}}, 1, 0)
-		}
-		// A directory of .knotless named almost like the workflows'
-		// (.knotless/workflow) is never looked at: said, as the server
-		// says it at a push.
-		if des, err := os.ReadDir(filepath.Join(root, filepath.Dir(workflow.Dir))); err == nil {
-			for _, d := range des {
-				p := filepath.ToSlash(filepath.Join(filepath.Dir(workflow.Dir), d.Name()))
-				if why := workflow.MisplacedDir(p); d.IsDir() && why != "" {
-					ignored = append(ignored, LintIgnored{File: workflow.DisplayPath(rel(filepath.Join(root, p))), Reason: why})
-				}
-			}
-		}
-		dir := filepath.Join(root, workflow.Dir)
-		entries, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return fmt.Errorf("find workflows: %w", err)
-		}
-		// The server's rule for what is a workflow file; every other
-		// entry is listed, never ignored without a word.
-		for _, e := range entries {
-			name := filepath.Join(dir, e.Name())
-			kind := entryKind(e.Type())
-			if ok, _ := workflow.CheckFile(filepath.ToSlash(filepath.Join(workflow.Dir, e.Name())), kind); ok {
-				files = append(files, rel(name))
-				continue
-			}
-			ignored = append(ignored, LintIgnored{File: workflow.DisplayPath(rel(name)),
-				Reason: workflow.NotWorkflow(e.Name(), kind)})
-		}
-		sort.Strings(files)
+		files, base, ignored = found.files, found.base, found.ignored
 		if len(files) == 0 {
 			s.printIgnored(ignored)
 			if len(ignored) > 0 {
-				return failf("no workflows found in %s (*.yml, *.yaml): the entries above are not workflows and will not run; rename or move them", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
+				return failf("no workflows found in %s (*.yml, *.yaml): the entries above are not workflows and will not run; rename or move them", found.dir)
 			}
-			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", filepath.Join(root, workflow.Dir)+string(filepath.Separator))
+			return failf("no workflows found in %s (*.yml, *.yaml): run inside a repository or name the FILES", found.dir)
 		}
 	}
 	out := LintOutput{Files: make([]string, 0, len(files)), Problems: []LintProblem{}, Ignored: ignored}
@@ -214,6 +175,85 @@ func (s *session) lint(files []string, expand bool) error {
 		out.Runs = expansion(parsed)
 	}
 	return s.printLint(out, bad, len(files))
+}
+
+// foundWorkflows is what findWorkflows found in a checkout.
+type foundWorkflows struct {
+	base     string        // the base directory given, as a real path ("" stays "")
+	dir      string        // the workflows directory with a trailing separator, for messages
+	files    []string      // the workflow files, as seen from where lint started, sorted
+	ignored  []LintIgnored // entries that are not workflows, and misplaced directories
+	problems []LintProblem // .knotless or its workflows directory is not a real directory
+}
+
+// findWorkflows lists the workflow files of the git work tree holding base
+// (the process's directory when base is ""), by the server's rules
+// (workflow.CheckDir, CheckFile, MisplacedDir): a symbolic link is reported,
+// never followed, and every other entry is listed with why it is not a
+// workflow. With problems, the rest is not looked at.
+func findWorkflows(base string) (foundWorkflows, error) {
+	var found foundWorkflows
+	cwd := base
+	if cwd == "" {
+		var err error
+		if cwd, err = os.Getwd(); err != nil {
+			return found, fmt.Errorf("find workflows: %w", err)
+		}
+	}
+	// git names the top by its real path: compare real paths.
+	if real, err := filepath.EvalSymlinks(cwd); err == nil {
+		cwd = real
+		if base != "" {
+			base = real
+		}
+	}
+	found.base = base
+	root := checkoutRoot(cwd)
+	found.dir = filepath.Join(root, workflow.Dir) + string(filepath.Separator)
+	rel := func(f string) string { // named as seen from where lint was started
+		if r, err := filepath.Rel(cwd, f); err == nil {
+			return r
+		}
+		return f
+	}
+	for _, d := range []string{filepath.Dir(workflow.Dir), workflow.Dir} {
+		fi, err := os.Lstat(filepath.Join(root, d))
+		if err != nil {
+			break // reported by the caller as no workflows found
+		}
+		if err := workflow.CheckDir(filepath.ToSlash(d), lstatKind(fi)); err != nil {
+			found.problems = problemOf(rel(filepath.Join(root, d)), err)
+			return found, nil
+		}
+	}
+	// A directory of .knotless named almost like the workflows'
+	// (.knotless/workflow) is never looked at: said, as the server
+	// says it at a push.
+	if des, err := os.ReadDir(filepath.Join(root, filepath.Dir(workflow.Dir))); err == nil {
+		for _, d := range des {
+			p := filepath.ToSlash(filepath.Join(filepath.Dir(workflow.Dir), d.Name()))
+			if why := workflow.MisplacedDir(p); d.IsDir() && why != "" {
+				found.ignored = append(found.ignored, LintIgnored{File: workflow.DisplayPath(rel(filepath.Join(root, p))), Reason: why})
+			}
+		}
+	}
+	dir := filepath.Join(root, workflow.Dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+		return found, fmt.Errorf("find workflows: %w", err)
+	}
+	for _, e := range entries {
+		name := filepath.Join(dir, e.Name())
+		kind := entryKind(e.Type())
+		if ok, _ := workflow.CheckFile(filepath.ToSlash(filepath.Join(workflow.Dir, e.Name())), kind); ok {
+			found.files = append(found.files, rel(name))
+			continue
+		}
+		found.ignored = append(found.ignored, LintIgnored{File: workflow.DisplayPath(rel(name)),
+			Reason: workflow.NotWorkflow(e.Name(), kind)})
+	}
+	sort.Strings(found.files)
+	return found, nil
 }
 
 // siblings parses the workflow files in the directories of files that are
