@@ -26,17 +26,18 @@ import (
 type driver Executor
 
 // Make makes the run's container (containerFor: hardened, one per run,
-// never reused) after the disk floor allows it, and starts it with the
-// agent as PID 1. The checkout at spec.Workspace is bind-mounted as
-// agentenv.Workspace (nothing is copied), and given to the container's
-// user at the session's first Exec, CopyIn or CopyOut, when the checkout
-// is complete (executor.Executor.Prepare; never under `knotless-run
-// exec`). A session recovered by a later runner process does not give it
-// again (its steps may be running, and could swap a directory for a link
-// under the walk): a runner that died between Prepare and the first step
-// leaves a run whose steps cannot write to the checkout. It writes to spec.Log the container,
-// image, limits, user and network. Caches move by the host's file system
-// for the checkout (hostCaches).
+// never reused) after the disk floor allows it (jobContainer), and starts
+// it with the agent as PID 1 (startJob), then its builder and services.
+// The checkout at spec.Workspace is bind-mounted as agentenv.Workspace
+// (nothing is copied), and given to the container's user at the
+// session's first Exec, CopyIn or CopyOut, when the checkout is complete
+// (executor.Executor.Prepare; never under `knotless-run exec`). A session
+// recovered by a later runner process does not give it again (its steps
+// may be running, and could swap a directory for a link under the walk):
+// a runner that died between Prepare and the first step leaves a run
+// whose steps cannot write to the checkout. It writes to spec.Log the
+// container, image, limits, user and network. Caches move by the host's
+// file system for the checkout (hostCaches).
 //
 // A builds run (spec.ContainerBuilds) is refused before anything is made
 // when the runner has no --builder-image (refuseBuilds); otherwise its
@@ -51,51 +52,111 @@ type driver Executor
 // answer. On error the containers and volumes made are removed.
 func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve) (*agentenv.Env, error) {
 	e := (*Executor)(d)
+	name := containerName(e.cfg.Runner, spec.ID)
+	job, build, err := e.jobContainer(ctx, spec, serve)
+	if err != nil {
+		return nil, err
+	}
+	id, err := e.startJob(ctx, job, build, name)
+	if err != nil {
+		return nil, err
+	}
+	pids := "none"
+	if e.cfg.Pids > 0 {
+		pids = fmt.Sprint(e.cfg.Pids)
+	}
+	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
+		name, short(id), job.Image, executor.FormatCPUs(job.NanoCPUs/1e6), units.FormatSize(job.Memory), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(job.RunAs), job.Network)
+	if build != nil {
+		if err := e.startBuilder(ctx, spec, *build, job, id, name); err != nil {
+			e.removeContainer(context.WithoutCancel(ctx), id)
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+	}
+	if len(spec.Services) > 0 {
+		if err := e.startServices(ctx, spec, job, id, name); err != nil {
+			_ = e.removeServices(context.WithoutCancel(ctx), name)
+			e.removeContainer(context.WithoutCancel(ctx), id)
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			return nil, err
+		}
+	}
+	runAs := job.RunAs
+	env := e.env(id, userOf(runAs), name)
+	if !e.cfg.Ephemeral {
+		// The checkout is complete by the first Exec, CopyIn or CopyOut
+		// (executor.Executor.Prepare), and no step has run yet: nothing in
+		// the container can swap a directory for a link while the tree is
+		// walked.
+		ws := spec.Workspace
+		env.AddHooks(agentenv.Hooks{Ready: func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }})
+	}
+	env.AddHooks(agentenv.Hooks{Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
+		hostCaches(env, hello.Workdir, spec.Workspace, runAs)
+		return nil
+	}})
+	return env, nil
+}
+
+// jobContainer checks spec and readies what its job container needs, and
+// returns the container to make (and its builder's, for a builds run):
+// the workspace, the resources within the runner's caps, the host's
+// architecture, builds allowed; then it waits for the disk floor, makes
+// the runner's network, has the image (and the services' and builder's)
+// present, reads the image's user for --run-as image, and checks that a
+// `knotless-run exec` user's checkout can be entered. It makes no
+// container. Errors: Make's, before anything of the run exists.
+func (e *Executor) jobContainer(ctx context.Context, spec executor.Spec, serve agent.Serve) (containerSpec, *builderSpec, error) {
+	fail := func(err error) (containerSpec, *builderSpec, error) { return containerSpec{}, nil, err }
 	if spec.Workspace == "" {
-		return nil, errors.New("no workspace: the checkout is bind-mounted from the runner's disk")
+		return fail(errors.New("no workspace: the checkout is bind-mounted from the runner's disk"))
 	}
 	img, res, err := e.caps.ImageAndResources(spec, e.cfg.Image)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := agentenv.CheckHostArch(spec); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if spec.ContainerBuilds && e.cfg.BuilderImage == "" {
-		return nil, e.refuseBuilds()
+		return fail(e.refuseBuilds())
 	}
-	nano, mem := res.MilliCPUs*1e6, res.Memory
 	if err := e.waitDisk(ctx, spec); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	netName, err := e.network(ctx)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	inspect, err := e.ensureImage(ctx, spec, img)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := e.serviceImages(ctx, spec); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	var build *builderSpec
 	if spec.ContainerBuilds {
 		if build, err = e.prepareBuilder(ctx, spec); err != nil {
-			return nil, err
+			return fail(err)
 		}
+		serve.PathAppend = BuilderShare + "/bin"
 	}
 	runAs := e.cfg.RunAs
 	if runAs.Image {
 		if runAs, err = imageUser(img, inspect.Config.User); err != nil {
-			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: err.Error()}
+			return fail(&executor.Fault{Reason: api.ReasonExecutor, Message: err.Error()})
 		}
 	}
 	if e.cfg.Ephemeral {
 		// `knotless-run exec` runs in a person's own work tree: it is
 		// never given away; steps may write where its modes let them.
 		if err := e.checkOwnTree(spec, runAs); err != nil {
-			return nil, err
+			return fail(err)
 		}
 	}
 	labels := map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner, LabelRun: spec.ID}
@@ -104,19 +165,26 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 			labels[k] = v
 		}
 	}
-	name := containerName(e.cfg.Runner, spec.ID)
-	if build != nil {
-		serve.PathAppend = BuilderShare + "/bin"
-		if err := e.makeBuilderVolumes(ctx, build, name, labels); err != nil {
-			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
-			return nil, err
-		}
-	}
-	job := containerSpec{
-		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: nano, Memory: mem,
+	return containerSpec{
+		Image: img, Labels: labels, RunAs: runAs, NanoCPUs: res.MilliCPUs * 1e6, Memory: res.Memory,
 		Pids: e.cfg.Pids, Runtime: e.cfg.Runtime, Network: netName,
 		Agent: e.cfg.Agent, Workspace: spec.Workspace,
 		Cmd: append([]string{AgentPath}, agentenv.ContainerServe(serve).Args()...),
+	}, build, nil
+}
+
+// startJob makes job's container under name (a builds run's builder
+// volumes first, its share mounted read-only at BuilderShare) and starts
+// it; a container of an earlier process under that name, which no session
+// holds, is removed and made again. It returns the container's ID. On
+// error what it made is removed: the engine's refusal is a
+// *executor.Fault with reason executor and its message.
+func (e *Executor) startJob(ctx context.Context, job containerSpec, build *builderSpec, name string) (string, error) {
+	if build != nil {
+		if err := e.makeBuilderVolumes(ctx, build, name, job.Labels); err != nil {
+			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
+			return "", err
+		}
 	}
 	cfg, hc := containerFor(job)
 	hc.AutoRemove = e.cfg.Ephemeral
@@ -137,9 +205,9 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 				_ = e.removeBuilder(context.WithoutCancel(ctx), name)
 			}
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return "", ctx.Err()
 			}
-			return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine refused the job container: " + err.Error()}
+			return "", &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine refused the job container: " + err.Error()}
 		}
 	}
 	id := created.ID
@@ -149,48 +217,11 @@ func (d *driver) Make(ctx context.Context, spec executor.Spec, serve agent.Serve
 			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return "", ctx.Err()
 		}
-		return nil, &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine could not start the job container: " + err.Error()}
+		return "", &executor.Fault{Reason: api.ReasonExecutor, Message: "the engine could not start the job container: " + err.Error()}
 	}
-	pids := "none"
-	if e.cfg.Pids > 0 {
-		pids = fmt.Sprint(e.cfg.Pids)
-	}
-	e.logf(spec, "container %s (%s) from image %s: cpus %s, memory %s (no swap), pids %s, runtime %s, user %s, network %s, read-only root file system, all capabilities dropped",
-		name, short(id), img, executor.FormatCPUs(res.MilliCPUs), units.FormatSize(mem), pids, cmp.Or(e.cfg.Runtime, "default"), userOf(runAs), netName)
-	if build != nil {
-		if err := e.startBuilder(ctx, spec, *build, job, id, name); err != nil {
-			e.removeContainer(context.WithoutCancel(ctx), id)
-			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-	}
-	if len(spec.Services) > 0 {
-		if err := e.startServices(ctx, spec, job, id, name); err != nil {
-			_ = e.removeServices(context.WithoutCancel(ctx), name)
-			e.removeContainer(context.WithoutCancel(ctx), id)
-			_ = e.removeBuilder(context.WithoutCancel(ctx), name)
-			return nil, err
-		}
-	}
-	env := e.env(id, userOf(runAs), name)
-	if !e.cfg.Ephemeral {
-		// The checkout is complete by the first Exec, CopyIn or CopyOut
-		// (executor.Executor.Prepare), and no step has run yet: nothing in
-		// the container can swap a directory for a link while the tree is
-		// walked.
-		ws := spec.Workspace
-		env.AddHooks(agentenv.Hooks{Ready: func(context.Context, *agentenv.Session) error { return chownTree(ws, runAs) }})
-	}
-	env.AddHooks(agentenv.Hooks{Attached: func(_ context.Context, _ *agent.Client, hello agent.AgentHello) error {
-		hostCaches(env, hello.Workdir, spec.Workspace, runAs)
-		return nil
-	}})
-	return env, nil
+	return id, nil
 }
 
 // Open finds the container a handle names for Recover: it must still
