@@ -253,7 +253,7 @@ func (e *execution) report(res Result) Result {
 	if e.wf != nil {
 		// Steps the run never reached (it ended in setup) are skipped; one
 		// an earlier process left running ends as the run does (its
-		// environment could not be taken over, or the run was cancelled
+		// environment could not be recovered, or the run was cancelled
 		// first): it ran, so it was not skipped.
 		for i, st := range e.wf.Steps {
 			if e.ended[i+1] {

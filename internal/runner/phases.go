@@ -196,7 +196,7 @@ func (e *execution) session(runCtx context.Context) (sess executor.Session, cach
 // recoverSession recovers the environment an earlier process prepared (or
 // takes the one the caller recovered, or its failure). It fails the run
 // errored with the executor's reason (e.g. pod-lost) when the environment
-// cannot be taken over.
+// cannot be recovered.
 func (e *execution) recoverSession(runCtx, setupCtx context.Context, r *Resume) (executor.Session, Result, bool) {
 	sess, err := r.Recovered, r.RecoverErr
 	if sess == nil && err == nil {
@@ -210,7 +210,7 @@ func (e *execution) recoverSession(runCtx, setupCtx context.Context, r *Resume) 
 		if res, stopped := e.stopped(runCtx); stopped {
 			return nil, res, true
 		}
-		e.setup.printf("the run's environment could not be taken over: %v\n", err)
+		e.setup.printf("the run's environment could not be recovered: %v\n", err)
 		reason := api.ReasonExecutor
 		if f := (*executor.Fault)(nil); errors.As(err, &f) && executor.EnvironmentFault(f.Reason) {
 			reason = f.Reason // e.g. pod-lost: the job pod is gone

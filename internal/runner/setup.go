@@ -1,16 +1,15 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/syncbuf"
 )
 
 // setUp makes the run's checkout and prepares its environment, and records
@@ -122,7 +121,7 @@ func (e *execution) prepare(ctx context.Context, spec executor.Spec) (sess execu
 	}
 	prepCtx, cancelPrep := context.WithCancel(ctx)
 	defer cancelPrep()
-	var prepLog lockedBuffer
+	var prepLog syncbuf.Buffer
 	spec.Log = &prepLog
 	prepared := make(chan struct{})
 	go func() {
@@ -166,24 +165,6 @@ func (e *execution) cleanUp(sess executor.Session) {
 		return
 	}
 	e.envLeft = false
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]byte(nil), l.b.Bytes()...)
 }
 
 // serviceSpecs are the workflow's services for the executor, each with the

@@ -1,6 +1,7 @@
 // Package syncbuf is a bytes.Buffer that one goroutine (or a child process's
 // output copier) may write while others read it, as tests do when they watch
-// a running step or program. It must not grow beyond that: it is not a pipe
+// a running step or program, and as the runner holds what an executor
+// preparing early writes for the setup log. It must not grow beyond that: it is not a pipe
 // and never blocks a reader waiting for data.
 package syncbuf
 
