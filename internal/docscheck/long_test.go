@@ -23,23 +23,11 @@ var longBecause = regexp.MustCompile(`(^|[.:;]\s+|\n)Long because `)
 
 var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
 
-// pendingSplit are the functions over maxFuncLines, without a reason,
-// that are being split now (issue 35): file:function, with the length
-// they had. Remove an entry once its function is split or says why it is
-// long; the test logs each entry that is no longer too long.
-var pendingSplit = map[string]int{ // as of 2026-12-07, with the splits under way
-	"internal/runnercli/run.go:newRun":                  169,
-	"internal/executor/docker/driver.go:driver.Make":    141,
-	"internal/server/receivepack.go:Server.receivePack": 140,
-	"scripts/deploy/main.go:run":                        140,
-	"internal/stepagent/step.go:Agent.startStep":        127,
-	"internal/stepagent/step.go:Agent.supervise":        125,
-	"internal/workflow/decode.go:decoder.workflow":      124,
-	"internal/cli/workflow.go:session.lint":             111,
-	"cmd/knotless-server/main.go:newCommand":            108,
-	"internal/runnercli/exec.go:newExec":                103,
-	"internal/workflow/parse.go:parse":                  103,
-}
+// pendingSplit are functions over maxFuncLines, without a reason, that
+// are being split (file:function, with the length they had): none since
+// issue 35 split the last. An entry no longer long fails, so that the list
+// only shrinks.
+var pendingSplit = map[string]int{}
 
 // longFunc is a function of the module over maxFuncLines.
 type longFunc struct {
@@ -141,7 +129,7 @@ func funcName(fd *ast.FuncDecl) string {
 // No function of the module is over maxFuncLines lines unless its doc
 // comment says why, in a sentence that begins "Long because" (test
 // files and generated files aside), but for those being split now
-// (pendingSplit), whose entries no longer long it logs, to be removed.
+// (pendingSplit), whose entries no longer long fail, to be removed.
 func TestCode_FunctionsOver100LinesSayWhyTheyAreLong(t *testing.T) {
 	found := map[string]bool{}
 	var report []string
@@ -159,9 +147,7 @@ func TestCode_FunctionsOver100LinesSayWhyTheyAreLong(t *testing.T) {
 	}
 	for where := range pendingSplit {
 		if !found[where] {
-			// Logged, not failed, while the splits of issue 35 land in
-			// other hands; once they have, this is to fail (t.Errorf).
-			t.Logf("pendingSplit names %s, which is no longer over %d lines without a reason (or is gone): remove it", where, maxFuncLines)
+			t.Errorf("pendingSplit names %s, which is no longer over %d lines without a reason (or is gone): remove it", where, maxFuncLines)
 		}
 	}
 }
