@@ -53,9 +53,6 @@ func longFuncs(t testing.TB) []longFunc {
 			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "vendor") {
 				return filepath.SkipDir
 			}
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil && rel != "." {
-				return filepath.SkipDir // another module (test/cluster)
-			}
 			return nil
 		}
 		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {

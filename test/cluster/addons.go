@@ -13,7 +13,8 @@ import "fmt"
 // RuntimeClass gvisor runs pods in gVisor (containerd's runsc handler,
 // containerdConfig); its pod overhead is what a sandbox's own processes
 // (runsc-sandbox, runsc-gofer) add to the pod's memory cgroup, on top of
-// its containers' limits.
+// its containers' limits. Long because it is one manifest, kept whole so
+// that it reads as what kubectl applies.
 func (c Config) addons() string {
 	return fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

@@ -22,7 +22,10 @@ import (
 // first removes whatever an earlier cluster left (processes from stale pid
 // files, pods' processes and shims, mounts, network namespaces, the bridge,
 // netfilter rules) and starts from a fresh etcd and fresh runtime state,
-// keeping PKI so existing kubeconfigs stay valid.
+// keeping PKI so existing kubeconfigs stay valid. Long because it is the
+// cluster's start read in order, one printed phase after another (each
+// phase's work is a function of its own), so that a failed start is
+// found by its phase.
 func (c Config) Up(ctx context.Context) error {
 	t0 := time.Now()
 	if c.Healthy(ctx) == nil {

@@ -75,88 +75,108 @@ State (PKI, configs, pids, logs, etcd, the admin kubeconfig) lives in --state
 
 	root.AddCommand(
 		buildCmd(&cfg),
-		&cobra.Command{
-			Use:   "up",
-			Short: "Start the cluster (returns at once if it is already up)",
-			Long: `up installs missing Debian packages, builds missing binaries, removes what an
+		upCmd(&cfg),
+		downCmd(&cfg),
+		packagesCmd(),
+		statusCmd(&cfg),
+		kubectlCmd(&cfg),
+	)
+	return root
+}
+
+// upCmd is `up`: start the cluster (returns at once if it is already up).
+func upCmd(cfg *cluster.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "up",
+		Short: "Start the cluster (returns at once if it is already up)",
+		Long: `up installs missing Debian packages, builds missing binaries, removes what an
 earlier cluster left behind, writes PKI and configs, starts every process, imports
 the images, deploys CoreDNS and waits until the node is Ready. Run it again at any
 time: on a healthy cluster it only imports job images it does not hold yet.`,
-			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				t0 := time.Now()
-				if err := cfg.Up(cmd.Context()); err != nil {
-					if errors.Is(err, cluster.ErrNotRoot) || errors.Is(err, cluster.ErrOtherCluster) {
-						return err
-					}
-					return fmt.Errorf("%w\n(process logs: %s/logs; stop what this up started with: knotless-test-cluster down)", err, cfg.StateDir)
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t0 := time.Now()
+			if err := cfg.Up(cmd.Context()); err != nil {
+				if errors.Is(err, cluster.ErrNotRoot) || errors.Is(err, cluster.ErrOtherCluster) {
+					return err
 				}
-				fmt.Printf("cluster up in %s\nexport KUBECONFIG=%s\naudit log: %s\n", time.Since(t0).Round(100*time.Millisecond), cfg.AdminKubeconfig(), cfg.AuditLog())
-				return nil
-			},
+				return fmt.Errorf("%w\n(process logs: %s/logs; stop what this up started with: knotless-test-cluster down)", err, cfg.StateDir)
+			}
+			fmt.Printf("cluster up in %s\nexport KUBECONFIG=%s\naudit log: %s\n", time.Since(t0).Round(100*time.Millisecond), cfg.AdminKubeconfig(), cfg.AuditLog())
+			return nil
 		},
-		downCmd(&cfg),
-		&cobra.Command{
-			Use:   "packages",
-			Short: "Print the Debian packages the cluster runs on, one a line",
-			Long: `packages prints the Debian packages that up installs when they are missing,
+	}
+}
+
+// packagesCmd is `packages`: print the Debian packages the cluster runs on, one a line.
+func packagesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "packages",
+		Short: "Print the Debian packages the cluster runs on, one a line",
+		Long: `packages prints the Debian packages that up installs when they are missing,
 one a line, so that a script can install them together with its own in one
 apt-get run (.ci/run does). It needs neither root nor a cluster.`,
-			Args: cobra.NoArgs,
-			// No defaults to find: this works on any machine.
-			PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
-			Run: func(*cobra.Command, []string) {
-				fmt.Println(strings.Join(cluster.Packages, "\n"))
-			},
+		Args: cobra.NoArgs,
+		// No defaults to find: this works on any machine.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
+		Run: func(*cobra.Command, []string) {
+			fmt.Println(strings.Join(cluster.Packages, "\n"))
 		},
-		&cobra.Command{
-			Use:   "status",
-			Short: "Say whether the cluster is up (exit 0, with each process's memory) or not (exit 1)",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				if os.Geteuid() != 0 {
-					return errors.New("cannot tell: reading the cluster's pid files and client certificate needs root")
-				}
-				if err := cfg.Healthy(cmd.Context()); err != nil {
-					return statusError{fmt.Errorf("cluster not up: %w", err)}
-				}
-				fmt.Printf("cluster up\nexport KUBECONFIG=%s\naudit log: %s\n\n", cfg.AdminKubeconfig(), cfg.AuditLog())
-				cfg.WriteStatus(os.Stdout)
-				return nil
-			},
+	}
+}
+
+// statusCmd is `status`: say whether the cluster is up (exit 0, with each process's memory) or not (exit 1).
+func statusCmd(cfg *cluster.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Say whether the cluster is up (exit 0, with each process's memory) or not (exit 1)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return errors.New("cannot tell: reading the cluster's pid files and client certificate needs root")
+			}
+			if err := cfg.Healthy(cmd.Context()); err != nil {
+				return statusError{fmt.Errorf("cluster not up: %w", err)}
+			}
+			fmt.Printf("cluster up\nexport KUBECONFIG=%s\naudit log: %s\n\n", cfg.AdminKubeconfig(), cfg.AuditLog())
+			cfg.WriteStatus(os.Stdout)
+			return nil
 		},
-		&cobra.Command{
-			Use:   "kubectl [ARGS...]",
-			Short: "Run the cluster's kubectl with the admin kubeconfig",
-			Long: `kubectl runs the cluster's own kubectl (v1.37.2) with the admin kubeconfig;
+	}
+}
+
+// kubectlCmd is `kubectl`: run the cluster's kubectl with the admin kubeconfig.
+func kubectlCmd(cfg *cluster.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kubectl [ARGS...]",
+		Short: "Run the cluster's kubectl with the admin kubeconfig",
+		Long: `kubectl runs the cluster's own kubectl (v1.37.2) with the admin kubeconfig;
 every argument goes to kubectl. Give harness flags before "kubectl", e.g.
 knotless-test-cluster --state DIR kubectl get pods -A.`,
-			DisableFlagParsing: true,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				// Flag parsing is off so kubectl gets its own flags: take
-				// the harness's flags given before the subcommand here.
-				args, err := takeFlags(cmd.Root().PersistentFlags(), args)
-				if err != nil {
-					return err
-				}
-				if cfg, err = cfg.Defaults(); err != nil {
-					return err
-				}
-				if _, err := os.Stat(cfg.StateDir + "/bin/kubectl"); err != nil {
-					return fmt.Errorf("no cluster in %s yet: run knotless-test-cluster up first", cfg.StateDir)
-				}
-				c := exec.CommandContext(cmd.Context(), cfg.StateDir+"/bin/kubectl", append([]string{"--kubeconfig", cfg.AdminKubeconfig()}, args...)...)
-				c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-				err = c.Run()
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					os.Exit(ee.ExitCode())
-				}
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// Flag parsing is off so kubectl gets its own flags: take
+			// the harness's flags given before the subcommand here.
+			args, err := takeFlags(cmd.Root().PersistentFlags(), args)
+			if err != nil {
 				return err
-			},
+			}
+			if *cfg, err = cfg.Defaults(); err != nil {
+				return err
+			}
+			if _, err := os.Stat(cfg.StateDir + "/bin/kubectl"); err != nil {
+				return fmt.Errorf("no cluster in %s yet: run knotless-test-cluster up first", cfg.StateDir)
+			}
+			c := exec.CommandContext(cmd.Context(), cfg.StateDir+"/bin/kubectl", append([]string{"--kubeconfig", cfg.AdminKubeconfig()}, args...)...)
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+			err = c.Run()
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				os.Exit(ee.ExitCode())
+			}
+			return err
 		},
-	)
-	return root
+	}
 }
 
 // takeFlags sets the leading arguments that are flags of fs ("--name value"
