@@ -105,25 +105,8 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 	}
 
 	if only >= 0 {
-		for {
-			st, ok := stepOf(run, only)
-			if ok {
-				if _, err := s.followStep(ctx, rt, &run, refresh, st, true, 0); err != nil {
-					return run, false, err
-				}
-				st, _ = stepOf(run, only)
-				return run, st.State == api.StepSucceeded, nil
-			}
-			if api.IsFinal(run.State) {
-				return run, false, noStepError(id, only, workflowSteps(run))
-			}
-			if err := sleep(ctx, pollInterval); err != nil {
-				return run, false, err
-			}
-			if err := refresh(); err != nil {
-				return run, false, err
-			}
-		}
+		ok, err := s.followOnlyStep(ctx, rt, &run, refresh, id, only)
+		return run, ok, err
 	}
 
 	last := -1
@@ -179,6 +162,30 @@ func (s *session) followRun(ctx context.Context, id int64, only int) (api.Run, b
 	}
 	fmt.Fprint(s.stdout(), runlog.RunSummary(run))
 	return run, run.State == api.StateSucceeded, nil
+}
+
+// followOnlyStep follows step only of run id (run logs --step), once the
+// run lists it, and says whether it succeeded; refresh updates *run.
+func (s *session) followOnlyStep(ctx context.Context, rt *retrier, run *api.Run, refresh func() error, id int64, only int) (bool, error) {
+	for {
+		st, ok := stepOf(*run, only)
+		if ok {
+			if _, err := s.followStep(ctx, rt, run, refresh, st, true, 0); err != nil {
+				return false, err
+			}
+			st, _ = stepOf(*run, only)
+			return st.State == api.StepSucceeded, nil
+		}
+		if api.IsFinal(run.State) {
+			return false, noStepError(id, only, workflowSteps(*run))
+		}
+		if err := sleep(ctx, pollInterval); err != nil {
+			return false, err
+		}
+		if err := refresh(); err != nil {
+			return false, err
+		}
+	}
 }
 
 // followStep prints one step's log as it grows, framed by header and
