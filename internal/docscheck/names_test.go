@@ -117,14 +117,15 @@ func (x *codeIndex) resolve(name string) (ok, known bool) {
 }
 
 var (
-	backticked = regexp.MustCompile("`([^`\n]+)`")
-	dottedName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$`)
-	exported   = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
-	repoPath   = regexp.MustCompile(`^[a-z0-9_.-]+(/[a-z0-9_.-]+)*/?$`)
-	hopSpan    = regexp.MustCompile(`^[a-z0-9_./-]+\.go: `)
+	backticked  = regexp.MustCompile("`([^`\n]+)`")
+	dottedName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$`)
+	exported    = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
+	repoPath    = regexp.MustCompile(`^[a-z0-9_.-]+(/[a-z0-9_.-]+)*/?$`)
+	hopSpan     = regexp.MustCompile(`^[a-z0-9_./-]+\.go: `)
+	stateReason = regexp.MustCompile(`^(succeeded|failed|errored|cancelled)/[a-z-]+$`)
 )
 
-// staleNames are the names docs/architecture.md writes in backticks
+// staleNames are the names page (a file of docs/, e.g. architecture.md) writes in backticks
 // (outside its fenced blocks) that the code does not declare:
 //   - a dotted name (`pkg.Name`, `Type.Method`, `pkg.Type.Field`) whose
 //     first part is a package or a type of the module must resolve
@@ -138,7 +139,7 @@ var (
 //     from any directory of it.
 //
 // It returns "LINE: NAME: why" for each.
-func staleNames(t testing.TB) (stale []string, checked int) {
+func staleNames(t testing.TB, page string) (stale []string, checked int) {
 	t.Helper()
 	root := moduleRoot(t)
 	x := newCodeIndex(loadModule(t))
@@ -175,7 +176,7 @@ func staleNames(t testing.TB) (stale []string, checked int) {
 			}
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	data, err := os.ReadFile(filepath.Join(root, "docs", page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +194,8 @@ func staleNames(t testing.TB) (stale []string, checked int) {
 			switch {
 			case strings.Contains(m[1], "*"):
 				// a pattern (api.Method*, KNOTLESS_*)
+			case stateReason.MatchString(span):
+				// a run's state and reason (errored/runner-lost), not a path
 			case hopSpan.MatchString(span):
 				// a hop: TestDocs_ArchitectureHopsAreTheCode's
 			case dottedName.MatchString(span) && !strings.HasSuffix(span, ".go"):
@@ -223,11 +226,26 @@ func staleNames(t testing.TB) (stale []string, checked int) {
 // code's (staleNames has the rules): the page is read with the code
 // open, and a name that moved or never was sends the reader nowhere.
 func TestDocs_ArchitectureNamesAreTheCode(t *testing.T) {
-	stale, checked := staleNames(t)
+	stale, checked := staleNames(t, "architecture.md")
 	for _, s := range stale {
 		t.Errorf("docs/architecture.md:%s", s)
 	}
 	if checked < 50 {
+		t.Errorf("%d names checked, want the page's names", checked)
+	}
+	t.Logf("%d names checked", checked)
+}
+
+// Every Go name and path the glossary writes in backticks is the code's,
+// as for the architecture (staleNames): each word's meaning is given with
+// the function that does it, and a renamed function would leave the word
+// without its home.
+func TestDocs_GlossaryNamesAreTheCode(t *testing.T) {
+	stale, checked := staleNames(t, "glossary.md")
+	for _, s := range stale {
+		t.Errorf("docs/glossary.md:%s", s)
+	}
+	if checked < 30 {
 		t.Errorf("%d names checked, want the page's names", checked)
 	}
 	t.Logf("%d names checked", checked)
