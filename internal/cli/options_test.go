@@ -34,19 +34,30 @@ func TestOptions_ValidateRefusesWithTheCommandsOwnError(t *testing.T) {
 		args  []string // the options' positional arguments
 		stdin string
 		cli   []string // the command line that should give the same error
+		json  bool     // --json (the session's)
 	}{
-		{&runnerTokenOptions{Repo: "a/b", Expires: 0, Uses: 1}, nil, "", []string{"runner", "token", "--repo", "a/b", "--expires", "0s"}},
-		{&runnerTokenOptions{Repo: "a/b", Expires: time.Hour, Uses: 0}, nil, "", []string{"runner", "token", "--repo", "a/b", "--uses", "0"}},
-		{&runnerApproveOptions{Repo: "a/b", DID: "zDnae", DIDGiven: true}, []string{"r"}, "", []string{"runner", "approve", "r", "--repo", "a/b", "--did", "zDnae"}},
-		{&runnerApproveOptions{Repo: "a/b", DID: " ", DIDGiven: true}, []string{"r"}, "", []string{"runner", "approve", "r", "--repo", "a/b", "--did", " "}},
-		{&tokenCreateOptions{Expires: "0d"}, []string{"laptop"}, "", []string{"token", "create", "laptop", "--expires", "0d"}},
+		{&runnerTokenOptions{Repo: "a/b", Expires: 0, Uses: 1}, nil, "", []string{"runner", "token", "--repo", "a/b", "--expires", "0s"}, false},
+		{&runnerTokenOptions{Repo: "a/b", Expires: time.Hour, Uses: 0}, nil, "", []string{"runner", "token", "--repo", "a/b", "--uses", "0"}, false},
+		{&runnerApproveOptions{Repo: "a/b", DID: "zDnae", DIDGiven: true}, []string{"r"}, "", []string{"runner", "approve", "r", "--repo", "a/b", "--did", "zDnae"}, false},
+		{&runnerApproveOptions{Repo: "a/b", DID: " ", DIDGiven: true}, []string{"r"}, "", []string{"runner", "approve", "r", "--repo", "a/b", "--did", " "}, false},
+		{&tokenCreateOptions{Expires: "0d"}, []string{"laptop"}, "", []string{"token", "create", "laptop", "--expires", "0d"}, false},
 		// A bad name is told before a bad --expires, as the command does.
-		{&tokenCreateOptions{Expires: "0d"}, []string{"bad/name"}, "", []string{"token", "create", "bad/name", "--expires", "0d"}},
-		{&accountToggleOptions{Disable: true}, []string{"Bad_Handle!"}, "", []string{"account", "disable", "Bad_Handle!"}},
-		{&secretSetOptions{Repo: "a/b"}, []string{"TOKEN"}, "hello\x00world\n", []string{"secret", "set", "TOKEN", "--repo", "a/b"}},
+		{&tokenCreateOptions{Expires: "0d"}, []string{"bad/name"}, "", []string{"token", "create", "bad/name", "--expires", "0d"}, false},
+		{&accountToggleOptions{Disable: true}, []string{"Bad_Handle!"}, "", []string{"account", "disable", "Bad_Handle!"}, false},
+		{&secretSetOptions{Repo: "a/b"}, []string{"TOKEN"}, "hello\x00world\n", []string{"secret", "set", "TOKEN", "--repo", "a/b"}, false},
+		{&repoCreateOptions{}, []string{"a/b/c"}, "", []string{"repo", "create", "a/b/c"}, false},
+		{&loginOptions{Server: "ftp://x"}, nil, "", []string{"login", "--server", "ftp://x"}, false},
+		{&runListOptions{Pipeline: "x"}, nil, "", []string{"run", "list", "--pipeline", "x"}, false},
+		// run trigger checks its flags before it looks for a repository.
+		{&runTriggerOptions{Ref: "main~5"}, nil, "", []string{"run", "trigger", "--ref", "main~5"}, false},
+		{&runTriggerOptions{Follow: true}, nil, "", []string{"run", "trigger", "--json", "-f"}, true},
+		{&runRerunOptions{Pipeline: "4"}, []string{"3"}, "", []string{"run", "rerun", "3", "--pipeline", "4"}, false},
+		{&runLogsOptions{Latest: true, StepSet: true}, nil, "", []string{"run", "logs", "--latest", "--step", "0"}, false},
+		{&runLogsOptions{After: 3, AfterSet: true}, []string{"1"}, "", []string{"run", "logs", "1", "--after", "3"}, false},
 	} {
 		name := strings.Join(c.cli, " ")
 		s, stdout, stderr := optionsSession(e, strings.NewReader(c.stdin), time.Now())
+		s.jsonOut = c.json
 		err := c.o.complete(context.Background(), s, c.args)
 		if err != nil {
 			t.Fatalf("%s: complete: %v", name, err)
