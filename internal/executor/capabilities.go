@@ -12,7 +12,6 @@ import (
 // and its tests pin the list Capabilities gives.
 //
 //	on an Executor:
-//	  EarlyPreparer  Prepare may overlap the checkout's fetch
 //	  Finder         environments found by Spec.ID alone (a runner whose
 //	                 work directory was lost adopts them)
 //	  Doctor         `knotless-run doctor` checks
@@ -25,13 +24,10 @@ import (
 //	  ServiceLogger  the logs of the run's services (Spec.Services)
 //
 // Capabilities names the optional capabilities x (an Executor or a
-// Session) has, in the order of the list above: "early-prepare", "find",
+// Session) has, in the order of the list above: "find",
 // "doctor", "facts", "count", "close", "cache", "detached-steps", "service-logs".
 func Capabilities(x any) []string {
 	var out []string
-	if ep, ok := x.(EarlyPreparer); ok && ep.PrepareEarly() {
-		out = append(out, "early-prepare")
-	}
 	if _, ok := x.(Finder); ok {
 		out = append(out, "find")
 	}

@@ -114,17 +114,6 @@ type Executor interface {
 	Sweep(ctx context.Context, keep []string) error
 }
 
-// EarlyPreparer once marked an executor whose Prepare reads nothing of
-// the checkout, which the runner then prepared while it made the
-// checkout. Every executor is such now: it is Executor.Prepare's
-// contract.
-//
-// Deprecated: implement nothing; the runner will prepare every executor
-// early (its remaining users are being removed).
-type EarlyPreparer interface {
-	PrepareEarly() bool
-}
-
 // Handle locates one environment so that a later runner process can Recover
 // it (as a Nomad task handle does). The runner records it in its journal as
 // JSON; Data belongs to the executor and is opaque to everyone else. A

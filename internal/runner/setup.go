@@ -88,10 +88,10 @@ func (e *execution) spec(runCtx context.Context) executor.Spec {
 }
 
 // prepare fills the workspace (the checkout, then what the needed runs
-// left) and prepares the environment of spec. When the executor prepares
-// without reading the checkout (executor.EarlyPreparer), both go on at
-// once: the environment starts (a shell agent, a pod) while the commit is
-// fetched; what Prepare writes for the setup log is held until the
+// left) and prepares the environment of spec. Both go on at once
+// (Prepare reads nothing of the checkout: executor.Executor.Prepare): the
+// environment starts (a shell agent, a pod) while the commit is fetched;
+// what Prepare writes for the setup log is held until the
 // checkout's lines are in, so the log reads as if one came after the
 // other, and an environment made early for a checkout that failed is
 // removed. inputsErr (what says which part failed, for the setup log) or
@@ -106,7 +106,7 @@ func (e *execution) prepare(ctx context.Context, spec executor.Spec) (sess execu
 		return "", e.receiveNeeds(ctx)
 	}
 	early := false
-	if ep, ok := e.ex.(executor.EarlyPreparer); ok && ep.PrepareEarly() && e.job.Checkout != nil {
+	if e.job.Checkout != nil {
 		early = os.MkdirAll(e.job.Workspace, 0o755) == nil
 	}
 	if !early {

@@ -87,20 +87,9 @@ type Executor struct {
 }
 
 var (
-	_ executor.Executor      = (*Executor)(nil)
-	_ executor.EarlyPreparer = (*Executor)(nil)
-	_ executor.Doctor        = (*Executor)(nil)
+	_ executor.Executor = (*Executor)(nil)
+	_ executor.Doctor   = (*Executor)(nil)
 )
-
-// PrepareEarly reports true: Prepare makes and starts the container and
-// connects to its agent while the runner fetches the checkout (a bind
-// mount of the directory being filled); the checkout is given to the
-// job's user at the session's first Exec, CopyIn or CopyOut. A session
-// recovered by a later runner process does not give it again (its steps
-// may be running, and could swap a directory for a link under the walk):
-// a runner that died between Prepare and the first step leaves a run
-// whose steps cannot write to the checkout.
-func (e *Executor) PrepareEarly() bool { return true }
 
 // New returns a docker executor. It checks cfg but does not reach the
 // engine yet. Errors name the field to fix.

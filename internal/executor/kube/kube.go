@@ -160,7 +160,6 @@ type Executor struct {
 var (
 	_ executor.EnvironmentCounter = (*Executor)(nil)
 	_ executor.Executor           = (*Executor)(nil)
-	_ executor.EarlyPreparer      = (*Executor)(nil)
 	_ executor.Finder             = (*Executor)(nil)
 	_ executor.Doctor             = (*Executor)(nil)
 )
@@ -229,11 +228,6 @@ func New(cfg Config) (*Executor, error) {
 	}
 	return e, nil
 }
-
-// PrepareEarly reports true: Prepare makes the pod and delivers the agent
-// while the runner fetches the checkout; the checkout is copied in at the
-// first Exec, CopyIn or CopyOut.
-func (e *Executor) PrepareEarly() bool { return true }
 
 // Client returns the executor's clientset (for doctor-style checks).
 func (e *Executor) Client() kubernetes.Interface { return e.client }

@@ -68,8 +68,7 @@ type Executor struct {
 }
 
 var (
-	_ executor.Executor      = (*Executor)(nil)
-	_ executor.EarlyPreparer = (*Executor)(nil)
+	_ executor.Executor = (*Executor)(nil)
 )
 
 // New returns a shell executor configured by cfg. It does not touch the file
@@ -86,10 +85,6 @@ func New(cfg Config) *Executor {
 	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, nil)
 	return e
 }
-
-// PrepareEarly reports true: Prepare only hands the workspace's path to
-// the agent, which reads nothing in it before a step starts.
-func (e *Executor) PrepareEarly() bool { return true }
 
 // driver is the shell executor's agentenv.Driver: an environment is a
 // session directory with an agent process in it.
