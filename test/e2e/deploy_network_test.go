@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
@@ -83,7 +83,7 @@ func TestDeploy_JobPodReachesNoPodServiceAPIServerOrNodeButDNSWorks(t *testing.T
 	}
 
 	job := kubetest.RestrictedPod(ns, "job")
-	job.Labels[kube.LabelManagedBy] = kube.ManagedBy
+	job.Labels[agentenv.LabelManagedBy] = agentenv.ManagedBy
 	job = c.StartPod(t, c.Client, job)
 	control := c.StartPod(t, c.Client, kubetest.RestrictedPod(ns, "control"))
 

@@ -19,7 +19,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/deploy"
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
@@ -244,7 +244,7 @@ func (d *deployment) jobPods(t testing.TB) []corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := d.c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelManagedBy + "=" + kube.ManagedBy})
+	list, err := d.c.Client.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{LabelSelector: agentenv.LabelManagedBy + "=" + agentenv.ManagedBy})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/test/dockertest"
 )
@@ -26,7 +27,7 @@ func BenchmarkE2E_DockerClaimToFinished(b *testing.B) {
 	runner := w.startRunner(w.registerRunner("dbench"), d.args...)
 	wf := map[string]string{".knotless/workflows/ci.yml": "on:\n  push: {}\nimage: " + dockertest.JobImage + "\nsteps:\n  - run: \"true\"\n"}
 	w.waitFinal(w.pushOne(wf).ID, 3*time.Minute) // the mirror, the runner's network
-	labels := map[string]string{docker.LabelRunner: "dbench"}
+	labels := map[string]string{agentenv.LabelRunner: "dbench"}
 	if _, _, err := d.eng.BareRun(context.Background(), labels, ""); err != nil {
 		b.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (d *dockerRunner) containers(t testing.TB, runner string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := d.eng.Containers(ctx, docker.LabelRunner+"="+runner)
+	list, err := d.eng.Containers(ctx, agentenv.LabelRunner+"="+runner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func (d *dockerRunner) cleanup(t testing.TB, runner string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		d.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+runner)
+		d.eng.RemoveLabelled(ctx, agentenv.LabelRunner+"="+runner)
 		if e, err := docker.New(docker.Config{Config: agentenv.Config{Runner: runner, Agent: "/bin/true"}, Client: d.eng.Client}); err == nil {
 			_ = e.RemoveNetwork(ctx)
 		}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/dockertest"
 	"knotless.dev/knotless/test/kubetest"
@@ -94,7 +94,7 @@ steps:
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pods, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("%s=run-%d", kube.LabelRun, run.ID)})
+	pods, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("%s=run-%d", agentenv.LabelRun, run.ID)})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("the job pod of run %d: %v, %d pods", run.ID, err, len(pods.Items))
 	}

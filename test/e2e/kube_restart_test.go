@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
@@ -216,7 +216,7 @@ func TestE2E_KubeJobPodGoneDuringTheHandoverEndsPodLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := k.c.Client.CoreV1().Pods(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
-		metav1.ListOptions{LabelSelector: kube.LabelRunner + "=kr-lost"}); err != nil {
+		metav1.ListOptions{LabelSelector: agentenv.LabelRunner + "=kr-lost"}); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Until(t, time.Minute, "the job pod to be gone", func() (bool, string) {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/internal/executor/kube"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/testwait"
 	"knotless.dev/knotless/test/kubetest"
 )
@@ -48,7 +48,7 @@ func (k *kubeRunner) pods(t testing.TB, runner string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRunner + "=" + runner})
+	list, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: agentenv.LabelRunner + "=" + runner})
 	if err != nil {
 		t.Fatal(err)
 	}

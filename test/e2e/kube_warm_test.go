@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/internal/testwait"
 )
@@ -20,7 +21,7 @@ func (k *kubeRunner) warmPodNames(t testing.TB, runner string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelWarm + "=true," + kube.LabelRunner + "=" + runner})
+	list, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelWarm + "=true," + agentenv.LabelRunner + "=" + runner})
 	if err != nil {
 		t.Fatal(err)
 	}

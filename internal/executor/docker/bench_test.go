@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/docker"
 )
 
@@ -22,7 +23,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // bareRun is dockertest's BareRun, labelled as the fixture's, on network
 // ("": none).
 func bareRun(b *testing.B, f *fixture, network string) (run, exec time.Duration) {
-	run, exec, err := f.eng.BareRun(context.Background(), map[string]string{docker.LabelRunner: f.runner}, network)
+	run, exec, err := f.eng.BareRun(context.Background(), map[string]string{agentenv.LabelRunner: f.runner}, network)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/builder"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/units"
 )
 
@@ -162,7 +163,7 @@ func (e *Executor) builderIDs(ctx context.Context) (int, error) {
 		}
 	}
 	list, err := e.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", LabelManagedBy+"="+ManagedBy), filters.Arg("label", LabelBuilder))})
+		filters.Arg("label", agentenv.LabelManagedBy+"="+agentenv.ManagedBy), filters.Arg("label", LabelBuilder))})
 	if err != nil {
 		return 0, fmt.Errorf("list the engine's builders: %w", err)
 	}
@@ -312,8 +313,8 @@ func (e *Executor) removeBuilder(ctx context.Context, jobName string) error {
 // run is left.
 func (e *Executor) builderVolumes(ctx context.Context) ([]volume.Volume, error) {
 	res, err := e.api.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", LabelManagedBy+"="+ManagedBy),
-		filters.Arg("label", LabelRunner+"="+e.cfg.Runner),
+		filters.Arg("label", agentenv.LabelManagedBy+"="+agentenv.ManagedBy),
+		filters.Arg("label", agentenv.LabelRunner+"="+e.cfg.Runner),
 		filters.Arg("label", LabelBuilder))})
 	if err != nil {
 		return nil, fmt.Errorf("list the builders' volumes: %w", err)

@@ -19,6 +19,7 @@ import (
 
 	"knotless.dev/knotless/internal/builder"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/internal/testwait"
 )
@@ -69,14 +70,14 @@ RUN ["/bin/busybox", "sh", "-c", "test \"$(/bin/busybox id -u)\" = 1000"]
 func (f *fixture) runnerLeft(t *testing.T, ctx context.Context) []string {
 	t.Helper()
 	var left []string
-	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner)
+	list, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range list {
 		left = append(left, "container "+strings.Join(c.Names, ","))
 	}
-	vols, err := f.eng.Client.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelRunner+"="+f.runner))})
+	vols, err := f.eng.Client.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", agentenv.LabelRunner+"="+f.runner))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestDocker_ContainerBuildBuildsWithoutPrivilege(t *testing.T) {
 	s := f.prepare(t, e, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner, docker.LabelBuilder)
+	list, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner, docker.LabelBuilder)
 	if err != nil || len(list) != 1 {
 		t.Fatalf("builder containers: %v, %v", list, err)
 	}
@@ -209,7 +210,7 @@ grep -o '"containerimage.digest": *"sha256:[0-9a-f]*"' meta.json
 	if err != nil {
 		t.Fatal(err)
 	}
-	builders, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner, docker.LabelBuilder)
+	builders, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner, docker.LabelBuilder)
 	if err != nil || len(builders) != 0 || len(pj.Mounts) != 2 {
 		t.Errorf("an ordinary run: builders %v (%v), job container mounts %+v; want none and the agent and checkout only", builders, err, pj.Mounts)
 	}

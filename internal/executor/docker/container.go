@@ -10,15 +10,6 @@ import (
 	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
-// Labels every job container carries: see agentenv.
-const (
-	LabelManagedBy = agentenv.LabelManagedBy
-	ManagedBy      = agentenv.ManagedBy
-	LabelRunner    = agentenv.LabelRunner
-	LabelRun       = agentenv.LabelRun
-	LabelExecutor  = agentenv.LabelExecutor
-)
-
 // Paths inside the job container: the root file system is read-only;
 // agentenv.AgentDir, agentenv.Home and agentenv.Tmp are tmpfs mounts,
 // agentenv.Workspace is the checkout bind-mounted from the runner's disk.

@@ -260,9 +260,9 @@ func (e *Executor) removeContainer(ctx context.Context, id string) error {
 // list returns this runner's job containers, running or not.
 func (e *Executor) list(ctx context.Context) ([]container.Summary, error) {
 	f := filters.NewArgs(
-		filters.Arg("label", LabelManagedBy+"="+ManagedBy),
-		filters.Arg("label", LabelExecutor+"="+Name),
-		filters.Arg("label", LabelRunner+"="+e.cfg.Runner),
+		filters.Arg("label", agentenv.LabelManagedBy+"="+agentenv.ManagedBy),
+		filters.Arg("label", agentenv.LabelExecutor+"="+Name),
+		filters.Arg("label", agentenv.LabelRunner+"="+e.cfg.Runner),
 	)
 	return e.api.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 }

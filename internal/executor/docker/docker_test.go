@@ -33,7 +33,7 @@ func newFixture(t testing.TB) *fixture {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		f.eng.RemoveLabelled(ctx, docker.LabelRunner+"="+f.runner)
+		f.eng.RemoveLabelled(ctx, agentenv.LabelRunner+"="+f.runner)
 		if e, err := docker.New(docker.Config{Config: agentenv.Config{Runner: f.runner, Agent: f.agent}, Client: f.eng.Client}); err == nil {
 			if err := e.RemoveNetwork(ctx); err != nil {
 				t.Errorf("remove the test runner's network: %v", err)
@@ -123,7 +123,7 @@ func (f *fixture) gate(id string) func(t *testing.T) executortest.Gate {
 func (f *fixture) leftovers(t *testing.T, id string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner, docker.LabelRun+"="+id)
+	list, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner, agentenv.LabelRun+"="+id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/executor"
-	"knotless.dev/knotless/internal/executor/docker"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer: every check
@@ -35,7 +35,7 @@ func TestDocker_DoctorChecksEngineRuntimeFloorAndATestContainer(t *testing.T) {
 	if !strings.Contains(checks[0].Detail, "API ") {
 		t.Errorf("the engine check does not give the API version: %s", checks[0].Detail)
 	}
-	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner)
+	list, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner)
 	if err != nil || len(list) > 0 {
 		t.Errorf("left behind: %v, %v", list, err)
 	}

@@ -159,7 +159,7 @@ func (e *Executor) jobContainer(ctx context.Context, spec executor.Spec, serve a
 			return fail(err)
 		}
 	}
-	labels := map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner, LabelRun: spec.ID}
+	labels := map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelExecutor: Name, agentenv.LabelRunner: e.cfg.Runner, agentenv.LabelRun: spec.ID}
 	for k, v := range spec.Labels {
 		if _, ok := labels[k]; !ok {
 			labels[k] = v
@@ -255,7 +255,7 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	out := make([]agentenv.Listed, 0, len(list))
 	for _, c := range list {
 		id := c.ID
-		out = append(out, agentenv.Listed{ID: c.Labels[LabelRun], Name: "container " + short(id),
+		out = append(out, agentenv.Listed{ID: c.Labels[agentenv.LabelRun], Name: "container " + short(id),
 			Remove: func(ctx context.Context) error { return e.removeContainer(ctx, id) }})
 	}
 	// A builder's volumes outlive their containers when a runner died
@@ -266,7 +266,7 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	}
 	for _, v := range vols {
 		name := v.Name
-		out = append(out, agentenv.Listed{ID: v.Labels[LabelRun], Name: "volume " + name,
+		out = append(out, agentenv.Listed{ID: v.Labels[agentenv.LabelRun], Name: "volume " + name,
 			Remove: func(ctx context.Context) error {
 				if err := e.api.VolumeRemove(ctx, name, true); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("remove volume %s: %w", name, err)

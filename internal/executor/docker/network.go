@@ -10,6 +10,7 @@ import (
 
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/errdefs"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 // network returns the network job containers join: Config.Network, or
@@ -56,7 +57,7 @@ func (e *Executor) ensureNetwork(ctx context.Context) (string, error) {
 	if errdefs.IsNotFound(err) {
 		_, err = e.api.NetworkCreate(ctx, name, network.CreateOptions{
 			Driver: "bridge",
-			Labels: map[string]string{LabelManagedBy: ManagedBy, LabelExecutor: Name, LabelRunner: e.cfg.Runner},
+			Labels: map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelExecutor: Name, agentenv.LabelRunner: e.cfg.Runner},
 			Options: map[string]string{
 				"com.docker.network.bridge.enable_icc": "false",
 				"com.docker.network.bridge.name":       bridge,

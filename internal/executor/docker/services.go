@@ -119,7 +119,7 @@ func (e *Executor) startServices(ctx context.Context, spec executor.Spec, job co
 // run, running or not.
 func (e *Executor) serviceList(ctx context.Context, jobName string) ([]container.Summary, error) {
 	list, err := e.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", LabelManagedBy+"="+ManagedBy),
+		filters.Arg("label", agentenv.LabelManagedBy+"="+agentenv.ManagedBy),
 		filters.Arg("label", LabelService),
 		filters.Arg("name", "^/?"+jobName+"-service-"),
 	)})

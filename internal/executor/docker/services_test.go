@@ -12,6 +12,7 @@ import (
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/docker"
 	"knotless.dev/knotless/test/dockertest"
 )
@@ -65,7 +66,7 @@ func TestDocker_PostgresServiceAnswersTheStep(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner, docker.LabelService+"=db")
+	list, err := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner, docker.LabelService+"=db")
 	if err != nil || len(list) != 1 {
 		t.Fatalf("service containers: %v, %v", list, err)
 	}
@@ -102,7 +103,7 @@ func TestDocker_PostgresServiceAnswersTheStep(t *testing.T) {
 	if err := s.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner); len(left) != 0 {
+	if left, _ := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner); len(left) != 0 {
 		t.Errorf("the session's cleanup left %d containers", len(left))
 	}
 }
@@ -131,7 +132,7 @@ func TestDocker_ServiceThatExitsBeforeReadyFailsTheRunNamingIt(t *testing.T) {
 	if !strings.Contains(log.String(), "the-service-said-this") {
 		t.Errorf("the setup log lacks the service's log:\n%s", log)
 	}
-	if left, _ := f.eng.Containers(ctx, docker.LabelRunner+"="+f.runner); len(left) != 0 {
+	if left, _ := f.eng.Containers(ctx, agentenv.LabelRunner+"="+f.runner); len(left) != 0 {
 		t.Errorf("a failed Prepare left %d containers", len(left))
 	}
 }

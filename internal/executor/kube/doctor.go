@@ -23,6 +23,7 @@ import (
 
 	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/units"
 )
 
@@ -165,7 +166,7 @@ func (e *Executor) checkPodSecurity(ctx context.Context, ok func(string, string)
 	const name = "namespace enforces Pod Security restricted"
 	fix := fmt.Sprintf("kubectl label namespace %s pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest", e.ns)
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "knotless-doctor-", Labels: map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner)}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "knotless-doctor-", Labels: map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: labelValue(e.cfg.Runner)}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
@@ -231,7 +232,7 @@ func (e *Executor) checkRuntimeClass(ctx context.Context, machine bool, ok func(
 // jobLabels are the labels of a job pod of this runner (the run's label
 // as a placeholder), to test NetworkPolicy selectors against.
 func (e *Executor) jobLabels() labels.Set {
-	return labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: "doctor"}
+	return labels.Set{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: labelValue(e.cfg.Runner), agentenv.LabelRun: "doctor"}
 }
 
 // checkNetworkPolicy lists the namespace's NetworkPolicies and checks that

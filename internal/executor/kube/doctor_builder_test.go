@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/kube"
 )
 
@@ -31,7 +32,7 @@ func noBuildsPods(t *testing.T, f *fixture, cfg kube.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	left, err := f.c.Client.CoreV1().Pods(cfg.BuildsNamespace).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelManagedBy + "=" + kube.ManagedBy})
+	left, err := f.c.Client.CoreV1().Pods(cfg.BuildsNamespace).List(ctx, metav1.ListOptions{LabelSelector: agentenv.LabelManagedBy + "=" + agentenv.ManagedBy})
 	if err != nil || len(left.Items) > 0 {
 		t.Errorf("doctor left pods in the builds namespace: %d %v", len(left.Items), err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"knotless.dev/knotless/internal/agent/agenttest"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/test/kubetest"
 )
@@ -30,7 +31,7 @@ func jobPodPolicy() *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "knotless-job-pods"},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{kube.LabelManagedBy: kube.ManagedBy}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Egress: []networkingv1.NetworkPolicyEgressRule{
 				{
@@ -144,7 +145,7 @@ func TestKubeDoctor_PassesEveryCheckInACorrectNamespace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	left, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelManagedBy + "=" + kube.ManagedBy})
+	left, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: agentenv.LabelManagedBy + "=" + agentenv.ManagedBy})
 	if err != nil || len(left.Items) > 0 {
 		t.Errorf("doctor left job pods: %v %v", left, err)
 	}

@@ -332,7 +332,7 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	out := make([]agentenv.Listed, 0, len(list.Items))
 	for _, p := range list.Items {
 		name, uid := p.Name, p.UID
-		out = append(out, agentenv.Listed{ID: p.Labels[LabelRun], Name: "pod " + name,
+		out = append(out, agentenv.Listed{ID: p.Labels[agentenv.LabelRun], Name: "pod " + name,
 			Remove: func(ctx context.Context) error { return e.deletePod(ctx, name, uid, false) }})
 	}
 	return out, nil

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
 var _ executor.Finder = (*Executor)(nil)
@@ -31,7 +32,7 @@ func (e *Executor) Find(ctx context.Context, id string) (executor.Handle, bool, 
 
 // findIn is Find in this Executor's own namespace.
 func (e *Executor) findIn(ctx context.Context, id string) (executor.Handle, bool, error) {
-	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(id)})
+	sel := labels.SelectorFromSet(labels.Set{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: labelValue(e.cfg.Runner), agentenv.LabelRun: labelValue(id)})
 	var list *corev1.PodList
 	err := throttled(ctx, func() error {
 		var err error

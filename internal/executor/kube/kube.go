@@ -253,7 +253,7 @@ func (e *Executor) Close() error {
 }
 
 func (e *Executor) selector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner)})
+	return labels.SelectorFromSet(labels.Set{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: labelValue(e.cfg.Runner)})
 }
 
 // watch starts (once) an informer on this runner's job pods (a

@@ -140,7 +140,7 @@ func (f *fixture) gate(pod string) func(t *testing.T) executortest.Gate {
 func (f *fixture) leftovers(t *testing.T, id string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelRun + "=" + id})
+	list, err := f.c.Client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{LabelSelector: agentenv.LabelRun + "=" + id})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,14 +15,6 @@ import (
 	"knotless.dev/knotless/internal/executor/agentenv"
 )
 
-// Labels every job pod carries: see agentenv.
-const (
-	LabelManagedBy = agentenv.LabelManagedBy
-	ManagedBy      = agentenv.ManagedBy
-	LabelRunner    = agentenv.LabelRunner
-	LabelRun       = agentenv.LabelRun
-)
-
 // validLabelKey is a label key (an optional DNS prefix, a name) that a
 // Spec's labels must match to reach the pod.
 var validLabelKey = regexp.MustCompile(`^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
@@ -248,7 +240,7 @@ func (e *Executor) jobPod(spec executor.Spec, serve agent.Serve, warm, userns bo
 	if timeout <= 0 {
 		timeout = time.Hour
 	}
-	lbl := map[string]string{LabelManagedBy: ManagedBy, LabelRunner: labelValue(e.cfg.Runner), LabelRun: labelValue(spec.ID)}
+	lbl := map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: labelValue(e.cfg.Runner), agentenv.LabelRun: labelValue(spec.ID)}
 	if warm {
 		lbl[LabelWarm] = "true"
 		timeout = warmDeadline
@@ -391,7 +383,7 @@ func podNamePrefix(id string) string {
 func BenchPod(namespace, container string) *corev1.Pod {
 	p := podFor(podSpec{
 		Namespace: namespace, GenerateName: "bare-", Image: "localhost/knotless/job-base:1",
-		Labels: map[string]string{LabelManagedBy: "kubetest"},
+		Labels: map[string]string{agentenv.LabelManagedBy: "kubetest"},
 		CPU:    resource.MustParse(executor.DefaultCPUs), Memory: *resource.NewQuantity(128<<20, resource.BinarySI),
 		Disk: *resource.NewQuantity(256<<20, resource.BinarySI), Deadline: time.Hour, RunAs: executor.DefaultRunAs,
 		PullPolicy: corev1.PullNever,

@@ -59,7 +59,7 @@ func TestPod_JobPodIsTheGoldenPod(t *testing.T) {
 	fullSpec := executor.Spec{
 		ID: "run-42", Image: "golang:1.23", Arch: "arm64", CPUs: "2", MemoryBytes: 2 << 30, DiskBytes: 5 << 30,
 		Timeout: 30 * time.Minute, Workspace: "/var/lib/knotless/ws/run-42",
-		Labels: map[string]string{"knotless.dev/repo": "alice/app", "Not A Key!": "dropped", LabelRun: "not-the-run"},
+		Labels: map[string]string{"knotless.dev/repo": "alice/app", "Not A Key!": "dropped", agentenv.LabelRun: "not-the-run"},
 		Services: []executor.Service{{
 			Name: "postgres", Image: "postgres:16", Env: map[string]string{"POSTGRES_DB": "app"},
 			Command: []string{"postgres", "-c", "fsync=off"}, Secrets: map[string]string{"POSTGRES_PASSWORD": "s3cret"},

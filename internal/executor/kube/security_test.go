@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/test/kubetest"
 )
@@ -205,7 +206,7 @@ func assertHardened(t *testing.T, pod *corev1.Pod, uid, gid int64, timeout time.
 		}
 	}
 	// Labels Sweep and people find the pod by.
-	for k, want := range map[string]string{kube.LabelManagedBy: kube.ManagedBy, kube.LabelRunner: "test", kube.LabelRun: id} {
+	for k, want := range map[string]string{agentenv.LabelManagedBy: agentenv.ManagedBy, agentenv.LabelRunner: "test", agentenv.LabelRun: id} {
 		if got := pod.Labels[k]; got != want {
 			t.Errorf("label %s = %q, want %q", k, got, want)
 		}

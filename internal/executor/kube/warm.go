@@ -321,9 +321,9 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 		e.dropWarm(wp, "gone before its claim")
 		return nil, fmt.Errorf("the warm pod %s is gone", wp.name)
 	}
-	labels := map[string]any{LabelWarm: nil, LabelRun: labelValue(spec.ID)}
+	labels := map[string]any{LabelWarm: nil, agentenv.LabelRun: labelValue(spec.ID)}
 	for k, v := range spec.Labels {
-		if _, own := labels[k]; !own && validLabelKey.MatchString(k) && k != LabelManagedBy && k != LabelRunner {
+		if _, own := labels[k]; !own && validLabelKey.MatchString(k) && k != agentenv.LabelManagedBy && k != agentenv.LabelRunner {
 			labels[k] = labelValue(v)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"knotless.dev/knotless/internal/executor/agentenv"
 	"knotless.dev/knotless/internal/executor/kube"
 	"knotless.dev/knotless/internal/testwait"
 )
@@ -87,7 +88,7 @@ func TestKube_ClaimTakesAWarmPodAndNeverReusesIt(t *testing.T) {
 		t.Errorf("the setup log does not say the run took the warm pod:\n%s", log.String())
 	}
 	stored := f.storedPod(t, first.Name)
-	if stored.UID != first.UID || stored.Labels[kube.LabelWarm] != "" || stored.Labels[kube.LabelRun] != spec.ID {
+	if stored.UID != first.UID || stored.Labels[kube.LabelWarm] != "" || stored.Labels[agentenv.LabelRun] != spec.ID {
 		t.Errorf("the claimed pod's labels: %v (uid %s, want %s)", stored.Labels, stored.UID, first.UID)
 	}
 	res, out, err := runStep(t, s, "1", "pwd; grep -o '\"run\":\"[^\"]*\"' /knotless/state/agent.json", time.Minute)
@@ -118,13 +119,13 @@ func TestKube_WarmPodHoldsNoRepositoryDataBeforeItsClaim(t *testing.T) {
 	stored := f.storedPod(t, wp.Name)
 	for k := range stored.Labels {
 		switch k {
-		case kube.LabelManagedBy, kube.LabelRunner, kube.LabelRun, kube.LabelWarm:
+		case agentenv.LabelManagedBy, agentenv.LabelRunner, agentenv.LabelRun, kube.LabelWarm:
 		default:
 			t.Errorf("the warm pod has label %s", k)
 		}
 	}
-	if !strings.HasPrefix(stored.Labels[kube.LabelRun], "warm-") {
-		t.Errorf("the warm pod's run label is %q", stored.Labels[kube.LabelRun])
+	if !strings.HasPrefix(stored.Labels[agentenv.LabelRun], "warm-") {
+		t.Errorf("the warm pod's run label is %q", stored.Labels[agentenv.LabelRun])
 	}
 	for _, c := range stored.Spec.Containers {
 		if len(c.Env) > 0 || len(c.EnvFrom) > 0 {
