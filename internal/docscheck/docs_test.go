@@ -178,12 +178,8 @@ func anchors(t testing.TB, path string) map[string]bool {
 		t.Fatal(err)
 	}
 	out, seen := map[string]bool{}, map[string]int{}
-	fenced := false
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-		}
-		if m := mdHeader.FindStringSubmatch(line); m != nil && !fenced {
+	for _, line := range proseLines(string(data)) {
+		if m := mdHeader.FindStringSubmatch(line); m != nil {
 			a := anchor(m[2])
 			if n := seen[a]; n > 0 {
 				out[fmt.Sprintf("%s-%d", a, n)] = true
@@ -206,14 +202,7 @@ func TestDocs_RelativeLinksResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fenced := false
-		for n, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "```") {
-				fenced = !fenced
-			}
-			if fenced {
-				continue
-			}
+		for n, line := range proseLines(string(data)) {
 			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
 				target := m[1]
 				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
@@ -226,11 +215,11 @@ func TestDocs_RelativeLinksResolve(t *testing.T) {
 					path = filepath.Join(filepath.Dir(path), filepath.FromSlash(file))
 				}
 				if _, err := os.Stat(path); err != nil {
-					t.Errorf("%s:%d: link %s: %v", page, n+1, target, err)
+					t.Errorf("%s:%d: link %s: %v", page, n, target, err)
 					continue
 				}
 				if frag != "" && strings.HasSuffix(path, ".md") && !anchors(t, path)[frag] {
-					t.Errorf("%s:%d: link %s: no heading #%s in %s", page, n+1, target, frag, filepath.Base(path))
+					t.Errorf("%s:%d: link %s: no heading #%s in %s", page, n, target, frag, filepath.Base(path))
 				}
 			}
 		}

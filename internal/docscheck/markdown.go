@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,4 +77,22 @@ func Pages(root string) ([]string, error) {
 		}
 	}
 	return pages, nil
+}
+
+// proseLines yields each line of a Markdown page's text outside its fenced
+// blocks, with its 1-based line number; the fence lines themselves are
+// not yielded.
+func proseLines(text string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fenced := false
+		for n, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "```") {
+				fenced = !fenced
+				continue
+			}
+			if !fenced && !yield(n+1, line) {
+				return
+			}
+		}
+	}
 }

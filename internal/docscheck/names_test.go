@@ -180,17 +180,10 @@ func staleNames(t testing.TB, page string) (stale []string, checked int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fenced := false
-	for n, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "```") {
-			fenced = !fenced
-		}
-		if fenced {
-			continue
-		}
+	for n, line := range proseLines(string(data)) {
 		for _, m := range backticked.FindAllStringSubmatch(line, -1) {
 			span := strings.TrimSuffix(m[1], "()")
-			where := func(why string) string { return fmt.Sprintf("%d: %s: %s", n+1, m[1], why) }
+			where := func(why string) string { return fmt.Sprintf("%d: %s: %s", n, m[1], why) }
 			switch {
 			case strings.Contains(m[1], "*"):
 				// a pattern (api.Method*, KNOTLESS_*)
@@ -226,14 +219,7 @@ func staleNames(t testing.TB, page string) (stale []string, checked int) {
 // code's (staleNames has the rules): the page is read with the code
 // open, and a name that moved or never was sends the reader nowhere.
 func TestDocs_ArchitectureNamesAreTheCode(t *testing.T) {
-	stale, checked := staleNames(t, "architecture.md")
-	for _, s := range stale {
-		t.Errorf("docs/architecture.md:%s", s)
-	}
-	if checked < 50 {
-		t.Errorf("%d names checked, want the page's names", checked)
-	}
-	t.Logf("%d names checked", checked)
+	checkNames(t, "architecture.md", 50)
 }
 
 // Every Go name and path the glossary writes in backticks is the code's,
@@ -241,11 +227,18 @@ func TestDocs_ArchitectureNamesAreTheCode(t *testing.T) {
 // the function that does it, and a renamed function would leave the word
 // without its home.
 func TestDocs_GlossaryNamesAreTheCode(t *testing.T) {
-	stale, checked := staleNames(t, "glossary.md")
+	checkNames(t, "glossary.md", 30)
+}
+
+// checkNames fails for each stale name of docs/page (staleNames), and
+// when fewer than least names were checked (the page lost its names, or
+// the rules stopped reading them).
+func checkNames(t *testing.T, page string, least int) {
+	stale, checked := staleNames(t, page)
 	for _, s := range stale {
-		t.Errorf("docs/glossary.md:%s", s)
+		t.Errorf("docs/%s:%s", page, s)
 	}
-	if checked < 30 {
+	if checked < least {
 		t.Errorf("%d names checked, want the page's names", checked)
 	}
 	t.Logf("%d names checked", checked)
