@@ -444,6 +444,12 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 		t.Errorf("--step 1:\n%s", r.stdout)
 	}
 	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "7")
+	// One step followed: the same, and the exit code is that step's.
+	if r = mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "1", "-f"); r.stdout != "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0, 1.5s ──\n" {
+		t.Errorf("--step 1 -f:\n%s", r.stdout)
+	}
+	mustRun(t, e, ExitFailed, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "2", "-f")
+	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "7", "-f")
 
 	// run list and run show, as tables and as JSON.
 	r = mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app", "--json")
