@@ -184,7 +184,7 @@ var errHandedOver = errors.New("the run was handed over to the next runner proce
 func Execute(ctx context.Context, job Job, ex executor.Executor, rep Reporter) Result {
 	e := newExecution(job, ex, rep)
 	res := e.run(ctx)
-	if !e.keep() {
+	if !e.takeEnd() {
 		if err := e.setup.close(); err != nil {
 			e.log.Warn("close setup log", "err", err)
 		}

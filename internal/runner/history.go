@@ -110,11 +110,12 @@ func (e *execution) handedOver() bool {
 	return errors.Is(context.Cause(e.held), errHandedOver)
 }
 
-// keep ends the hold for this process to finish the run, and reports
-// whether it still holds the run (false: it was handed over first). A
-// handover whose channel closed before keep wins even if the watcher has
+// takeEnd decides, once, who finishes the run: it ends the hold for this
+// process to finish it, and reports whether it still holds the run (false:
+// it was handed over first). From then on a handover no longer applies. A
+// handover whose channel closed before takeEnd wins even if the watcher has
 // not said so yet: the answer does not depend on goroutine scheduling.
-func (e *execution) keep() bool {
+func (e *execution) takeEnd() bool {
 	select {
 	case <-e.job.Handover: // nil: never
 		e.endHold(errHandedOver)

@@ -226,7 +226,7 @@ func (e *execution) recoverSession(runCtx, setupCtx context.Context, r *Resume) 
 // services' logs to the setup log and cleans the environment up (bounded
 // by 2 minutes, whatever ended ctx).
 func (e *execution) release(ctx context.Context, sess executor.Session) {
-	if !e.keep() {
+	if !e.takeEnd() {
 		_ = sess.Detach()
 		return
 	}

@@ -278,7 +278,7 @@ func (r *Runner) stop(active *sync.WaitGroup, slots chan struct{}, stopShipping 
 		<-done
 	}
 	if isClosed(r.handover) {
-		return r.handOver(done, stopShipping)
+		return r.stopHandingOver(done, stopShipping)
 	}
 	if isClosed(r.sess.superseded) {
 		return r.stopSuperseded(done, stopShipping, stopRuns)
@@ -303,7 +303,7 @@ func (r *Runner) stop(active *sync.WaitGroup, slots chan struct{}, stopShipping 
 		case <-r.sess.superseded:
 			return r.stopSuperseded(done, stopShipping, stopRuns)
 		case <-r.handover:
-			return r.handOver(done, stopShipping)
+			return r.stopHandingOver(done, stopShipping)
 		}
 	}
 	shipped := make(chan struct{})

@@ -200,10 +200,10 @@ func (r *Runner) takeOver(runsCtx, shipCtx context.Context, t *takeover) {
 	r.execute(runsCtx, shipCtx, t.sp, t.cr, t.workspace, t.resume)
 }
 
-// handOver ends Run for the next process: the runs' executions let go of
+// stopHandingOver ends Run for the next process: the runs' executions let go of
 // their environments (Job.Handover), deliveries and heartbeats stop, and
 // the server is told, which keeps the runs for its handover grace.
-func (r *Runner) handOver(done <-chan struct{}, stopShipping context.CancelFunc) error {
+func (r *Runner) stopHandingOver(done <-chan struct{}, stopShipping context.CancelFunc) error {
 	r.log.Info("handing the runs over to the next knotless-run process on this work directory")
 	select {
 	case <-done:
