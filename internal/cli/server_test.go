@@ -438,18 +438,7 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	if r.stdout != want {
 		t.Errorf("run logs -f after the end:\n%s\nwant:\n%s", r.stdout, want)
 	}
-	// One step only.
-	r = mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "1")
-	if r.stdout != "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0, 1.5s ──\n" {
-		t.Errorf("--step 1:\n%s", r.stdout)
-	}
-	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "7")
-	// One step followed: the same, and the exit code is that step's.
-	if r = mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "1", "-f"); r.stdout != "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0, 1.5s ──\n" {
-		t.Errorf("--step 1 -f:\n%s", r.stdout)
-	}
-	mustRun(t, e, ExitFailed, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "2", "-f")
-	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(run.ID), "--step", "7", "-f")
+	oneStepLogs(t, e, run.ID)
 
 	// run list and run show, as tables and as JSON.
 	r = mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app", "--json")
@@ -487,6 +476,24 @@ func TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure(t *testing.T)
 	}
 	// A finished run cannot be cancelled.
 	mustRun(t, e, ExitFailed, nil, "run", "cancel", fmt.Sprint(run.ID))
+}
+
+// oneStepLogs checks run logs --step of the run
+// TestRunLogsFollow_StreamsAPushedRunToTheEndAndExits1OnFailure played
+// (step 1 succeeded, step 2 failed), with and without -f.
+func oneStepLogs(t *testing.T, e env, id int64) {
+	t.Helper()
+	const step1 = "── step 1/2: build ──\nhello from build\nsecond line\n── succeeded, exit 0, 1.5s ──\n"
+	if r := mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(id), "--step", "1"); r.stdout != step1 {
+		t.Errorf("--step 1:\n%s", r.stdout)
+	}
+	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(id), "--step", "7")
+	// One step followed: the same, and the exit code is that step's.
+	if r := mustRun(t, e, ExitOK, nil, "run", "logs", fmt.Sprint(id), "--step", "1", "-f"); r.stdout != step1 {
+		t.Errorf("--step 1 -f:\n%s", r.stdout)
+	}
+	mustRun(t, e, ExitFailed, nil, "run", "logs", fmt.Sprint(id), "--step", "2", "-f")
+	mustRun(t, e, ExitNotFound, nil, "run", "logs", fmt.Sprint(id), "--step", "7", "-f")
 }
 
 func TestRunLogsFollow_SucceededRunExits0(t *testing.T) {
