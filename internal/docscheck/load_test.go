@@ -1,6 +1,7 @@
 package docscheck
 
 import (
+	"fmt"
 	"go/ast"
 	"go/build"
 	"go/importer"
@@ -8,6 +9,7 @@ import (
 	"go/token"
 	"go/types"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -48,19 +50,36 @@ var (
 // loadModule loads the module once per test binary.
 func loadModule(t testing.TB) *module {
 	t.Helper()
-	loadOnce.Do(func() { loaded, loadErr = load(moduleRoot(t)) })
+	loadOnce.Do(func() {
+		// The go command's GOROOT: a test binary built with -trimpath
+		// (make test's GOFLAGS) does not know its own, and go/build would
+		// then find no standard library.
+		out, err := exec.Command(goTool(t), "env", "GOROOT").Output()
+		if err != nil {
+			loadErr = fmt.Errorf("go env GOROOT: %w", err)
+			return
+		}
+		loaded, loadErr = load(moduleRoot(t), strings.TrimSpace(string(out)))
+	})
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
 	return loaded
 }
 
-func load(root string) (*module, error) {
+// load reads the module at root, the standard library from goroot's
+// sources. Its error says the standard library cannot be read (every
+// interface edge of the checks would be missing, and they would fail for
+// the wrong reason) or a file of the module does not parse.
+func load(root, goroot string) (*module, error) {
 	m := &module{root: root, path: moduleName, fset: token.NewFileSet(), pkgs: map[string]*modPackage{}}
+	build.Default.CgoEnabled = false // the pure-Go standard library; nothing to run cgo on
+	build.Default.GOROOT = goroot
 	ctx := build.Default
-	ctx.CgoEnabled = false // the pure-Go standard library; nothing to run cgo on
-	build.Default.CgoEnabled = false
-	std := importer.ForCompiler(m.fset, "gc", nil).(types.ImporterFrom)
+	std := importer.ForCompiler(m.fset, "source", nil).(types.ImporterFrom)
+	if _, err := std.ImportFrom("io", root, 0); err != nil {
+		return nil, fmt.Errorf("the standard library's sources in %s cannot be read: %w", goroot, err)
+	}
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
