@@ -107,7 +107,7 @@ func (c *cluster) start(program string, args ...string) (*proc, error) {
 	cmd := exec.Command(filepath.Join(c.bin, program), args...)
 	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = clusterProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", program, err)
 	}

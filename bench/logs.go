@@ -105,7 +105,7 @@ func benchLogs(ctx context.Context, bin string, mb, times int) (*LogResult, erro
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "knotless-run"), "exec", wf,
 			"--log-limit", res.LogLimit, "--work", filepath.Join(c.dir, "exec-work"))
 		cmd.Dir = c.git
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = killedWithParent()
 		// SIGTERM lets exec stop its step and agent; SIGKILL after 5 s.
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 5 * time.Second

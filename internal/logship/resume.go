@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -199,8 +198,7 @@ func (s *Spool) releaseLog(step int, from, acked int64) (int64, error) {
 		return from, nil // gone: nothing to give back
 	}
 	defer f.Close()
-	const punchHole, keepSize = 0x02, 0x01 // FALLOC_FL_PUNCH_HOLE, FALLOC_FL_KEEP_SIZE
-	if err := syscall.Fallocate(int(f.Fd()), punchHole|keepSize, from, end-from); err != nil {
+	if err := punchHole(f, from, end-from); err != nil {
 		return from, fmt.Errorf("release log of run %d step %d: %w", s.run, step, err)
 	}
 	return end, nil

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -515,5 +514,5 @@ func probePunch(dir string) error {
 	if _, err := f.Write(make([]byte, 8192)); err != nil {
 		return err
 	}
-	return syscall.Fallocate(int(f.Fd()), 0x02|0x01, 0, 4096)
+	return punchHole(f, 0, 4096)
 }

@@ -193,7 +193,7 @@ func (s *Spool) makeReserve() {
 	if err != nil {
 		return
 	}
-	err = syscall.Fallocate(int(f.Fd()), 0, 0, ReserveBytes)
+	err = preallocate(f, ReserveBytes)
 	if err != nil {
 		// No fallocate on this file system: write it out instead.
 		_, err = f.Write(make([]byte, ReserveBytes))

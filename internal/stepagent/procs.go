@@ -14,17 +14,6 @@ import (
 // prSetChildSubreaper is prctl(2)'s PR_SET_CHILD_SUBREAPER.
 const prSetChildSubreaper = 36
 
-// becomeSubreaper makes every orphaned descendant of this process its
-// child, whatever its process group or session (a `setsid` daemon, a
-// double fork), so that the agent can find and kill it.
-func becomeSubreaper() error {
-	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
 // reaper reaps every child of the agent (as a subreaper it inherits
 // orphans) and hands the wait status of the children it was asked about to
 // their waiters.

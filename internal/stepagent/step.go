@@ -136,7 +136,7 @@ func (a *Agent) startStep(req *agent.Start) (*step, error) {
 			a.log.Warn("could not make the step's cgroup; relying on the subreaper", "step", req.ID, "err", err)
 		} else {
 			cgDir = d
-			sys.UseCgroupFD, sys.CgroupFD = true, fd
+			inCgroup(sys, fd)
 			defer syscall.Close(fd)
 		}
 	}

@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,9 +150,9 @@ func TestKube_GVisorJobPodSeesGVisorsKernelAndKeepsItsHardening(t *testing.T) {
 		t.Fatalf("step: %+v %v %q", res, err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var uts syscall.Utsname
-	_ = syscall.Uname(&uts)
-	node := utsString(uts.Release[:])
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	node := unix.ByteSliceToString(uts.Release[:])
 	if !kubetest.SandboxKernel(lines[0]) || lines[0] == node {
 		t.Errorf("the step sees kernel %q (the node's is %q): not gVisor's", lines[0], node)
 	}
@@ -167,17 +167,6 @@ func TestKube_GVisorJobPodSeesGVisorsKernelAndKeepsItsHardening(t *testing.T) {
 		}
 	}
 	t.Logf("the step sees kernel %s (node %s); %v", lines[0], node, status)
-}
-
-func utsString(b []int8) string {
-	var s []byte
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		s = append(s, byte(c))
-	}
-	return string(s)
 }
 
 // The job pods of a test under $KNOTLESS_TEST_RUNTIME_CLASS carry it: the
