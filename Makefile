@@ -171,6 +171,13 @@ cluster-harness:
 cluster-build: cluster-harness
 	$(CLUSTER) build
 
+# The tests' S3 server (versitygw, internal/objstore/s3test), built once
+# into ~/.cache/knotless/tools; the tests build it themselves when it is
+# missing, this builds it ahead (.ci/run, beside the other builds).
+.PHONY: s3-server
+s3-server:
+	$(GO) run ./internal/objstore/s3test/install
+
 cluster-up: cluster-harness
 	$(CLUSTER) up
 
