@@ -255,4 +255,3 @@ func (s *Server) MakeBucket(t testing.TB, name string) {
 		t.Fatal(err)
 	}
 }
-
