@@ -742,6 +742,24 @@ type CompleteInput struct {
 	// (its pod, container or processes are gone) before it reported: a
 	// retry of the run may start now.
 	EnvironmentRemoved bool `json:"environmentRemoved,omitempty"`
+	// Caches is what the run's repository holds in the cache store the
+	// runner used, after the run's restore and save (nil when the run
+	// has no `caches:` or the runner keeps none): the server keeps the
+	// latest report per repository and store, for `knotless repo usage`
+	// and the repository's web page.
+	Caches *CacheUsage `json:"caches,omitempty"`
+}
+
+// CacheUsage is one repository's caches in one cache store.
+type CacheUsage struct {
+	// Store names the store: "s3: ENDPOINT/BUCKET/PREFIX" for a shared
+	// bucket (every runner of it reports the same name), "runner NAME:
+	// disk" for a runner's own disk.
+	Store string `json:"store"`
+	// Entries is the number of caches (keys) and Bytes their size in
+	// bytes (stored: compressed in a bucket, apparent size on a disk).
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
 }
 
 // Limits of CompleteInput.Exports (the workflow package's export file
