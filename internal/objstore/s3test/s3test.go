@@ -118,28 +118,45 @@ type Server struct {
 // when the test ends. It fails the test when anything fails.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Install()
+	s, err := Run(t.TempDir(), "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("s3test: %v", err)
-	}
-	s := &Server{Bucket: "knotless", AccessKey: "knotless-test", SecretKey: randomKey(), Dir: t.TempDir(), bin: bin}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = l.Addr().String()
-	l.Close()
-	s.URL = "http://" + s.addr
-	if err := s.start(); err != nil {
 		t.Fatalf("s3test: %v", err)
 	}
 	t.Cleanup(s.Stop)
+	return s
+}
+
+// Run is Start outside a test (make demo-scale, the docs' guide): it
+// installs and starts versitygw over dir on addr (host:port; port 0 picks
+// a free one) with new random root credentials, and makes the bucket
+// "knotless". The caller stops it (Stop). Errors: Install's, the
+// server's start (with what it printed), the bucket's creation.
+func Run(dir, addr string) (*Server, error) {
+	bin, err := Install()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Bucket: "knotless", AccessKey: "knotless-test", SecretKey: randomKey(), Dir: dir, bin: bin}
+	if strings.HasSuffix(addr, ":0") {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		addr = l.Addr().String()
+		l.Close()
+	}
+	s.addr = addr
+	s.URL = "http://" + s.addr
+	if err := s.start(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.client().MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatalf("s3test: make bucket: %v\n%s", err, s.log)
+		s.Stop()
+		return nil, fmt.Errorf("make bucket: %v\n%s", err, s.log)
 	}
-	return s
+	return s, nil
 }
 
 func randomKey() string {
@@ -186,7 +203,8 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
-// Restart starts a killed server again over the same directory and port.
+// Restart starts a killed server again over the same directory and port;
+// it fails the test when the server does not start.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Kill()
