@@ -624,6 +624,40 @@ type Store interface {
 
 	// Close releases the database. Calls after Close fail.
 	Close() error
+
+	// Retention and usage (issue 36; types in retention.go).
+
+	// SetRepoRetention records repository r.RepoID's own policy (nil
+	// fields: the server's), replacing any earlier one. ErrNotFound when
+	// the repository is absent.
+	SetRepoRetention(ctx context.Context, r RepoRetention) error
+	// RepoRetention returns repoID's own policy; nil fields (and SetBy
+	// "") when its owner never set one.
+	RepoRetention(ctx context.Context, repoID int64) (RepoRetention, error)
+	// UnmeasuredRuns lists up to limit runs, oldest first, that ended
+	// before endedBefore and have no RunBytes yet.
+	UnmeasuredRuns(ctx context.Context, endedBefore time.Time, limit int) ([]int64, error)
+	// RecordRunBytes records what a run held (idempotent: a second
+	// measure replaces the first, never an expiry). ErrNotFound when the
+	// run is absent.
+	RecordRunBytes(ctx context.Context, b RunBytes) error
+	// ExpiryCandidates lists up to q.Limit ended, measured, not yet
+	// expired runs, oldest first, whose policy (the repository's over
+	// q.Server) lets their bytes go at q.Now, among those ended before
+	// q.EndedBefore. Runs that have not ended are never listed.
+	ExpiryCandidates(ctx context.Context, q ExpiryQuery) ([]int64, error)
+	// MarkRunExpired records that run's bytes were removed at at; false
+	// when they were recorded removed already (another replica did).
+	// ErrNotFound when the run has no RunBytes.
+	MarkRunExpired(ctx context.Context, runID int64, at time.Time) (bool, error)
+	// RunExpiredAt returns when run's bytes were removed; nil when kept.
+	RunExpiredAt(ctx context.Context, runID int64) (*time.Time, error)
+	// PutCacheUsage keeps u as its repository's latest report for its
+	// store, unless a later one (ReportedAt) is kept already.
+	PutCacheUsage(ctx context.Context, u CacheUsage) error
+	// RepoUsage sums what repoID's runs hold (see RepoUsage), listing at
+	// most unmeasuredMax unmeasured runs.
+	RepoUsage(ctx context.Context, repoID int64, unmeasuredMax int) (RepoUsage, error)
 }
 
 // Counts are the database's figures for the metrics endpoint: cheap
