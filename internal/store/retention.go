@@ -58,7 +58,7 @@ type ExpiryQuery struct {
 	// EndedBefore: only runs that ended before it (a grace after their
 	// end, during which a late log append may still arrive).
 	EndedBefore time.Time
-	Limit int // at most this many runs (required, > 0)
+	Limit       int // at most this many runs (required, > 0)
 }
 
 // CacheUsage is the latest report of a repository's caches in one cache
