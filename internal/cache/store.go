@@ -87,9 +87,16 @@ type Store struct {
 	// sleeping.
 	now func() time.Time
 
+	// opts are Configure's (the bucket, retention, the bucket's time
+	// bounds); set before the store is used.
+	opts Options
+	// bg counts the bucket calls made in the background (last-use
+	// markers); Wait waits for them.
+	bg sync.WaitGroup
+
 	mu      sync.Mutex
 	entries map[string]*Entry // by Dir
-	pins    map[string]int    // entries being restored: not evicted
+	pins    map[string]int    // entries being restored or uploaded: not evicted
 }
 
 // Open opens (creating) the store in dir, bounded to limit bytes (0 means
@@ -299,6 +306,9 @@ type Stage struct {
 	key   string
 	paths []string
 	done  bool
+	// created, when set, is the entry's Created (an entry downloaded
+	// from the bucket keeps the time it was first saved).
+	created time.Time
 }
 
 // Begin starts saving repo's entry for key with paths (as the workflow
@@ -357,7 +367,11 @@ func (st *Stage) Commit() (*Entry, []*Entry, error) {
 		return nil, nil, fmt.Errorf("cache %q: %d bytes: %w (%d bytes)", st.key, bytes, ErrTooBig, s.limit)
 	}
 	now := s.now().UTC()
-	e := &Entry{Repo: st.repo, Key: st.key, Paths: st.paths, Bytes: bytes, Files: files, Created: now}
+	created := now
+	if !st.created.IsZero() {
+		created = st.created.UTC()
+	}
+	e := &Entry{Repo: st.repo, Key: st.key, Paths: st.paths, Bytes: bytes, Files: files, Created: created}
 	b, _ := json.MarshalIndent(e, "", "  ")
 	if err := writeSynced(filepath.Join(st.Dir, "entry.json"), b); err != nil {
 		st.Abort()
