@@ -114,7 +114,7 @@ func (s *Store) Find(ctx context.Context, repo string, paths []string, key strin
 	}
 	name, ckey, match, err := s.pick(ctx, repo, paths, key, restoreKeys)
 	if err != nil {
-		return local(err)
+		return local(brief(err))
 	}
 	if match == Miss {
 		return local(nil) // entries this disk saved but could not upload

@@ -66,9 +66,27 @@ func (s *Store) transfer(ctx context.Context) (context.Context, func(), func()) 
 func (s *Store) transferErr(ctx context.Context, op, name string, err error) error {
 	switch {
 	case errors.Is(context.Cause(ctx), errStalled):
-		return fmt.Errorf("object store %s: %s %s: no byte moved for %s: given up", s.opts.Bucket, op, name, s.opts.IdleTimeout)
+		return fmt.Errorf("object store %s: %s: no byte moved for %s: given up", s.opts.Bucket, op, s.opts.IdleTimeout)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("object store %s: %s %s: not done in %s: given up", s.opts.Bucket, op, name, s.opts.TransferTimeout)
+		return fmt.Errorf("object store %s: %s: not done in %s: given up", s.opts.Bucket, op, s.opts.TransferTimeout)
+	}
+	return brief(err)
+}
+
+// briefError is an *objstore.Error said without the object's name (a
+// long run of hex digits that tells a reader nothing the line does not).
+type briefError struct{ e *objstore.Error }
+
+func (b briefError) Error() string {
+	return fmt.Sprintf("object store %s: %s: %s", b.e.Store, b.e.Op, b.e.Reason)
+}
+func (b briefError) Unwrap() error { return b.e }
+
+// brief shortens an *objstore.Error for the setup log; other errors stay.
+func brief(err error) error {
+	var oe *objstore.Error
+	if errors.As(err, &oe) {
+		return briefError{oe}
 	}
 	return err
 }
@@ -115,7 +133,10 @@ func (s *Store) download(ctx context.Context, repo string, paths []string, key, 
 	pr := &progressReader{r: body, h: sha256.New(), progress: progress}
 	xerr := unpack(ctx, pr, st.Dir)
 	var oe *objstore.Error
-	if errors.As(xerr, &oe) || ctx.Err() != nil {
+	if errors.As(xerr, &oe) {
+		return pr.n, s.transferErr(ctx, "get", name, oe)
+	}
+	if ctx.Err() != nil {
 		return pr.n, s.transferErr(ctx, "get", name, xerr)
 	}
 	// Every byte goes through the hash, also what the unpacking did not
@@ -202,7 +223,7 @@ func (s *Store) Upload(ctx context.Context, e *Entry) (int64, error) {
 		return 0, fmt.Errorf("cache %q: %w", e.Key, ErrShared)
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return 0, err
+		return 0, brief(err)
 	}
 	release, ok := s.pin(e.Dir)
 	if !ok {

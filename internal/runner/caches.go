@@ -103,10 +103,11 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 		}
 		st.key = key
 		start := time.Now()
-		ent, m, release := store.Lookup(e.job.Repo, c.Paths, key, c.RestoreKeys)
+		found := store.Find(ctx, e.job.Repo, c.Paths, key, c.RestoreKeys)
+		ent, m, release := found.Entry, found.Match, found.Release
 		st.match = m
 		if m == cache.Miss {
-			sl.printf("caches: %s: miss; saved after the run if it succeeds\n", key)
+			sl.printf("caches: %s: miss%s; saved after the run if it succeeds\n", key, faultNote(found.Fault))
 			out = append(out, st)
 			continue
 		}
@@ -137,6 +138,10 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 		if m == cache.PartialHit {
 			how = fmt.Sprintf("partial hit by restore key, entry %s", ent.Key)
 		}
+		if found.Downloaded {
+			how += fmt.Sprintf(" (downloaded %s from the cache store)", byteCount(found.Fetched))
+		}
+		how += faultNote(found.Fault)
 		if failed {
 			// A broken restore must not be taken for a hit: save anew.
 			st.match, st.broken = cache.Miss, true
@@ -250,13 +255,45 @@ func (e *execution) saveCaches(ctx context.Context, sess executor.Session, res R
 			sl.printf("caches: %s: not saved: %v\n", st.key, err)
 			continue
 		}
-		sl.printf("caches: %s: saved %s in %d files and directories, in %s\n", st.key, byteCount(ent.Bytes), ent.Files, time.Since(start).Round(time.Millisecond))
+		shared := e.shareCache(cctx, store, ent)
+		sl.printf("caches: %s: saved %s in %d files and directories%s, in %s\n", st.key, byteCount(ent.Bytes), ent.Files, shared, time.Since(start).Round(time.Millisecond))
 		for _, ev := range evicted {
 			sl.printf("caches: evicted %s (%s, last used %s) to stay within --cache-size %s\n", ev.Key, byteCount(ev.Bytes),
 				ev.Used.UTC().Format(time.RFC3339), byteCount(store.Limit()))
 		}
 		e.log.Info("cache saved", "key", st.key, "bytes", ent.Bytes, "evicted", len(evicted))
 	}
+}
+
+// faultNote is a cache store's fault as the end of a setup log line ("" for
+// none): the run went on with this runner's disk.
+func faultNote(fault error) string {
+	if fault == nil {
+		return ""
+	}
+	if errors.Is(fault, cache.ErrDamaged) {
+		return fmt.Sprintf(" (the cache store's entry was damaged: %v; went on with this runner's disk)", fault)
+	}
+	return fmt.Sprintf(" (the cache store could not be used: %v; went on with this runner's disk)", fault)
+}
+
+// shareCache uploads a saved entry to the store's bucket, if it has one,
+// and says how as the middle of the "saved" line: a store that fails
+// leaves the entry on this runner's disk.
+func (e *execution) shareCache(ctx context.Context, store *cache.Store, ent *cache.Entry) string {
+	if store.Bucket() == nil {
+		return ""
+	}
+	start := time.Now()
+	n, err := store.Upload(ctx, ent)
+	switch {
+	case errors.Is(err, cache.ErrShared):
+		return ", on this runner's disk (not uploaded: another runner saved this key meanwhile)"
+	case err != nil:
+		e.log.Warn("cache not uploaded", "key", ent.Key, "err", err)
+		return fmt.Sprintf(", on this runner's disk only (not uploaded: %v)", err)
+	}
+	return fmt.Sprintf(", uploaded to the cache store as %s (zstd) in %s", byteCount(n), time.Since(start).Round(time.Millisecond))
 }
 
 func contains(list []string, s string) bool {
