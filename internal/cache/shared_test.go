@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -289,5 +290,101 @@ func TestShared_TwoRunnersSavingOneKeyLeaveOneObjectAndTheSecondIsTold(t *testin
 	defer f.Release()
 	if readFound(t, f)["v"] != "a" {
 		t.Fatalf("got %v, want the first save's", readFound(t, f))
+	}
+}
+
+// setClock makes st's clock read at.
+func setClock(st *Store, at time.Time) { st.now = func() time.Time { return at } }
+
+func TestRetention_DiskRemovesUnusedAndEachRepositorysLeastRecentlyUsedPastItsBound(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "caches"), 0)
+	st.Configure(Options{UnusedFor: 7 * 24 * time.Hour, RepoLimit: 250})
+	t0 := time.Now()
+	setClock(st, t0.Add(-10*24*time.Hour))
+	save(t, st, "alice/app", "old", map[string]string{"f": strings.Repeat("o", 100)})
+	save(t, st, "bob/app", "old", map[string]string{"f": strings.Repeat("o", 100)})
+	setClock(st, t0.Add(-3*time.Hour))
+	save(t, st, "alice/app", "a1", map[string]string{"f": strings.Repeat("1", 100)})
+	setClock(st, t0.Add(-2*time.Hour))
+	save(t, st, "alice/app", "a2", map[string]string{"f": strings.Repeat("2", 100)})
+	save(t, st, "bob/app", "b1", map[string]string{"f": strings.Repeat("b", 100)})
+	setClock(st, t0.Add(-time.Minute))
+	save(t, st, "alice/app", "a3", map[string]string{"f": strings.Repeat("3", 100)})
+	// bob's old entry is used again: kept.
+	_, _, rel := st.Lookup("bob/app", dirPaths, "old", nil)
+	rel()
+	setClock(st, t0)
+	removed, err := st.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range removed {
+		got = append(got, r.Repo+" "+r.Key+" "+r.Why)
+	}
+	sort.Strings(got)
+	if strings.Join(got, ", ") != "alice/app a1 repository size, alice/app old unused" {
+		t.Fatalf("removed %v", got)
+	}
+	for _, k := range []string{"a2", "a3"} {
+		if !st.Has("alice/app", dirPaths, k) {
+			t.Errorf("alice/app %s was removed", k)
+		}
+	}
+	if !st.Has("bob/app", dirPaths, "old") || !st.Has("bob/app", dirPaths, "b1") {
+		t.Error("bob/app lost an entry")
+	}
+	if again, err := st.Sweep(context.Background()); err != nil || len(again) != 0 {
+		t.Fatalf("a second sweep: %v, %v", again, err)
+	}
+}
+
+// The bucket's last use is its marker's time: an entry restored recently
+// stays, however old its object; the unused one goes, with its marker,
+// and a second sweep (any runner's) finds nothing more to do.
+func TestRetention_BucketRemovesEntriesUnusedByItsMarkersTime(t *testing.T) {
+	s := s3test.Start(t)
+	a := sharedStore(t, s, "")
+	for _, k := range []string{"used", "unused"} {
+		if err := saveShared(t, a, "alice/app", k, map[string]string{"v": k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, size, err := a.Usage(context.Background(), "alice/app"); err != nil || n != 2 || size < 500 {
+		t.Fatalf("usage in the bucket: %d entries, %d bytes, %v", n, size, err)
+	}
+	if n, _, err := a.Usage(context.Background(), "bob/app"); err != nil || n != 0 {
+		t.Fatalf("bob/app's usage: %d entries, %v", n, err)
+	}
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	for _, k := range []string{"used", "unused"} {
+		obj := filepath.Join(s.Dir, s.Bucket, filepath.FromSlash(entryName("alice/app", dirPaths, k)))
+		if err := os.Chtimes(obj, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := sharedStore(t, s, "")
+	f := b.Find(context.Background(), "alice/app", dirPaths, "used", nil)
+	f.Release()
+	b.Wait() // the marker
+	c := sharedStore(t, s, "")
+	c.Configure(Options{Bucket: c.Bucket(), UnusedFor: 7 * 24 * time.Hour})
+	removed, err := c.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0].Key != "unused" || !removed[0].Bucket || removed[0].Why != "unused" {
+		t.Fatalf("removed %+v", removed)
+	}
+	if f := sharedStore(t, s, "").Find(context.Background(), "alice/app", dirPaths, "unused", nil); f.Match != Miss {
+		t.Fatalf("the removed entry is still found: %+v", f)
+	}
+	if f := sharedStore(t, s, "").Find(context.Background(), "alice/app", dirPaths, "used", nil); f.Match != Hit {
+		t.Fatalf("the used entry is gone: %+v", f)
+	}
+	d := sharedStore(t, s, "")
+	d.Configure(Options{Bucket: d.Bucket(), UnusedFor: 7 * 24 * time.Hour})
+	if again, err := d.Sweep(context.Background()); err != nil || len(again) != 0 {
+		t.Fatalf("a second sweep: %+v, %v", again, err)
 	}
 }

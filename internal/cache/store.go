@@ -94,6 +94,9 @@ type Store struct {
 	// markers); Wait waits for them.
 	bg sync.WaitGroup
 
+	// nextSweep is when SweepSoon may sweep again (under mu).
+	nextSweep time.Time
+
 	mu      sync.Mutex
 	entries map[string]*Entry // by Dir
 	pins    map[string]int    // entries being restored or uploaded: not evicted

@@ -90,6 +90,7 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 		sl.printf("caches: not used: knotless-run exec keeps no cache store (knotless-run run does, under --work)\n")
 		return nil
 	}
+	store.SweepSoon()
 	cs := cacher(sess)
 	home, herr := cs.Home(ctx)
 	out := make(cacheRestoreResult, 0, len(wf.Caches))
@@ -294,6 +295,26 @@ func (e *execution) shareCache(ctx context.Context, store *cache.Store, ent *cac
 		return fmt.Sprintf(", on this runner's disk only (not uploaded: %v)", err)
 	}
 	return fmt.Sprintf(", uploaded to the cache store as %s (zstd) in %s", byteCount(n), time.Since(start).Round(time.Millisecond))
+}
+
+// cacheUsage is what the run's repository holds in the runner's cache
+// store, for api.CompleteInput.Caches: nil for a run without `caches:`, or
+// when the store could not tell (a line of the setup log says why).
+func (e *execution) cacheUsage(ctx context.Context) *api.CacheUsage {
+	store := e.job.Caches
+	if len(e.wf.Caches) == 0 || store == nil {
+		return nil
+	}
+	n, size, err := store.Usage(ctx, e.job.Repo)
+	if err != nil {
+		e.setup.printf("caches: the repository's use of the cache store is not reported: %v\n", err)
+		return nil
+	}
+	name := fmt.Sprintf("runner %s: disk", e.job.RunnerName)
+	if b := store.Bucket(); b != nil {
+		name = "s3: " + b.String()
+	}
+	return &api.CacheUsage{Store: name, Entries: n, Bytes: size}
 }
 
 func contains(list []string, s string) bool {
