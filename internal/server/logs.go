@@ -23,10 +23,13 @@ import (
 // line times (api.LineTime records) as <step>.times beside. A log's size
 // is its file's size; writes to one log (and to its times) are serialized,
 // within a process by a mutex and across the replicas sharing DIR by an
-// flock(2) of the log file.
+// flock(2) of the log file. With an object store (objects.go), the logs
+// of ended runs move there: each reader below looks for the local file
+// first and, when it is gone, for the move's record.
 type logFiles struct {
 	dir string
 	mu  [64]sync.Mutex
+	obj objectsRef
 }
 
 // errGap: an append would leave a hole; size is what the log holds.
@@ -45,15 +48,16 @@ func (l *logFiles) stripe(run int64, step int) int {
 	return int(h.Sum32() % uint32(len(l.mu)))
 }
 
-// size returns the log's size in bytes (0 when it does not exist). It
-// opens the file rather than stat its path: on a shared file system (NFS,
-// several replicas) an open revalidates the attributes another replica's
-// appends changed (close-to-open consistency), a stat may answer from a
-// cache for seconds.
+// size returns the log's size in bytes (0 when it does not exist), the
+// local file's or, once moved, the recorded one. It opens the file rather
+// than stat its path: on a shared file system (NFS, several replicas) an
+// open revalidates the attributes another replica's appends changed
+// (close-to-open consistency), a stat may answer from a cache for seconds.
 func (l *logFiles) size(run int64, step int) (int64, error) {
 	f, err := os.Open(l.path(run, step))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+	if gone(err) {
+		_, m, _, err := l.obj.movedLog(run, step)
+		return m.Size, err
 	}
 	if err != nil {
 		return 0, fmt.Errorf("open log of run %d step %d: %w", run, step, err)
@@ -136,6 +140,12 @@ func (a *logAppend) write(offset int64, data []byte) (before, after int64, err e
 	if err != nil {
 		return 0, 0, fmt.Errorf("stat log of run %d step %d: %w", a.run, a.step, err)
 	}
+	if unlinked(fi) {
+		// The run ended and its log moved to the object store while this
+		// append waited: what it wrote would be lost.
+		return 0, 0, xerr(http.StatusConflict, api.ErrRunFinished,
+			"run %d ended and its step %d log was moved to the object store; its result stands", a.run, a.step)
+	}
 	size := fi.Size()
 	if offset > size {
 		return size, size, &errGap{size: size}
@@ -200,13 +210,46 @@ func (l *logFiles) timesPath(run int64, step int) string {
 
 // lineTimes returns the line times of the log with offsets in [from, to),
 // at most max (0: all), and with before, the last one below from first.
-// None when the log has none.
+// None when the log has none. Once moved, they are read from the object
+// store (a request per probe of the binary search).
 func (l *logFiles) lineTimes(run int64, step int, from, to int64, max int, before bool) ([]api.LineTime, error) {
-	ts, err := api.ReadLineTimesFile(l.timesPath(run, step), from, to, max, before)
+	ts, err := l.readLineTimes(run, step, from, to, max, before)
 	if err != nil {
 		return nil, fmt.Errorf("read line times of run %d step %d: %w", run, step, err)
 	}
 	return ts, nil
+}
+
+func (l *logFiles) readLineTimes(run int64, step int, from, to int64, max int, before bool) ([]api.LineTime, error) {
+	f, err := os.Open(l.timesPath(run, step))
+	var r io.ReaderAt = f
+	var size int64
+	switch {
+	case gone(err):
+		o, m, ok, err := l.obj.movedLog(run, step)
+		if err != nil || !ok || m.TimesSize == 0 {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+		defer cancel()
+		or := o.reader(ctx, timesObject(run, step), m.TimesSize)
+		defer or.Close()
+		r, size = or, m.TimesSize
+	case err != nil:
+		return nil, err
+	default:
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		size = fi.Size()
+	}
+	ts, err := api.ReadLineTimes(r, size, from, to, max, before)
+	if errors.Is(err, io.EOF) {
+		err = nil // a record torn as it was read: what came before it stands
+	}
+	return ts, err
 }
 
 // open returns the log for reading; os.ErrNotExist when nothing was written.
@@ -214,12 +257,22 @@ func (l *logFiles) open(run int64, step int) (*os.File, error) {
 	return os.Open(l.path(run, step))
 }
 
-// copyRange writes bytes [offset, end) of the log to w.
+// copyRange writes bytes [offset, end) of the log to w, from the local
+// file or, once moved, from the object store.
 func (l *logFiles) copyRange(w io.Writer, run int64, step int, offset, end int64) error {
 	if end <= offset {
 		return nil
 	}
 	f, err := l.open(run, step)
+	if gone(err) {
+		o, _, ok, merr := l.obj.movedLog(run, step)
+		if merr != nil {
+			return merr
+		}
+		if ok {
+			return o.copyObject(w, logObject(run, step), offset, end-offset)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -287,8 +340,18 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 	if err := s.checkStep(step); err != nil {
 		return err
 	}
-	if _, err := s.heldRun(ctx, x, id); err != nil {
+	run, err := s.heldRun(ctx, x, id)
+	if err != nil {
 		return err
+	}
+	if api.IsFinal(run.State) {
+		if _, _, moved, err := s.logs.obj.movedLog(id, int(step)); err != nil || moved {
+			if err != nil {
+				return err
+			}
+			return xerr(http.StatusConflict, api.ErrRunFinished,
+				"run %d ended and its step %d log was moved to the object store; its result stands", id, step)
+		}
 	}
 	// Line times are a help to read the log: malformed ones are dropped,
 	// never a reason to refuse the log's bytes.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -21,10 +22,33 @@ import (
 
 // outputFiles keeps runs' outputs archives: DIR/outputs/<run>/outputs.tar
 // once stored, DIR/outputs/<run>/<sha256>-<size>.part while it arrives.
-// Uploads of one run are serialized.
+// Uploads of one run are serialized. With an object store (objects.go),
+// the archives of ended runs move there.
 type outputFiles struct {
 	dir string
 	mu  [64]sync.Mutex
+	obj objectsRef
+}
+
+// open opens run's archive, of size bytes, for reading: the local file
+// or, once moved, the object. Errors: NotFound when it is in neither
+// place (removed), the file's, the database's.
+func (o *outputFiles) open(ctx context.Context, run, size int64) (io.ReadSeekCloser, error) {
+	f, err := os.Open(o.archive(run))
+	if err == nil {
+		return f, nil
+	}
+	if !gone(err) {
+		return nil, fmt.Errorf("open outputs of run %d: %w", run, err)
+	}
+	objs, moved, merr := o.obj.movedOutputs(ctx, run)
+	if merr != nil {
+		return nil, merr
+	}
+	if !moved {
+		return nil, xerr(http.StatusNotFound, api.ErrNotFound, "the outputs of run %d are no longer stored", run)
+	}
+	return objs.reader(ctx, outputsObject(run), size), nil
 }
 
 func (o *outputFiles) runDir(run int64) string {
@@ -301,9 +325,9 @@ func (s *Server) serveOutputs(w http.ResponseWriter, r *http.Request, id int64) 
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(s.outputs.archive(id))
+	f, err := s.outputs.open(r.Context(), id, o.Size)
 	if err != nil {
-		return fmt.Errorf("open outputs of run %d: %w", id, err)
+		return err
 	}
 	defer f.Close()
 	h := w.Header()
