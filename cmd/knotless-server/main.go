@@ -72,6 +72,8 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // are callable without cobra).
 type serverOptions struct {
 	cfg                server.Config
+	retention          server.Retention
+	objects            objectStoreOptions
 	database, logLevel string
 }
 
@@ -133,7 +135,7 @@ func newCommand() *cobra.Command {
 			if err := o.complete(cmd.ErrOrStderr()); err != nil {
 				return err
 			}
-			return run(cmd.Context(), o.cfg, o.database)
+			return run(cmd.Context(), o.cfg, o.retention, o.objects, o.database)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
@@ -174,6 +176,8 @@ func (o *serverOptions) bind(cmd *cobra.Command) {
 	f.StringVar(&o.cfg.ReleaseDir, "release-dir", "",
 		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download, and /-/download/install.sh, which installs knotless-run from them on a plain host")
 	limits := clientLimitFlags(f, &o.cfg.ClientLimits)
+	limits = append(limits, retentionFlags(f, &o.retention)...)
+	limits = append(limits, objectStoreFlags(f, &o.objects)...)
 	for _, name := range append([]string{"data", "database", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
 		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {
 		envflag.Bind(f, name)
@@ -195,6 +199,12 @@ func (o *serverOptions) complete(stderr io.Writer) error {
 		}
 		o.cfg.URL = u
 	}
+	if err := checkRetention(o.retention); err != nil {
+		return err
+	}
+	if err := o.objects.check(); err != nil {
+		return err
+	}
 	o.cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// Libraries that log through slog's default logger (indigo does) go
 	// to the same place, under --log-level, their informational lines at
@@ -206,7 +216,7 @@ func (o *serverOptions) complete(stderr io.Writer) error {
 // run opens the store database names (openStore) and hands it to the
 // server, serves until ctx ends or SIGINT or SIGTERM, then closes the
 // server and after it the store.
-func run(ctx context.Context, cfg server.Config, database string) error {
+func run(ctx context.Context, cfg server.Config, retention server.Retention, objects objectStoreOptions, database string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// A second server on the same data directory most likely also has the
@@ -240,6 +250,14 @@ func run(ctx context.Context, cfg server.Config, database string) error {
 		ln.Close()
 		return err
 	}
+	stopObjects, err := startObjects(ctx, srv, objects, cfg.Logger)
+	if err != nil {
+		srv.Close()
+		st.Close()
+		ln.Close()
+		return err
+	}
+	stopRetention := srv.StartRetention(retention)
 	// Scripts and tests that start the server with --listen HOST:0 read the
 	// real address from here; it is removed on a clean stop. Only the
 	// process holding the data directory's lock (New took it) gets here,
@@ -249,6 +267,8 @@ func run(ctx context.Context, cfg server.Config, database string) error {
 	if database == "" {
 		urlFile := filepath.Join(cfg.DataDir, URLFile)
 		if err := writeFileAtomic(urlFile, []byte(cfg.URL+"\n")); err != nil {
+			stopRetention()
+			stopObjects()
 			srv.Close()
 			st.Close()
 			ln.Close()
@@ -257,6 +277,8 @@ func run(ctx context.Context, cfg server.Config, database string) error {
 		defer os.Remove(urlFile)
 	}
 	serveErr := srv.Serve(ctx, ln)
+	stopRetention()
+	stopObjects()
 	srv.Close()
 	if err := st.Close(); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("close: %w", err)

@@ -67,7 +67,7 @@ func (s *session) cloneURL(r api.Repo) string {
 func (s *session) repoCmd() *cobra.Command {
 	cmd := group("repo", "Create and list repositories", `Create and list repositories. A repository is OWNER/NAME and is served over
 git smart HTTP; pushing to it runs its workflows (.knotless/workflows/).`)
-	cmd.AddCommand(s.repoCreateCmd(), s.repoListCmd())
+	cmd.AddCommand(s.repoCreateCmd(), s.repoListCmd(), s.repoUsageCmd(), s.repoSetRetentionCmd())
 	return cmd
 }
 

@@ -540,6 +540,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, x store.Runner
 	if err != nil {
 		return err
 	}
+	s.recordCacheUsage(r.Context(), before, in.Caches)
 	run, err := s.store.CompleteRun(r.Context(), in.Run, store.RunFinal{State: in.State, Reason: cut(in.Reason, maxReason),
 		Message: cut(in.Message, maxMessage), ExitCode: in.ExitCode, At: time.Now(),
 		Exports: in.Exports, EnvironmentRemoved: in.EnvironmentRemoved})

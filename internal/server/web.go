@@ -323,7 +323,10 @@ func (b webBackend) Run(ctx context.Context, v web.Viewer, id int64) (web.Run, e
 		}
 		out.Steps = append(out.Steps, ws)
 	}
-	if run.Outputs != nil {
+	if out.Expired, err = s.expiredAt(ctx, id); err != nil {
+		return web.Run{}, err
+	}
+	if run.Outputs != nil && out.Expired == nil {
 		var o api.RunOutputs
 		q := url.Values{"run": {strconv.FormatInt(id, 10)}, "limit": {"100"}}
 		if err := s.callAs(ctx, a, api.MethodListOutputs, q, nil, &o); err == nil {
@@ -384,12 +387,18 @@ func xrpcRequest(r *http.Request, nsid string, q url.Values) *http.Request {
 
 func (b webBackend) ServeLog(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64, step int) error {
 	q := url.Values{"run": {strconv.FormatInt(run, 10)}, "step": {strconv.Itoa(step)}}
-	return b.s.getLog(w, xrpcRequest(r, api.MethodGetRunLog, q), viewerAccount(v))
+	return b.s.unlessExpired(b.s.logsExpired, b.s.getLog)(w, xrpcRequest(r, api.MethodGetRunLog, q), viewerAccount(v))
 }
 
 func (b webBackend) ServeOutputs(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64) error {
 	q := url.Values{"run": {strconv.FormatInt(run, 10)}}
-	return b.s.getOutputs(w, xrpcRequest(r, api.MethodGetOutputs, q), viewerAccount(v))
+	return b.s.unlessExpired(b.s.outputsExpired, b.s.getOutputs)(w, xrpcRequest(r, api.MethodGetOutputs, q), viewerAccount(v))
+}
+
+func (b webBackend) Usage(ctx context.Context, v web.Viewer, repo string) (api.RepoUsage, error) {
+	var out api.RepoUsage
+	err := b.s.callAs(ctx, viewerAccount(v), api.MethodRepoUsage, url.Values{"repo": {repo}}, nil, &out)
+	return out, err
 }
 
 func (b webBackend) CancelRun(ctx context.Context, v web.Viewer, id int64) error {

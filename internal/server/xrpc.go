@@ -78,9 +78,9 @@ func (s *Server) methods() map[string]method {
 		api.MethodListRepos:               user(q, s.listRepos),
 		api.MethodListRuns:                user(q, s.listRuns),
 		api.MethodGetRun:                  user(q, s.getRun),
-		api.MethodGetRunLog:               user(q, s.getLog),
-		api.MethodListOutputs:             user(q, s.listOutputs),
-		api.MethodGetOutputs:              user(q, s.getOutputs),
+		api.MethodGetRunLog:               user(q, s.unlessExpired(s.logsExpired, s.getLog)),
+		api.MethodListOutputs:             user(q, s.unlessExpired(s.outputsExpired, s.listOutputs)),
+		api.MethodGetOutputs:              user(q, s.unlessExpired(s.outputsExpired, s.getOutputs)),
 		api.MethodCancelRun:               user(p, s.cancelRun),
 		api.MethodTriggerRun:              user(p, s.triggerRun),
 		api.MethodRerun:                   user(p, s.rerun),
@@ -104,6 +104,8 @@ func (s *Server) methods() map[string]method {
 		api.MethodEnvironmentsRemoved:     runner(s.environmentsRemoved),
 		api.MethodIDTokens:                runner(s.idTokens),
 		api.MethodCreateRegistrationToken: user(p, s.createRegistrationToken),
+		api.MethodRepoUsage:               user(q, s.repoUsage),
+		api.MethodSetRetention:            user(p, s.setRetention),
 	}
 }
 

@@ -105,6 +105,9 @@ type Run struct {
 	// CanRerun: the viewer may re-run runs of the repository, and this
 	// one is over.
 	CanRerun bool
+	// Expired is when retention removed the run's logs and outputs (nil:
+	// kept); the page says so in their place.
+	Expired *time.Time
 }
 
 // Runner is one row of the Runners tab.
@@ -186,4 +189,8 @@ type Backend interface {
 	ApproveRunner(ctx context.Context, v Viewer, repo, name, did string) error
 	// RemoveRunner removes runner name of repo.
 	RemoveRunner(ctx context.Context, v Viewer, repo, name string) error
+
+	// Usage returns what repo's runs and caches use and its retention,
+	// as dev.knotless.repo.usage does.
+	Usage(ctx context.Context, v Viewer, repo string) (api.RepoUsage, error)
 }

@@ -43,6 +43,7 @@ var funcs = template.FuncMap{
 	"vistext":     api.VisibleText,
 	"plain":       func(s string) bool { return api.VisibleText(s) == s }, // s shows as itself
 	"shortDigest": func(d string) string { return d[:min(len(d), 12)] },
+	"expiredOn":   expiredOn,
 }
 
 // vis is s for a page's text: every character api.IsHiddenRune (a
@@ -273,8 +274,9 @@ func runID(r *http.Request) int64 {
 // stepView is a step's log section on the run page.
 type stepView struct {
 	Step
-	RunID int64
-	Start int64 // the byte the page's log starts at (a line's start)
+	RunID   int64
+	Start   int64 // the byte the page's log starts at (a line's start)
+	Expired bool  // retention removed the log (Run.Expired)
 }
 
 func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *Session) {
@@ -296,7 +298,7 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *Session) {
 			h.fail(w, r, s, err)
 			return
 		}
-		steps = append(steps, stepView{Step: st, RunID: id, Start: start})
+		steps = append(steps, stepView{Step: st, RunID: id, Start: start, Expired: run.Expired != nil})
 		from = append(from, fmt.Sprintf("%d:%d", st.Index, start))
 	}
 	h.render(w, http.StatusOK, "run.html", page{Title: fmt.Sprintf("Run %d · %s", id, api.VisibleText(run.Workflow)), Session: s,

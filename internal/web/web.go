@@ -107,6 +107,7 @@ func New(cfg Config) *Handler {
 	repos.HandleFunc("GET /{owner}/{name}/-/runners", h.signedIn(h.runners))
 	repos.HandleFunc("POST /{owner}/{name}/-/runners/approve", h.signedIn(h.approve))
 	repos.HandleFunc("POST /{owner}/{name}/-/runners/remove", h.signedIn(h.remove))
+	repos.HandleFunc("GET /{owner}/{name}/-/usage", h.signedIn(h.usage))
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, nil, http.StatusNotFound, "No such page.")
 	}
