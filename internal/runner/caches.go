@@ -299,15 +299,16 @@ func (e *execution) shareCache(ctx context.Context, store *cache.Store, ent *cac
 
 // cacheUsage is what the run's repository holds in the runner's cache
 // store, for api.CompleteInput.Caches: nil for a run without `caches:`, or
-// when the store could not tell (a line of the setup log says why).
+// when the store could not tell (the runner's log says why). Bounded by
+// the store's lookup timeout.
 func (e *execution) cacheUsage(ctx context.Context) *api.CacheUsage {
 	store := e.job.Caches
-	if len(e.wf.Caches) == 0 || store == nil {
+	if e.wf == nil || len(e.wf.Caches) == 0 || store == nil {
 		return nil
 	}
-	n, size, err := store.Usage(ctx, e.job.Repo)
+	n, size, err := store.Usage(context.WithoutCancel(ctx), e.job.Repo)
 	if err != nil {
-		e.setup.printf("caches: the repository's use of the cache store is not reported: %v\n", err)
+		e.log.Warn("the repository's use of the cache store is not reported", "err", err)
 		return nil
 	}
 	name := fmt.Sprintf("runner %s: disk", e.job.RunnerName)
