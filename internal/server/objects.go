@@ -173,9 +173,10 @@ func (s *Server) ObjectMoves() (moved, failed int64) {
 	return o.moved.Load(), o.failed.Load()
 }
 
-// objectMoverLock is the mover's Coordinator lock: (LockSweeper, 1), a
-// lock of its own beside the lease sweeper's (LockSweeper, 0).
-const objectMoverLock int32 = 1
+// objectMoverLock is the mover's Coordinator lock: (LockSweeper, 2), a
+// lock of its own beside the lease sweeper's (id 0) and retention's
+// (retentionLockID, 1).
+const objectMoverLock int32 = 2
 
 // moveLoop runs move passes every cfg.Every while this replica holds the
 // mover's lock, until o.stop or the server closes.
