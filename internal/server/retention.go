@@ -273,26 +273,10 @@ func (s *Server) expireRun(ctx context.Context, id int64, now time.Time) error {
 }
 
 // removeExpiredBytes is the one seam through which retention removes a
-// run's bytes: today the data directory's (removeLocalRunBytes); with
-// object storage, the server's removeRunBytes (DATA and the bucket).
+// run's bytes: removeRunBytes (objects.go) removes them from the data
+// directory and, with an object store, from the bucket.
 func (s *Server) removeExpiredBytes(ctx context.Context, run int64) error {
-	return s.removeLocalRunBytes(ctx, run)
-}
-
-// removeLocalRunBytes removes DATA/logs/<run> and DATA/outputs/<run>
-// (idempotent). The outputs' lock is held meanwhile: no upload of the run
-// is in the middle of a rename.
-func (s *Server) removeLocalRunBytes(_ context.Context, run int64) error {
-	mu := s.outputs.lock(run)
-	mu.Lock()
-	defer mu.Unlock()
-	var errs []error
-	for _, dir := range []string{filepath.Join(s.logs.dir, strconv.FormatInt(run, 10)), s.outputs.runDir(run)} {
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
-		}
-	}
-	return errors.Join(errs...)
+	return s.removeRunBytes(ctx, run)
 }
 
 // measureEnded records what up to limit runs that ended before
@@ -314,13 +298,56 @@ func (s *Server) measureEnded(ctx context.Context, endedBefore time.Time, limit 
 	return len(ids), nil
 }
 
-// measureRun returns what run's logs (DATA/logs/<run>: *.log and their
-// *.times) and outputs archive (its stored size) hold now.
+// measureRun returns what run's logs and outputs archive (its stored
+// size) hold now: the logs moved to an object store as the move recorded
+// them, else DATA/logs/<run>'s *.log and their *.times.
 func (s *Server) measureRun(ctx context.Context, run int64) (store.RunBytes, error) {
 	b := store.RunBytes{RunID: run, MeasuredAt: s.now()}
-	ents, err := os.ReadDir(filepath.Join(s.logs.dir, strconv.FormatInt(run, 10)))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	moved, err := s.measureMoved(ctx, &b)
+	if err != nil {
 		return b, err
+	}
+	if !moved {
+		if err := s.measureLocal(&b); err != nil {
+			return b, err
+		}
+	}
+	o, err := s.store.RunOutputs(ctx, run)
+	switch {
+	case err == nil:
+		b.OutputsBytes = o.Size
+	case !errors.Is(err, store.ErrNotFound):
+		return b, err
+	}
+	return b, nil
+}
+
+// measureMoved adds the logs of b.RunID that the object store's move
+// recorded, and reports whether there was a move.
+func (s *Server) measureMoved(ctx context.Context, b *store.RunBytes) (bool, error) {
+	objs, ok := s.store.(store.Objects)
+	if !ok {
+		return false, nil
+	}
+	m, err := objs.MovedRun(ctx, b.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, l := range m.Logs {
+		b.LogsBytes += l.Size + l.TimesSize
+		b.Logs++
+	}
+	return true, nil
+}
+
+// measureLocal adds the logs of b.RunID in the data directory.
+func (s *Server) measureLocal(b *store.RunBytes) error {
+	ents, err := os.ReadDir(filepath.Join(s.logs.dir, strconv.FormatInt(b.RunID, 10)))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	for _, e := range ents {
 		name := e.Name()
@@ -336,14 +363,7 @@ func (s *Server) measureRun(ctx context.Context, run int64) (store.RunBytes, err
 			b.Logs++
 		}
 	}
-	o, err := s.store.RunOutputs(ctx, run)
-	switch {
-	case err == nil:
-		b.OutputsBytes = o.Size
-	case !errors.Is(err, store.ErrNotFound):
-		return b, err
-	}
-	return b, nil
+	return nil
 }
 
 // expiredAt returns when run's bytes expired; nil while kept.

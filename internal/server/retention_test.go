@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/objstore/s3test"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
 )
@@ -211,5 +212,45 @@ func TestRetention_UsageCountsLogsOutputsAndCaches(t *testing.T) {
 	var e *api.Error
 	if err := withToken(f.URL, f.CreateAccount(t, "bob")).Query(ctx, api.MethodRepoUsage, url.Values{"repo": {f.repo}}, &u); !errors.As(err, &e) || e.Status != http.StatusNotFound {
 		t.Fatalf("another account's usage query: %v, want 404", err)
+	}
+}
+
+// A run whose logs and outputs moved to the object store is measured from
+// the move's record (its local copies are gone) and expired from the
+// bucket. Pins: usage counting a moved run as holding nothing, or
+// retention leaving the bucket's copies behind.
+func TestRetention_AMovedRunIsMeasuredFromItsMoveAndExpiredFromTheBucket(t *testing.T) {
+	t.Parallel()
+	s3 := s3test.Start(t)
+	clock := &servertest.Clock{}
+	f := newFixture(t, servertest.Options{Clock: clock})
+	moved := movableRun(t, f)
+	useObjects(t, f.Server, s3.Config("ci"), nil)
+	waitMoved(t, f.DataDir, moved)
+	bucket := s3.Open(t, "ci")
+	clock.Advance(2 * time.Hour)
+	ctx := context.Background()
+	if p, err := f.ExpireRuns(ctx, server.Retention{}); err != nil || p.Measured != 1 {
+		t.Fatalf("measuring pass: %+v, %v", p, err)
+	}
+	var u api.RepoUsage
+	if err := f.alice().Query(ctx, api.MethodRepoUsage, url.Values{"repo": {f.repo}}, &u); err != nil {
+		t.Fatal(err)
+	}
+	if u.Logs.Count != 2 || u.Logs.Bytes < 9000 {
+		t.Fatalf("usage of the moved run: logs %+v, want its 2 logs of 9 kB and more as moved", u.Logs)
+	}
+	clock.Advance(2 * day)
+	if p, err := f.ExpireRuns(ctx, server.Retention{KeepLogsDays: 1}); err != nil || p.Expired != 1 {
+		t.Fatalf("expiring pass: %+v, %v", p, err)
+	}
+	for _, prefix := range []string{"logs/%d/", "outputs/%d/"} {
+		if got := objectsOf(t, bucket, fmt.Sprintf(prefix, moved)); len(got) != 0 {
+			t.Errorf("the bucket still holds %v after expiry", got)
+		}
+	}
+	var e *api.Error
+	if err := logErr(f, moved, 1); !errors.As(err, &e) || e.Name != api.ErrLogsExpired {
+		t.Fatalf("the moved run's log after expiry: %v, want %s", err, api.ErrLogsExpired)
 	}
 }
