@@ -363,6 +363,9 @@ func (s *session) printLogs(ctx context.Context, id int64, only int) error {
 			if api.IsError(err, api.ErrNotFound) && st.Index == api.SetupStep {
 				break
 			}
+			if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Name == api.ErrLogsExpired {
+				return ae // the server's sentence says it all: which run, when
+			}
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server"
+	"knotless.dev/knotless/internal/server/servertest"
+)
+
+// knotless run logs of a run whose logs expired prints the server's
+// sentence with the date (exit 1), repo usage shows the logs, outputs,
+// caches and what expired, and repo set-retention sets and says the
+// rules. Pins: run logs printing an empty log for an expired run, or
+// usage without the expired run.
+func TestRepoUsage_ExpiredLogsSayWhenAndUsageShowsWhatIsKept(t *testing.T) {
+	clock := &servertest.Clock{}
+	srv := servertest.Start(t, servertest.Options{Clock: clock})
+	e := isolatedEnv(t)
+	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
+	steps := []stepScript{
+		{name: "build", log: "ok\n", state: api.StepSucceeded},
+		{name: "test", log: "ok\n", state: api.StepSucceeded},
+	}
+	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, nil)
+
+	r := mustRun(t, e, ExitOK, nil, "repo", "usage", "admin/app")
+	for _, want := range []string{"logs", "3 step logs", "outputs", "caches", "Retention: Kept forever."} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("repo usage before expiry lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, e, ExitOK, nil, "repo", "set-retention", "admin/app", "--keep-logs-days", "3")
+	if !strings.Contains(r.stdout, "Kept for 3 days after a run ends.") || !strings.Contains(r.stdout, "by admin") {
+		t.Errorf("set-retention printed:\n%s", r.stdout)
+	}
+	clock.Advance(4 * 24 * time.Hour)
+	if p, err := srv.ExpireRuns(context.Background(), server.Retention{}); err != nil || p.Expired != 1 {
+		t.Fatalf("retention pass: %+v, %v; want run %d expired", p, err, run.ID)
+	}
+	r = mustRun(t, e, ExitFailed, nil, "run", "logs", fmt.Sprint(run.ID))
+	date := clock.Now().UTC().Format("2006-01-02")
+	if !strings.HasPrefix(r.stderr, fmt.Sprintf("knotless: the logs of run %d expired on %s", run.ID, date)) {
+		t.Errorf("run logs of an expired run: stderr\n%s\nwant it to say the logs expired on %s", r.stderr, date)
+	}
+	r = mustRun(t, e, ExitOK, nil, "repo", "usage", "admin/app")
+	t.Logf("knotless repo usage admin/app:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, "Retention removed the logs and outputs of 1 run") || !strings.Contains(r.stdout, "0 step logs") {
+		t.Errorf("repo usage after expiry:\n%s", r.stdout)
+	}
+	mustRun(t, e, ExitUsage, nil, "repo", "set-retention", "admin/app")
+	mustRun(t, e, ExitUsage, nil, "repo", "set-retention", "admin/app", "--keep-pipelines", "-2")
+	r = mustRun(t, e, ExitOK, nil, "repo", "set-retention", "admin/app", "--keep-logs-days", "server")
+	if !strings.Contains(r.stdout, "Kept forever.") {
+		t.Errorf("back to the server's setting:\n%s", r.stdout)
+	}
+}
