@@ -388,3 +388,36 @@ func TestRetention_BucketRemovesEntriesUnusedByItsMarkersTime(t *testing.T) {
 		t.Fatalf("a second sweep: %+v, %v", again, err)
 	}
 }
+
+// A store that stops sending in the middle of a download holds the
+// lookup only for IdleTimeout: then it is given up, a miss that says so.
+func TestShared_AStalledDownloadIsGivenUpAfterTheIdleBound(t *testing.T) {
+	s := s3test.Start(t)
+	a := sharedStore(t, s, "")
+	if err := saveShared(t, a, "alice/app", "k", map[string]string{"big": randomText(t, 16<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	p := s3test.NewProxy(t, s)
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) }) // before the proxy closes
+	cfg := s.Config("")
+	cfg.URL = p.BucketURL(s, "")
+	bk, err := objstore.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := openStore(t, filepath.Join(t.TempDir(), "caches"), 0)
+	b.Configure(Options{Bucket: bk, LookupTimeout: 5 * time.Second, IdleTimeout: time.Second, TransferTimeout: time.Minute})
+	p.AfterBytes(1<<20, func() { <-unblock })
+	start := time.Now()
+	f := b.Find(context.Background(), "alice/app", dirPaths, "k", nil)
+	took := time.Since(start)
+	f.Release()
+	if f.Match != Miss || f.Fault == nil || !strings.Contains(f.Fault.Error(), "no byte moved for 1s: given up") {
+		t.Fatalf("stalled download: %+v", f)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the stalled store held the lookup for %s", took)
+	}
+	t.Logf("%s: %v", took, f.Fault)
+}
