@@ -250,9 +250,13 @@ func (s *Store) sweepBucket(ctx context.Context) ([]Removed, error) {
 	return out, errors.Join(errs...)
 }
 
+// UsageTimeout bounds Usage's listing of the bucket (it runs as each run
+// is reported).
+const UsageTimeout = 5 * time.Second
+
 // Usage is what repo's entries take: in the bucket when the store has one
 // (stored bytes, compressed), else on this disk (apparent bytes). The
-// bucket's listing is bounded by LookupTimeout. Errors: the bucket's.
+// bucket's listing is bounded by UsageTimeout. Errors: the bucket's.
 func (s *Store) Usage(ctx context.Context, repo string) (entries int, bytes int64, err error) {
 	if s.opts.Bucket == nil {
 		s.mu.Lock()
@@ -265,7 +269,7 @@ func (s *Store) Usage(ctx context.Context, repo string) (entries int, bytes int6
 		}
 		return entries, bytes, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.LookupTimeout)
+	ctx, cancel := context.WithTimeout(ctx, min(s.opts.LookupTimeout, UsageTimeout))
 	defer cancel()
 	for o, err := range s.opts.Bucket.List(ctx, repoPrefix(repo)) {
 		if err != nil {

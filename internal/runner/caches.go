@@ -300,7 +300,7 @@ func (e *execution) shareCache(ctx context.Context, store *cache.Store, ent *cac
 // cacheUsage is what the run's repository holds in the runner's cache
 // store, for api.CompleteInput.Caches: nil for a run without `caches:`, or
 // when the store could not tell (the runner's log says why). Bounded by
-// the store's lookup timeout.
+// cache.UsageTimeout.
 func (e *execution) cacheUsage(ctx context.Context) *api.CacheUsage {
 	store := e.job.Caches
 	if e.wf == nil || len(e.wf.Caches) == 0 || store == nil {
