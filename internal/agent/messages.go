@@ -48,6 +48,9 @@ type AgentHello struct {
 	// Serve.Nproc), or 0 for none: the agent applies it only in a user
 	// namespace of its own.
 	Nproc int `json:"nproc,omitempty"`
+	// Capabilities lists the requests beyond the first protocol the
+	// agent serves (CapabilityFetch); an older agent lists none.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // StepInfo describes a step the agent started.
@@ -276,3 +279,54 @@ func Decode(t Type, p []byte, v any) error {
 	}
 	return nil
 }
+
+// Fetch asks the agent to download an archive itself, from URL, and to
+// unpack some of its top-level members (see ExtractMembers): the route of
+// a shared cache's entry where the job's environment may reach the object
+// store, so that its bytes cross neither the runner nor the link to it.
+// Only sent to an agent whose hello lists CapabilityFetch. Answered by
+// Fetched (also on a failure: Fetched.Error), or Error for a request the
+// agent refused.
+type Fetch struct {
+	// URL is an http or https URL that reads the archive with a plain GET
+	// and no credentials of the agent's (a presigned URL, S3 SigV4 query
+	// authentication): the agent never logs it nor quotes its query.
+	URL string `json:"url"`
+	// SHA256 (hex) and Bytes are the archive's as the store keeps them:
+	// the agent reads at most Bytes+1 bytes and fails on a mismatch.
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+	// Compression is "" or CompressionZstd: of the whole archive.
+	Compression string `json:"compression,omitempty"`
+	// Members maps a top-level name of the archive (a copy-format tar:
+	// "./NAME" below its root) to the absolute path it is unpacked at, a
+	// directory merged into one already there (as CopyIn does); members
+	// not listed are skipped.
+	Members map[string]string `json:"members"`
+	// StallMS fails the fetch when no byte arrived for that long (0:
+	// DefaultFetchStall).
+	StallMS int64 `json:"stallMs,omitempty"`
+}
+
+// Fetched answers a Fetch: the archive's bytes read and their SHA-256
+// (hex), the entries unpacked, the members found, and the error that
+// stopped it (empty on success). After a failure, every file, directory
+// and link the fetch made is removed again; what it replaced in a
+// directory already there stays replaced (see RunFetch).
+type Fetched struct {
+	Bytes   int64    `json:"bytes"`
+	SHA256  string   `json:"sha256"`
+	Files   int      `json:"files"`
+	Members []string `json:"members,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// CapabilityFetch is listed in AgentHello.Capabilities by an agent that
+// serves Fetch.
+const CapabilityFetch = "fetch"
+
+// Frame types of Fetch (beyond frame.go's first protocol).
+const (
+	TypeFetch   Type = 0x25 // Fetch (JSON); answered by Fetched
+	TypeFetched Type = 0x26 // Fetched (JSON)
+)

@@ -291,7 +291,7 @@ func (a *Agent) hello(ch agent.ClientHello) agent.AgentHello {
 	defer a.mu.Unlock()
 	h := agent.AgentHello{Agent: a.cfg.Version, Run: a.cfg.Run, PID: a.pid, Kill: a.cg.describe(),
 		Workdir: a.cfg.Workdir, Home: a.cfg.Home, Compression: []string{agent.CompressionZstd},
-		UID: os.Getuid(), UIDMap: a.uidMap, Nproc: a.nproc}
+		UID: os.Getuid(), UIDMap: a.uidMap, Nproc: a.nproc, Capabilities: capabilities}
 	for _, s := range a.order {
 		h.Steps = append(h.Steps, s.info())
 	}

@@ -145,6 +145,10 @@ func (h *connHandler) run() {
 				return
 			}
 			h.copyOut(req)
+		case agent.TypeFetch:
+			if !h.fetch(f) {
+				return
+			}
 		case agent.TypeAdopt:
 			req, ok := decode[agent.Adopt](h, f)
 			if !ok {
