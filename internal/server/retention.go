@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -49,6 +50,10 @@ const (
 	// forward to a second later.
 	DefaultRetentionBatch = 100
 )
+
+// retentionHook, when set (tests), is called with true once a pass holds
+// the retention lock and with false before it lets it go.
+var retentionHook atomic.Pointer[func(holding bool)]
 
 // retentionLockID is the retention sweep's lock id in the LockSweeper
 // space (the lease sweeper holds id 0).
@@ -187,7 +192,8 @@ type RetentionPass struct {
 	// (false: another replica holds it, nothing was done here).
 	Leader bool
 	// Measured runs had what they hold recorded; Expired runs had their
-	// bytes removed; Failed runs could not be removed (tried again next
+	// bytes removed and recorded so (a run another pass recorded first is
+	// not counted); Failed runs could not be removed (tried again next
 	// pass).
 	Measured, Expired, Failed int
 }
@@ -210,6 +216,10 @@ func (s *Server) ExpireRuns(ctx context.Context, r Retention) (RetentionPass, er
 	}
 	defer held.Release()
 	pass.Leader = true
+	if h := retentionHook.Load(); h != nil {
+		(*h)(true)
+		defer (*h)(false)
+	}
 	now := s.now()
 	if pass.Measured, err = s.measureEnded(ctx, now.Add(-r.Grace), r.Batch); err != nil {
 		return pass, err
@@ -222,12 +232,15 @@ func (s *Server) ExpireRuns(ctx context.Context, r Retention) (RetentionPass, er
 		if err := held.Held(ctx); err != nil {
 			return pass, fmt.Errorf("retention stopped: %w", err)
 		}
-		if err := s.expireRun(ctx, id, now); err != nil {
+		marked, err := s.expireRun(ctx, id, now)
+		if err != nil {
 			pass.Failed++
 			s.log.Warn("remove an expired run's logs and outputs; tried again next pass", "run", id, "err", err)
 			continue
 		}
-		pass.Expired++
+		if marked {
+			pass.Expired++
+		}
 	}
 	if pass.Expired > 0 || pass.Failed > 0 {
 		s.log.Info("retention pass", "expired", pass.Expired, "failed", pass.Failed, "measured", pass.Measured)
@@ -256,20 +269,19 @@ func (s *Server) retentionLock(ctx context.Context) (store.Lock, bool, error) {
 
 // expireRun removes run id's bytes, then records it (a crash between
 // leaves the run listed again: removing is idempotent), and wakes its
-// pages.
-func (s *Server) expireRun(ctx context.Context, id int64, now time.Time) error {
+// pages. marked is false when the run was recorded expired already.
+func (s *Server) expireRun(ctx context.Context, id int64, now time.Time) (marked bool, err error) {
 	if err := s.removeExpiredBytes(ctx, id); err != nil {
-		return err
+		return false, err
 	}
-	marked, err := s.store.MarkRunExpired(ctx, id, now)
-	if err != nil {
-		return err
+	if marked, err = s.store.MarkRunExpired(ctx, id, now); err != nil {
+		return false, err
 	}
 	if marked {
 		s.log.Info("run's logs and outputs expired", "run", id)
 		s.notify(runKey(id))
 	}
-	return nil
+	return marked, nil
 }
 
 // removeExpiredBytes is the one seam through which retention removes a

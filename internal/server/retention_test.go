@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	"knotless.dev/knotless/internal/objstore/s3test"
 	"knotless.dev/knotless/internal/server"
 	"knotless.dev/knotless/internal/server/servertest"
+	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/store/postgres/pgtest"
 )
 
 const day = 24 * time.Hour
@@ -252,5 +256,91 @@ func TestRetention_AMovedRunIsMeasuredFromItsMoveAndExpiredFromTheBucket(t *test
 	var e *api.Error
 	if err := logErr(f, moved, 1); !errors.As(err, &e) || e.Name != api.ErrLogsExpired {
 		t.Fatalf("the moved run's log after expiry: %v, want %s", err, api.ErrLogsExpired)
+	}
+}
+
+// endedRuns ends n runs of as many new branches through runner r.
+func endedRuns(t *testing.T, f *fixture, r *servertest.Runner, n int) {
+	t.Helper()
+	for i := range n {
+		dir := servertest.WorkTree(t, map[string]string{".knotless/workflows/any.yml": queuedWorkflow("")})
+		f.push(t, dir, fmt.Sprintf("main:refs/heads/b%d", i))
+		endedRun(t, f, r)
+	}
+}
+
+// Two replicas on one PostgreSQL database expire runs one at a time:
+// while the retention lock is held elsewhere neither does anything, and
+// passes started on both at once expire each run exactly once between
+// them, never two passes holding the lock together. Pins: two replicas
+// removing and recording the same runs, or a replica acting while another
+// holds the lock.
+func TestReplicas_OneRetentionPassAtATimeExpiresEachRunOnce(t *testing.T) {
+	pg := pgtest.Start(t)
+	clock := &servertest.Clock{}
+	opts := servertest.Options{Clock: clock, Database: pg.Database(t)}
+	a := newFixture(t, opts)
+	opts.DataDir = a.DataDir
+	b := servertest.Start(t, opts)
+	r := a.RegisterRunner(t, a.repo, "r1", nil, true)
+	const n = 6
+	endedRuns(t, a, r, n)
+	clock.Advance(3 * day)
+	ctx := context.Background()
+	ret := server.Retention{KeepLogsDays: 1, Batch: 2}
+
+	coord := servertest.OpenStore(t, a.DataDir, opts.Database).(store.Coordinator)
+	held, ok, err := coord.TryLock(ctx, store.LockSweeper, 1)
+	if err != nil || !ok {
+		t.Fatalf("take the retention lock from outside: %v, %v", ok, err)
+	}
+	for _, s := range []*servertest.Server{a.Server, b} {
+		if p, err := s.ExpireRuns(ctx, ret); err != nil || p.Leader || p.Measured+p.Expired != 0 {
+			t.Fatalf("pass while another holds the lock: %+v, %v; want nothing done", p, err)
+		}
+	}
+	held.Release()
+
+	var holding, overlaps atomic.Int32
+	server.SetRetentionHook(func(in bool) {
+		if !in {
+			holding.Add(-1)
+			return
+		}
+		if holding.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		time.Sleep(2 * time.Millisecond) // a wider window for another pass to break in
+	})
+	t.Cleanup(func() { server.SetRetentionHook(nil) })
+	var mu sync.Mutex
+	expired := map[string]int{}
+	var wg sync.WaitGroup
+	for _, s := range []*servertest.Server{a.Server, b, a.Server, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				p, err := s.ExpireRuns(ctx, ret)
+				if err != nil {
+					t.Errorf("pass on %s: %v", s.URL, err)
+					return
+				}
+				mu.Lock()
+				expired[s.URL] += p.Expired
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("%d passes held the retention lock while another did", n)
+	}
+	if got := expired[a.URL] + expired[b.URL]; got != n {
+		t.Fatalf("runs expired: %v on the two replicas, %d in all; want each of the %d runs once", expired, got, n)
+	}
+	var u api.RepoUsage
+	if err := a.alice().Query(ctx, api.MethodRepoUsage, url.Values{"repo": {a.repo}}, &u); err != nil || u.Expired.Runs != n {
+		t.Fatalf("usage: %+v, %v; want %d runs expired", u.Expired, err, n)
 	}
 }
