@@ -27,10 +27,10 @@ func checkRetention(r server.Retention) error {
 		return usagef("--keep-logs-days %d: want 0 (keep forever) or a number of days", r.KeepLogsDays)
 	case r.KeepPipelines < 0:
 		return usagef("--keep-pipelines %d: want 0 (not by count) or a number of pipelines", r.KeepPipelines)
-	case r.Grace < 0:
-		return usagef("--retention-grace %s: want a duration >= 0", r.Grace)
-	case r.Every < 0:
-		return usagef("--retention-every %s: want a duration > 0", r.Every)
+	case r.Grace <= 0:
+		return usagef("--retention-grace %s: want a duration > 0, e.g. 1h", r.Grace)
+	case r.Every <= 0:
+		return usagef("--retention-every %s: want a duration > 0, e.g. 1m", r.Every)
 	}
 	return nil
 }

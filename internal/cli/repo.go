@@ -65,8 +65,10 @@ func (s *session) cloneURL(r api.Repo) string {
 }
 
 func (s *session) repoCmd() *cobra.Command {
-	cmd := group("repo", "Create and list repositories", `Create and list repositories. A repository is OWNER/NAME and is served over
-git smart HTTP; pushing to it runs its workflows (.knotless/workflows/).`)
+	cmd := group("repo", "Create, list and look after repositories", `Create and list repositories, show what one uses (logs, outputs, caches) and
+set how long its runs keep their logs and outputs. A repository is OWNER/NAME
+and is served over git smart HTTP; pushing to it runs its workflows
+(.knotless/workflows/).`)
 	cmd.AddCommand(s.repoCreateCmd(), s.repoListCmd(), s.repoUsageCmd(), s.repoSetRetentionCmd())
 	return cmd
 }
