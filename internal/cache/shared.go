@@ -272,3 +272,50 @@ func (s *Store) touchUsed(entry string) {
 // Wait waits for the bucket calls the store makes in the background
 // (last-use markers, each bounded by LookupTimeout).
 func (s *Store) Wait() { s.bg.Wait() }
+
+// Remote is a bucket entry as Locate finds it: what an environment needs
+// to download and check the archive itself (executor.FetchSource).
+type Remote struct {
+	// Key is the entry's key; Match how it matched (Hit or PartialHit).
+	Key   string
+	Match Match
+	// URL reads the archive with a plain GET and no credentials until
+	// it expires.
+	URL string
+	// Bytes and SHA256 (hex) are the archive's, as its saver wrote
+	// them; Compression is "zstd" (see Upload for the format).
+	Bytes       int64
+	SHA256      string
+	Compression string
+}
+
+// Locate finds in the bucket the entry Find would download (the exact key,
+// else the newest restore-key match) without downloading it, marks it
+// used, and presigns its archive for expiry (at most 7 days). A Miss is a
+// zero Remote with Match Miss and no error. Bounded by LookupTimeout.
+// Errors: no bucket, or the bucket's (one line).
+func (s *Store) Locate(ctx context.Context, repo string, paths []string, key string, restoreKeys []string, expiry time.Duration) (Remote, error) {
+	b := s.opts.Bucket
+	if b == nil {
+		return Remote{}, errors.New("the cache store has no bucket (--cache-store)")
+	}
+	name, ckey, match, err := s.pick(ctx, repo, paths, key, restoreKeys)
+	if err != nil || match == Miss {
+		return Remote{}, brief(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.LookupTimeout)
+	defer cancel()
+	info, err := b.Stat(ctx, name)
+	if err != nil {
+		return Remote{}, brief(err)
+	}
+	if info.Meta["sha256"] == "" {
+		return Remote{}, fmt.Errorf("cache %q in %s: the object has no sha256 in its metadata: not restored", ckey, b)
+	}
+	u, err := b.PresignGet(ctx, name, expiry)
+	if err != nil {
+		return Remote{}, brief(err)
+	}
+	s.touchUsed(name)
+	return Remote{Key: ckey, Match: match, URL: u.String(), Bytes: info.Size, SHA256: info.Meta["sha256"], Compression: "zstd"}, nil
+}

@@ -3,9 +3,12 @@ package cache
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -420,4 +423,38 @@ func TestShared_AStalledDownloadIsGivenUpAfterTheIdleBound(t *testing.T) {
 		t.Fatalf("the stalled store held the lookup for %s", took)
 	}
 	t.Logf("%s: %v", took, f.Fault)
+}
+
+// Locate hands out what an environment needs to fetch an entry itself: a
+// URL that reads the archive without credentials, and its length and
+// SHA-256, which the bytes it reads match.
+func TestShared_LocatePresignsTheArchiveItsSumAndLengthDescribe(t *testing.T) {
+	s := s3test.Start(t)
+	a := sharedStore(t, s, "p")
+	for _, k := range []string{"deps-a", "deps-b"} {
+		if err := saveShared(t, a, "alice/app", k, map[string]string{"v": k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := sharedStore(t, s, "p")
+	r, err := b.Locate(context.Background(), "alice/app", dirPaths, "deps-z", []string{"deps-"}, time.Minute)
+	if err != nil || r.Match != PartialHit || r.Key != "deps-b" || r.Compression != "zstd" {
+		t.Fatalf("Locate = %+v, %v; want a partial hit of deps-b", r, err)
+	}
+	resp, err := http.Get(r.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET the presigned URL: %d, %v", resp.StatusCode, err)
+	}
+	sum := sha256.Sum256(body)
+	if int64(len(body)) != r.Bytes || hex.EncodeToString(sum[:]) != r.SHA256 {
+		t.Fatalf("read %d bytes, sha256 %x; Locate said %d, %s", len(body), sum, r.Bytes, r.SHA256)
+	}
+	if r, err := b.Locate(context.Background(), "mallory/app", dirPaths, "deps-b", []string{"deps-"}, time.Minute); err != nil || r.Match != Miss {
+		t.Fatalf("another repository: %+v, %v", r, err)
+	}
 }
