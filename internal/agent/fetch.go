@@ -178,7 +178,7 @@ func runFetch(ctx context.Context, req Fetch, hc *http.Client, made *Made) (Fetc
 	}
 	resp, err := hc.Do(hreq)
 	if err != nil {
-		return Fetched{}, fetchFailed(ctx, stall, "connect to the store", err)
+		return Fetched{}, fetchFailed(ctx, stall, "connect to the store", req.URL, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -201,9 +201,9 @@ func runFetch(ctx context.Context, req Fetch, hc *http.Client, made *Made) (Fetc
 	res.Bytes, res.SHA256 = pr.n, hex.EncodeToString(pr.h.Sum(nil))
 	switch {
 	case ctx.Err() != nil:
-		return res, fetchFailed(ctx, stall, "download", ctx.Err())
+		return res, fetchFailed(ctx, stall, "download", req.URL, ctx.Err())
 	case pr.err != nil:
-		return res, fetchFailed(ctx, stall, "download", pr.err)
+		return res, fetchFailed(ctx, stall, "download", req.URL, pr.err)
 	case res.Bytes != req.Bytes || res.SHA256 != req.SHA256:
 		return res, fmt.Errorf("the archive's bytes are not the store's entry: %d bytes (sha256 %.12s…), want %d (sha256 %.12s…)", res.Bytes, res.SHA256, req.Bytes, req.SHA256)
 	case err != nil:
@@ -232,15 +232,15 @@ func watchStall(ctx context.Context, cancel context.CancelCauseFunc, last *atomi
 
 // fetchFailed says err of step in one line: a stall as such, and the URL
 // without its query.
-func fetchFailed(ctx context.Context, stall time.Duration, step string, err error) error {
+func fetchFailed(ctx context.Context, stall time.Duration, step, raw string, err error) error {
 	if errors.Is(context.Cause(ctx), errFetchStalled) {
-		return fmt.Errorf("%s: no byte arrived for %s: given up", step, stall)
+		return fmt.Errorf("%s %s: no byte arrived for %s: given up", step, redactURL(raw), stall)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		err = &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: ue.Err}
+		return fmt.Errorf("%s: %w", step, &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: ue.Err})
 	}
-	return fmt.Errorf("%s: %w", step, err)
+	return fmt.Errorf("%s %s: %w", step, redactURL(raw), err)
 }
 
 // redactURL is raw without its query and user information.
