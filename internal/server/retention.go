@@ -100,7 +100,16 @@ type retentionState struct {
 	cfg  Retention
 	stop chan struct{}
 	done chan struct{}
+	// measuredBefore: every run that ended before it is measured, as of
+	// this replica's last full scan (fullAt) and the passes since, which
+	// look only from it (less a minute for clocks of other replicas).
+	measuredBefore, fullAt time.Time
 }
+
+// fullMeasureEvery is how often the measuring pass looks at every ended
+// run, not only those that ended since the last pass (runs another
+// replica's pass left, a run whose end was recorded late).
+const fullMeasureEvery = time.Hour
 
 // retentions holds each Server's retentionState (a Server has no field
 // for it yet: see retentionOf).
@@ -221,7 +230,7 @@ func (s *Server) ExpireRuns(ctx context.Context, r Retention) (RetentionPass, er
 		defer (*h)(false)
 	}
 	now := s.now()
-	if pass.Measured, err = s.measureEnded(ctx, now.Add(-r.Grace), r.Batch); err != nil {
+	if pass.Measured, err = s.measureEnded(ctx, st, now, now.Add(-r.Grace), r.Batch); err != nil {
 		return pass, err
 	}
 	ids, err := s.store.ExpiryCandidates(ctx, store.ExpiryQuery{Server: r.Policy(), Now: now, EndedBefore: now.Add(-r.Grace), Limit: r.Batch})
@@ -292,11 +301,24 @@ func (s *Server) removeExpiredBytes(ctx context.Context, run int64) error {
 }
 
 // measureEnded records what up to limit runs that ended before
-// endedBefore hold, and reports how many it measured.
-func (s *Server) measureEnded(ctx context.Context, endedBefore time.Time, limit int) (int, error) {
-	ids, err := s.store.UnmeasuredRuns(ctx, endedBefore, limit)
+// endedBefore hold, and reports how many it measured. It looks at every
+// ended run once every fullMeasureEvery, else only at those that ended
+// since st.measuredBefore (the caller holds st.mu).
+func (s *Server) measureEnded(ctx context.Context, st *retentionState, now, endedBefore time.Time, limit int) (int, error) {
+	full := now.Sub(st.fullAt) >= fullMeasureEvery || st.measuredBefore.IsZero()
+	from := time.Time{}
+	if !full {
+		from = st.measuredBefore.Add(-time.Minute)
+	}
+	ids, err := s.store.UnmeasuredRuns(ctx, from, endedBefore, limit)
 	if err != nil {
 		return 0, err
+	}
+	if len(ids) < limit { // all of them: the next pass looks from here
+		st.measuredBefore = endedBefore
+		if full {
+			st.fullAt = now
+		}
 	}
 	for i, id := range ids {
 		b, err := s.measureRun(ctx, id)

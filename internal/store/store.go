@@ -634,9 +634,9 @@ type Store interface {
 	// RepoRetention returns repoID's own policy; nil fields (and SetBy
 	// "") when its owner never set one.
 	RepoRetention(ctx context.Context, repoID int64) (RepoRetention, error)
-	// UnmeasuredRuns lists up to limit runs, oldest first, that ended
-	// before endedBefore and have no RunBytes yet.
-	UnmeasuredRuns(ctx context.Context, endedBefore time.Time, limit int) ([]int64, error)
+	// UnmeasuredRuns lists up to limit runs, by end then id, that ended
+	// in [from, before) and have no RunBytes yet (from zero: since ever).
+	UnmeasuredRuns(ctx context.Context, from, before time.Time, limit int) ([]int64, error)
 	// RecordRunBytes records what a run held (idempotent: a second
 	// measure replaces the first, never an expiry). ErrNotFound when the
 	// run is absent.

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,12 +48,16 @@ func (d *DB) RepoRetention(ctx context.Context, repoID int64) (store.RepoRetenti
 	return out, nil
 }
 
-// UnmeasuredRuns implements store.Store.
-func (d *DB) UnmeasuredRuns(ctx context.Context, endedBefore time.Time, limit int) ([]int64, error) {
+// UnmeasuredRuns implements store.Store, along runs_by_finished.
+func (d *DB) UnmeasuredRuns(ctx context.Context, from, before time.Time, limit int) ([]int64, error) {
+	lo := int64(0)
+	if !from.IsZero() {
+		lo = ms(from)
+	}
 	return d.ids(ctx, "list runs to measure", `SELECT r.id FROM runs r
-		WHERE r.finished_at IS NOT NULL AND r.finished_at < ?
+		WHERE r.finished_at IS NOT NULL AND r.finished_at >= ? AND r.finished_at < ?
 		AND NOT EXISTS (SELECT 1 FROM run_bytes b WHERE b.run_id = r.id)
-		ORDER BY r.id LIMIT ?`, ms(endedBefore), limit)
+		ORDER BY r.finished_at, r.id LIMIT ?`, lo, ms(before), limit)
 }
 
 // RecordRunBytes implements store.Store.
@@ -85,6 +90,18 @@ func (d *DB) ExpiryCandidates(ctx context.Context, q store.ExpiryQuery) ([]int64
 		return nil, fmt.Errorf("list runs to expire: limit %d, want > 0", q.Limit)
 	}
 	days, pipes := q.Server.KeepLogsDays, q.Server.KeepPipelines
+	if !q.Server.Expires() {
+		// Only repositories' own rules can expire anything: most often
+		// none, answered without looking at any run.
+		var one int
+		err := d.db.QueryRowContext(ctx, `SELECT 1 FROM repo_retention WHERE keep_logs_days > 0 OR keep_pipelines > 0 LIMIT 1`).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list runs to expire: %w", err)
+		}
+	}
 	return d.ids(ctx, "list runs to expire", `SELECT r.id FROM run_bytes b
 		JOIN runs r ON r.id = b.run_id
 		JOIN pipelines p ON p.id = r.pipeline_id

@@ -41,7 +41,7 @@ func endedPipeline(t *testing.T, db store.Store, repo store.Repo, ref string, at
 // measureAll records bytes for every run that ended before now.
 func measureAll(t *testing.T, db store.Store, now time.Time) []int64 {
 	t.Helper()
-	ids, err := db.UnmeasuredRuns(context.Background(), now, 100)
+	ids, err := db.UnmeasuredRuns(context.Background(), time.Time{}, now, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +74,13 @@ func testExpiryCandidates_EveryRuleSetMustLetARunGoAndRunningRunsNever(t *testin
 	}
 	if more := measureAll(t, db, now); len(more) != 0 {
 		t.Fatalf("measured runs listed again: %v", more)
+	}
+	later := endedPipeline(t, db, repo, "refs/heads/later", now.Add(time.Minute))
+	if ids, err := db.UnmeasuredRuns(ctx, now, now.Add(time.Hour), 10); err != nil || !slices.Equal(ids, []int64{later}) {
+		t.Fatalf("UnmeasuredRuns in [now, now+1h) = %v, %v; want only run %d", ids, err, later)
+	}
+	if ids, err := db.UnmeasuredRuns(ctx, now.Add(2*time.Minute), now.Add(time.Hour), 10); err != nil || len(ids) != 0 {
+		t.Fatalf("UnmeasuredRuns after it = %v, %v; want none", ids, err)
 	}
 	cands := func(p store.RetentionPolicy, grace time.Duration) []int64 {
 		t.Helper()
