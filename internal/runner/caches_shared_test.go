@@ -11,7 +11,11 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"knotless.dev/knotless/internal/agent/agenttest"
+	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/cache"
+	"knotless.dev/knotless/internal/executor/agentenv"
+	"knotless.dev/knotless/internal/executor/shell"
 	"knotless.dev/knotless/internal/objstore"
 	"knotless.dev/knotless/internal/objstore/s3test"
 )
@@ -225,5 +229,70 @@ func TestCaches_ADamagedStoreEntryIsAMissThatSaysSo(t *testing.T) {
 	}
 	if got := rep.log(1); !strings.Contains(got, "vendor: cold") {
 		t.Fatalf("a damaged entry reached the step:\n%s", got)
+	}
+}
+
+// Through the runner's loop and a real server: a runner started on a new,
+// empty work directory (one that replaced another) hits what the first
+// saved, through Config.CacheOptions' bucket.
+func TestIntegration_ARunnerOnANewWorkDirectoryHitsWhatTheFirstSaved(t *testing.T) {
+	w := newWorld(t, true)
+	s := s3test.Start(t)
+	b, err := objstore.Open(s.Config("caches"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNewDisk := func(cfg *Config) {
+		cfg.WorkDir = filepath.Join(t.TempDir(), "work")
+		cfg.Executor = shell.New(shell.Config{Config: agentenv.Config{Agent: agenttest.Binary(t), Ephemeral: true, Logger: cfg.Logger}, Dir: filepath.Join(cfg.WorkDir, "shell")})
+		cfg.CacheOptions = cache.Options{Bucket: b, UnusedFor: 7 * 24 * time.Hour}
+	}
+	files := map[string]string{"deps.lock": "v1", ".knotless/workflows/ci.yml": cacheWorkflow}
+	stop := w.startRunner(onNewDisk)
+	run := w.push(files)
+	if final := w.waitFinal(run.ID, 60*time.Second); final.State != api.StateSucceeded {
+		t.Fatalf("first run %+v\n%s", final, w.stepLog(run.ID, 0))
+	}
+	if setup := string(w.stepLog(run.ID, 0)); !strings.Contains(setup, "uploaded to the cache store") {
+		t.Fatalf("first run did not upload:\n%s", setup)
+	}
+	stop()
+	w.startRunner(onNewDisk)
+	files["other.txt"] = "a new commit"
+	run = w.push(files)
+	if final := w.waitFinal(run.ID, 60*time.Second); final.State != api.StateSucceeded {
+		t.Fatalf("second run %+v\n%s", final, w.stepLog(run.ID, 0))
+	}
+	if setup := string(w.stepLog(run.ID, 0)); !strings.Contains(setup, ": hit (downloaded ") {
+		t.Fatalf("the runner on a new disk did not hit:\n%s", setup)
+	}
+	if got := string(w.stepLog(run.ID, 1)); !strings.Contains(got, "vendor: v1") {
+		t.Fatalf("the step did not see the cache:\n%s", got)
+	}
+}
+
+// A run with caches: reports its repository's use of the store, the
+// bucket's when there is one (what every runner of it reports alike).
+func TestCaches_ARunReportsItsRepositorysUseOfTheStore(t *testing.T) {
+	ctx := context.Background()
+	disk := openTestStore(t, 0)
+	rep, res := execute(t, ctx, cacheJob(t, disk, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	if u := res.Caches; u == nil || u.Entries != 1 || u.Bytes != 16 || !strings.HasSuffix(u.Store, ": disk") {
+		t.Fatalf("disk usage %+v", u)
+	}
+	s := s3test.Start(t)
+	shared := sharedTestStore(t, s.Config("c"))
+	for _, lock := range []string{"v1", "v2"} {
+		rep, res = execute(t, ctx, cacheJob(t, shared, "alice/app", lock, cacheWorkflow))
+		mustSucceed(t, rep, res)
+	}
+	if u := res.Caches; u == nil || u.Entries != 2 || u.Bytes < 100 || u.Store != "s3: "+shared.Bucket().String() {
+		t.Fatalf("bucket usage %+v", u)
+	}
+	rep, res = execute(t, ctx, testJob(t, "on: {push: {}}\nsteps:\n  - run: echo hi\n"))
+	mustSucceed(t, rep, res)
+	if res.Caches != nil {
+		t.Fatalf("a run without caches: reported %+v", res.Caches)
 	}
 }

@@ -267,6 +267,7 @@ func (e *execution) report(res Result) Result {
 		}
 	}
 	res.EnvironmentRemoved = !e.envLeft
+	res.Caches = e.cacheUsage(context.Background()) // bounded by cache.UsageTimeout
 	if err := e.rep.Done(res); err != nil {
 		e.log.Error("record run result", "err", err)
 	}

@@ -38,6 +38,9 @@ type Result struct {
 	// EnvironmentRemoved: no environment of the run is left (none was
 	// made, or its cleanup succeeded).
 	EnvironmentRemoved bool
+	// Caches is what the run's repository holds in the runner's cache
+	// store, for a run with `caches:` (nil otherwise).
+	Caches *api.CacheUsage
 }
 
 // Reporter receives everything a run produces, in order. Log bytes it gets
@@ -77,7 +80,7 @@ func (r SpoolReporter) Step(u StepUpdate) error {
 func (r SpoolReporter) Done(res Result) error {
 	return r.Spool.Append(logship.JournalEntry{Complete: &api.CompleteInput{
 		Run: r.Spool.Run(), State: res.State, Reason: res.Reason, Message: res.Message, ExitCode: res.ExitCode,
-		Exports: res.Exports, EnvironmentRemoved: res.EnvironmentRemoved,
+		Exports: res.Exports, EnvironmentRemoved: res.EnvironmentRemoved, Caches: res.Caches,
 	}})
 }
 

@@ -72,6 +72,10 @@ type Config struct {
 	// CacheSize bounds the cache store (WorkDir/caches) in bytes, with
 	// LRU eviction; 0 means cache.DefaultSize.
 	CacheSize int64
+	// CacheOptions are the cache store's settings beyond CacheSize: the
+	// shared bucket (--cache-store) and retention (--cache-unused-days,
+	// --cache-repo-size).
+	CacheOptions cache.Options
 	// MaxBackoff caps retry waits after errors; 0 means 15 s.
 	MaxBackoff time.Duration
 	HTTP       *http.Client
@@ -204,6 +208,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.caches, err = cache.Open(r.path("caches"), r.cfg.CacheSize, r.log); err != nil {
 		return fmt.Errorf("%w (--work holds the cache store; --cache-size bounds it)", err)
 	}
+	r.caches.Configure(r.cfg.CacheOptions)
 
 	held, err := r.startSession(ctx)
 	if err != nil || ctx.Err() != nil {

@@ -81,7 +81,9 @@ func TestHelp_EveryCommandExplainsItself(t *testing.T) {
 	cmd, out, _ := command(t.TempDir(), nil, "run", "--help")
 	cmd.Run()
 	for _, want := range []string{"KNOTLESS_STATE", "KNOTLESS_WORK", "KNOTLESS_CAPACITY", "KNOTLESS_STOP_WAIT", "KNOTLESS_LOG_LIMIT", "KNOTLESS_EXECUTOR", "DIR/spool",
-		"--cache-size", "KNOTLESS_CACHE_SIZE", "DIR/caches/"} {
+		"--cache-size", "KNOTLESS_CACHE_SIZE", "DIR/caches/", "--cache-store", "KNOTLESS_CACHE_STORE", "--cache-store-region",
+		"AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "~/.aws/credentials", "--cache-unused-days", "KNOTLESS_CACHE_UNUSED_DAYS",
+		"(default 7)", "--cache-repo-size", "KNOTLESS_CACHE_REPO_SIZE"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("run --help does not mention %s", want)
 		}
@@ -99,6 +101,11 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{"exec", "missing.yml"},
 		{"run", "--state", "s", "--work", "w", "--executor", "nope"},
 		{"run", "--state", "s", "--work", "w", "--cache-size", "10GB"},
+		{"run", "--state", "s", "--work", "w", "--cache-store", "ftp://x/b"},
+		{"run", "--state", "s", "--work", "w", "--cache-store", "https://AKIA:secret@s3.example.com/b"},
+		{"run", "--state", "s", "--work", "w", "--cache-store", "https://s3.example.com/"},
+		{"run", "--state", "s", "--work", "w", "--cache-unused-days", "-1"},
+		{"run", "--state", "s", "--work", "w", "--cache-repo-size", "lots"},
 	} {
 		cmd, _, errb := command(t.TempDir(), nil, args...)
 		if code := exitCode(t, cmd.Run()); code != 2 {
@@ -377,4 +384,17 @@ func pidsWithArg(arg string) []int {
 		}
 	}
 	return pids
+}
+
+// Credentials never go on the command line: a --cache-store URL holding
+// them is refused, saying where they go, without repeating the secret.
+func TestRun_CacheStoreURLWithCredentialsIsRefusedWithoutEchoingThem(t *testing.T) {
+	tmp := t.TempDir()
+	cmd, _, errb := command(tmp, nil, "run", "--state", "s", "--work", "w", "--cache-store", "https://AKIA:very-secret@s3.example.com/b")
+	if code := exitCode(t, cmd.Run()); code != 2 {
+		t.Fatalf("exit %d, want 2: %s", code, errb.String())
+	}
+	if msg := errb.String(); !strings.Contains(msg, "AWS_ACCESS_KEY_ID") || strings.Contains(msg, "very-secret") {
+		t.Fatalf("stderr %q: want where credentials go, never the secret", msg)
+	}
 }

@@ -2,15 +2,18 @@ package runnercli
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/envflag"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/objstore"
 	"knotless.dev/knotless/internal/runner"
 )
 
@@ -24,6 +27,10 @@ type runOptions struct {
 	cfg             runner.Config
 	logLimit        int64
 	cacheSize       int64
+	cacheStore      string
+	cacheRegion     string
+	cacheUnusedDays int
+	cacheRepoSize   int64
 	envs            *envValue
 	envPass         *envPassValue
 	handover        bool
@@ -67,7 +74,8 @@ Work directory layout:
   DIR/spool/<run>/             logs and results not yet delivered
   DIR/caches/                  the cache store of the workflows' caches:
                                (bounded by --cache-size, least recently used
-                               evicted first; per repository)
+                               evicted first; per repository; with
+                               --cache-store, a copy of what the bucket holds)
   DIR/shell/run-<run>/         the shell executor's files of a run: its step
                                agent's socket, log and state, and the steps'
                                HOME and TMPDIR (removed after it)
@@ -81,6 +89,22 @@ in HOME start cold unless the workflow's caches: restores them (saved after
 a successful run, restored by key before the first step); --env points
 tools at a cache the runs share, e.g. GOCACHE (or XDG_CACHE_HOME); with the
 stable checkout path, Go's build and test cache then hit across runs.
+
+--cache-store URL shares the caches with every runner that names the same
+bucket: a second runner, or one that replaced another, hits what an earlier
+one saved. URL is https://HOST[:PORT]/BUCKET[/PREFIX] (http:// on a private
+network) or s3://BUCKET[/PREFIX] for Amazon S3 (with --cache-store-region).
+Credentials never go on the command line: they come from the standard places,
+in this order: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and
+AWS_SESSION_TOKEN) in the environment; the shared credentials file
+(AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile AWS_PROFILE); a
+Kubernetes projected service-account token for a role
+(AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN); the ECS or EC2 instance role.
+A store that is down, slow, full or refuses the credentials never fails a
+run: the setup log says so in the cache's line and the run goes on with this
+runner's disk. Caches unused for --cache-unused-days are removed, and each
+repository's beyond --cache-repo-size (least recently used first), on this
+disk and in the bucket (any runner sweeps, at most hourly).
 
 Steps get a clean environment: none of the runner's own variables reach them
 (not even HTTPS_PROXY), only PATH, HOME, LANG=C.UTF-8, TZ=UTC, the KNOTLESS_*
@@ -97,7 +121,9 @@ const runExample = `  knotless-run run --state /etc/knotless/runner.json --execu
   knotless-run run --state runner.json --work work --executor docker --image golang:1.26 --cpus 2 --memory 4Gi --disk-floor 10Gi
   knotless-run run --state runner.json --work work \
       --env GOCACHE=/var/cache/knotless/go-build --env GOMODCACHE=/var/cache/knotless/gomod
-  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY`
+  knotless-run run --state runner.json --work work --env-pass HTTPS_PROXY --env-pass NO_PROXY
+  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
+      knotless-run run --state runner.json --work work --cache-store https://s3.example.com/ci-caches/knotless`
 
 func newRun(g *globals) *cobra.Command {
 	o := &runOptions{g: g, logLimit: int64(runner.DefaultLogLimit), cacheSize: int64(cache.DefaultSize), envs: &envValue{}, envPass: &envPassValue{}}
@@ -129,12 +155,17 @@ func (o *runOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)")
 	f.Var(envflag.Size{P: &o.logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running")
 	f.Var(envflag.Size{P: &o.cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
+	f.StringVar(&o.cacheStore, "cache-store", "", "share the workflows' caches through this S3-compatible bucket: https://HOST[:PORT]/BUCKET[/PREFIX] or s3://BUCKET[/PREFIX]; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials or a role, never a flag; empty: this disk only")
+	f.StringVar(&o.cacheRegion, "cache-store-region", "", "the --cache-store bucket's region (empty: us-east-1, or what the store says)")
+	f.IntVar(&o.cacheUnusedDays, "cache-unused-days", cache.DefaultUnusedDays, "remove caches not restored or saved for this many days, on this disk and in the --cache-store bucket; 0: never")
+	f.Var(envflag.Size{P: &o.cacheRepoSize}, "cache-repo-size", "most bytes of caches one repository keeps (e.g. 10Gi; stored size in the bucket, apparent size on this disk); past it its least recently used are removed; 0: no bound")
 	f.Var(o.envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
 	f.Var(o.envPass, "env-pass", envPassUsage)
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (and /healthz), e.g. 0.0.0.0:9090; empty: none")
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
-		"cache-size": "KNOTLESS_CACHE_SIZE", "metrics-listen": "KNOTLESS_METRICS_LISTEN"} {
+		"cache-size": "KNOTLESS_CACHE_SIZE", "metrics-listen": "KNOTLESS_METRICS_LISTEN", "cache-store": "KNOTLESS_CACHE_STORE",
+		"cache-store-region": "KNOTLESS_CACHE_STORE_REGION", "cache-unused-days": "KNOTLESS_CACHE_UNUSED_DAYS", "cache-repo-size": "KNOTLESS_CACHE_REPO_SIZE"} {
 		envflag.BindAs(f, flag, env)
 	}
 }
@@ -145,7 +176,42 @@ func (o *runOptions) validate() error {
 	if o.statePath == "" || o.work == "" {
 		return usagef("run needs --state FILE and --work DIR")
 	}
+	if o.cacheUnusedDays < 0 {
+		return usagef("--cache-unused-days %d: want a number of days, 0 for never", o.cacheUnusedDays)
+	}
+	if o.cacheRepoSize < 0 {
+		return usagef("--cache-repo-size: want a size such as 10Gi, 0 for no bound")
+	}
+	if o.cacheStore != "" {
+		if _, err := objstore.Open(objstore.Config{URL: o.cacheStore, Region: o.cacheRegion}); err != nil {
+			return usagef("--cache-store: %v", err)
+		}
+	}
 	return nil
+}
+
+// cacheOptions are the cache store's settings from the flags. With
+// --cache-store it checks the bucket once (bounded): a store that does
+// not answer is a warning, never a reason not to start (runs go on with
+// this disk meanwhile, each run's setup log saying why).
+func (o *runOptions) cacheOptions(ctx context.Context, log *slog.Logger) (cache.Options, error) {
+	opts := cache.Options{UnusedFor: time.Duration(o.cacheUnusedDays) * 24 * time.Hour, RepoLimit: o.cacheRepoSize}
+	if o.cacheStore == "" {
+		return opts, nil
+	}
+	b, err := objstore.Open(objstore.Config{URL: o.cacheStore, Region: o.cacheRegion})
+	if err != nil {
+		return opts, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, cache.DefaultLookupTimeout)
+	defer cancel()
+	if err := b.Check(cctx); err != nil {
+		log.Warn("the cache store does not answer as it should; runs use this runner's disk until it does", "err", err)
+	} else {
+		log.Info("caches are shared through the cache store", "store", b.String())
+	}
+	opts.Bucket = b
+	return opts, nil
 }
 
 // run starts the executor and the runner and runs it until it stops: its
@@ -185,6 +251,9 @@ func (o *runOptions) run() error {
 	cfg.State, cfg.StatePath, cfg.Executor, cfg.WorkDir, cfg.Logger = st, o.statePath, ex, o.work, log
 	cfg.LogLimit = o.logLimit
 	cfg.CacheSize = o.cacheSize
+	if cfg.CacheOptions, err = o.cacheOptions(context.Background(), log); err != nil {
+		return err
+	}
 	var missing []string
 	cfg.Env, missing = stepEnv(o.envPass, o.envs)
 	if len(missing) > 0 {
