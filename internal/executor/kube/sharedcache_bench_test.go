@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,7 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
+	"knotless.dev/knotless/internal/agent"
 	"knotless.dev/knotless/internal/executor"
+	"knotless.dev/knotless/internal/objstore"
 	"knotless.dev/knotless/internal/objstore/s3test"
 )
 
@@ -37,7 +43,11 @@ import (
 //   - pod-download: the pod itself reading a presigned URL of the
 //     uncompressed tar with busybox wget and unpacking it with busybox
 //     tar, the route presigned URLs would give where the pod may reach
-//     the store.
+//     the store;
+//   - agent-fetch: the route presigned URLs give: the store's own entry
+//     (entry.json and the tree as member "0", agent.WriteTar, zstd at
+//     the store's level) fetched by the pod's step agent from a presigned
+//     URL, hashed and unpacked as it arrives (executor.CacheFetcher).
 //
 // KNOTLESS_BENCH_CACHE_MB sizes each tree (default 8; the documented
 // figures use 1024).
@@ -148,7 +158,63 @@ func BenchmarkKube_SharedCacheRestore(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+		src := putStoreEntry(b, bucket, kind+".entry.tzst", tree)
+		b.Run(kind+"/agent-fetch", func(b *testing.B) {
+			b.SetBytes(size)
+			fetcher := s.(executor.CacheFetcher)
+			for i := 0; i < b.N; i++ {
+				dst := home + "/.cache/" + kind + "-fetch"
+				if _, err := fetcher.FetchCache(ctx, src, map[string]string{"0": dst}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				execOK(b, s, fmt.Sprintf("rm-fetch-%s-%d", kind, i), "rm -rf "+dst, io.Discard)
+				b.StartTimer()
+			}
+		})
 	}
+}
+
+// putStoreEntry puts tree into bucket at name as the shared cache store
+// keeps an entry whose one path is tree (internal/cache: a directory of
+// entry.json and "0", written with agent.WriteTar and compressed with
+// zstd at its default level; metadata sha256), and returns the source
+// the agent's fetch reads it from (a presigned URL).
+func putStoreEntry(b *testing.B, bucket *objstore.Bucket, name, tree string) executor.FetchSource {
+	b.Helper()
+	entry := b.TempDir()
+	sh(b, "cp -al "+tree+" "+entry+"/0 && echo '{}' >"+entry+"/entry.json")
+	f, err := os.Create(filepath.Join(b.TempDir(), "entry.tzst"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	zw, err := zstd.NewWriter(io.MultiWriter(f, h), zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := agent.WriteTar(context.Background(), zw, agent.HostTree{}, entry); err != nil {
+		b.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	size, _ := f.Seek(0, io.SeekCurrent)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		b.Fatal(err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	ctx := context.Background()
+	if err := bucket.Put(ctx, name, f, size, map[string]string{"sha256": sum}); err != nil {
+		b.Fatal(err)
+	}
+	u, err := bucket.PresignGet(ctx, name, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: the store's entry is %d bytes (zstd)", name, size)
+	return executor.FetchSource{URL: u.String(), Bytes: size, SHA256: sum, Compression: agent.CompressionZstd}
 }
 
 // moduleCacheTree copies regular files of the Go module cache (`go env
