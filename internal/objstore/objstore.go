@@ -193,10 +193,20 @@ func (b *Bucket) Put(ctx context.Context, name string, r io.Reader, size int64, 
 	return b.wrap("put", name, err)
 }
 
+// MaxSinglePut is the largest object S3 takes in one PUT: 5 GiB.
+const MaxSinglePut = 5 << 30
+
 // PutIfAbsent is Put that never replaces: when name exists it writes
-// nothing and its error wraps ErrExists (S3's If-None-Match: *).
+// nothing and its error wraps ErrExists (S3's If-None-Match: *). size must
+// be known and at most MaxSinglePut: the condition holds for one PUT
+// (minio-go sends it on a multipart upload's first request only, where
+// two racing uploads both pass it). Errors: ErrExists, a size out of
+// range, the store's.
 func (b *Bucket) PutIfAbsent(ctx context.Context, name string, r io.Reader, size int64, meta map[string]string) error {
-	opts := minio.PutObjectOptions{UserMetadata: meta, ContentType: "application/octet-stream"}
+	if size < 0 || size > MaxSinglePut {
+		return fmt.Errorf("object store %s: put %s: a conditional put needs a known size of at most 5 GiB, not %d", b.display, name, size)
+	}
+	opts := minio.PutObjectOptions{UserMetadata: meta, ContentType: "application/octet-stream", DisableMultipart: true}
 	opts.SetMatchETagExcept("*")
 	_, err := b.c.PutObject(ctx, b.bucket, b.prefix+name, r, size, opts)
 	if err != nil {

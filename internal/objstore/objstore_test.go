@@ -164,3 +164,37 @@ func TestBucket_RidesOutAShort503Storm(t *testing.T) {
 		t.Errorf("the proxy failed %d requests, want 2 (the storm did not happen)", p.Failed())
 	}
 }
+
+// Two writers racing with PutIfAbsent for one name leave one object and
+// one ErrExists, also for objects past minio-go's 16 MiB multipart
+// threshold (a multipart upload carried the condition on its first
+// request only, and both 40 MB uploads succeeded).
+func TestBucket_PutIfAbsentLetsOneOfTwoRacingLargeWritersWin(t *testing.T) {
+	s := s3test.Start(t)
+	b := s.Open(t, "")
+	const size = 40 << 20
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			data := bytes.Repeat([]byte{byte('a' + i)}, size)
+			errs <- b.PutIfAbsent(context.Background(), "race", bytes.NewReader(data), size, nil)
+		}()
+	}
+	var won, lost int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case errors.Is(err, objstore.ErrExists):
+			lost++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if won != 1 || lost != 1 {
+		t.Errorf("%d writers won and %d were told the name exists; want 1 and 1", won, lost)
+	}
+	if err := b.PutIfAbsent(context.Background(), "unknown", strings.NewReader("x"), -1, nil); err == nil {
+		t.Error("PutIfAbsent of an unknown size succeeded; want an error (the condition would not hold)")
+	}
+}
