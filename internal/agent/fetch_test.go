@@ -395,3 +395,65 @@ func socketPair() (net.Conn, net.Conn, error) {
 	}
 	return conns[0], conns[1], nil
 }
+
+// TestFetch_ConnectionLostMidFetchIsFetchedAnewWhole: when the
+// connection to the agent breaks while the agent downloads (an exec
+// stream cut), the client sends the request again on a new connection;
+// the agent ends the first fetch with its connection (the store sees its
+// request cancelled) and removes what it made before the second one
+// starts, and the second one unpacks the archive whole.
+func TestFetch_ConnectionLostMidFetchIsFetchedAnewWhole(t *testing.T) {
+	ta := startAgent(t)
+	b, entry := entryArchive(t)
+	var requests atomic.Int64
+	firstHalf, firstGone := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			_, _ = w.Write(b[:len(b)/2])
+			w.(http.Flusher).Flush()
+			close(firstHalf)
+			<-r.Context().Done() // the agent ended this fetch
+			close(firstGone)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	var conns []net.Conn
+	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
+		ours, theirs, err := socketPair()
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, ours)
+		go ta.a.ServeConn(theirs)
+		return ours, nil
+	}
+	cl := agent.NewClient(dial, agent.Options{Name: "test", Logger: discard})
+	defer cl.Close()
+	go func() {
+		<-firstHalf
+		_ = conns[0].Close()
+	}()
+	out := t.TempDir()
+	dst0 := filepath.Join(out, "c0")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := cl.Fetch(ctx, fetchReq(srv.URL+"/entry.tzst", b, map[string]string{"0": dst0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-firstGone:
+	default:
+		t.Error("the first fetch's request was not ended with its connection")
+	}
+	if requests.Load() != 2 || len(conns) != 2 {
+		t.Errorf("%d requests over %d connections, want 2 over 2", requests.Load(), len(conns))
+	}
+	if got.Bytes != int64(len(b)) {
+		t.Errorf("answer %+v", got)
+	}
+	sameTree(t, filepath.Join(entry, "0"), dst0)
+	_ = os.Chmod(filepath.Join(dst0, "ro"), 0o755)
+}
