@@ -642,7 +642,7 @@ type Store interface {
 	// run is absent.
 	RecordRunBytes(ctx context.Context, b RunBytes) error
 	// ExpiryCandidates lists up to q.Limit ended, measured, not yet
-	// expired runs, oldest first, whose policy (the repository's over
+	// expired runs, by end then id, whose policy (the repository's over
 	// q.Server) lets their bytes go at q.Now, among those ended before
 	// q.EndedBefore. Runs that have not ended are never listed.
 	ExpiryCandidates(ctx context.Context, q ExpiryQuery) ([]int64, error)

@@ -115,7 +115,7 @@ func (d *DB) ExpiryCandidates(ctx context.Context, q store.ExpiryQuery) ([]int64
 		AND (COALESCE(rr.keep_pipelines, ?) <= 0
 			OR (SELECT COUNT(*) FROM pipelines p2 WHERE p2.repo_id = p.repo_id AND p2.ref = p.ref AND p2.id > p.id)
 				>= COALESCE(rr.keep_pipelines, ?))
-		ORDER BY r.id LIMIT ?`,
+		ORDER BY r.finished_at, r.id LIMIT ?`,
 		ms(q.EndedBefore), days, pipes, days, ms(q.Now), days, pipes, pipes, q.Limit)
 }
 
