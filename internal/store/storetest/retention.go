@@ -97,7 +97,7 @@ func testExpiryCandidates_EveryRuleSetMustLetARunGoAndRunningRunsNever(t *testin
 		want  []int64
 	}{
 		{"nothing set", store.RetentionPolicy{}, 0, nil},
-		{"3 days", store.RetentionPolicy{KeepLogsDays: 3}, 0, []int64{main10, main5, dev10}},
+		{"3 days", store.RetentionPolicy{KeepLogsDays: 3}, 0, []int64{main10, dev10, main5}}, // by end, then id
 		{"2 pipelines a branch", store.RetentionPolicy{KeepPipelines: 2}, 0, []int64{main10, main5}},
 		{"7 days and 2 pipelines", store.RetentionPolicy{KeepLogsDays: 7, KeepPipelines: 2}, 0, []int64{main10}},
 		{"1 pipeline", store.RetentionPolicy{KeepPipelines: 1}, 0, []int64{main10, main5, main2}},
