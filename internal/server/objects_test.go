@@ -237,6 +237,9 @@ func TestObjects_TheOtherReplicaReadsAMovedRunTheSame(t *testing.T) {
 	waitMoved(t, a.DataDir, id)
 	sameReads(t, "replica A after the move", beforeA, runReads(t, a.URL, a.token, id))
 	sameReads(t, "replica B after the move", beforeA, runReads(t, b.URL, a.token, id))
+	if ma, _ := a.ObjectMoves(); ma+func() int64 { mb, _ := b.ObjectMoves(); return mb }() != 1 {
+		t.Errorf("moves recorded by A and B together: want 1 (one mover at a time)")
+	}
 }
 
 var errCrash = errors.New("crashed (test hook)")
