@@ -80,7 +80,8 @@ type serverOptions struct {
 const serverLong = `knotless-server runs the Knotless control plane: the XRPC API under /xrpc/,
 git repositories at /OWNER/NAME.git, pipelines, runs, runners, secrets and logs,
 and the web pages at / (sign in with an account API token; Pipelines at
-/OWNER/NAME, Runners at /OWNER/NAME/-/runners, a run at /-/runs/ID).
+/OWNER/NAME, Runners at /OWNER/NAME/-/runners, Usage at /OWNER/NAME/-/usage,
+a run at /-/runs/ID).
 
 On first start it creates the data directory, an "admin" account, and writes
 the admin's API token to DATA/admin.token (mode 0600). While it runs,
