@@ -34,8 +34,10 @@ import (
 // it to its end: removing unlinks the file, and POSIX keeps an unlinked
 // file's bytes while it is open (NFS: the client that opened it renames
 // it aside, .nfsXXXX, until it is closed; a reader on another replica
-// of a shared directory gets ESTALE on its next read). The reader's next
-// request is answered "expired".
+// of a shared directory gets ESTALE on its next read; one reading a
+// moved log from the bucket may be cut short). The reader's next request
+// is answered "expired". Retention takes runs days old, or at least Grace
+// after their end: a reader is seldom there.
 
 // Defaults of Retention.
 const (
@@ -56,7 +58,7 @@ const (
 var retentionHook atomic.Pointer[func(holding bool)]
 
 // retentionLockID is the retention sweep's lock id in the LockSweeper
-// space (the lease sweeper holds id 0).
+// space (the lease sweeper holds id 0, the object mover id 2).
 const retentionLockID int32 = 1
 
 // Retention is the server's retention of runs' logs and outputs
