@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -122,12 +123,20 @@ func CheckFetch(req Fetch) error {
 	return nil
 }
 
+// FetchConnectTimeout bounds a fetch's TCP connection and TLS handshake
+// each: a store the environment may not reach (a NetworkPolicy that
+// drops the packets) fails this soon, not after DefaultFetchStall.
+const FetchConnectTimeout = 10 * time.Second
+
 // NewFetchHTTPClient is the HTTP client RunFetch uses in the agent: the
 // environment's proxy settings (HTTPS_PROXY, NO_PROXY), no transparent
 // decompression (the bytes hashed are the object's), no cookies, no
-// credentials. Its bounds are RunFetch's stall watchdog and ctx.
+// credentials; connecting bounded by FetchConnectTimeout. Its other
+// bounds are RunFetch's stall watchdog and ctx.
 func NewFetchHTTPClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: FetchConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = FetchConnectTimeout
 	tr.DisableCompression = true
 	tr.MaxIdleConnsPerHost = 1
 	return &http.Client{Transport: tr}

@@ -168,9 +168,10 @@ func TestKube_PodFetchesAPresignedCacheEntryByteExact(t *testing.T) {
 // loopback, which in the pod is the pod's own) fails the fetch at once
 // with an error naming the connection and the URL without its signature,
 // and leaves nothing at the destination: the runner then restores
-// through its own stream. A URL whose address drops every packet fails
-// within the stall bound (agent.DefaultFetchStall), not the run's
-// timeout.
+// through its own stream. A URL whose address drops every packet (as a
+// NetworkPolicy that does not allow the store does) fails once
+// connecting took agent.FetchConnectTimeout, not after the stall bound
+// or the run's timeout.
 func TestKube_FetchFromAStoreThePodCannotReachFailsSoonAndSaysSo(t *testing.T) {
 	f := newFixture(t)
 	store := s3test.Start(t) // 127.0.0.1 of this host
@@ -193,7 +194,7 @@ func TestKube_FetchFromAStoreThePodCannotReachFailsSoonAndSaysSo(t *testing.T) {
 		says   string
 	}{
 		{"loopback", src, 20 * time.Second, "connect: connection refused"},
-		{"blackhole", blackhole, agent.DefaultFetchStall + 20*time.Second, "192.0.2.1"},
+		{"blackhole", blackhole, agent.FetchConnectTimeout + 20*time.Second, "192.0.2.1:9: i/o timeout"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		start := time.Now()
