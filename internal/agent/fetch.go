@@ -177,10 +177,9 @@ func runFetch(ctx context.Context, req Fetch, hc *http.Client, made *Made) (Fetc
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var last atomic.Int64
-	progress := func() { last.Store(time.Now().UnixNano()) }
-	progress()
-	go watchStall(ctx, cancel, &last, stall)
+	clock := &stallClock{}
+	clock.wait()
+	go clock.watch(ctx, cancel, stall)
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, req.URL, nil)
 	if err != nil {
 		return Fetched{}, errors.New("fetch: the URL is not valid")
@@ -190,11 +189,11 @@ func runFetch(ctx context.Context, req Fetch, hc *http.Client, made *Made) (Fetc
 		return Fetched{}, fetchFailed(ctx, stall, "connect to the store", req.URL, err)
 	}
 	defer resp.Body.Close()
+	clock.done()
 	if resp.StatusCode != http.StatusOK {
 		return Fetched{}, statusError(resp)
 	}
-	progress()
-	pr := &fetchReader{r: io.LimitReader(resp.Body, req.Bytes+1), h: sha256.New(), progress: progress}
+	pr := &fetchReader{r: io.LimitReader(resp.Body, req.Bytes+1), h: sha256.New(), clock: clock}
 	var res Fetched
 	dr, done, err := Decompress(pr, req.Compression)
 	if err == nil {
@@ -221,9 +220,26 @@ func runFetch(ctx context.Context, req Fetch, hc *http.Client, made *Made) (Fetc
 	return res, nil
 }
 
-// watchStall cancels ctx with errFetchStalled once last (UnixNano of the
-// last progress) is more than stall ago.
-func watchStall(ctx context.Context, cancel context.CancelCauseFunc, last *atomic.Int64, stall time.Duration) {
+// stallClock tells a stalled store from a slow disk: it measures only
+// the time spent waiting for the store (connecting, then each read of
+// the body), from the last byte or the start of the wait.
+type stallClock struct {
+	last    atomic.Int64 // UnixNano: the wait's start or its last byte
+	waiting atomic.Bool
+}
+
+func (c *stallClock) wait() {
+	c.last.Store(time.Now().UnixNano())
+	c.waiting.Store(true)
+}
+
+func (c *stallClock) got() { c.last.Store(time.Now().UnixNano()) }
+
+func (c *stallClock) done() { c.waiting.Store(false) }
+
+// watch cancels ctx with errFetchStalled once a wait went on for more
+// than stall with no byte.
+func (c *stallClock) watch(ctx context.Context, cancel context.CancelCauseFunc, stall time.Duration) {
 	t := time.NewTicker(max(stall/20, 10*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -231,7 +247,7 @@ func watchStall(ctx context.Context, cancel context.CancelCauseFunc, last *atomi
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if now.Sub(time.Unix(0, last.Load())) > stall {
+			if c.waiting.Load() && now.Sub(time.Unix(0, c.last.Load())) > stall {
 				cancel(errFetchStalled)
 				return
 			}
@@ -280,22 +296,23 @@ func statusError(resp *http.Response) error {
 	return errors.New(msg)
 }
 
-// fetchReader counts and hashes what it reads, reports progress, and
-// keeps the first read error (the network's).
+// fetchReader counts and hashes what it reads, times its waits on the
+// store (clock), and keeps the first read error (the network's).
 type fetchReader struct {
-	r        io.Reader
-	h        hash.Hash
-	n        int64
-	err      error
-	progress func()
+	r     io.Reader
+	h     hash.Hash
+	n     int64
+	err   error
+	clock *stallClock
 }
 
 func (f *fetchReader) Read(b []byte) (int, error) {
+	f.clock.wait()
 	n, err := f.r.Read(b)
+	f.clock.done()
 	if n > 0 {
 		f.h.Write(b[:n])
 		f.n += int64(n)
-		f.progress()
 	}
 	if err != nil && !errors.Is(err, io.EOF) && f.err == nil {
 		f.err = err

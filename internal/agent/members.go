@@ -291,17 +291,28 @@ func (m *Made) Undo() error {
 		case fi.IsDir():
 			errs = append(errs, removeTree(p))
 		default:
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				// A parent made read-only by the unpacking: its own
-				// removal, later in this loop, takes the file too.
-				if !errors.Is(err, fs.ErrPermission) {
-					errs = append(errs, err)
-				}
-			}
+			errs = append(errs, removeFile(p))
 		}
 	}
 	m.paths = nil
 	return errors.Join(errs...)
+}
+
+// removeFile removes p, also from a directory the unpacking made
+// read-only (its mode is given back).
+func removeFile(p string) error {
+	err := os.Remove(p)
+	if errors.Is(err, fs.ErrPermission) {
+		dir := filepath.Dir(p)
+		if fi, serr := os.Stat(dir); serr == nil && os.Chmod(dir, fi.Mode().Perm()|0o700) == nil {
+			err = os.Remove(p)
+			_ = os.Chmod(dir, fi.Mode().Perm())
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // removeTree removes the directory p and all it holds, making read-only
