@@ -352,6 +352,15 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, x store.Runne
 			return xerr(http.StatusConflict, api.ErrRunFinished,
 				"run %d ended and its step %d log was moved to the object store; its result stands", id, step)
 		}
+		// Retention removed the run's logs (a lost runner surfacing past
+		// --retention-grace): an append would make a file nobody reads.
+		if at, err := s.expiredAt(ctx, id); err != nil || at != nil {
+			if err != nil {
+				return err
+			}
+			return xerr(http.StatusConflict, api.ErrRunFinished,
+				"run %d ended and retention removed its logs on %s; its result stands", id, expiredDate(*at))
+		}
 	}
 	// Line times are a help to read the log: malformed ones are dropped,
 	// never a reason to refuse the log's bytes.

@@ -63,6 +63,12 @@ func newServerMetrics(s *Server) *serverMetrics {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "log_followers_waiting",
 		Help: "Log followers (long polls for a step's next bytes) waiting on this replica."},
 		func() float64 { return float64(s.LogFollowers()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "object_moves_total",
+		Help: "Ended runs whose logs and outputs this replica moved to the object store (--object-store)."},
+		func() float64 { n, _ := s.ObjectMoves(); return float64(n) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "object_move_failures_total",
+		Help: "Moves to the object store that failed and were left for a later pass (the store down, slow, full or refusing)."},
+		func() float64 { _, n := s.ObjectMoves(); return float64(n) }))
 	return m
 }
 

@@ -116,12 +116,13 @@ const NoDelay = -1
 
 // objects is a server's object store while it has one.
 type objects struct {
-	cfg    ObjectStore
-	bucket *objstore.Bucket
-	db     store.Objects
-	log    *slog.Logger
-	stop   chan struct{}
-	done   chan struct{}
+	cfg      ObjectStore
+	bucket   *objstore.Bucket
+	db       store.Objects
+	log      *slog.Logger
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 
 	moved  atomic.Int64 // runs moved (recorded)
 	failed atomic.Int64 // moves that failed (retried later)
@@ -156,11 +157,20 @@ func (s *Server) UseObjectStore(cfg ObjectStore) (stop func(), err error) {
 	}
 	s.outputs.obj.p.Store(o)
 	go s.moveLoop(o)
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(o.stop) })
-		<-o.done
-	}, nil
+	return func() { o.halt() }, nil
+}
+
+// halt ends the mover and waits for it; idempotent.
+func (o *objects) halt() {
+	o.stopOnce.Do(func() { close(o.stop) })
+	<-o.done
+}
+
+// stopObjects ends the mover UseObjectStore started, if any (Close).
+func (s *Server) stopObjects() {
+	if o := s.logs.obj.get(); o != nil {
+		o.halt()
+	}
 }
 
 // ObjectMoves reports how many runs this process moved to the object

@@ -11,3 +11,6 @@ func SetObjectStoreHook(c *ObjectStore, f func(run int64, stage string) error) {
 func RemoveRunBytes(ctx context.Context, s *Server, run int64) error {
 	return s.removeRunBytes(ctx, run)
 }
+
+// Closing is closed once s begins to close (Close, or Serve's shutdown).
+func Closing(s *Server) <-chan struct{} { return s.closing }

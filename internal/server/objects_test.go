@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,14 +259,20 @@ func TestObjects_AMoveCutShortByACrashIsFinishedByTheNextServer(t *testing.T) {
 			id := movableRun(t, f)
 			before := runReads(t, f.URL, f.token, id)
 			// The mover stops dead after stage, as a killed replica would,
-			// until the test ends.
+			// until the test ends or the server closes (Close waits for
+			// its mover).
 			crashed, dead := make(chan struct{}), make(chan struct{})
+			closing := server.Closing(f.Server.Server)
+			var crashOnce sync.Once
 			useObjects(t, f.Server, s3.Config("ci"), func(run int64, st string) error {
 				if st != stage {
 					return nil
 				}
-				close(crashed)
-				<-dead
+				crashOnce.Do(func() { close(crashed) })
+				select {
+				case <-dead:
+				case <-closing:
+				}
 				return errCrash
 			})
 			t.Cleanup(func() { close(dead) })

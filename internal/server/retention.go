@@ -113,16 +113,9 @@ type retentionState struct {
 // replica's pass left, a run whose end was recorded late).
 const fullMeasureEvery = time.Hour
 
-// retentions holds each Server's retentionState (a Server has no field
-// for it yet: see retentionOf).
-var retentions sync.Map // *Server → *retentionState
-
 // retentionOf returns s's retention state, the zero settings until
 // StartRetention.
-func (s *Server) retentionOf() *retentionState {
-	v, _ := retentions.LoadOrStore(s, &retentionState{})
-	return v.(*retentionState)
-}
+func (s *Server) retentionOf() *retentionState { return s.retentionSt }
 
 // retention returns the settings in effect, defaults filled in.
 func (s *Server) retention() Retention {
@@ -136,8 +129,8 @@ func (s *Server) retention() Retention {
 
 // StartRetention sets the server's retention and starts its sweep: a
 // pass (ExpireRuns) every r.Every on the replica holding the retention
-// lock, until stop (or Close) is called. stop waits for a pass under way
-// and must be called before the store is closed; it is idempotent.
+// lock, until stop or Close is called; either waits for a pass under way
+// (Close before the store is closed). stop is idempotent.
 // Calling StartRetention again replaces the settings and the sweep.
 func (s *Server) StartRetention(r Retention) (stop func()) {
 	r.fill()
@@ -167,6 +160,20 @@ func (s *Server) StartRetention(r Retention) (stop func()) {
 			st.mu.Unlock()
 			<-done
 		})
+	}
+}
+
+// stopRetention ends the sweep StartRetention started, if any, and waits
+// for it (Close).
+func (s *Server) stopRetention() {
+	st := s.retentionOf()
+	st.mu.Lock()
+	stopc, done := st.stop, st.done
+	st.stop = nil
+	st.mu.Unlock()
+	if stopc != nil {
+		close(stopc)
+		<-done
 	}
 }
 

@@ -238,6 +238,8 @@ type Server struct {
 	stopListen context.CancelFunc // ends listen (replicas)
 	listenDone chan struct{}
 
+	retentionSt *retentionState // StartRetention's settings and sweep
+
 	lock *os.File // DIR/.lock, flocked until Close
 }
 
@@ -310,6 +312,8 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		closing:    make(chan struct{}),
 		sweepStop:  make(chan struct{}),
 		sweepDone:  make(chan struct{}),
+
+		retentionSt: &retentionState{},
 	}
 	for _, d := range []string{LogsDir, OutputsDir, ReposDir, TmpDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
@@ -422,9 +426,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Close ends long polls, stops the lease sweeper (and, with replicas, the
-// listening for notifications) and then releases the data directory's
-// lock. It does not close Config.Store: the caller does, after Close. Call
+// Close ends long polls, stops the lease sweeper, the retention sweep
+// and the object store's mover (and, with replicas, the listening for
+// notifications), waiting for each, and then releases the data
+// directory's lock. It does not close Config.Store: the caller does, after Close. Call
 // it after Serve returned. It always returns nil (an io.Closer).
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
@@ -434,6 +439,8 @@ func (s *Server) Close() error {
 		close(s.sweepStop)
 	}
 	<-s.sweepDone
+	s.stopRetention()
+	s.stopObjects()
 	if s.stopListen != nil {
 		s.stopListen()
 		<-s.listenDone
