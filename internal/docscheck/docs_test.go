@@ -85,6 +85,7 @@ var pageTests = map[string]string{
 	"docs/scaling.md":          "TestDocs_ScalingGuideRunsAsWritten",
 	"docs/oidc.md":             "TestDocs_OIDCGuideRunsAsWritten",
 	"docs/container-builds.md": "TestDocs_ContainerBuildsGuideRunsAsWritten",
+	"docs/storage.md":          "TestDocs_StorageGuideRunsAsWritten",
 }
 
 var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(`)
