@@ -1,10 +1,12 @@
 // Package scale is `make demo-scale` and its end-to-end test: a real
 // PostgreSQL (pgtest), several knotless-server replicas (processes) on it
 // sharing one data directory, behind Proxy (Go's httputil.ReverseProxy),
-// runners with the shell executor, pipelines pushed over git, and one
-// replica killed with SIGKILL midway and started again. Check says
-// whether every run ended exactly once with its whole log and nothing was
-// claimed twice.
+// a real S3 store (s3test: versitygw) that the replicas move ended runs'
+// logs into and the runners share a cache through, runners with the
+// shell executor, pipelines pushed over git, and one replica killed with
+// SIGKILL midway and started again. Check says whether every run ended
+// exactly once with its whole log (read back from the bucket, through
+// any replica) and nothing was claimed twice.
 //
 // It starts only local processes on loopback addresses and stops all of
 // them before Run returns.
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/objstore/s3test"
 	"knotless.dev/knotless/internal/store/postgres/pgtest"
 )
 
@@ -78,6 +81,8 @@ type Summary struct {
 	NeverClaimed                 []int64        // runs that started but the database recorded no claim of: the ledger missed one
 	FinishedTwice                []int64        // runs with more than one "run finished"
 	IncompleteLogs               []int64        // runs whose step log is not the whole expected text
+	NotMoved                     []int64        // ended runs whose log the replicas did not move to the bucket in time
+	CacheHits, CacheDownloads    int            // runs whose setup log says the cache was a hit; of them, downloaded from the store
 	Killed                       string         // which replica was killed, when
 	PushTook, AllFinalTook       time.Duration
 	FirstStep                    []time.Duration // push → first step running, per run
@@ -86,7 +91,7 @@ type Summary struct {
 // OK reports whether every run ended exactly once, succeeded, with its
 // whole log, and none was claimed twice.
 func (s Summary) OK() bool {
-	return s.Runs == s.Pipelines && len(s.NotFinal)+len(s.ClaimedTwice)+len(s.NeverClaimed)+len(s.FinishedTwice)+len(s.IncompleteLogs) == 0 &&
+	return s.Runs == s.Pipelines && len(s.NotFinal)+len(s.ClaimedTwice)+len(s.NeverClaimed)+len(s.FinishedTwice)+len(s.IncompleteLogs)+len(s.NotMoved) == 0 &&
 		s.States[api.StateSucceeded+"/"] == s.Runs
 }
 
@@ -105,6 +110,7 @@ func (s Summary) String() string {
 	}
 	fmt.Fprintf(&b, "not final: %v\nclaims in the database: %d; claimed twice: %v; never claimed: %v\nfinished twice: %v\nincomplete logs: %v\n",
 		s.NotFinal, s.Claims, s.ClaimedTwice, s.NeverClaimed, s.FinishedTwice, s.IncompleteLogs)
+	fmt.Fprintf(&b, "logs not moved to the object store: %v; runs that restored the cache: %d (downloaded from the store: %d)\n", s.NotMoved, s.CacheHits, s.CacheDownloads)
 	fmt.Fprintf(&b, "pushes took %s; all runs final %s after the first push\n", s.PushTook.Round(time.Millisecond), s.AllFinalTook.Round(time.Millisecond))
 	if len(s.FirstStep) > 0 {
 		d := append([]time.Duration(nil), s.FirstStep...)
@@ -112,7 +118,7 @@ func (s Summary) String() string {
 		fmt.Fprintf(&b, "push → first step running: p50 %s, p95 %s, max %s\n", d[len(d)/2].Round(time.Millisecond),
 			d[len(d)*95/100].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
 	}
-	verdict := "OK: every run ended exactly once with its whole log; nothing was claimed twice"
+	verdict := "OK: every run ended exactly once with its whole log, moved to the object store; nothing was claimed twice"
 	if !s.OK() {
 		verdict = "FAILED"
 	}
@@ -125,6 +131,7 @@ type world struct {
 	cfg     Config
 	root    string
 	data    string
+	s3      *s3test.Server
 	dbURL   string
 	ports   []int
 	servers []*exec.Cmd
@@ -161,6 +168,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	defer os.RemoveAll(w.root)
 	w.data = filepath.Join(w.root, "data")
+	if w.s3, err = s3test.Run(filepath.Join(w.root, "s3"), "127.0.0.1:0"); err != nil {
+		return sum, err
+	}
+	defer w.s3.Stop()
 	defer w.stopAll()
 	if err := w.start(ctx); err != nil {
 		return sum, err
@@ -228,7 +239,8 @@ func (w *world) startServer(ctx context.Context, i int) error {
 	}
 	cmd := exec.Command(filepath.Join(w.cfg.Bin, "knotless-server"), "--data", w.data, "--database", w.dbURL,
 		"--listen", listen, "--url", w.url, "--lease", w.cfg.Lease.String(), "--max-conns-per-client", "4096",
-		"--max-registrations-per-minute", "100000")
+		"--max-registrations-per-minute", "100000", "--object-store", w.s3.BucketURL(w.s3.URL, "server"))
+	cmd.Env = append(os.Environ(), w.s3.Env()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -278,8 +290,8 @@ func (w *world) startRunner(ctx context.Context, i int) error {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(w.cfg.Bin, "knotless-run"), "run", "--state", state, "--executor", "shell",
-		"--work", filepath.Join(w.root, name+"-work"), "--capacity", "1")
-	cmd.Env = append(os.Environ(), "HOME="+w.root)
+		"--work", filepath.Join(w.root, name+"-work"), "--capacity", "1", "--cache-store", w.s3.BucketURL(w.s3.URL, "caches"))
+	cmd.Env = append(append(os.Environ(), "HOME="+w.root), w.s3.Env()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -291,13 +303,18 @@ func (w *world) startRunner(ctx context.Context, i int) error {
 }
 
 // workflow is the one workflow: a step that prints lines lines, slowly
-// enough that runs are in flight when a replica dies.
+// enough that runs are in flight when a replica dies, and a cache that
+// the first runs save and later ones, on other runners, restore.
 func (w *world) workflow() string {
 	return fmt.Sprintf(`on:
   push: {}
+caches:
+  - key: deps-v1
+    paths: [deps]
 steps:
   - name: count
     run: |
+      mkdir -p deps && date > deps/stamp
       for i in $(seq 1 %d); do echo "line $i"; done
       sleep 1
       echo done
@@ -432,8 +449,15 @@ func (w *world) allRuns(ctx context.Context) ([]api.Run, error) {
 // the replicas' logs.
 func (w *world) check(ctx context.Context, sum Summary, runs []api.Run) (Summary, error) {
 	sum.Runs = len(runs)
+	sum.NotMoved = w.waitMoved(ctx, runs)
 	want := w.wantLog()
 	for _, r := range runs {
+		if setup, err := w.stepLog(ctx, r.ID, 0); err == nil && strings.Contains(setup, ": hit") {
+			sum.CacheHits++
+			if strings.Contains(setup, "hit (downloaded") {
+				sum.CacheDownloads++
+			}
+		}
 		if !api.IsFinal(r.State) {
 			sum.NotFinal = append(sum.NotFinal, r.ID)
 			continue
@@ -480,6 +504,36 @@ func (w *world) check(ctx context.Context, sum Summary, runs []api.Run) (Summary
 		}
 	}
 	return sum, nil
+}
+
+// waitMoved waits up to a minute for every ended run's step log to be in
+// the bucket (a file of the store's directory: versitygw keeps objects as
+// files) and returns the runs whose log is not.
+func (w *world) waitMoved(ctx context.Context, runs []api.Run) []int64 {
+	var missing []int64
+	_ = waitFor(ctx, time.Minute, "ended runs' logs moved to the object store", func() bool {
+		missing = missing[:0]
+		for _, r := range runs {
+			obj := filepath.Join(w.s3.Dir, w.s3.Bucket, "server", "logs", fmt.Sprint(r.ID), "1.log")
+			if _, err := os.Stat(obj); api.IsFinal(r.State) && err != nil {
+				missing = append(missing, r.ID)
+			}
+		}
+		return len(missing) == 0
+	})
+	return missing
+}
+
+// stepLog is a step's whole log, read through the proxy.
+func (w *world) stepLog(ctx context.Context, run int64, step int) (string, error) {
+	resp, err := w.client.Do(ctx, http.MethodGet, api.MethodGetRunLog,
+		map[string][]string{"run": {fmt.Sprint(run)}, "step": {fmt.Sprint(step)}}, "", nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // stopAll stops the runners (SIGINT: they finish, then exit), then the

@@ -126,14 +126,17 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// Run is Start outside a test (make demo-scale, the docs' guide): it
-// installs and starts versitygw over dir on addr (host:port; port 0 picks
+// Run is Start outside a test (make demo-scale): it installs and starts
+// versitygw over dir (made if missing) on addr (host:port; port 0 picks
 // a free one) with new random root credentials, and makes the bucket
 // "knotless". The caller stops it (Stop). Errors: Install's, the
 // server's start (with what it printed), the bucket's creation.
 func Run(dir, addr string) (*Server, error) {
 	bin, err := Install()
 	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	s := &Server{Bucket: "knotless", AccessKey: "knotless-test", SecretKey: randomKey(), Dir: dir, bin: bin}
