@@ -231,7 +231,10 @@ func writeEntry(ctx context.Context, tw *tar.Writer, t Tree, p, name string, fi 
 // stream's "." becomes dst, created with its parents (0755) when missing.
 // A directory is merged into an existing directory; anything else at a
 // path is replaced (a copy never writes through a symbolic link found
-// there). It returns how many entries it unpacked.
+// there). An entry below a symbolic link, one the stream made or one found
+// below dst, is refused (belowLink): a crafted stream (`./l -> /outside`
+// then `./l/x`) never writes outside dst. It returns how many entries it
+// unpacked.
 func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, error) {
 	dst = filepath.Clean(dst)
 	if parent := filepath.Dir(dst); parent != "." && parent != dst {
@@ -245,6 +248,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 		mtime time.Time
 	}
 	var dirs []dirMode
+	real := realDirs{dst: true}
 	tr := tar.NewReader(r)
 	n := 0
 	for {
@@ -265,6 +269,9 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 		p := dst
 		if rel != "" {
 			p = filepath.Join(dst, filepath.FromSlash(rel))
+			if err := real.belowLink(t, dst, p); err != nil {
+				return n, fmt.Errorf("copy stream entry %q: %w", hdr.Name, err)
+			}
 		}
 		mode := fs.FileMode(hdr.Mode).Perm()
 		if hdr.Mode&0o4000 != 0 {
@@ -287,6 +294,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 					return n, err
 				}
 			}
+			real[p] = true
 			// Writable while we fill it; its own mode is set at the end.
 			if err := chmodDir(t, p, 0o700); err != nil {
 				// A directory that exists and is not ours (a volume's
@@ -306,6 +314,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 			if err := t.Symlink(hdr.Linkname, p); err != nil {
 				return n, err
 			}
+			real.forget(p)
 		case tar.TypeReg:
 			if err := extractFile(ctx, tr, t, p, hdr, mode); err != nil {
 				return n, err
@@ -329,6 +338,37 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 	}
 	return n, nil
 }
+
+// realDirs are the directories below dst that ExtractTar made or found to
+// be directories (not symbolic links), so that an entry's parents are
+// looked at once: a stream lists a directory before what it holds, so a
+// well-formed stream costs no lookup.
+type realDirs map[string]bool
+
+// belowLink returns an error when a parent of p (below dst) is not a
+// directory: a symbolic link (the stream's own or one found there) or
+// anything else; a missing parent is Lstat's error.
+func (r realDirs) belowLink(t Tree, dst, p string) error {
+	var chain []string
+	for d := filepath.Dir(p); !r[d] && len(d) > len(dst); d = filepath.Dir(d) {
+		chain = append(chain, d)
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		fi, err := t.Lstat(chain[i])
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("below %s, which is not a directory (%s): refused, it could lead outside the copy", chain[i], fi.Mode().Type())
+		}
+		r[chain[i]] = true
+	}
+	return nil
+}
+
+// forget drops p, which became a symbolic link. Nothing below it is
+// known: clearDst never replaces a directory with a link, so p was none.
+func (r realDirs) forget(p string) { delete(r, p) }
 
 // chmodDir sets the mode of the directory p of t through a descriptor of
 // it (fchmod), never by path: os.Root.Chmod calls fchmodat2 (Linux 6.6),
