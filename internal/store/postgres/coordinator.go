@@ -110,12 +110,18 @@ func (l *advisoryLock) Held(ctx context.Context) error {
 	return nil
 }
 
+// Release unlocks before it closes the connection: the database frees a
+// closed connection's locks only once its backend has exited, after
+// Close returned, and a TryLock just after a Release found the lock
+// still held (TestCoordinator_NotifyReachesListenersAndLocksAreExclusive,
+// on a busy machine).
 func (l *advisoryLock) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 		l.conn.Close(ctx)
 		l.conn = nil
 	}
