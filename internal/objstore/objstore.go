@@ -50,6 +50,7 @@ type Config struct {
 // the prefix.
 type Bucket struct {
 	c       *minio.Client
+	creds   *credentials.Credentials
 	bucket  string
 	prefix  string // "" or ending in "/"
 	timeout time.Duration
@@ -122,7 +123,7 @@ func Open(cfg Config) (*Bucket, error) {
 	if prefix != "" {
 		disp += "/" + strings.TrimSuffix(prefix, "/")
 	}
-	return &Bucket{c: c, bucket: bucket, prefix: prefix, timeout: timeout, display: endpoint + "/" + disp}, nil
+	return &Bucket{c: c, creds: creds, bucket: bucket, prefix: prefix, timeout: timeout, display: endpoint + "/" + disp}, nil
 }
 
 // parseURL splits a Config.URL.
@@ -334,11 +335,21 @@ func (b *Bucket) wrap(op, name string, err error) error {
 		return err
 	}
 	reason, notExist := describe(err)
+	if r := minio.ToErrorResponse(err); r.Code == "AccessDenied" && b.anonymous() {
+		reason = "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a credentials file, or a role): the store refused an unsigned request"
+	}
 	e := &Error{Op: op, Name: name, Store: b.display, Reason: reason, Err: err}
 	if notExist {
 		e.Err = fmt.Errorf("%w: %v", ErrNotExist, err)
 	}
 	return e
+}
+
+// anonymous reports whether the credentials chain found nothing: minio-go
+// then sends unsigned requests, which a store refuses as AccessDenied.
+func (b *Bucket) anonymous() bool {
+	v, err := b.creds.GetWithContext(nil)
+	return err == nil && (v.SignerType.IsAnonymous() || v.AccessKeyID == "")
 }
 
 // describe is err in one line for a user, and whether it says the object

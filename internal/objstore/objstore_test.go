@@ -198,3 +198,30 @@ func TestBucket_PutIfAbsentLetsOneOfTwoRacingLargeWritersWin(t *testing.T) {
 		t.Error("PutIfAbsent of an unknown size succeeded; want an error (the condition would not hold)")
 	}
 }
+
+// A program with no credentials at all (no variables, no file, no role)
+// is told so, not that the store refuses its credentials: minio-go's
+// chain falls back to unsigned requests, which the store answers
+// AccessDenied (the fresh reader saw "the store refuses the credentials
+// (AccessDenied: Access Denied.)").
+func TestBucket_NoCredentialsAtAllSaysSo(t *testing.T) {
+	s := s3test.Start(t)
+	home := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+		"AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", home+"/none")
+	t.Setenv("HOME", home)
+	// The instance endpoints (IMDS) are not reachable here; minio-go
+	// tries them last and finds nothing.
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	b, err := objstore.Open(objstore.Config{URL: s.BucketURL(s.URL, ""), Timeout: 5 * time.Second, Retries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Put(context.Background(), "x", strings.NewReader("x"), 1, nil)
+	if err == nil || !strings.Contains(err.Error(), "no credentials found") {
+		t.Errorf("Put without credentials = %v, want 'no credentials found'", err)
+	}
+}
