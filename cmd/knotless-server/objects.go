@@ -23,11 +23,10 @@ type objectStoreOptions struct {
 func objectStoreFlags(f *pflag.FlagSet, o *objectStoreOptions) []string {
 	f.StringVar(&o.url, "object-store", "",
 		"move each ended run's step logs, line times and outputs from DATA into the S3-compatible bucket at `URL` "+
-			"(https://HOST[:PORT]/BUCKET[/PREFIX], or s3://BUCKET[/PREFIX] for Amazon S3) and serve them from there; "+
-			"credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the AWS credentials file or the machine's role, never the URL; "+
-			"give every replica the same; default none: everything stays in DATA. Git repositories and live logs always stay in DATA")
+			"("+objstore.URLForms+") and serve them from there; credentials, in this order: "+objstore.CredentialSources+
+			"; give every replica the same; default none: everything stays in DATA. Git repositories and live logs always stay in DATA (docs/storage.md)")
 	f.StringVar(&o.region, "object-store-region", "",
-		"region of the --object-store bucket (default us-east-1, or what the endpoint says)")
+		"region of the --object-store bucket, for s3:// (Amazon S3); another store says its own (default us-east-1)")
 	return []string{"object-store", "object-store-region"}
 }
 
@@ -66,7 +65,7 @@ func startObjects(ctx context.Context, srv *server.Server, o objectStoreOptions,
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := b.Check(cctx); err != nil {
-		log.Warn("the object store does not answer; ended runs' logs and outputs stay in the data directory until it does", "err", err)
+		log.Warn("the object store cannot be used now; ended runs' logs and outputs stay in the data directory until it can", "err", err)
 	} else {
 		log.Info("ended runs' logs and outputs move to the object store", "store", b.String())
 	}

@@ -17,6 +17,16 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
+// URLForms is Config.URL's forms, for a flag's help.
+const URLForms = "https://HOST[:PORT]/BUCKET[/PREFIX] (http:// for a store on a private network), or s3://BUCKET[/PREFIX] for Amazon S3"
+
+// CredentialSources is where the credentials come from, in order (the
+// package doc's chain), for a flag's help.
+const CredentialSources = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN); " +
+	"the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile AWS_PROFILE); " +
+	"a web identity token for a role (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, as EKS sets them); the ECS or EC2 instance role; " +
+	"never a flag or the URL"
+
 // DefaultTimeout bounds one request that moves no body (a stat, a list
 // page, a removal) when Config.Timeout is zero: 30 seconds.
 const DefaultTimeout = 30 * time.Second
