@@ -263,22 +263,65 @@ func (l *logFiles) copyRange(w io.Writer, run int64, step int, offset, end int64
 	if end <= offset {
 		return nil
 	}
+	rc, err := l.openRange(run, step, offset, end)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(w, rc)
+	return err
+}
+
+// openRange opens bytes [offset, end) of the log for reading: the local
+// file's or, once moved, the object's, after the store answered. Errors:
+// the file's (os.ErrNotExist when nothing was written), the database's,
+// the store's (*objstore.Error).
+func (l *logFiles) openRange(run int64, step int, offset, end int64) (io.ReadCloser, error) {
 	f, err := l.open(run, step)
 	if gone(err) {
 		o, _, ok, merr := l.obj.movedLog(run, step)
 		if merr != nil {
-			return merr
+			return nil, merr
 		}
 		if ok {
-			return o.copyObject(w, logObject(run, step), offset, end-offset)
+			return o.openObject(logObject(run, step), offset, end-offset)
 		}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer f.Close()
-	_, err = io.Copy(w, io.NewSectionReader(f, offset, end-offset))
-	return err
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, offset, end-offset), f}, nil
+}
+
+// sendLog answers bytes [offset, size) of the log (getLog's answer). The
+// bytes are opened before the status is written: a store that fails is a
+// 503 with its reason, never a 200 cut short.
+func (s *Server) sendLog(w http.ResponseWriter, run int64, step int, offset, size int64, done bool) error {
+	n := max(size-offset, 0)
+	var rc io.ReadCloser
+	if n > 0 {
+		var err error
+		if rc, err = s.logs.openRange(run, step, offset, size); err != nil {
+			return s.storeUnavailable(err, "log", "run", run, "step", step)
+		}
+		defer rc.Close()
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set(api.LogSizeHeader, strconv.FormatInt(size, 10))
+	h.Set(api.LogDoneHeader, strconv.FormatBool(done))
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusOK)
+	if rc == nil {
+		return nil
+	}
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("send log", "run", run, "step", step, "err", err)
+	}
+	return nil
 }
 
 // chunkBuffers recycles the buffers appendLog bodies are read into: a
@@ -540,7 +583,7 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, a store.Account)
 			return err
 		}
 		if size > offset || done || wait == 0 {
-			return s.writeLog(w, id, int(step), offset, size, done)
+			return s.sendLog(w, id, int(step), offset, size, done)
 		}
 		s.followers.Add(1)
 		var gone bool

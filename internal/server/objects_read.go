@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"knotless.dev/knotless/internal/objstore"
@@ -58,24 +59,62 @@ func (r *objectsRef) movedOutputs(ctx context.Context, run int64) (*objects, boo
 	return o, m.Outputs, nil
 }
 
-// copyObject writes n bytes of object name from offset to w. Errors: the
-// store's (objstore.ErrNotExist when the object is gone), short object,
-// w's.
-func (o *objects) copyObject(w io.Writer, name string, offset, n int64) error {
+// openObject opens n bytes of object name from offset for reading once
+// the store answered (its headers arrived); reading past them, or the
+// object ending before, fails. Errors: the store's (objstore.ErrNotExist
+// when the object is gone).
+func (o *objects) openObject(name string, offset, n int64) (io.ReadCloser, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
 	rc, _, err := o.bucket.Get(ctx, name, offset)
 	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &objectRange{rc: rc, cancel: cancel, name: name, end: offset + n, left: n}, nil
+}
+
+// objectRange is an open object read up to a known end.
+type objectRange struct {
+	rc     io.ReadCloser
+	cancel context.CancelFunc
+	name   string
+	end    int64
+	left   int64
+}
+
+func (r *objectRange) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.left)]
+	n, err := r.rc.Read(p)
+	r.left -= int64(n)
+	if errors.Is(err, io.EOF) && r.left > 0 {
+		err = fmt.Errorf("object %s ends before byte %d: %w", r.name, r.end, io.ErrUnexpectedEOF)
+	}
+	return n, err
+}
+
+func (r *objectRange) Close() error {
+	err := r.rc.Close()
+	r.cancel()
+	return err
+}
+
+// errStoreUnavailable names the error of a read of bytes moved to an
+// object store that failed (503).
+const errStoreUnavailable = "ObjectStoreUnavailable"
+
+// storeUnavailable turns a failed read of the object store into a 503
+// with the store's one-line reason, and logs it; other errors pass
+// unchanged (a missing object is not the store's outage).
+func (s *Server) storeUnavailable(err error, what string, args ...any) error {
+	var oe *objstore.Error
+	if !errors.As(err, &oe) || errors.Is(err, objstore.ErrNotExist) {
 		return err
 	}
-	defer rc.Close()
-	if _, err := io.CopyN(w, rc, n); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("object %s ends before byte %d", name, offset+n)
-		}
-		return err
-	}
-	return nil
+	s.log.Warn("read "+what+" from the object store", append(args, "err", err)...)
+	return xerr(http.StatusServiceUnavailable, errStoreUnavailable, "%s", oe.Error())
 }
 
 // objectReader reads one object of known size as an io.ReadSeeker and
@@ -90,6 +129,7 @@ type objectReader struct {
 	pos  int64         // Read's position
 	rc   io.ReadCloser // open at rcAt, or nil
 	rcAt int64
+	err  error // the first error a read met
 }
 
 func (o *objects) reader(ctx context.Context, name string, size int64) *objectReader {
@@ -109,21 +149,38 @@ func (r *objectReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	p = p[:min(int64(len(p)), r.size-off)]
-	if r.rc == nil || r.rcAt != off {
-		r.Close()
-		rc, _, err := r.o.bucket.Get(r.ctx, r.name, off)
-		if err != nil {
-			return 0, err
-		}
-		r.rc, r.rcAt = rc, off
+	if err := r.openAt(off); err != nil {
+		r.err = err
+		return 0, err
 	}
 	n, err := io.ReadFull(r.rc, p)
 	r.rcAt += int64(n)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		err = fmt.Errorf("object %s ends at byte %d, before its recorded %d: %w", r.name, r.rcAt, r.size, objstore.ErrNotExist)
 	}
+	if err != nil {
+		r.err = err
+	}
 	return n, err
 }
+
+// openAt makes the open response start at off, opening one there when it
+// does not (the store answered when it returns).
+func (r *objectReader) openAt(off int64) error {
+	if r.rc != nil && r.rcAt == off {
+		return nil
+	}
+	r.Close()
+	rc, _, err := r.o.bucket.Get(r.ctx, r.name, off)
+	if err != nil {
+		return err
+	}
+	r.rc, r.rcAt = rc, off
+	return nil
+}
+
+// Err returns the first error a read met, if any.
+func (r *objectReader) Err() error { return r.err }
 
 func (r *objectReader) Seek(offset int64, whence int) (int64, error) {
 	switch whence {

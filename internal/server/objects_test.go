@@ -378,3 +378,59 @@ func TestObjects_RemoveRunBytesRemovesTheRunsBytesWhereverTheyAre(t *testing.T) 
 		t.Errorf("a second removal: %v", err)
 	}
 }
+
+// A moved run's logs and outputs read while the store is down answer 503
+// with the store's reason (XRPC: the API's error; web downloads: plain
+// text), never a 200 whose body is cut short; once the store is back the
+// same reads answer the bytes as before. The failure it pins: a 200 with
+// the full Content-Length and an empty body, which the CLI reported as
+// "log transfer interrupted: unexpected EOF".
+func TestObjects_AReadWhileTheStoreIsDownIsA503WithTheStoresReason(t *testing.T) {
+	t.Parallel()
+	s3 := s3test.Start(t)
+	f := newFixture(t, servertest.Options{})
+	id := movableRun(t, f)
+	before := runReads(t, f.URL, f.token, id)
+	cfg := s3.Config("ci")
+	cfg.Retries, cfg.Timeout = 1, 2*time.Second
+	useObjects(t, f.Server, cfg, nil)
+	waitMoved(t, f.DataDir, id)
+	s3.Kill()
+	c := withToken(f.URL, f.token)
+	run := url.Values{"run": {itoa(id)}}
+	log := url.Values{"run": {itoa(id)}, "step": {"1"}, "offset": {"0"}}
+	b := signedIn(t, f.URL, f.token)
+	reads := map[string]func() (int, string){
+		"getLog": func() (int, string) {
+			return status(doRead(t, c, http.MethodGet, api.MethodGetRunLog, log, nil))
+		},
+		"getOutputs": func() (int, string) {
+			return status(doRead(t, c, http.MethodGet, api.MethodGetOutputs, run, nil))
+		},
+		"web raw log":     func() (int, string) { return b.get(fmt.Sprintf("/-/runs/%d/log/1/raw", id)) },
+		"web outputs.tar": func() (int, string) { return b.get(fmt.Sprintf("/-/runs/%d/outputs.tar", id)) },
+	}
+	for what, read := range reads {
+		code, body := read()
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "object store") {
+			t.Errorf("%s with the store down: %d %.300q; want 503 with the store's reason", what, code, body)
+		}
+		if strings.HasPrefix(what, "get") && !strings.Contains(body, `"ObjectStoreUnavailable"`) {
+			t.Errorf("%s with the store down: %.300q; want the API's error shape", what, body)
+		}
+	}
+	s3.Restart(t)
+	after := runReads(t, f.URL, f.token, id)
+	for _, k := range []string{"getLog step 1 offset=0", "getLog step 0 offset=7", "getOutputs ", "web /log/1/raw", "web /outputs.tar"} {
+		if after[k] != before[k] {
+			t.Errorf("%s after the store came back differs:\n got %.300q\nwant %.300q", k, after[k], before[k])
+		}
+	}
+}
+
+// status splits doRead's text into its status and the rest.
+func status(read string) (int, string) {
+	var code int
+	fmt.Sscanf(read, "%d", &code)
+	return code, read
+}

@@ -48,7 +48,13 @@ func (o *outputFiles) open(ctx context.Context, run, size int64) (io.ReadSeekClo
 	if !moved {
 		return nil, xerr(http.StatusNotFound, api.ErrNotFound, "the outputs of run %d are no longer stored", run)
 	}
-	return objs.reader(ctx, outputsObject(run), size), nil
+	r := objs.reader(ctx, outputsObject(run), size)
+	if size > 0 {
+		if err := r.openAt(0); err != nil { // the store answers before the status is written
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 func (o *outputFiles) runDir(run int64) string {
@@ -327,9 +333,16 @@ func (s *Server) serveOutputs(w http.ResponseWriter, r *http.Request, id int64) 
 	}
 	f, err := s.outputs.open(r.Context(), id, o.Size)
 	if err != nil {
-		return err
+		return s.storeUnavailable(err, "outputs", "run", id)
 	}
 	defer f.Close()
+	if or, ok := f.(*objectReader); ok {
+		defer func() {
+			if err := or.Err(); err != nil && r.Context().Err() == nil {
+				s.log.Warn("send outputs", "run", id, "err", err)
+			}
+		}()
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/x-tar")
 	h.Set(api.OutputsSHA256Header, o.SHA256)

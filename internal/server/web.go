@@ -387,12 +387,26 @@ func xrpcRequest(r *http.Request, nsid string, q url.Values) *http.Request {
 
 func (b webBackend) ServeLog(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64, step int) error {
 	q := url.Values{"run": {strconv.FormatInt(run, 10)}, "step": {strconv.Itoa(step)}}
-	return b.s.unlessExpired(b.s.logsExpired, b.s.getLog)(w, xrpcRequest(r, api.MethodGetRunLog, q), viewerAccount(v))
+	return storeDown(w, b.s.unlessExpired(b.s.logsExpired, b.s.getLog)(w, xrpcRequest(r, api.MethodGetRunLog, q), viewerAccount(v)))
+}
+
+// storeDown answers a download the object store failed as 503 with the
+// store's reason in plain text (the pages would call it an internal
+// error); other errors pass to the pages.
+func storeDown(w http.ResponseWriter, err error) error {
+	if !api.IsError(err, errStoreUnavailable) {
+		return err
+	}
+	var e *api.Error
+	errors.As(err, &e)
+	w.Header().Del("Content-Disposition")
+	http.Error(w, e.Message+"; try again later", http.StatusServiceUnavailable)
+	return nil
 }
 
 func (b webBackend) ServeOutputs(w http.ResponseWriter, r *http.Request, v web.Viewer, run int64) error {
 	q := url.Values{"run": {strconv.FormatInt(run, 10)}}
-	return b.s.unlessExpired(b.s.outputsExpired, b.s.getOutputs)(w, xrpcRequest(r, api.MethodGetOutputs, q), viewerAccount(v))
+	return storeDown(w, b.s.unlessExpired(b.s.outputsExpired, b.s.getOutputs)(w, xrpcRequest(r, api.MethodGetOutputs, q), viewerAccount(v)))
 }
 
 func (b webBackend) Usage(ctx context.Context, v web.Viewer, repo string) (api.RepoUsage, error) {
