@@ -10,11 +10,14 @@ import (
 
 var _ store.Objects = (*DB)(nil)
 
-// RunsToMove implements store.Objects.
+// RunsToMove implements store.Objects. Runs whose bytes retention
+// removed (run_bytes.expired_at set) are not listed: there is nothing
+// left to move.
 func (d *DB) RunsToMove(ctx context.Context, after int64, from, to time.Time, limit int) ([]int64, error) {
 	rows, err := d.db.QueryContext(ctx, `SELECT r.id FROM runs r LEFT JOIN moved_runs m ON m.run_id = r.id
 		WHERE r.id > ? AND r.finished_at IS NOT NULL AND r.finished_at >= ? AND r.finished_at < ?
 		AND (m.run_id IS NULL OR m.cleaned = FALSE)
+		AND NOT EXISTS (SELECT 1 FROM run_bytes b WHERE b.run_id = r.id AND b.expired_at IS NOT NULL)
 		ORDER BY r.id LIMIT ?`, after, ms(from), ms(to), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs to move: %w", err)
