@@ -273,16 +273,7 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 				return n, fmt.Errorf("copy stream entry %q: %w", hdr.Name, err)
 			}
 		}
-		mode := fs.FileMode(hdr.Mode).Perm()
-		if hdr.Mode&0o4000 != 0 {
-			mode |= fs.ModeSetuid
-		}
-		if hdr.Mode&0o2000 != 0 {
-			mode |= fs.ModeSetgid
-		}
-		if hdr.Mode&0o1000 != 0 {
-			mode |= fs.ModeSticky
-		}
+		mode := headerMode(hdr)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			exists, err := clearDst(t, p, true)
@@ -337,6 +328,21 @@ func ExtractTar(ctx context.Context, r io.Reader, t Tree, dst string) (int, erro
 		}
 	}
 	return n, nil
+}
+
+// headerMode is hdr's permission bits with setuid, setgid and sticky.
+func headerMode(hdr *tar.Header) fs.FileMode {
+	mode := fs.FileMode(hdr.Mode).Perm()
+	if hdr.Mode&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if hdr.Mode&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if hdr.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // realDirs are the directories below dst that ExtractTar made or found to
