@@ -351,12 +351,10 @@ func (s *session) printLogs(ctx context.Context, id int64, only int) error {
 		}
 		found = true
 		sw := &stepWriter{w: s.stdout()}
-		head := runlog.StepHeader(st.Index, total, st.Name)
-		if st.Index == api.SetupStep && only < 0 {
-			sw.header = head // only when the setup log is not empty
-		} else {
-			io.WriteString(s.stdout(), head)
-		}
+		// The header goes out with the first byte (the setup log's only
+		// then), else after the log was read: never before a refusal
+		// such as LogsExpired.
+		sw.header = runlog.StepHeader(st.Index, total, st.Name)
 		var offset int64
 		for {
 			n, size, _, err := s.fetchLog(ctx, sw, id, st.Index, offset, 0)
@@ -374,7 +372,12 @@ func (s *session) printLogs(ctx context.Context, id int64, only int) error {
 				break
 			}
 		}
-		s.endStep(sw, st, run.State, st.Index != api.SetupStep || only >= 0)
+		force := st.Index != api.SetupStep || only >= 0
+		if force && sw.header != "" { // an empty log still gets its header
+			io.WriteString(s.stdout(), sw.header)
+			sw.header = ""
+		}
+		s.endStep(sw, st, run.State, force)
 	}
 	if !found {
 		return noStepError(id, only, total)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -287,13 +288,19 @@ func (o *runShowOptions) run(ctx context.Context, s *session) error {
 	if s.jsonOut {
 		return writeJSON(s.stdout(), r)
 	}
-	if err := s.printRun(s.stdout(), r); err != nil || r.Outputs == nil {
+	var logsGone string
+	if api.IsFinal(r.State) {
+		logsGone = s.logsExpired(ctx, r.ID)
+	}
+	if err := s.printRun(s.stdout(), r, logsGone); err != nil || r.Outputs == nil {
 		return err
 	}
 	return s.printOutputs(ctx, s.stdout(), r)
 }
 
-func (s *session) printRun(w io.Writer, r api.Run) error {
+// printRun prints run r; logsGone, when not empty, is the server's
+// sentence of when its logs expired, said instead of their sizes.
+func (s *session) printRun(w io.Writer, r api.Run, logsGone string) error {
 	now := s.now()
 	fmt.Fprintf(w, "Run %d: %s\n", r.ID, stateText(r.State, r.Reason))
 	kv := newTable(w, "Repository:", r.Repo)
@@ -338,6 +345,10 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 	steps := append([]api.Step(nil), r.Steps...)
 	sort.Slice(steps, func(i, j int) bool { return steps[i].Index < steps[j].Index })
 	t := newTable(w, "STEP", "NAME", "STATE", "EXIT", "STARTED", "ENDED", "DURATION", "LOG")
+	logSize := func(n int64) string { return size(n) }
+	if logsGone != "" {
+		logSize = func(int64) string { return "expired" }
+	}
 	for _, st := range steps {
 		name, state := st.Name, st.State
 		if st.Index == api.SetupStep {
@@ -349,13 +360,29 @@ func (s *session) printRun(w io.Writer, r api.Run) error {
 			state = runlog.SetupState(st.State, r.State)
 		}
 		started, ended, took := stepTimes(st, now)
-		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), started, ended, took, size(st.LogSize))
+		t.row(strconv.Itoa(st.Index), name, stateText(state, st.Reason), exitText(st.ExitCode), started, ended, took, logSize(st.LogSize))
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if logsGone != "" {
+		fmt.Fprintf(w, "\nLogs: %s\n", logsGone)
+		return nil
+	}
 	fmt.Fprintf(w, "\nLogs: knotless run logs %d\n", r.ID)
 	return nil
+}
+
+// logsExpired asks the server whether the logs of ended run id expired:
+// its sentence (which run, when, where the rules are) when they did, ""
+// when they are kept or the server does not say. It reads no log bytes
+// (an offset past any log).
+func (s *session) logsExpired(ctx context.Context, id int64) string {
+	_, _, _, err := s.fetchLog(ctx, io.Discard, id, api.SetupStep, 1<<62, 0)
+	if ae := (*api.Error)(nil); errors.As(err, &ae) && ae.Name == api.ErrLogsExpired {
+		return ae.Message
+	}
+	return ""
 }
 
 // runCancelOptions is `knotless run cancel ID`.

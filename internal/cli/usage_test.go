@@ -62,3 +62,42 @@ func TestRepoUsage_ExpiredLogsSayWhenAndUsageShowsWhatIsKept(t *testing.T) {
 		t.Errorf("back to the server's setting:\n%s", r.stdout)
 	}
 }
+
+// knotless run show of a run whose logs expired says so with the date,
+// in place of the logs' sizes and the hint to read them; run logs --step
+// prints only the server's sentence, no step header before it. Pins: run
+// show listing "LOG 0 B" per step and "Logs: knotless run logs N" for
+// logs that are gone, and a header printed above the refusal.
+func TestRunShow_ExpiredLogsSayWhenInsteadOfSizes(t *testing.T) {
+	clock := &servertest.Clock{}
+	srv := servertest.Start(t, servertest.Options{Clock: clock})
+	e := isolatedEnv(t)
+	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
+	steps := []stepScript{
+		{name: "build", log: "ok\n", state: api.StepSucceeded},
+		{name: "test", log: "ok\n", state: api.StepSucceeded},
+	}
+	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, nil)
+	id := fmt.Sprint(run.ID)
+	if r := mustRun(t, e, ExitOK, nil, "run", "show", id); !strings.Contains(r.stdout, "Logs: knotless run logs "+id) {
+		t.Fatalf("run show before expiry:\n%s", r.stdout)
+	}
+	mustRun(t, e, ExitOK, nil, "repo", "set-retention", "admin/app", "--keep-logs-days", "3")
+	clock.Advance(4 * 24 * time.Hour)
+	if p, err := srv.ExpireRuns(context.Background(), server.Retention{}); err != nil || p.Expired != 1 {
+		t.Fatalf("retention pass: %+v, %v; want run %d expired", p, err, run.ID)
+	}
+	date := clock.Now().UTC().Format("2006-01-02")
+	r := mustRun(t, e, ExitOK, nil, "run", "show", id)
+	if !strings.Contains(r.stdout, fmt.Sprintf("Logs: the logs of run %d expired on %s", run.ID, date)) ||
+		strings.Contains(r.stdout, "0 B") || strings.Contains(r.stdout, "knotless run logs") {
+		t.Errorf("run show of an expired run:\n%s\nwant the logs said expired on %s, no sizes, no hint to read them", r.stdout, date)
+	}
+	r = mustRun(t, e, ExitFailed, nil, "run", "logs", id, "--step", "1")
+	if r.stdout != "" || !strings.Contains(r.stderr, "expired on "+date) {
+		t.Errorf("run logs --step 1 of an expired run: stdout %q, stderr %q; want only the error", r.stdout, r.stderr)
+	}
+}
