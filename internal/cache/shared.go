@@ -38,6 +38,11 @@ type Options struct {
 	// RepoLimit bounds one repository's entries in bytes
 	// (--cache-repo-size), least recently used removed first; 0: none.
 	RepoLimit int64
+	// Direct says the job environments may reach the bucket
+	// (--cache-store-direct): the runner hands them a presigned URL of an
+	// entry (Locate) to download themselves, and restores through its
+	// own disk only where they cannot.
+	Direct bool
 	// LookupTimeout, IdleTimeout and TransferTimeout bound the bucket's
 	// calls; 0 is DefaultLookupTimeout, DefaultIdleTimeout,
 	// DefaultTransferTimeout.
@@ -58,6 +63,12 @@ func (s *Store) Configure(o Options) {
 	}
 	s.opts = o
 }
+
+// Direct reports Options.Direct, for a store with a bucket.
+func (s *Store) Direct() bool { return s.opts.Direct && s.opts.Bucket != nil }
+
+// TransferTimeout is the bound of one download or upload.
+func (s *Store) TransferTimeout() time.Duration { return s.opts.TransferTimeout }
 
 // Bucket is the shared bucket, nil when the store is this disk's alone.
 func (s *Store) Bucket() *objstore.Bucket { return s.opts.Bucket }

@@ -103,6 +103,10 @@ func (e *execution) restoreCaches(ctx context.Context, sess executor.Session) ca
 			continue
 		}
 		st.key = key
+		if herr == nil && e.restoreDirect(ctx, sess, store, &st, c, home) {
+			out = append(out, st)
+			continue
+		}
 		start := time.Now()
 		found := store.Find(ctx, e.job.Repo, c.Paths, key, c.RestoreKeys)
 		ent, m, release := found.Entry, found.Match, found.Release

@@ -296,3 +296,36 @@ func TestCaches_ARunReportsItsRepositorysUseOfTheStore(t *testing.T) {
 		t.Fatalf("a run without caches: reported %+v", res.Caches)
 	}
 }
+
+// With --cache-store-direct, a runner holding no copy of the entry has
+// the job's environment download it from a presigned URL (the step agent
+// fetches, unpacks and checks it): the runner's own disk gets no copy,
+// and the step sees the cache whole. The failure it pins: the direct
+// route restoring nothing, or the runner downloading the entry anyway.
+func TestCaches_ADirectStoreHasTheJobDownloadTheEntryItself(t *testing.T) {
+	s := s3test.Start(t)
+	ctx := context.Background()
+	first := sharedTestStore(t, s.Config("caches"))
+	rep, res := execute(t, ctx, cacheJob(t, first, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	second := openTestStore(t, 0)
+	b, err := objstore.Open(s.Config("caches"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Configure(cache.Options{Bucket: b, Direct: true, LookupTimeout: 3 * time.Second, IdleTimeout: 2 * time.Second, TransferTimeout: 20 * time.Second})
+	t.Cleanup(second.Wait)
+	rep, res = execute(t, ctx, cacheJob(t, second, "alice/app", "v1", cacheWorkflow))
+	mustSucceed(t, rep, res)
+	setup := rep.log(0)
+	t.Logf("second runner's setup log:\n%s", setup)
+	if !strings.Contains(setup, ": hit (downloaded ") || !strings.Contains(setup, " by the job from the cache store): restored 2 of 2 paths") {
+		t.Fatalf("second runner: want a hit the job downloaded:\n%s", setup)
+	}
+	if got := rep.log(1); !strings.Contains(got, "vendor: v1") || !strings.Contains(got, "home: built from v1") {
+		t.Fatalf("the step did not see the cache the job downloaded:\n%s", got)
+	}
+	if es := second.Entries(); len(es) != 0 {
+		t.Errorf("the runner's disk holds %d entries: the runner downloaded the entry too", len(es))
+	}
+}

@@ -82,7 +82,7 @@ func TestHelp_EveryCommandExplainsItself(t *testing.T) {
 	cmd.Run()
 	for _, want := range []string{"KNOTLESS_STATE", "KNOTLESS_WORK", "KNOTLESS_CAPACITY", "KNOTLESS_STOP_WAIT", "KNOTLESS_LOG_LIMIT", "KNOTLESS_EXECUTOR", "DIR/spool",
 		"--cache-size", "KNOTLESS_CACHE_SIZE", "DIR/caches/", "--cache-store", "KNOTLESS_CACHE_STORE", "--cache-store-region",
-		"AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "~/.aws/credentials", "--cache-unused-days", "KNOTLESS_CACHE_UNUSED_DAYS",
+		"AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "~/.aws/credentials", "--cache-unused-days", "KNOTLESS_CACHE_UNUSED_DAYS", "--cache-store-direct", "KNOTLESS_CACHE_STORE_DIRECT",
 		"(default 7)", "--cache-repo-size", "KNOTLESS_CACHE_REPO_SIZE"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("run --help does not mention %s", want)
@@ -105,6 +105,7 @@ func TestUsageErrors_ExitTwo(t *testing.T) {
 		{"run", "--state", "s", "--work", "w", "--cache-store", "https://AKIA:secret@s3.example.com/b"},
 		{"run", "--state", "s", "--work", "w", "--cache-store", "https://s3.example.com/"},
 		{"run", "--state", "s", "--work", "w", "--cache-unused-days", "-1"},
+		{"run", "--state", "s", "--work", "w", "--cache-store-direct"},
 		{"run", "--state", "s", "--work", "w", "--cache-repo-size", "lots"},
 	} {
 		cmd, _, errb := command(t.TempDir(), nil, args...)

@@ -29,6 +29,7 @@ type runOptions struct {
 	cacheSize       int64
 	cacheStore      string
 	cacheRegion     string
+	cacheDirect     bool
 	cacheUnusedDays int
 	cacheRepoSize   int64
 	envs            *envValue
@@ -157,6 +158,7 @@ func (o *runOptions) bind(cmd *cobra.Command) {
 	f.Var(envflag.Size{P: &o.cacheSize}, "cache-size", "most bytes the workflows' caches: keep under --work/caches (e.g. 10Gi, 500M); past it the least recently used are evicted")
 	f.StringVar(&o.cacheStore, "cache-store", "", "share the workflows' caches through this S3-compatible bucket: https://HOST[:PORT]/BUCKET[/PREFIX] or s3://BUCKET[/PREFIX]; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials or a role, never a flag; empty: this disk only")
 	f.StringVar(&o.cacheRegion, "cache-store-region", "", "the --cache-store bucket's region (empty: us-east-1, or what the store says)")
+	f.BoolVar(&o.cacheDirect, "cache-store-direct", false, "job environments may reach the --cache-store bucket: they download caches themselves from presigned URLs (a read of one object, valid for the transfer's bound), bytes that do not cross this runner nor, in Kubernetes, the API server; where one cannot, the runner brings the cache; default off: the runner brings every cache (docs/storage.md)")
 	f.IntVar(&o.cacheUnusedDays, "cache-unused-days", cache.DefaultUnusedDays, "remove caches not restored or saved for this many days, on this disk and in the --cache-store bucket; 0: never")
 	f.Var(envflag.Size{P: &o.cacheRepoSize}, "cache-repo-size", "most bytes of caches one repository keeps (e.g. 10Gi; stored size in the bucket, apparent size on this disk); past it its least recently used are removed; 0: no bound")
 	f.Var(o.envs, "env", "NAME=VALUE given to every step (repeatable; the workflow's env wins; not for secrets: not masked)")
@@ -165,7 +167,7 @@ func (o *runOptions) bind(cmd *cobra.Command) {
 	for flag, env := range map[string]string{"state": "KNOTLESS_STATE", "work": "KNOTLESS_WORK", "env-pass": "KNOTLESS_ENV_PASS",
 		"capacity": "KNOTLESS_CAPACITY", "stop-wait": "KNOTLESS_STOP_WAIT", "handover": "KNOTLESS_HANDOVER", "log-limit": "KNOTLESS_LOG_LIMIT",
 		"cache-size": "KNOTLESS_CACHE_SIZE", "metrics-listen": "KNOTLESS_METRICS_LISTEN", "cache-store": "KNOTLESS_CACHE_STORE",
-		"cache-store-region": "KNOTLESS_CACHE_STORE_REGION", "cache-unused-days": "KNOTLESS_CACHE_UNUSED_DAYS", "cache-repo-size": "KNOTLESS_CACHE_REPO_SIZE"} {
+		"cache-store-region": "KNOTLESS_CACHE_STORE_REGION", "cache-store-direct": "KNOTLESS_CACHE_STORE_DIRECT", "cache-unused-days": "KNOTLESS_CACHE_UNUSED_DAYS", "cache-repo-size": "KNOTLESS_CACHE_REPO_SIZE"} {
 		envflag.BindAs(f, flag, env)
 	}
 }
@@ -181,6 +183,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.cacheRepoSize < 0 {
 		return usagef("--cache-repo-size: want a size such as 10Gi, 0 for no bound")
+	}
+	if o.cacheDirect && o.cacheStore == "" {
+		return usagef("--cache-store-direct without --cache-store: name the bucket too")
 	}
 	if o.cacheStore != "" {
 		if _, err := objstore.Open(objstore.Config{URL: o.cacheStore, Region: o.cacheRegion}); err != nil {
@@ -210,7 +215,7 @@ func (o *runOptions) cacheOptions(ctx context.Context, log *slog.Logger) (cache.
 	} else {
 		log.Info("caches are shared through the cache store", "store", b.String())
 	}
-	opts.Bucket = b
+	opts.Bucket, opts.Direct = b, o.cacheDirect
 	return opts, nil
 }
 
