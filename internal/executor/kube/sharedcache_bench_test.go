@@ -20,6 +20,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"knotless.dev/knotless/internal/agent"
+	"knotless.dev/knotless/internal/cache"
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/objstore"
 	"knotless.dev/knotless/internal/objstore/s3test"
@@ -44,6 +45,11 @@ import (
 //     uncompressed tar with busybox wget and unpacking it with busybox
 //     tar, the route presigned URLs would give where the pod may reach
 //     the store;
+//   - runner-hit: a second runner's hit of what a first one saved
+//     (cache.Store with the bucket, an empty disk): Find downloads the
+//     entry, checks and unpacks it on the runner's disk, then the runner
+//     streams it into the pod as exec-stream does: the whole route
+//     without --cache-store-direct;
 //   - agent-fetch: the route presigned URLs give: the store's own entry
 //     (entry.json and the tree as member "0", agent.WriteTar, zstd at
 //     the store's level) fetched by the pod's step agent from a presigned
@@ -158,6 +164,7 @@ func BenchmarkKube_SharedCacheRestore(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+		runnerHit(b, ctx, bucket, c, s, kind, tree, home+"/.cache/"+kind+"-hit", size)
 		src := putStoreEntry(b, bucket, kind+".entry.tzst", tree)
 		b.Run(kind+"/agent-fetch", func(b *testing.B) {
 			b.SetBytes(size)
@@ -285,4 +292,55 @@ func sh(b *testing.B, script string) {
 	if out, err := exec.Command("bash", "-c", "set -eo pipefail; "+script).CombinedOutput(); err != nil {
 		b.Fatalf("%s: %v\n%s", script, err, out)
 	}
+}
+
+// runnerHit measures a second runner's hit (see the benchmark's doc): a
+// first store saves tree as repo bench/app's key kind into the bucket,
+// then each iteration a store on a new empty directory finds it there and
+// restores it into the pod at dst.
+func runnerHit(b *testing.B, ctx context.Context, bucket *objstore.Bucket, c executor.Cacher, s executor.Session, kind, tree, dst string, size int64) {
+	b.Helper()
+	paths := []string{"~/.cache/" + kind}
+	first, err := cache.Open(b.TempDir(), 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	first.Configure(cache.Options{Bucket: bucket})
+	stage, err := first.Begin("bench/app", kind, paths)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cache.CopyTree(tree, stage.PathDir(0)); err != nil {
+		b.Fatal(err)
+	}
+	ent, _, err := stage.Commit()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := first.Upload(ctx, ent); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(kind+"/runner-hit", func(b *testing.B) {
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			second, err := cache.Open(b.TempDir(), 0, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			second.Configure(cache.Options{Bucket: bucket})
+			b.StartTimer()
+			found := second.Find(ctx, "bench/app", paths, kind, nil)
+			if found.Match != cache.Hit || !found.Downloaded {
+				b.Fatalf("the second runner's Find: %v, downloaded %v, fault %v", found.Match, found.Downloaded, found.Fault)
+			}
+			if err := c.RestoreCache(ctx, found.Entry.PathDir(0), dst); err != nil {
+				b.Fatal(err)
+			}
+			found.Release()
+			b.StopTimer()
+			execOK(b, s, fmt.Sprintf("rm-hit-%s-%d", kind, i), "rm -rf "+dst, io.Discard)
+			b.StartTimer()
+		}
+	})
 }
