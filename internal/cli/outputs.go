@@ -43,7 +43,7 @@ func (s *session) listOutputs(ctx context.Context, run int64, limit int, cursor 
 // printOutputs prints the outputs section of `run show`.
 func (s *session) printOutputs(ctx context.Context, w io.Writer, r api.Run) error {
 	o := r.Outputs
-	fmt.Fprintf(w, "\nOutputs: %d entries, %s in files; archive %s, sha256 %s\n", o.Files, size(o.Bytes), size(o.Size), o.SHA256)
+	fmt.Fprintf(w, "\nOutputs: %s, %s in files; archive %s, sha256 %s\n", entries(int(o.Files)), size(o.Bytes), size(o.Size), o.SHA256)
 	page, err := s.listOutputs(ctx, r.ID, min(showOutputs, o.Files), "")
 	if err != nil {
 		return err
@@ -182,7 +182,10 @@ func (s *session) downloadOutputs(ctx context.Context, id int64, dir string) err
 	if err != nil {
 		return failf("unpack outputs of run %d into %s: %v (what was unpacked before stays)", id, dir, err)
 	}
-	fmt.Fprintf(s.stdout(), "Unpacked %d entries (%s in files) of run %d into %s (sha256 %s verified)\n",
-		st.Entries, size(st.Bytes), id, dir, sum)
+	fmt.Fprintf(s.stdout(), "Unpacked %s (%s in files) of run %d into %s (sha256 %s verified)\n",
+		entries(int(st.Entries)), size(st.Bytes), id, dir, sum)
 	return nil
 }
+
+// entries is "1 entry" or "N entries".
+func entries(n int) string { return plural(n, "1 entry", fmt.Sprintf("%d entries", n)) }

@@ -88,10 +88,12 @@ func (o *repoUsageOptions) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// retentionText says a repository's retention in two sentences.
+// retentionText says a repository's retention in two sentences: who set
+// the repository's own rules, or that the server's apply (none of its own
+// is left, whoever last set them).
 func retentionText(r api.Retention) string {
 	text := "Retention: " + r.Effective.String()
-	if r.SetBy != "" {
+	if r.SetBy != "" && (r.Own.KeepLogsDays != nil || r.Own.KeepPipelines != nil) {
 		return text + " Set for " + r.Repo + " by " + safeText(r.SetBy) + " (the server's: " + strings.TrimSuffix(r.Server.String(), ".") + ")."
 	}
 	return text + " (The server's setting: knotless repo set-retention " + r.Repo + " changes it.)"

@@ -101,3 +101,30 @@ func TestRunShow_ExpiredLogsSayWhenInsteadOfSizes(t *testing.T) {
 		t.Errorf("run logs --step 1 of an expired run: stdout %q, stderr %q; want only the error", r.stdout, r.stderr)
 	}
 }
+
+// Once every rule of a repository's own is returned to the server's, the
+// retention sentence says the server's setting applies, whoever last set
+// them; while one is left it names who set it. Pins: "Set for alice/app
+// by alice (the server's: ...)" after --keep-logs-days server
+// --keep-pipelines server.
+func TestRetentionText_NoRuleOfItsOwnLeftSaysTheServersApplies(t *testing.T) {
+	days := 3
+	r := api.Retention{Repo: "alice/app", SetBy: "alice", Effective: api.RetentionRules{KeepLogsDays: 7}, Server: api.RetentionRules{KeepLogsDays: 7}}
+	if got := retentionText(r); strings.Contains(got, "Set for") || !strings.Contains(got, "The server's setting") {
+		t.Errorf("no rule of its own left: %q; want the server's setting said to apply", got)
+	}
+	r.Own.KeepLogsDays, r.Effective.KeepLogsDays = &days, days
+	if got := retentionText(r); !strings.Contains(got, "Set for alice/app by alice") {
+		t.Errorf("a rule of its own: %q; want who set it", got)
+	}
+}
+
+// Counts of one outputs entry are singular. Pins: "1 entries" in run
+// show's and run outputs' lines.
+func TestEntries_OneIsSingular(t *testing.T) {
+	for n, want := range map[int]string{0: "0 entries", 1: "1 entry", 2: "2 entries"} {
+		if got := entries(n); got != want {
+			t.Errorf("entries(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -344,3 +344,20 @@ func TestReplicas_OneRetentionPassAtATimeExpiresEachRunOnce(t *testing.T) {
 		t.Fatalf("usage: %+v, %v; want %d runs expired", u.Expired, err, n)
 	}
 }
+
+// The Usage page says a count of one in the singular (an outputs archive
+// of one run, a cache store of one entry) and more in the plural. Pins:
+// "1 runs" and "1 entries" on the page.
+func TestUsage_ACountOfOneIsSingularOnThePage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{})
+	queueOne(t, f, "")
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	endedRun(t, f, r) // 1 step log, outputs of 1 run, a cache store of 2 entries
+	b := signedIn(t, f.URL, f.token)
+	status, page := b.get("/" + f.repo + "/-/usage")
+	if status != http.StatusOK || !strings.Contains(page, ">1 run</td>") || !strings.Contains(page, ">1 step log</td>") ||
+		!strings.Contains(page, ">2 entries</td>") || strings.Contains(page, "1 runs") || strings.Contains(page, "1 step logs") {
+		t.Fatalf("usage page %d: want 1 run, 1 step log, 2 entries:\n%s", status, page)
+	}
+}
