@@ -201,6 +201,8 @@ func (s *Server) moveLoop(o *objects) {
 		}
 	}()
 	p := &movePass{}
+	var backoff time.Duration // while passes fail for the store
+	var next time.Time
 	for {
 		select {
 		case <-o.stop:
@@ -208,6 +210,9 @@ func (s *Server) moveLoop(o *objects) {
 		case <-s.closing:
 			return
 		case <-t.C:
+		}
+		if time.Now().Before(next) {
+			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -219,10 +224,45 @@ func (s *Server) moveLoop(o *objects) {
 			cancel()
 		}()
 		if held = s.holdMoverLock(ctx, held, p); held != nil || s.coord == nil {
-			s.movePass(ctx, o, p)
+			if f := s.movePass(ctx, o, p); f != nil {
+				backoff = min(max(2*backoff, 2*o.cfg.Every), maxMoveBackoff)
+				next = time.Now().Add(backoff)
+				s.storeFailed(ctx, o, p, f, backoff)
+			} else {
+				backoff, next = 0, time.Time{}
+			}
 		}
 		cancel()
 	}
+}
+
+// maxMoveBackoff bounds the wait between the mover's passes while the
+// store fails: from 2×ObjectStore.Every, doubled each failed pass.
+const maxMoveBackoff = 5 * time.Minute
+
+// waitingCap bounds the count of runs waiting for the store that a
+// warning gives.
+const waitingCap = 1000
+
+// moveFailure is the store's failure that ended a pass: the run it
+// failed to move, and why.
+type moveFailure struct {
+	run int64
+	err error
+}
+
+// storeFailed logs once per failed pass (passes back off) that the store
+// failed, with how many runs of the scan wait for it.
+func (s *Server) storeFailed(ctx context.Context, o *objects, p *movePass, f *moveFailure, retryIn time.Duration) {
+	waiting := "unknown"
+	if ids, err := o.db.RunsToMove(ctx, p.after, p.from, p.to, waitingCap); err == nil {
+		waiting = strconv.Itoa(len(ids))
+		if len(ids) == waitingCap {
+			waiting = "at least " + waiting
+		}
+	}
+	o.log.Warn("the object store failed: ended runs' logs and outputs stay in the data directory until it answers",
+		"run", f.run, "runs_waiting", waiting, "retry_in", retryIn, "err", f.err)
 }
 
 // holdMoverLock returns the mover's lock when this replica holds it
@@ -264,7 +304,8 @@ type movePass struct {
 // movePass moves what it can in one turn: the local copies due for
 // removal, then batches of the current scan until it ends or the store
 // fails (a store that fails is tried again next turn, from the same run).
-func (s *Server) movePass(ctx context.Context, o *objects, p *movePass) {
+// It returns the store's failure, nil when there was none.
+func (s *Server) movePass(ctx context.Context, o *objects, p *movePass) *moveFailure {
 	now := s.now()
 	for run, due := range p.clean {
 		if !now.Before(due) {
@@ -289,26 +330,30 @@ func (s *Server) movePass(ctx context.Context, o *objects, p *movePass) {
 		ids, err := o.db.RunsToMove(ctx, p.after, p.from, p.to, o.cfg.Batch)
 		if err != nil {
 			o.log.Warn("list runs to move to the object store", "err", err)
-			return
+			return nil
 		}
 		for _, id := range ids {
 			if err := s.moveRun(ctx, o, p, id); err != nil {
 				o.failed.Add(1)
+				if ctx.Err() != nil {
+					return nil
+				}
+				var oe *objstore.Error
+				if errors.As(err, &oe) {
+					return &moveFailure{run: id, err: err} // again after a backoff, from this run
+				}
 				o.log.Warn("move a run's logs and outputs to the object store; it stays in the data directory, tried again later",
 					"run", id, "err", err)
-				var oe *objstore.Error
-				if errors.As(err, &oe) || ctx.Err() != nil {
-					return // the store is in trouble: again next turn, from this run
-				}
 				p.failed = true
 			}
 			p.after = id
 		}
 		if len(ids) < o.cfg.Batch {
 			p.scanning = false
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // moveRun moves run's bytes (upload, record) or, when its move is

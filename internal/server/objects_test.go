@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -433,4 +434,36 @@ func status(read string) (int, string) {
 	var code int
 	fmt.Sscanf(read, "%d", &code)
 	return code, read
+}
+
+// While the store is down the mover backs off (from 2×Every, doubling)
+// and each failed pass warns once, saying how many runs wait; once the
+// store is back the run is moved. The failure it pins: the same WARN every
+// 5 seconds for ever, naming only the oldest run, the store hammered
+// without pause.
+func TestObjects_TheMoverBacksOffWhileTheStoreIsDownAndSaysHowManyRunsWait(t *testing.T) {
+	t.Parallel()
+	s3 := s3test.Start(t)
+	logs := &logSink{}
+	f := newFixture(t, servertest.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	id := movableRun(t, f)
+	s3.Kill()
+	cfg := s3.Config("ci")
+	cfg.Retries, cfg.Timeout = 1, 2*time.Second
+	useObjects(t, f.Server, cfg, nil) // a pass every 50 ms: 60 in 3 s without a backoff
+	time.Sleep(3 * time.Second)
+	var warns []string
+	for _, l := range logs.lines() {
+		if strings.Contains(l, "the object store failed") {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) < 2 || len(warns) > 8 {
+		t.Fatalf("%d warnings in 3 s with the store down; want 2..8 (passes backing off from 100 ms):\n%s", len(warns), strings.Join(warns, "\n"))
+	}
+	if !strings.Contains(warns[0], "runs_waiting=1") || !strings.Contains(warns[0], fmt.Sprintf("run=%d", id)) {
+		t.Errorf("warning %q: want the run and runs_waiting=1", warns[0])
+	}
+	s3.Restart(t)
+	waitMoved(t, f.DataDir, id)
 }
