@@ -40,7 +40,9 @@ import (
 //     them removed (MarkCleaned).
 //
 // Readers open the local file first and, only when it is gone, look for
-// the record (logFiles.size, copyRange, lineTimes; serveOutputs): the
+// the record (logFiles.size, openRange, lineTimes; serveOutputs), and
+// open the object before they answer: a store that fails is a 503 with
+// its reason, never a 200 cut short (sendLog, serveOutputs). The
 // record is written before any local file is removed, so a reader finds
 // the bytes in one place or the other, never half. A reader that opened
 // the local file before its removal reads it to its end (POSIX keeps an
@@ -69,7 +71,8 @@ type ObjectStore struct {
 	// Bucket is where the bytes go (objstore.Open). Required.
 	Bucket *objstore.Bucket
 	// Every is how often the replica holding the mover's lock looks for
-	// ended runs to move; default 5 s.
+	// ended runs to move; default 5 s. While the store fails, passes back
+	// off from 2×Every, doubling up to 5 min, until one succeeds.
 	Every time.Duration
 	// Delay is how long after its end a run is moved (a runner's append
 	// in flight as the run ended still lands in DATA); default 10 s.
