@@ -114,7 +114,7 @@ func (s *Server) storeUnavailable(err error, what string, args ...any) error {
 		return err
 	}
 	s.log.Warn("read "+what+" from the object store", append(args, "err", err)...)
-	return xerr(http.StatusServiceUnavailable, errStoreUnavailable, "%s", oe.Error())
+	return xerr(http.StatusServiceUnavailable, errStoreUnavailable, "%s: try again later", oe.Error())
 }
 
 // objectReader reads one object of known size as an io.ReadSeeker and

@@ -400,7 +400,7 @@ func storeDown(w http.ResponseWriter, err error) error {
 	var e *api.Error
 	errors.As(err, &e)
 	w.Header().Del("Content-Disposition")
-	http.Error(w, e.Message+"; try again later", http.StatusServiceUnavailable)
+	http.Error(w, e.Message, http.StatusServiceUnavailable)
 	return nil
 }
 
