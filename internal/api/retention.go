@@ -26,6 +26,12 @@ const (
 	ErrOutputsExpired = "OutputsExpired"
 )
 
+// ErrObjectStoreUnavailable is the error name of a read of bytes the
+// server moved to its object store (knotless-server --object-store) while
+// the store cannot be used: 503, its message the store's one-line reason;
+// try again later.
+const ErrObjectStoreUnavailable = "ObjectStoreUnavailable"
+
 // RetentionRules are the two rules of retention. A run's logs and outputs
 // are removed once every rule that is set lets them go: it ended more
 // than KeepLogsDays days ago, and its pipeline is not one of the

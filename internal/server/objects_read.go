@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"knotless.dev/knotless/internal/api"
+
 	"knotless.dev/knotless/internal/objstore"
 	"knotless.dev/knotless/internal/store"
 )
@@ -103,7 +105,7 @@ func (r *objectRange) Close() error {
 
 // errStoreUnavailable names the error of a read of bytes moved to an
 // object store that failed (503).
-const errStoreUnavailable = "ObjectStoreUnavailable"
+const errStoreUnavailable = api.ErrObjectStoreUnavailable
 
 // storeUnavailable turns a failed read of the object store into a 503
 // with the store's one-line reason, and logs it; other errors pass

@@ -243,23 +243,6 @@ func stepDone(run store.Run, steps []store.Step, index int) bool {
 	return false
 }
 
-func (s *Server) writeLog(w http.ResponseWriter, run int64, step int, offset, size int64, done bool) error {
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set(api.LogSizeHeader, strconv.FormatInt(size, 10))
-	h.Set(api.LogDoneHeader, strconv.FormatBool(done))
-	n := max(size-offset, 0)
-	h.Set("Content-Length", strconv.FormatInt(n, 10))
-	w.WriteHeader(http.StatusOK)
-	if n == 0 {
-		return nil
-	}
-	if err := s.logs.copyRange(w, run, step, offset, size); err != nil {
-		s.log.Warn("send log", "run", run, "step", step, "err", err)
-	}
-	return nil
-}
-
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, a store.Account) error {
 	var in api.RunRef
 	if err := decodeInput(r, &in); err != nil {

@@ -359,7 +359,7 @@ func (b webBackend) ReadLog(ctx context.Context, v web.Viewer, run int64, step i
 	var buf bytes.Buffer
 	buf.Grow(int(to - from))
 	if err := s.logs.copyRange(&buf, run, step, from, to); err != nil {
-		return nil, err
+		return nil, s.storeUnavailable(err, "log", "run", run, "step", step)
 	}
 	return buf.Bytes(), nil
 }
@@ -372,7 +372,11 @@ func (b webBackend) LineTimes(ctx context.Context, v web.Viewer, run int64, step
 	if _, err := s.visibleRun(ctx, viewerAccount(v), run); err != nil {
 		return nil, err
 	}
-	return s.logs.lineTimes(run, step, from, to, 0, true)
+	times, err := s.logs.lineTimes(run, step, from, to, 0, true)
+	if err != nil {
+		return nil, s.storeUnavailable(err, "line times", "run", run, "step", step)
+	}
+	return times, nil
 }
 
 // xrpcRequest is r turned into a GET of an XRPC method with query q, for

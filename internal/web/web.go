@@ -215,7 +215,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *Session, err e
 	case errors.As(err, &e) && e.Status == http.StatusUnauthorized:
 		h.clearCookie(w, r)
 		http.Redirect(w, r, "/-/login", http.StatusSeeOther)
-	case errors.As(err, &e) && e.Status < 500:
+	case errors.As(err, &e) && (e.Status < 500 || e.Status == http.StatusServiceUnavailable):
+		// A 503 says what is away and when to come back (the object
+		// store holding a moved log: api.ErrObjectStoreUnavailable).
 		h.errorPage(w, r, s, e.Status, e.Message)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 	default:
