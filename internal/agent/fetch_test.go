@@ -396,13 +396,13 @@ func socketPair() (net.Conn, net.Conn, error) {
 	return conns[0], conns[1], nil
 }
 
-// TestFetch_ConnectionLostMidFetchIsFetchedAnewWhole: when the
+// TestFetch_AFetchCutMidwayIsSentAgainAndUnpacksWhole: when the
 // connection to the agent breaks while the agent downloads (an exec
 // stream cut), the client sends the request again on a new connection;
 // the agent ends the first fetch with its connection (the store sees its
 // request cancelled) and removes what it made before the second one
 // starts, and the second one unpacks the archive whole.
-func TestFetch_ConnectionLostMidFetchIsFetchedAnewWhole(t *testing.T) {
+func TestFetch_AFetchCutMidwayIsSentAgainAndUnpacksWhole(t *testing.T) {
 	ta := startAgent(t)
 	b, entry := entryArchive(t)
 	var requests atomic.Int64
