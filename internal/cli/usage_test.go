@@ -18,18 +18,7 @@ import (
 // rules. Pins: run logs printing an empty log for an expired run, or
 // usage without the expired run.
 func TestRepoUsage_ExpiredLogsSayWhenAndUsageShowsWhatIsKept(t *testing.T) {
-	clock := &servertest.Clock{}
-	srv := servertest.Start(t, servertest.Options{Clock: clock})
-	e := isolatedEnv(t)
-	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
-	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
-	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
-	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
-	steps := []stepScript{
-		{name: "build", log: "ok\n", state: api.StepSucceeded},
-		{name: "test", log: "ok\n", state: api.StepSucceeded},
-	}
-	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, nil)
+	clock, srv, e, run := oneSucceededRun(t)
 
 	r := mustRun(t, e, ExitOK, nil, "repo", "usage", "admin/app")
 	for _, want := range []string{"logs", "3 step logs", "outputs", "caches", "Retention: Kept forever."} {
@@ -69,18 +58,7 @@ func TestRepoUsage_ExpiredLogsSayWhenAndUsageShowsWhatIsKept(t *testing.T) {
 // show listing "LOG 0 B" per step and "Logs: knotless run logs N" for
 // logs that are gone, and a header printed above the refusal.
 func TestRunShow_ExpiredLogsSayWhenInsteadOfSizes(t *testing.T) {
-	clock := &servertest.Clock{}
-	srv := servertest.Start(t, servertest.Options{Clock: clock})
-	e := isolatedEnv(t)
-	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
-	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
-	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
-	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
-	steps := []stepScript{
-		{name: "build", log: "ok\n", state: api.StepSucceeded},
-		{name: "test", log: "ok\n", state: api.StepSucceeded},
-	}
-	run := playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, nil)
+	clock, srv, e, run := oneSucceededRun(t)
 	id := fmt.Sprint(run.ID)
 	if r := mustRun(t, e, ExitOK, nil, "run", "show", id); !strings.Contains(r.stdout, "Logs: knotless run logs "+id) {
 		t.Fatalf("run show before expiry:\n%s", r.stdout)
@@ -127,4 +105,23 @@ func TestEntries_OneIsSingular(t *testing.T) {
 			t.Errorf("entries(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+// oneSucceededRun starts a server on a fake clock, makes admin/app and
+// plays one run of workflowTwoSteps to success on a registered runner; e
+// is the CLI's environment, logged in as the admin.
+func oneSucceededRun(t *testing.T) (*servertest.Clock, *servertest.Server, map[string]string, api.Run) {
+	t.Helper()
+	clock := &servertest.Clock{}
+	srv := servertest.Start(t, servertest.Options{Clock: clock})
+	e := isolatedEnv(t)
+	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	rn := srv.RegisterRunner(t, "admin/app", "build-1", nil, true)
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/ci.yml": workflowTwoSteps}, "refs/heads/main")
+	steps := []stepScript{
+		{name: "build", log: "ok\n", state: api.StepSucceeded},
+		{name: "test", log: "ok\n", state: api.StepSucceeded},
+	}
+	return clock, srv, e, playRun(t, rn, "setup\n", steps, api.StateSucceeded, 0, nil)
 }
