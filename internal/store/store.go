@@ -252,6 +252,9 @@ type NewPipeline struct {
 	Notes     []string // see Pipeline
 	RerunOf   int64    // see Pipeline
 	Runs      []NewRun
+	// Schedule, when set, fires a schedule in the same transaction (see
+	// ScheduleFire); Event is then "schedule".
+	Schedule *ScheduleFire
 }
 
 // RunFilter selects runs for ListRuns. Zero fields do not filter. Limit 0
@@ -658,6 +661,35 @@ type Store interface {
 	// RepoUsage sums what repoID's runs hold (see RepoUsage), listing at
 	// most unmeasuredMax unmeasured runs.
 	RepoUsage(ctx context.Context, repoID int64, unmeasuredMax int) (RepoUsage, error)
+
+	// Scheduled runs (issue 38; types in schedules.go). Firing is
+	// CreatePipeline with NewPipeline.Schedule.
+
+	// SyncSchedules makes repoID's schedules exactly want, in one
+	// transaction: a schedule whose key is in want keeps its row (NextAt,
+	// pause, history) and takes want's Problem; one not in want is
+	// removed; a new key is added with want's NextAt. It returns the
+	// repository's schedules by id. Duplicate keys in want count once.
+	SyncSchedules(ctx context.Context, repoID int64, want []NewSchedule) ([]Schedule, error)
+	// Schedules lists repoID's schedules by id.
+	Schedules(ctx context.Context, repoID int64) ([]Schedule, error)
+	// Schedule returns one schedule: ErrNotFound when absent.
+	Schedule(ctx context.Context, id int64) (Schedule, error)
+	// DueSchedules lists up to limit schedules of every repository that
+	// are not paused and whose NextAt is not after now, by NextAt then id.
+	DueSchedules(ctx context.Context, now time.Time, limit int) ([]Schedule, error)
+	// NextScheduleAt returns the earliest NextAt of the schedules not
+	// paused; ok is false when there is none.
+	NextScheduleAt(ctx context.Context) (at time.Time, ok bool, err error)
+	// SkipSchedule moves schedule id's NextAt from expected to next
+	// without a pipeline, recording problem (why that time did not run):
+	// false when NextAt is no longer expected (another replica fired or
+	// skipped it). ErrNotFound when absent.
+	SkipSchedule(ctx context.Context, id int64, expected, next time.Time, problem string) (bool, error)
+	// PauseSchedule pauses (by, at) or resumes (paused false) schedule id
+	// and returns it; resuming sets NextAt to next, so the times passed
+	// while paused never fire. ErrNotFound when absent.
+	PauseSchedule(ctx context.Context, id int64, paused bool, by string, at, next time.Time) (Schedule, error)
 }
 
 // Counts are the database's figures for the metrics endpoint: cheap

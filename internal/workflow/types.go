@@ -64,6 +64,26 @@ type Triggers struct {
 	Push   *PushTrigger
 	Pull   *PullTrigger
 	Manual bool
+	// Schedule is `on.schedule`: the times the workflow runs on its own
+	// (nil when none).
+	Schedule []ScheduleTrigger
+}
+
+// ScheduleTrigger is one entry of `on.schedule`. Only the entries of the
+// workflows on the repository's default branch are kept by the server.
+type ScheduleTrigger struct {
+	// Cron is the expression as written: five fields (minute hour
+	// day-of-month month day-of-week) or a name (@yearly, @annually,
+	// @monthly, @weekly, @daily, @midnight, @hourly).
+	Cron string
+	// TimeZone is the IANA zone the fields are read in; "UTC" when not
+	// written.
+	TimeZone string
+	// Branch is the branch the runs run on, a name without refs/heads/;
+	// "" for the repository's default branch.
+	Branch string
+	// Line and Column are where the entry starts in the file (1-based).
+	Line, Column int
 }
 
 // PushTrigger selects pushes. Nil Branches means every branch; nil Tags
@@ -126,4 +146,6 @@ const (
 	EventPush   = "push"
 	EventManual = "manual"
 	EventPull   = "pull"
+	// EventSchedule: a schedule's due time (Ref is the branch it runs on).
+	EventSchedule = "schedule"
 )

@@ -1,0 +1,151 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Spec is one parsed schedule: an expression in a time zone.
+type Spec struct {
+	expr string
+	loc  *time.Location
+	s    cron.Schedule
+}
+
+// parser takes the five standard fields (minute hour day-of-month month
+// day-of-week) and the names @yearly, @annually, @monthly, @weekly,
+// @daily, @midnight and @hourly.
+var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// horizon is how far Parse looks for a first due time: robfig/cron gives
+// up after five years, so an expression due only on 30 February is
+// refused rather than never firing.
+const horizon = 5 * 365 * 24 * time.Hour
+
+// Parse reads expr in the IANA time zone zone ("" is UTC) and checks that
+// it is ever due after now. Errors are one line for a user, naming what
+// is wrong: a field out of range, a wrong count of fields, @every (its
+// times depend on when the server read it, so they are not kept once
+// across restarts), a CRON_TZ= or TZ= prefix (write the zone apart),
+// "Local" or an unknown zone, or an expression that is never due.
+func Parse(expr, zone string, now time.Time) (*Spec, error) {
+	e := strings.TrimSpace(expr)
+	switch {
+	case e == "":
+		return nil, errors.New("the cron expression is empty; write five fields (minute hour day-of-month month day-of-week), e.g. \"0 3 * * *\", or a name such as @daily")
+	case strings.HasPrefix(e, "@every"):
+		return nil, fmt.Errorf("%q is not a cron expression: @every runs relative to when the server read it; write the times as five fields, e.g. \"*/30 * * * *\"", e)
+	case strings.HasPrefix(e, "CRON_TZ=") || strings.HasPrefix(e, "TZ="):
+		return nil, fmt.Errorf("%q names its time zone inside the expression; write the zone as timezone: beside cron:", e)
+	}
+	loc, err := Zone(zone)
+	if err != nil {
+		return nil, err
+	}
+	s, err := parser.Parse(e)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a cron expression: %v; write five fields (minute hour day-of-month month day-of-week) or a name such as @daily", e, err)
+	}
+	sp := &Spec{expr: e, loc: loc, s: s}
+	if sp.Next(now).IsZero() {
+		return nil, fmt.Errorf("%q is never due in the next five years (a day that does not exist, such as 30 February?)", e)
+	}
+	return sp, nil
+}
+
+// Zone loads an IANA time zone by name ("" and "UTC" are UTC). It refuses
+// "Local", which would depend on the server's host.
+func Zone(name string) (*time.Location, error) {
+	switch name {
+	case "", "UTC":
+		return time.UTC, nil
+	case "Local":
+		return nil, errors.New("timezone Local depends on the server's host; name an IANA zone such as Europe/Berlin, or leave it out for UTC")
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("timezone %q is not an IANA time zone name (such as UTC, Europe/Berlin, America/New_York)", name)
+	}
+	return loc, nil
+}
+
+// String is the expression as parsed.
+func (s *Spec) String() string { return s.expr }
+
+// Next returns the first due time strictly after t, in UTC; the zero time
+// when there is none within five years.
+func (s *Spec) Next(t time.Time) time.Time {
+	n := s.s.Next(t.In(s.loc))
+	if n.IsZero() {
+		return n
+	}
+	return n.UTC()
+}
+
+// maxSteps bounds Latest's walk: a year of a schedule due every minute.
+const maxSteps = 366 * 24 * 60
+
+// Latest returns the latest due time in [from, now], where from is a due
+// time (a schedule's stored next time), and how many due times before it
+// in that span were passed over (missed: a downtime). ok is false when
+// from is after now. Past maxSteps due times it jumps to the latest due
+// time found from a day before now, counting what it skipped as missed
+// only roughly (at least maxSteps).
+func (s *Spec) Latest(from, now time.Time) (due time.Time, missed int, ok bool) {
+	if from.After(now) {
+		return time.Time{}, 0, false
+	}
+	due = from.UTC()
+	for steps := 0; ; steps++ {
+		if steps == maxSteps {
+			return s.latestNear(due, now, missed)
+		}
+		n := s.Next(due)
+		if n.IsZero() || n.After(now) {
+			return due, missed, true
+		}
+		due = n
+		missed++
+	}
+}
+
+// latestNear finishes Latest's walk from a day before now (or from due,
+// the latest found so far, when no time falls in that day).
+func (s *Spec) latestNear(due, now time.Time, missed int) (time.Time, int, bool) {
+	if d := s.Next(now.Add(-24 * time.Hour)); !d.IsZero() && !d.After(now) && d.After(due) {
+		due = d
+	}
+	for {
+		n := s.Next(due)
+		if n.IsZero() || n.After(now) {
+			return due, missed, true
+		}
+		due = n
+		missed++
+	}
+}
+
+// MinInterval returns the shortest time between two consecutive due
+// times over the year after from (at most 10,000 due times looked at), or
+// 0 when it is due at most once in that year. A server compares it with
+// its limit (knotless-server --schedule-min-interval).
+func (s *Spec) MinInterval(from time.Time) time.Duration {
+	end := from.Add(366 * 24 * time.Hour)
+	prev := s.Next(from)
+	var least time.Duration
+	for i := 0; i < 10000 && !prev.IsZero() && prev.Before(end); i++ {
+		n := s.Next(prev)
+		if n.IsZero() {
+			break
+		}
+		if gap := n.Sub(prev); least == 0 || gap < least {
+			least = gap
+		}
+		prev = n
+	}
+	return least
+}
