@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	_ "time/tzdata" // IANA zones of on.schedule on hosts without zoneinfo
 
 	"github.com/spf13/cobra"
 

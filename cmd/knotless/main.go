@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // IANA zones of on.schedule (workflow lint) on hosts without zoneinfo
 
 	"knotless.dev/knotless/internal/cli"
 )
