@@ -28,6 +28,11 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 		if err != nil {
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
+		if np.Schedule != nil {
+			if err := fireSchedule(ctx, tx, np.RepoID, pid, np.Schedule); err != nil {
+				return err
+			}
+		}
 		for _, r := range np.Runs {
 			var finished any
 			if api.IsFinal(r.State) {
