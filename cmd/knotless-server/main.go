@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 	_ "time/tzdata" // IANA zones of on.schedule on hosts without zoneinfo
 
 	"github.com/spf13/cobra"
@@ -177,11 +178,13 @@ func (o *serverOptions) bind(cmd *cobra.Command) {
 		"largest size of one repository on disk; a push that would take it past is refused (0: no quota)")
 	f.StringVar(&o.cfg.ReleaseDir, "release-dir", "",
 		"serve the release files in `DIR` (what make release wrote) to anyone at /-/download/FILE, for the runner pods' KNOTLESS_DOWNLOAD_URL=URL/-/download, and /-/download/install.sh, which installs knotless-run from them on a plain host")
+	f.DurationVar(&o.cfg.Schedules.MinInterval, "schedule-min-interval", server.DefaultScheduleMinInterval,
+		"shortest time between two runs of one schedule (a workflow's on.schedule); a schedule due more often never runs, and the push and knotless schedule list say so. 1m allows every minute")
 	limits := clientLimitFlags(f, &o.cfg.ClientLimits)
 	limits = append(limits, retentionFlags(f, &o.retention)...)
 	limits = append(limits, objectStoreFlags(f, &o.objects)...)
 	for _, name := range append([]string{"data", "database", "listen", "url", "lease", "handover-grace", "max-conns", "max-conns-per-client", "log-level",
-		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir"}, limits...) {
+		"max-push-size", "max-fetch-request", "max-outputs-size", "repo-quota", "release-dir", "schedule-min-interval"}, limits...) {
 		envflag.Bind(f, name)
 	}
 }
@@ -203,6 +206,9 @@ func (o *serverOptions) complete(stderr io.Writer) error {
 	}
 	if err := checkRetention(o.retention); err != nil {
 		return err
+	}
+	if o.cfg.Schedules.MinInterval < time.Minute {
+		return usagef("--schedule-min-interval %s: want a duration of at least 1m (cron's finest step), e.g. 5m", o.cfg.Schedules.MinInterval)
 	}
 	if err := o.objects.check(); err != nil {
 		return err

@@ -232,7 +232,7 @@ func planRuns(parsed []parsedWorkflow, ev workflow.Event, all bool, keep func(pw
 // errored runs and wakes runners waiting for work.
 func (s *Server) createPipeline(ctx context.Context, repo store.Repo, ref, sha, event string, trig trigger, planned []plannedRun) (store.Pipeline, []store.Run, error) {
 	np := store.NewPipeline{RepoID: repo.ID, Ref: ref, SHA: sha, Event: event, BeforeSHA: trig.before, Actor: trig.actor,
-		CreatedAt: s.now(), Notes: trig.notes, RerunOf: trig.rerunOf}
+		CreatedAt: s.now(), Notes: trig.notes, RerunOf: trig.rerunOf, Schedule: trig.schedule}
 	for _, p := range planned {
 		np.Runs = append(np.Runs, p.NewRun)
 	}
@@ -280,6 +280,10 @@ type trigger struct {
 	actor, before string
 	notes         []string
 	rerunOf       int64
+	// schedule fires a schedule with the pipeline (store.ScheduleFire):
+	// createPipeline then fails with store.ErrConflict when another
+	// replica fired that time first.
+	schedule *store.ScheduleFire
 }
 
 // afterPush makes one pipeline per branch or tag a push (by the account
@@ -302,6 +306,10 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, b
 	}
 	slices.Sort(changed)
 	s.fixHead(ctx, dir, after, changed)
+	head := ""
+	if out, err := s.git(ctx, dir, "symbolic-ref", "HEAD"); err == nil {
+		head = strings.TrimSpace(string(out))
+	}
 	for _, ref := range changed {
 		sha, ok := s.commitOf(ctx, dir, after[ref])
 		if !ok {
@@ -318,8 +326,12 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, b
 			lines = append(lines, at+": its workflows could not be read, nothing runs: the server's log says why")
 			continue
 		}
-		planned := planRuns(parseAll(files), workflow.Event{Kind: workflow.EventPush, Ref: ref}, false,
+		parsed := parseAll(files)
+		planned := planRuns(parsed, workflow.Event{Kind: workflow.EventPush, Ref: ref}, false,
 			func(parsedWorkflow) bool { return true })
+		if ref == head {
+			lines = append(lines, s.pushSchedules(ctx, repo, dir, at, parsed)...)
+		}
 		if len(planned) == 0 && len(notes) == 0 {
 			s.log.Info("push matched no workflow", "repo", repo.FullName(), "ref", ref, "sha", sha)
 			if len(files) == 0 {

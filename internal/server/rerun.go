@@ -48,8 +48,8 @@ func (s *Server) rerun(w http.ResponseWriter, r *http.Request, a store.Account) 
 	parsed := parseAll(files)
 	chosen := func(pw parsedWorkflow) bool { return want[workflow.DisplayPath(pw.Path)] }
 	kind := workflow.EventPush
-	if p.Event == workflow.EventManual {
-		kind = workflow.EventManual
+	if p.Event == workflow.EventManual || p.Event == workflow.EventSchedule {
+		kind = p.Event
 	}
 	planned := planRuns(parsed, workflow.Event{Kind: kind, Ref: p.Ref}, true, chosen)
 	if len(planned) == 0 {

@@ -109,6 +109,8 @@ type Config struct {
 	// ClientLimits bound what one client can make the server hold: tokens
 	// remembered, runners registered, claims open, list pages.
 	ClientLimits
+	// Schedules are the settings of scheduled runs (schedules.go).
+	Schedules Schedules
 	// MaxPushSize caps the request body of one push in bytes (uncompressed):
 	// a larger push is refused, before any of it is stored when it says
 	// its length, else once that much arrived.
@@ -166,6 +168,7 @@ func (c *Config) fill() error {
 	if c.StoreName == "" {
 		c.StoreName = "store"
 	}
+	c.Schedules.fill()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -239,6 +242,7 @@ type Server struct {
 	listenDone chan struct{}
 
 	retentionSt *retentionState // StartRetention's settings and sweep
+	sched       scheduleState   // the loop firing schedules (schedules.go)
 
 	lock *os.File // DIR/.lock, flocked until Close
 }
@@ -277,6 +281,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.web = web.New(web.Config{Backend: webBackend{s}, Secure: strings.HasPrefix(cfg.URL, "https://"), Logger: s.log})
 	s.handler = s.withDeadlines(s.routes())
 	go s.sweep()
+	go s.scheduleLoop()
 	if s.coord != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopListen = cancel
@@ -314,6 +319,7 @@ func open(ctx context.Context, cfg Config, lock *os.File) (*Server, error) {
 		sweepDone:  make(chan struct{}),
 
 		retentionSt: &retentionState{},
+		sched:       scheduleState{wake: make(chan struct{}, 1), done: make(chan struct{})},
 	}
 	for _, d := range []string{LogsDir, OutputsDir, ReposDir, TmpDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o700); err != nil {
@@ -439,6 +445,7 @@ func (s *Server) Close() error {
 		close(s.sweepStop)
 	}
 	<-s.sweepDone
+	<-s.sched.done
 	s.stopRetention()
 	s.stopObjects()
 	if s.stopListen != nil {

@@ -106,6 +106,8 @@ func (s *Server) methods() map[string]method {
 		api.MethodCreateRegistrationToken: user(p, s.createRegistrationToken),
 		api.MethodRepoUsage:               user(q, s.repoUsage),
 		api.MethodSetRetention:            user(p, s.setRetention),
+		api.MethodListSchedules:           user(q, s.listSchedules),
+		api.MethodPauseSchedule:           user(p, s.pauseSchedule),
 	}
 }
 
