@@ -271,6 +271,7 @@ objects for scripts.
 		s.accountCmd(),
 		s.tokenCmd(),
 		s.repoCmd(),
+		s.scheduleCmd(),
 		s.runCmd(),
 		s.secretCmd(),
 		s.runnerCmd(),
