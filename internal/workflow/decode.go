@@ -18,7 +18,7 @@ import (
 // The keys each mapping accepts, in the order messages list them.
 var (
 	workflowKeys = []string{"name", "on", "matrix", "needs", "runners", "image", "arch", "container-builds", "services", "env", "secrets", "timeout", "resources", "checkout", "caches", "outputs", "retry", "concurrency", "id-tokens", "steps"}
-	onKeys       = []string{"push", "pull", "manual"}
+	onKeys       = []string{"push", "pull", "manual", "schedule"}
 	pushKeys     = []string{"branches", "tags"}
 	pullKeys     = []string{"branches"}
 	resourceKeys = []string{"cpus", "memory", "disk"}
@@ -346,13 +346,14 @@ func (d *decoder) env(e entry, what string) (map[string]string, map[string]pos) 
 func (d *decoder) triggers(e entry) Triggers {
 	var t Triggers
 	if isNull(e.val) {
-		d.errorf(e.kpos, "on has no value; list the events (push, pull, manual), or remove on: to run on pushes to any branch and on manual triggers")
+		d.errorf(e.kpos, "on has no value; list the events (push, pull, manual, schedule), or remove on: to run on pushes to any branch and on manual triggers")
 		return Triggers{Push: &PushTrigger{}, Manual: true}
 	}
 	es, ok := d.entries(e.val, e.vpos(), "on")
 	if !ok {
 		return Triggers{Push: &PushTrigger{}, Manual: true}
 	}
+	scheduled := false // written, even if wrong: said there
 	for _, x := range es {
 		switch x.key {
 		case "push":
@@ -372,12 +373,15 @@ func (d *decoder) triggers(e entry) Triggers {
 			}
 		case "manual":
 			t.Manual = d.manual(x)
+		case "schedule":
+			scheduled = true
+			t.Schedule = d.schedules(x)
 		default:
 			d.unknownKey(x, "on", onKeys)
 		}
 	}
-	if t.Push == nil && t.Pull == nil && !t.Manual {
-		d.errorf(e.kpos, "on selects no event; add push, pull or manual (or remove on: for the default)")
+	if t.Push == nil && t.Pull == nil && !t.Manual && !scheduled {
+		d.errorf(e.kpos, "on selects no event; add push, pull, manual or schedule (or remove on: for the default)")
 	}
 	return t
 }

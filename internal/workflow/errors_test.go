@@ -118,6 +118,51 @@ var errorCases = []struct {
 	{"BranchesNotAList", "on:\n  push:\n    branches: main\nsteps: [{run: x}]\n", []string{`3:15: on.push.branches must be a list, like [main, "release/*"]; got a string`}},
 	{"BranchBadGlob", "on:\n  push:\n    branches: [main, \"rel[ease\"]\nsteps: [{run: x}]\n", []string{"3:22: invalid glob in on.push.branches: pattern \"rel[ease\": missing ]"}},
 	{"BranchWithRefsPrefix", "on:\n  push:\n    branches:\n      - refs/heads/main\nsteps: [{run: x}]\n", []string{`4:9: on.push.branches names refs without their prefix: write "main", not "refs/heads/main"`}},
+	{"ScheduleOnlyIsAnEvent", "on:\n  schedule: [{cron: \"0 3 * * *\"}]\n  manual: false\nsteps: [{run: x}]\nname: \"\"\n", []string{"5:7: name is empty"}},
+	{"ScheduleWrongIsStillAnEvent", "on:\n  schedule:\n    - cron: \"0 3 * *\"\nsteps: [{run: x}]\n", []string{
+		`3:13: schedule 1 cron: "0 3 * *" is not a cron expression: expected exactly 5 fields, found 4`,
+	}},
+	{"ScheduleEmptyList", "on:\n  schedule: []\nsteps: [{run: x}]\n", []string{"2:13: on.schedule lists no times"}},
+	{"ScheduleNull", "on:\n  schedule:\nsteps: [{run: x}]\n", []string{"2:3: on.schedule lists no times"}},
+	{"ScheduleNotAList", "on:\n  schedule: \"0 3 * * *\"\nsteps: [{run: x}]\n", []string{`2:13: on.schedule must be a list, like [{cron: "0 3 * * *"}]; got a string`}},
+	{"ScheduleEntryAString", "on:\n  schedule:\n    - \"0 3 * * *\"\nsteps: [{run: x}]\n", []string{`3:7: schedule 1 must be a mapping with cron:; write - cron: "0 3 * * *"`}},
+	{"ScheduleEntryEmpty", "on:\n  schedule:\n    -\nsteps: [{run: x}]\n", []string{"3:5: schedule 1 must be a mapping (key: value); got null"}},
+	{"ScheduleNoCron", "on:\n  schedule:\n    - timezone: UTC\nsteps: [{run: x}]\n", []string{"3:7: schedule 1 has no cron:"}},
+	{"ScheduleCronNumber", "on:\n  schedule:\n    - cron: 5\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron must be a string; got a number, quote it: "5"`}},
+	{"ScheduleCronEmpty", "on:\n  schedule:\n    - cron: \" \"\nsteps: [{run: x}]\n", []string{"3:13: schedule 1 cron is empty"}},
+	{"ScheduleCronSixFields", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: expected exactly 5 fields, found 6`}},
+	{"ScheduleCronOutOfRange", "on:\n  schedule:\n    - cron: \"0 24 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 24 * * *" is not a cron expression: end of range (24) above maximum (23)`}},
+	{"ScheduleCronEvery", "on:\n  schedule:\n    - cron: \"@every 1h\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "@every 1h" is not a cron expression: @every runs relative to when the server read it`}},
+	{"ScheduleCronZonePrefix", "on:\n  schedule:\n    - {cron: \"CRON_TZ=Europe/Berlin 0 3 * * *\"}\n", []string{
+		"1:1: missing steps",
+		`3:14: schedule 1 cron: "CRON_TZ=Europe/Berlin 0 3 * * *" names its time zone inside the expression; write the zone as timezone: beside cron:`,
+	}},
+	{"ScheduleCronNeverDue", "on:\n  schedule:\n    - cron: \"0 0 30 2 *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 30 2 *" is never due in the next five years`}},
+	{"ScheduleZoneUnknownBesideAWrongCron", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\n      timezone: Europe/Berln\nsteps: [{run: x}]\n", []string{
+		`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: expected exactly 5 fields, found 6`,
+		`4:17: schedule 1 timezone "Europe/Berln" is not an IANA time zone name`,
+	}},
+	{"ScheduleZoneLocal", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      timezone: Local\nsteps: [{run: x}]\n", []string{"4:17: schedule 1 timezone Local depends on the server's host"}},
+	{"ScheduleZoneWithSpace", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      timezone: Europe Berlin\nsteps: [{run: x}]\n", []string{`4:17: schedule 1 timezone "Europe Berlin" contains white space`}},
+	{"ScheduleBranchWithRefsPrefix", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      branch: refs/heads/release\nsteps: [{run: x}]\n", []string{
+		`4:15: schedule 1 branch names the branch without its prefix: write "release", not "refs/heads/release"`,
+	}},
+	{"ScheduleBranchAPattern", "on:\n  schedule:\n    - {cron: \"0 3 * * *\", branch: \"release/*\"}\nsteps: [{run: x}]\n", []string{
+		`3:35: schedule 1 branch "release/*" is not a branch name (git check-ref-format`,
+	}},
+	{"ScheduleBranchInvalid", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      branch: a..b\n    - cron: \"0 4 * * *\"\n      branch: x.lock\nsteps: [{run: x}]\n", []string{
+		`4:15: schedule 1 branch "a..b" is not a branch name`,
+		`6:15: schedule 2 branch "x.lock" is not a branch name`,
+	}},
+	{"ScheduleUnknownKey", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      time-zone: UTC\nsteps: [{run: x}]\n", []string{
+		`4:7: unknown key "time-zone" in schedule 1; did you mean "timezone"? (expected one of: cron, timezone, branch)`,
+	}},
+	{"ScheduleSameTwice", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n    - cron: \"0 4 * * *\"\n    - cron: \"0 3 * * *\"\n      timezone: UTC\nsteps: [{run: x}]\n", []string{
+		"5:7: schedule 3 is the same as schedule 1 (at 3:7): the same cron, timezone and branch; remove one",
+	}},
+	{"ScheduleMatrixValue", "matrix: {h: [\"1\", \"2\"]}\non:\n  schedule:\n    - cron: \"0 {{ matrix.h }} * * *\"\nsteps: [{run: x}]\n", []string{
+		"4:13: schedule 1 cron cannot use {{ matrix.h }}: on is the same for every run of a matrix",
+	}},
 	{"TagBadGlob", "on:\n  push:\n    tags: [\"v[]\"]\nsteps: [{run: x}]\n", []string{"3:12: invalid glob in on.push.tags"}},
 	{"PullBranchNumber", "on:\n  pull:\n    branches: [1]\nsteps: [{run: x}]\n", []string{`3:16: an entry of on.pull.branches must be a string; got a number, quote it: "1"`}},
 	{"CacheKeyBadTemplate", "caches:\n  - key: k-{{ hashFiles }\n    paths: [a]\nsteps: [{run: x}]\n", []string{"2:10: cache 1 key: invalid template"}},

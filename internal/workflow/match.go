@@ -10,7 +10,13 @@ import "strings"
 //     patterns matches NAME (tags are never selected by default);
 //   - EventManual: on.manual is set;
 //   - EventPull: on.pull is set and its branches are nil or one matches the
-//     target branch (ev.Ref as refs/heads/NAME, or a bare NAME).
+//     target branch (ev.Ref as refs/heads/NAME, or a bare NAME);
+//   - EventSchedule: on.schedule lists at least one time, whatever ev.Ref.
+//     The server picks the workflow by its path (the schedule's row, kept
+//     from the default branch's copy) and reads the file at that path on
+//     the schedule's branch's tip: that copy must still have on.schedule,
+//     else the due time starts no run and the schedule's problem says so.
+//     Which entry fired is the server's to know, not this copy's.
 //
 // Any other event or ref matches nothing. A nil Workflow matches nothing.
 func (w *Workflow) Matches(ev Event) bool {
@@ -32,6 +38,8 @@ func (w *Workflow) Matches(ev Event) bool {
 		return false
 	case EventManual:
 		return w.On.Manual
+	case EventSchedule:
+		return len(w.On.Schedule) > 0
 	case EventPull:
 		p := w.On.Pull
 		if p == nil {

@@ -50,6 +50,7 @@ func FuzzParse(f *testing.F) {
 			{Kind: EventPush, Ref: "refs/tags/v1"},
 			{Kind: EventPull, Ref: "refs/heads/a/b"},
 			{Kind: EventManual},
+			{Kind: EventSchedule, Ref: "refs/heads/main"},
 		} {
 			w.Matches(ev)
 		}
