@@ -419,6 +419,18 @@ func (b webBackend) Usage(ctx context.Context, v web.Viewer, repo string) (api.R
 	return out, err
 }
 
+func (b webBackend) Schedules(ctx context.Context, v web.Viewer, repo string) (api.ScheduleList, error) {
+	var out api.ScheduleList
+	err := b.s.callAs(ctx, viewerAccount(v), api.MethodListSchedules, url.Values{"repo": {repo}}, nil, &out)
+	return out, err
+}
+
+func (b webBackend) PauseSchedule(ctx context.Context, v web.Viewer, in api.PauseScheduleInput) (api.Schedule, error) {
+	var out api.Schedule
+	err := b.s.callAs(ctx, viewerAccount(v), api.MethodPauseSchedule, nil, in, &out)
+	return out, err
+}
+
 func (b webBackend) CancelRun(ctx context.Context, v web.Viewer, id int64) error {
 	return b.s.callAs(ctx, viewerAccount(v), api.MethodCancelRun, nil, api.RunRef{Run: id}, nil)
 }

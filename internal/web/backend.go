@@ -193,4 +193,12 @@ type Backend interface {
 	// Usage returns what repo's runs and caches use and its retention,
 	// as dev.knotless.repo.usage does.
 	Usage(ctx context.Context, v Viewer, repo string) (api.RepoUsage, error)
+
+	// Schedules returns repo's schedules and the server's shortest
+	// interval, as dev.knotless.repo.listSchedules does.
+	Schedules(ctx context.Context, v Viewer, repo string) (api.ScheduleList, error)
+	// PauseSchedule pauses (in.Paused) or resumes a schedule and returns
+	// it, as dev.knotless.repo.pauseSchedule does (404 for no such
+	// schedule of in.Repo).
+	PauseSchedule(ctx context.Context, v Viewer, in api.PauseScheduleInput) (api.Schedule, error)
 }

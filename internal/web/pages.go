@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,18 @@ var funcs = template.FuncMap{
 	"plain":       func(s string) bool { return api.VisibleText(s) == s }, // s shows as itself
 	"shortDigest": func(d string) string { return d[:min(len(d), 12)] },
 	"expiredOn":   expiredOn,
+	"utc":         utcText,
+	"until":       until,
+	"base":        path.Base,
+	// scheduled: a pipeline's event is a schedule's; actor is who to
+	// name after "by" ("" for the schedule's own, which the event says).
+	"scheduled": func(event string) bool { return event == api.EventSchedule },
+	"actor": func(event, actor string) string {
+		if event == api.EventSchedule && actor == api.ScheduleActor {
+			return ""
+		}
+		return actor
+	},
 }
 
 // vis is s for a page's text: every character api.IsHiddenRune (a

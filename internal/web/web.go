@@ -108,6 +108,8 @@ func New(cfg Config) *Handler {
 	repos.HandleFunc("POST /{owner}/{name}/-/runners/approve", h.signedIn(h.approve))
 	repos.HandleFunc("POST /{owner}/{name}/-/runners/remove", h.signedIn(h.remove))
 	repos.HandleFunc("GET /{owner}/{name}/-/usage", h.signedIn(h.usage))
+	repos.HandleFunc("GET /{owner}/{name}/-/schedules", h.signedIn(h.schedules))
+	repos.HandleFunc("POST /{owner}/{name}/-/schedules/pause", h.signedIn(h.pauseSchedule))
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, nil, http.StatusNotFound, "No such page.")
 	}
@@ -146,7 +148,7 @@ type page struct {
 	Title   string
 	Session *Session
 	Repo    string // OWNER/NAME when the page belongs to a repository
-	Tab     string // pipelines, runners
+	Tab     string // pipelines, runners, usage, schedules
 	Flash   string
 	Data    any
 }
