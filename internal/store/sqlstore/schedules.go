@@ -1,9 +1,11 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"knotless.dev/knotless/internal/store"
@@ -45,20 +47,32 @@ func listSchedules(ctx context.Context, q querier, where string, args ...any) ([
 	return out, rows.Err()
 }
 
-// SyncSchedules implements store.Store. Each wanted key is an upsert (a
-// kept row takes only the new problem), then the rows of keys not wanted
-// go; two syncs racing on PostgreSQL collide as a serialization failure,
-// which DB.tx runs again, never as a unique violation.
+// SyncSchedules implements store.Store. It first takes the repository's
+// rows (a no-op UPDATE) and then upserts the wanted keys in key order, so
+// that two syncs racing on PostgreSQL queue on the same rows in the same
+// order: the later one fails to serialize and runs again (DB.tx) instead
+// of deadlocking, and an insert of a key the other added is never a
+// unique violation (ON CONFLICT).
 func (d *DB) SyncSchedules(ctx context.Context, repoID int64, want []store.NewSchedule) ([]store.Schedule, error) {
 	now := ms(time.Now())
+	keep := map[store.ScheduleKey]bool{}
+	var add []store.NewSchedule
+	for _, w := range want {
+		if !keep[w.ScheduleKey] { // a duplicate counts once: the first one
+			keep[w.ScheduleKey] = true
+			add = append(add, w)
+		}
+	}
+	slices.SortFunc(add, func(a, b store.NewSchedule) int {
+		return cmp.Or(cmp.Compare(a.Workflow, b.Workflow), cmp.Compare(a.Cron, b.Cron),
+			cmp.Compare(a.TimeZone, b.TimeZone), cmp.Compare(a.Branch, b.Branch))
+	})
 	var out []store.Schedule
 	err := d.tx(ctx, func(tx querier) error {
-		keep := map[store.ScheduleKey]bool{}
-		for _, w := range want {
-			if keep[w.ScheduleKey] {
-				continue // a duplicate counts once: the first one's NextAt and Problem
-			}
-			keep[w.ScheduleKey] = true
+		if _, err := tx.ExecContext(ctx, `UPDATE schedules SET problem = problem WHERE repo_id = ?`, repoID); err != nil {
+			return fmt.Errorf("lock the schedules: %w", err)
+		}
+		for _, w := range add {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO schedules (repo_id, workflow, cron, time_zone, branch, next_at, problem, created_at)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (repo_id, workflow, cron, time_zone, branch) DO UPDATE SET problem = excluded.problem`,
