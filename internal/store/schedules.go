@@ -56,8 +56,11 @@ type Schedule struct {
 // the pipeline is created only if schedule ID's NextAt is still Expected
 // (as DueSchedules read it), and NextAt becomes Next, LastAt Due,
 // LastPipelineID the new pipeline and Problem "". Otherwise
-// CreatePipeline creates nothing and returns ErrConflict: another replica
-// fired (or skipped) that time already.
+// CreatePipeline creates nothing and returns ErrConflict (errors.Is):
+// another replica fired (or skipped) that time already, or the schedule
+// is paused, removed, or not of NewPipeline.RepoID. Replicas racing to
+// fire one time start one pipeline; a fire whose transaction never
+// commits leaves the time due.
 type ScheduleFire struct {
 	ID       int64
 	Expected time.Time // the NextAt read

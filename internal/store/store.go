@@ -669,14 +669,17 @@ type Store interface {
 	// transaction: a schedule whose key is in want keeps its row (NextAt,
 	// pause, history) and takes want's Problem; one not in want is
 	// removed; a new key is added with want's NextAt. It returns the
-	// repository's schedules by id. Duplicate keys in want count once.
+	// repository's schedules by id. Duplicate keys in want count once
+	// (the first). Syncs of one repository may run concurrently (on
+	// several replicas): each applies whole, one after the other.
 	SyncSchedules(ctx context.Context, repoID int64, want []NewSchedule) ([]Schedule, error)
 	// Schedules lists repoID's schedules by id.
 	Schedules(ctx context.Context, repoID int64) ([]Schedule, error)
 	// Schedule returns one schedule: ErrNotFound when absent.
 	Schedule(ctx context.Context, id int64) (Schedule, error)
 	// DueSchedules lists up to limit schedules of every repository that
-	// are not paused and whose NextAt is not after now, by NextAt then id.
+	// are not paused and whose NextAt is not after now, by NextAt then id
+	// (limit 0: all). A schedule with a Problem is listed too.
 	DueSchedules(ctx context.Context, now time.Time, limit int) ([]Schedule, error)
 	// NextScheduleAt returns the earliest NextAt of the schedules not
 	// paused; ok is false when there is none.
@@ -688,7 +691,9 @@ type Store interface {
 	SkipSchedule(ctx context.Context, id int64, expected, next time.Time, problem string) (bool, error)
 	// PauseSchedule pauses (by, at) or resumes (paused false) schedule id
 	// and returns it; resuming sets NextAt to next, so the times passed
-	// while paused never fire. ErrNotFound when absent.
+	// while paused never fire. Idempotent: pausing a paused schedule keeps
+	// who paused it and when, resuming a running one keeps its NextAt.
+	// ErrNotFound when absent.
 	PauseSchedule(ctx context.Context, id int64, paused bool, by string, at, next time.Time) (Schedule, error)
 }
 
