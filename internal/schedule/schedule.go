@@ -77,7 +77,12 @@ func Zone(name string) (*time.Location, error) {
 func (s *Spec) String() string { return s.expr }
 
 // Next returns the first due time strictly after t, in UTC; the zero time
-// when there is none within five years.
+// when there is none within five years. The fields are read as wall-clock
+// times of the spec's zone (robfig/cron's rule): a time that a
+// spring-forward change skips (02:30 on the day Europe/Berlin goes from
+// 02:00 to 03:00) is not due that day, and a time that a fall-back change
+// repeats (02:30 on the day it goes from 03:00 back to 02:00) is due at
+// both instants, an hour apart. UTC has neither.
 func (s *Spec) Next(t time.Time) time.Time {
 	n := s.s.Next(t.In(s.loc))
 	if n.IsZero() {
@@ -130,16 +135,19 @@ func (s *Spec) latestNear(due, now time.Time, missed int) (time.Time, int, bool)
 }
 
 // MinInterval returns the shortest time between two consecutive due
-// times over the year after from (at most 10,000 due times looked at), or
-// 0 when it is due at most once in that year. A server compares it with
-// its limit (knotless-server --schedule-min-interval).
+// times in the calendar year after from (both after from and before
+// from.AddDate(1, 0, 0); at most 10,000 due times looked at), or 0 when
+// it is due at most once in that year (@yearly). A server compares it
+// with its limit (knotless-server --schedule-min-interval). A wall-clock
+// time that a fall-back change of a zone repeats is due twice, an hour
+// apart (see Next), so "30 2 * * *" in Europe/Berlin has 1h.
 func (s *Spec) MinInterval(from time.Time) time.Duration {
-	end := from.Add(366 * 24 * time.Hour)
+	end := from.AddDate(1, 0, 0)
 	prev := s.Next(from)
 	var least time.Duration
 	for i := 0; i < 10000 && !prev.IsZero() && prev.Before(end); i++ {
 		n := s.Next(prev)
-		if n.IsZero() {
+		if n.IsZero() || !n.Before(end) {
 			break
 		}
 		if gap := n.Sub(prev); least == 0 || gap < least {
