@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
@@ -46,6 +47,10 @@ func (c *Schedules) fill() {
 		c.Recheck = 30 * time.Second
 	}
 }
+
+// scheduleFireHook, when set (tests), is called with a schedule's id
+// right before the pipeline that fires it is created.
+var scheduleFireHook atomic.Pointer[func(id int64)]
 
 // scheduleBatch is how many due schedules one pass fires at most before
 // it looks again.
@@ -182,6 +187,9 @@ func (s *Server) fireSchedule(ctx context.Context, sc store.Schedule, now time.T
 	if missed > 0 {
 		head = append(head, fmt.Sprintf("%d earlier %s passed while no server could start %s; only the latest runs.",
 			missed, plural(missed, "time", "times"), plural(missed, "it", "them")))
+	}
+	if h := scheduleFireHook.Load(); h != nil {
+		(*h)(sc.ID)
 	}
 	fire := &store.ScheduleFire{ID: sc.ID, Expected: sc.NextAt, Due: due, Next: next}
 	p, runs, err := s.createPipeline(ctx, repo, ref, sha, api.EventSchedule,

@@ -56,6 +56,9 @@ type Options struct {
 	// ReleaseDir is server.Config's: release files served at
 	// server.DownloadPath; default none.
 	ReleaseDir string
+	// Schedules are server.Config's settings of scheduled runs; zero
+	// fields take the defaults.
+	Schedules server.Schedules
 	// Database chooses the store Start opens and hands the server
 	// (OpenStore): "" for SQLite in DataDir, or a PostgreSQL URL (pgtest).
 	// Two servers with one Database and one DataDir are two replicas.
@@ -126,6 +129,7 @@ func (s *Server) start(ln net.Listener) {
 		Logger: logger, Limits: s.opts.Limits, ClientLimits: limits,
 		MaxPushSize: s.opts.MaxPushSize, MaxFetchRequest: s.opts.MaxFetchRequest, RepoQuota: s.opts.RepoQuota,
 		MaxOutputsSize: s.opts.MaxOutputsSize, ReleaseDir: s.opts.ReleaseDir, Store: st, Now: s.opts.Clock.now(),
+		Schedules: s.opts.Schedules,
 	})
 	if err != nil {
 		st.Close()
