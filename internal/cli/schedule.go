@@ -184,8 +184,7 @@ func twoUnits(d, big time.Duration, bigName string, small time.Duration, smallNa
 }
 
 // nextText is a schedule's NEXT: "2026-12-08 03:00 UTC (in 3h 12m)";
-// "paused by alice since 2026-12-07 09:30 UTC"; or "not running: PROBLEM",
-// with the time it tries next when it has one.
+// "paused by alice since 2026-12-07 09:30 UTC"; or "not running: PROBLEM".
 func nextText(sc api.Schedule, now time.Time) string {
 	switch {
 	case sc.Paused:
@@ -197,9 +196,9 @@ func nextText(sc api.Schedule, now time.Time) string {
 			s += " since " + utcText(*sc.PausedAt)
 		}
 		return s
-	case sc.Problem != "" && sc.NextAt != nil:
-		return fmt.Sprintf("not running: %s (next try %s, %s)", sc.Problem, utcText(*sc.NextAt), untilText(*sc.NextAt, now))
 	case sc.Problem != "":
+		// Its times are skipped while the problem holds: the next one
+		// is no run to announce.
 		return "not running: " + sc.Problem
 	case sc.NextAt != nil:
 		return fmt.Sprintf("%s (%s)", utcText(*sc.NextAt), untilText(*sc.NextAt, now))

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/server/servertest"
 )
 
 // schedulesAt are three schedules as the server lists them at now: one
@@ -123,5 +125,86 @@ func TestSchedule_BadArgumentsAreUsageErrors(t *testing.T) {
 		if r.code != ExitUsage || !strings.HasPrefix(r.stderr, "knotless: ") {
 			t.Errorf("%q: exit %d, stderr %q; want %d", args, r.code, r.stderr, ExitUsage)
 		}
+	}
+}
+
+// workflowNightly runs at 03:00 UTC on the default branch, and at 04:30
+// on a branch that does not exist.
+const workflowNightly = `name: nightly
+on:
+  schedule:
+    - cron: "0 3 * * *"
+    - cron: "30 4 * * *"
+      branch: release
+steps:
+  - name: build
+    run: echo nightly
+`
+
+// Against a real server: schedule list shows the next 03:00 UTC of a
+// pushed workflow's schedule and a missing branch's problem; pause shows
+// it paused by the admin and list agrees; resume gives the next time
+// back; once the time passed and the server fired it, LAST names the
+// pipeline and run list its note; an unknown id is not found (exit 5)
+// and says how to list them. Pins: a next time other than the server's,
+// a pause the list does not show.
+func TestSchedule_ListPauseResumeShowTheServersState(t *testing.T) {
+	clock := &servertest.Clock{}
+	srv := servertest.Start(t, servertest.Options{Clock: clock})
+	e := isolatedEnv(t)
+	e[EnvServer], e[EnvToken] = srv.URL, srv.AdminToken
+	if r := mustRun(t, e, ExitNotFound, nil, "schedule", "list", "admin/app"); !strings.Contains(r.stderr, "no repository admin/app") {
+		t.Errorf("list of no such repository: %q", r.stderr)
+	}
+	mustRun(t, e, ExitOK, nil, "repo", "create", "app")
+	if r := mustRun(t, e, ExitOK, nil, "schedule", "list", "admin/app"); !strings.Contains(r.stdout, "No schedules in admin/app.") {
+		t.Errorf("no schedules yet:\n%s", r.stdout)
+	}
+	srv.Push(t, "admin/app", srv.AdminToken, map[string]string{".knotless/workflows/nightly.yml": workflowNightly}, "refs/heads/main")
+
+	now := clock.Now().UTC()
+	next := time.Date(now.Year(), now.Month(), now.Day(), 3, 0, 0, 0, time.UTC)
+	if !next.After(now) {
+		next = next.AddDate(0, 0, 1)
+	}
+	r := mustRun(t, e, ExitOK, nil, "schedule", "list", "admin/app")
+	t.Logf("knotless schedule list admin/app:\n%s", r.stdout)
+	lines := strings.Split(r.stdout, "\n")
+	if len(lines) < 3 || !strings.Contains(lines[1], "nightly.yml") || !strings.Contains(lines[1], "0 3 * * * (UTC)") ||
+		!strings.Contains(lines[1], next.Format("2006-01-02 15:04 UTC")+" (in ") || !strings.Contains(lines[1], "never") {
+		t.Fatalf("want schedule 1 next at %s", next.Format(time.RFC3339))
+	}
+	if !strings.Contains(lines[2], "release") || !strings.Contains(lines[2], "not running: ") || !strings.Contains(lines[2], "release") {
+		t.Errorf("the missing branch's schedule: %q", lines[2])
+	}
+	id := strings.Fields(lines[1])[0]
+
+	r = mustRun(t, e, ExitOK, nil, "schedule", "pause", id, "--repo", "admin/app")
+	if !strings.Contains(r.stdout, "paused by admin since ") || !strings.Contains(r.stdout, "knotless schedule resume "+id+" --repo admin/app") {
+		t.Errorf("pause printed:\n%s", r.stdout)
+	}
+	if r := mustRun(t, e, ExitOK, nil, "schedule", "list", "admin/app"); !strings.Contains(r.stdout, "paused by admin") ||
+		strings.Contains(strings.Split(r.stdout, "\n")[1], next.Format("2006-01-02 15:04 UTC")) {
+		t.Errorf("list after pause:\n%s", r.stdout)
+	}
+	r = mustRun(t, e, ExitOK, nil, "schedule", "resume", id, "--repo", "admin/app")
+	if !strings.Contains(r.stdout, "next run "+next.Format("2006-01-02 15:04 UTC")) {
+		t.Errorf("resume printed:\n%s", r.stdout)
+	}
+	r = mustRun(t, e, ExitNotFound, nil, "schedule", "pause", "99", "--repo", "admin/app")
+	if !strings.Contains(r.stderr, "no schedule 99 in admin/app") || !strings.Contains(r.stderr, "knotless schedule list") {
+		t.Errorf("pause of no such schedule: %q", r.stderr)
+	}
+
+	clock.Advance(next.Sub(now) + time.Minute)
+	if n, err := srv.FireSchedules(context.Background()); err != nil || n != 1 {
+		t.Fatalf("fire: %d pipelines, %v; want 1", n, err)
+	}
+	r = mustRun(t, e, ExitOK, nil, "schedule", "list", "admin/app")
+	if !strings.Contains(strings.Split(r.stdout, "\n")[1], next.Format("2006-01-02 15:04 UTC")+", pipeline ") {
+		t.Errorf("LAST after the schedule fired:\n%s", r.stdout)
+	}
+	if r := mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app"); !strings.Contains(r.stdout, "Scheduled by ") {
+		t.Errorf("run list of the scheduled run lacks its note:\n%s", r.stdout)
 	}
 }
