@@ -32,6 +32,7 @@ func init() {
 		test{"PauseSchedule_APausedScheduleNeverFiresAndResumingPassesOverItsMissedTimes", testPauseSchedule_APausedScheduleNeverFiresAndResumingPassesOverItsMissedTimes},
 		test{"CreatePipeline_AScheduleFiresEachDueTimeOnce", testCreatePipeline_AScheduleFiresEachDueTimeOnce},
 		test{"CreatePipeline_AFireThatDoesNotCommitLeavesItsTimeDue", testCreatePipeline_AFireThatDoesNotCommitLeavesItsTimeDue},
+		test{"Schedules_GoWithTheirRepository", testSchedules_GoWithTheirRepository},
 	)
 	replicaTests = append(replicaTests,
 		replicaTest{"CreatePipeline_ADueTimeStartsOnePipelineOnReplicasRacing", testCreatePipeline_ADueTimeStartsOnePipelineOnReplicasRacing},
@@ -516,4 +517,30 @@ func keysOf(want []store.NewSchedule) []string {
 		out = append(out, s.Workflow)
 	}
 	return out
+}
+
+// A repository's schedules go with it (no store method removes a
+// repository yet: the row is deleted directly). Pins: a removed
+// repository's schedules left due, firing into nothing forever.
+func testSchedules_GoWithTheirRepository(t *testing.T, open Opener) {
+	db := open(t)
+	ctx := context.Background()
+	repo, _ := seed(t, db, 0)
+	gone, err := db.CreateRepo(ctx, repo.OwnerID, "gone", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := newSchedule("nightly", "@daily", "", schedT0)
+	syncSchedules(t, db, repo.ID, key)
+	s := syncSchedules(t, db, gone.ID, key)[key.ScheduleKey]
+	countRows(t, db, "schedules") // skips a store without SQL
+	if _, err := db.(rawSQL).SQL().ExecContext(ctx, fmt.Sprintf(`DELETE FROM repos WHERE id = %d`, gone.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Schedule(ctx, s.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the removed repository's schedule: %v, want ErrNotFound", err)
+	}
+	if n := countRows(t, db, "schedules"); n != 1 {
+		t.Errorf("%d schedules left, want the other repository's one", n)
+	}
 }
