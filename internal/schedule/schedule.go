@@ -3,6 +3,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ func Parse(expr, zone string, now time.Time) (*Spec, error) {
 	case e == "":
 		return nil, errors.New("the cron expression is empty; write five fields (minute hour day-of-month month day-of-week), e.g. \"0 3 * * *\", or a name such as @daily")
 	case strings.HasPrefix(e, "@every"):
-		return nil, fmt.Errorf("%q is not a cron expression: @every runs relative to when the server read it; write the times as five fields, e.g. \"*/30 * * * *\"", e)
+		return nil, fmt.Errorf("%q is not a cron expression: @every runs relative to when the server read it; write the times as five fields, e.g. %q", e, everyHint(e))
 	case strings.HasPrefix(e, "CRON_TZ=") || strings.HasPrefix(e, "TZ="):
 		return nil, fmt.Errorf("%q names its time zone inside the expression; write the zone as timezone: beside cron:", e)
 	}
@@ -48,13 +49,51 @@ func Parse(expr, zone string, now time.Time) (*Spec, error) {
 	}
 	s, err := parser.Parse(e)
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a cron expression: %v; write five fields (minute hour day-of-month month day-of-week) or a name such as @daily", e, err)
+		return nil, fmt.Errorf("%q is not a cron expression: %s; write five fields (minute hour day-of-month month day-of-week) or a name such as @daily", e, reason(err))
 	}
 	sp := &Spec{expr: e, loc: loc, s: s}
 	if sp.Next(now).IsZero() {
 		return nil, fmt.Errorf("%q is never due in the next five years (a day that does not exist, such as 30 February?)", e)
 	}
 	return sp, nil
+}
+
+// Two of robfig/cron's messages, said shorter: the count of fields
+// (robfig appends the fields as a Go slice) and a field that is no number
+// (robfig appends strconv's error).
+var (
+	fieldCount = regexp.MustCompile(`^expected exactly (\d+) fields, found (\d+): `)
+	notANumber = regexp.MustCompile(`^failed to parse int from (.*?): strconv\.`)
+)
+
+// reason is robfig/cron's parse error for a user: "it has 4 fields, not
+// 5", "\"L\" is not a number or a name", or robfig's own words (a value
+// out of range names the range).
+func reason(err error) string {
+	msg := err.Error()
+	if m := fieldCount.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("it has %s fields, not %s", m[2], m[1])
+	}
+	if m := notANumber.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%q is not a number, a range (1-5), a list (1,15), a step (*/15) or a name (mon, jan)", m[1])
+	}
+	return msg
+}
+
+// everyHint is five fields for an "@every D": every m minutes or h hours
+// when they divide an hour or a day, else an example.
+func everyHint(e string) string {
+	d, err := time.ParseDuration(strings.TrimSpace(strings.TrimPrefix(e, "@every")))
+	switch {
+	case err != nil || d <= 0 || d%time.Minute != 0:
+	case d < time.Hour && time.Hour%d == 0:
+		return fmt.Sprintf("*/%d * * * *", d/time.Minute)
+	case d == time.Hour:
+		return "0 * * * *"
+	case d%time.Hour == 0 && 24*time.Hour%d == 0:
+		return fmt.Sprintf("0 */%d * * *", d/time.Hour)
+	}
+	return "*/30 * * * *"
 }
 
 // Zone loads an IANA time zone by name ("" and "UTC" are UTC). It refuses

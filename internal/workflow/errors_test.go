@@ -120,7 +120,7 @@ var errorCases = []struct {
 	{"BranchWithRefsPrefix", "on:\n  push:\n    branches:\n      - refs/heads/main\nsteps: [{run: x}]\n", []string{`4:9: on.push.branches names refs without their prefix: write "main", not "refs/heads/main"`}},
 	{"ScheduleOnlyIsAnEvent", "on:\n  schedule: [{cron: \"0 3 * * *\"}]\n  manual: false\nsteps: [{run: x}]\nname: \"\"\n", []string{"5:7: name is empty"}},
 	{"ScheduleWrongIsStillAnEvent", "on:\n  schedule:\n    - cron: \"0 3 * *\"\nsteps: [{run: x}]\n", []string{
-		`3:13: schedule 1 cron: "0 3 * *" is not a cron expression: expected exactly 5 fields, found 4`,
+		`3:13: schedule 1 cron: "0 3 * *" is not a cron expression: it has 4 fields, not 5`,
 	}},
 	{"ScheduleEmptyList", "on:\n  schedule: []\nsteps: [{run: x}]\n", []string{"2:13: on.schedule lists no times"}},
 	{"ScheduleNull", "on:\n  schedule:\nsteps: [{run: x}]\n", []string{"2:3: on.schedule lists no times"}},
@@ -130,7 +130,7 @@ var errorCases = []struct {
 	{"ScheduleNoCron", "on:\n  schedule:\n    - timezone: UTC\nsteps: [{run: x}]\n", []string{"3:7: schedule 1 has no cron:"}},
 	{"ScheduleCronNumber", "on:\n  schedule:\n    - cron: 5\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron must be a string; got a number, quote it: "5"`}},
 	{"ScheduleCronEmpty", "on:\n  schedule:\n    - cron: \" \"\nsteps: [{run: x}]\n", []string{"3:13: schedule 1 cron is empty"}},
-	{"ScheduleCronSixFields", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: expected exactly 5 fields, found 6`}},
+	{"ScheduleCronSixFields", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: it has 6 fields, not 5`}},
 	{"ScheduleCronOutOfRange", "on:\n  schedule:\n    - cron: \"0 24 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 24 * * *" is not a cron expression: end of range (24) above maximum (23)`}},
 	{"ScheduleCronEvery", "on:\n  schedule:\n    - cron: \"@every 1h\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "@every 1h" is not a cron expression: @every runs relative to when the server read it`}},
 	{"ScheduleCronZonePrefix", "on:\n  schedule:\n    - {cron: \"CRON_TZ=Europe/Berlin 0 3 * * *\"}\n", []string{
@@ -139,7 +139,7 @@ var errorCases = []struct {
 	}},
 	{"ScheduleCronNeverDue", "on:\n  schedule:\n    - cron: \"0 0 30 2 *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 30 2 *" is never due in the next five years`}},
 	{"ScheduleZoneUnknownBesideAWrongCron", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\n      timezone: Europe/Berln\nsteps: [{run: x}]\n", []string{
-		`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: expected exactly 5 fields, found 6`,
+		`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: it has 6 fields, not 5`,
 		`4:17: schedule 1 timezone "Europe/Berln" is not an IANA time zone name`,
 	}},
 	{"ScheduleZoneLocal", "on:\n  schedule:\n    - cron: \"0 3 * * *\"\n      timezone: Local\nsteps: [{run: x}]\n", []string{"4:17: schedule 1 timezone Local depends on the server's host"}},
