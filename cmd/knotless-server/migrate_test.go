@@ -19,7 +19,8 @@ import (
 // runner with a session, a secret) moved to PostgreSQL with `migrate
 // --to`: a server on PostgreSQL and the same directory serves all of it,
 // the secret still decrypts, the runner's session still holds its claim,
-// and new rows get ids past the copied ones.
+// the schedule keeps its next time, and new rows get ids past the copied
+// ones.
 func TestMigrate_PopulatedSQLiteDataDirectoryServesTheSameOnPostgres(t *testing.T) {
 	pg := pgtest.Start(t)
 	dbURL := pg.Database(t)
@@ -30,7 +31,13 @@ func TestMigrate_PopulatedSQLiteDataDirectoryServesTheSameOnPostgres(t *testing.
 	alice := lite.CreateAccount(t, "alice")
 	lite.CreateRepo(t, alice, "app")
 	wf := "on:\n  push: {}\nsecrets: [TOKEN]\nsteps:\n  - run: echo hi\n"
-	lite.Push(t, "alice/app", alice, map[string]string{".knotless/workflows/a.yml": wf, ".knotless/workflows/b.yml": wf}, "main")
+	nightly := "on:\n  schedule:\n    - cron: \"0 3 * * *\"\nsteps:\n  - run: echo nightly\n"
+	lite.Push(t, "alice/app", alice, map[string]string{".knotless/workflows/a.yml": wf, ".knotless/workflows/b.yml": wf,
+		".knotless/workflows/nightly.yml": nightly}, "main")
+	var before api.ScheduleList
+	if err := lite.Client(alice).Query(ctx, api.MethodListSchedules, url.Values{"repo": {"alice/app"}}, &before); err != nil || len(before.Schedules) != 1 {
+		t.Fatalf("schedules before the migration: %v, %+v", err, before)
+	}
 	if err := lite.Client(alice).Procedure(ctx, api.MethodSetSecret, api.SetSecretInput{Repo: "alice/app", Name: "TOKEN", Value: "s3cret"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +88,11 @@ func TestMigrate_PopulatedSQLiteDataDirectoryServesTheSameOnPostgres(t *testing.
 	}
 	if len(runs.Runs) != 2 {
 		t.Fatalf("runs after the migration: %+v", runs.Runs)
+	}
+	var moved api.ScheduleList
+	if err := pgs.Client(alice).Query(ctx, api.MethodListSchedules, url.Values{"repo": {"alice/app"}}, &moved); err != nil ||
+		len(moved.Schedules) != 1 || moved.Schedules[0].NextAt == nil || !moved.Schedules[0].NextAt.Equal(*before.Schedules[0].NextAt) {
+		t.Errorf("the schedule after the migration: %v, %+v (before: %+v)", err, moved, before)
 	}
 	done := pgs.WaitRun(t, first.Run.Run.ID, 10*time.Second, func(api.Run) bool { return true })
 	if done.State != api.StateSucceeded || done.Runner != "r1" {

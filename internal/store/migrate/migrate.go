@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -15,14 +16,54 @@ import (
 )
 
 // Tables lists the tables copied, parents before children (foreign keys).
+// Every table of the SQLite schema but schema_migrations must be here:
+// SQLiteToPostgres refuses a database with a table it does not know
+// (TestTables_EveryTableOfTheSchemaIsCopied pins it for each migration).
 var Tables = []string{
 	"accounts", "tokens", "repos", "pipelines", "runs", "steps", "runners", "secrets",
 	"run_outputs", "run_output_entries", "registration_tokens", "web_sessions", "runner_processes",
-	"service_auth_jtis",
+	"service_auth_jtis", "run_needs", "moved_runs", "moved_logs", "repo_retention", "run_bytes",
+	"repo_cache_usage", "schedules",
 }
 
 // identityTables have an id column whose sequence must pass the copied ids.
-var identityTables = []string{"accounts", "tokens", "repos", "pipelines", "runs", "runners"}
+var identityTables = []string{"accounts", "tokens", "repos", "pipelines", "runs", "runners", "schedules"}
+
+// SchemaTables lists the tables of a SQLite database's schema, by name,
+// leaving out schema_migrations (the migrations' own record) and SQLite's
+// internal tables.
+func SchemaTables(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table'
+		AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations' ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list the SQLite tables: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}
+
+// checkTables refuses a SQLite database with a table Tables does not
+// copy, so that a migration never silently leaves rows behind.
+func checkTables(ctx context.Context, db *sql.DB) error {
+	have, err := SchemaTables(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, t := range have {
+		if !slices.Contains(Tables, t) {
+			return fmt.Errorf("the SQLite database has a table %s that this migrate does not copy (a newer server's database?); nothing was copied", t)
+		}
+	}
+	return nil
+}
 
 // Table is what was copied of one table.
 type Table struct {
@@ -41,6 +82,9 @@ func SQLiteToPostgres(ctx context.Context, path, url string, progress func(Table
 		return nil, err
 	}
 	defer lite.Close()
+	if err := checkTables(ctx, lite.SQL()); err != nil {
+		return nil, err
+	}
 	pg, err := postgres.Open(ctx, url)
 	if err != nil {
 		return nil, err
