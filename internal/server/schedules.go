@@ -159,6 +159,11 @@ func (s *Server) fireSchedule(ctx context.Context, sc store.Schedule, now time.T
 		next = now.AddDate(5, 0, 0)
 	}
 	if problem := s.tooOften(spec, now); problem != "" {
+		// Looked at again hourly: a server started with a lower
+		// --schedule-min-interval runs it from then on.
+		if hour := now.Add(time.Hour); next.Before(hour) {
+			next = hour
+		}
 		return s.skipSchedule(ctx, sc, next, problem)
 	}
 	repo, err := s.repoByFullName(ctx, sc.Repo)
@@ -211,7 +216,7 @@ func (s *Server) skipSchedule(ctx context.Context, sc store.Schedule, next time.
 	if err != nil {
 		return false, err
 	}
-	if moved {
+	if moved && problem != sc.Problem { // said once, not at every due time
 		s.log.Warn("schedule skipped a due time", "schedule", sc.ID, "repo", sc.Repo, "workflow", sc.Workflow,
 			"cron", sc.Cron, "why", problem, "next", next)
 	}
