@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	_ "time/tzdata" // IANA zones of on.schedule (the runner parses workflows) on hosts without zoneinfo
 
 	"knotless.dev/knotless/internal/runnercli"
 )
