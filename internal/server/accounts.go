@@ -58,6 +58,9 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request, caller st
 	if err := validHandle(in.Handle); err != nil {
 		return err
 	}
+	if in.Handle == api.ScheduleActor {
+		return badRequest("handle %q is reserved: it is the actor of the runs schedules start (on.schedule); choose another", in.Handle)
+	}
 	did := in.DID
 	if did == "" {
 		var err error

@@ -273,3 +273,14 @@ func TestSchedules_OneDueTimeStartsOnePipelineAcrossReplicasAndSurvivesOneDyingA
 		t.Fatalf("%d runs after the second day, want 2", len(runs))
 	}
 }
+
+// No account may be called "schedule", the actor of scheduled runs, so
+// a run's actor "schedule" always means its schedule started it. Pins: a
+// person's pushes shown as if a schedule had started them.
+func TestSchedules_TheScheduleActorIsNoAccountsHandle(t *testing.T) {
+	f := newFixture(t, servertest.Options{})
+	err := f.Admin().Procedure(context.Background(), api.MethodCreateAccount, api.CreateAccountInput{Handle: api.ScheduleActor}, nil)
+	if err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("creating an account named %q: %v", api.ScheduleActor, err)
+	}
+}
