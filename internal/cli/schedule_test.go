@@ -67,7 +67,7 @@ func TestScheduleList_NoneSaysHowToDeclareOne(t *testing.T) {
 	if err := printSchedules(&b, "alice/app", api.ScheduleList{MinIntervalSeconds: 300}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"No schedules in alice/app.", "schedule:", `- cron: "0 3 * * *"`, `docs/workflow.md, "Schedules"`, "at most every 5m0s"} {
+	for _, want := range []string{"No schedules in alice/app.", "schedule:", `- cron: "0 3 * * *"`, `docs/workflow.md, "Schedules"`, "at most every 5m."} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the empty list lacks %q:\n%s", want, b.String())
 		}

@@ -37,7 +37,7 @@ func TestSchedulesTab_NextTimeProblemAndPausedShown(t *testing.T) {
 	}}
 	s := &Session{CSRF: "tok", Viewer: Viewer{Handle: "alice"}}
 	html := renderPage(t, "schedules.html", page{Title: "Schedules", Session: s, Repo: "alice/app", Tab: "schedules",
-		Data: schedulesView{ScheduleList: l, CanPause: true, MinInterval: "5m0s", Problems: l.Schedules[2:]}})
+		Data: schedulesView{ScheduleList: l, CanPause: true, MinInterval: "5m", Problems: l.Schedules[2:]}})
 	row := func(id string) string {
 		i := strings.Index(html, `id="schedule-`+id+`"`)
 		if i < 0 {
@@ -65,7 +65,7 @@ func TestSchedulesTab_NextTimeProblemAndPausedShown(t *testing.T) {
 	}
 }
 
-// A pipeline a schedule started is marked "⏰ scheduled" on the Pipelines
+// A pipeline a schedule started is marked "scheduled" on the Pipelines
 // tab, without "by schedule"; a pushed one still says its event and who.
 // Pins: "schedule by schedule", a scheduled pipeline looking like a push.
 func TestPipelinesTab_ScheduledPipelineIsMarked(t *testing.T) {
@@ -76,10 +76,10 @@ func TestPipelinesTab_ScheduledPipelineIsMarked(t *testing.T) {
 	}}}
 	html := renderPage(t, "pipelines.html", page{Title: "Pipelines", Session: s, Repo: "alice/app", Tab: "pipelines", Data: view})
 	p2, p1, _ := strings.Cut(html[strings.Index(html, `id="p2"`):], `id="p1"`)
-	if !strings.Contains(p2, `<span class="badge scheduled" title="started by a schedule">⏰ scheduled</span>`) || strings.Contains(p2, "by schedule") {
+	if !strings.Contains(p2, `<span class="badge scheduled" title="started by a schedule (see the Schedules tab)">scheduled</span>`) || strings.Contains(p2, "by schedule") {
 		t.Errorf("the scheduled pipeline:\n%s", p2)
 	}
-	if !strings.Contains(p1, "push by alice") || strings.Contains(p1, "scheduled") {
+	if !strings.Contains(p1, "push by alice") || strings.Contains(p1, `class="badge scheduled"`) {
 		t.Errorf("the pushed pipeline:\n%s", p1)
 	}
 }
