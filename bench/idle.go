@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,34 +19,67 @@ import (
 // what knotless-run asks for.
 const claimWait = 30
 
+// idleWorkflow is what the pushes made while the runners wait start: one
+// run for any of them (label idle), which the bench's runner that claims
+// it reports succeeded at once.
+const idleWorkflow = `name: idle
+on:
+  push:
+    branches: ["**"]
+runners: [idle]
+steps:
+  - name: nothing
+    run: "true"
+`
+
 // IdleResult holds the figures of the idle runners benchmark. Sizes are
 // bytes; CPU is percent of one core over the window, of the server process
 // (all its threads), not of this program.
 type IdleResult struct {
-	Runners int     `json:"runners"`
-	Wait    int     `json:"claimWaitSeconds"`
-	WindowS float64 `json:"windowSeconds"`
+	Runners   int     `json:"runners"`
+	Wait      int     `json:"claimWaitSeconds"`
+	WindowS   float64 `json:"windowSeconds"`
+	Addresses int     `json:"clientAddresses"` // client addresses the runners dial from (runnersPerAddress each)
 
 	BaselineWindowS float64 `json:"baselineWindowSeconds"`
 	BaselineRSS     int64   `json:"baselineRssBytes"` // no runners registered
 	BaselineCPU     float64 `json:"baselineCpuPercent"`
+	RegisterS       float64 `json:"registerSeconds"`    // registering, approving and starting a session for all
 	RegisteredRSS   int64   `json:"registeredRssBytes"` // runners registered, none polling
+	AllPollingS     float64 `json:"allPollingSeconds"`  // from the first poll to every runner's claim waiting
 
 	PeakRSS int64   `json:"peakRssBytes"` // highest VmRSS sampled in the window
 	EndRSS  int64   `json:"endRssBytes"`  // VmRSS at the window's end
 	HWM     int64   `json:"hwmBytes"`     // VmHWM: the process's peak RSS ever
 	Threads int64   `json:"threads"`      // the server's OS threads at the end
 	CPU     float64 `json:"cpuPercent"`
+	// CPUPerSecond is the server's CPU in each second of the window, as
+	// percent of one core.
+	CPUPerSecond []float64 `json:"cpuPercentPerSecond"`
+	Files        int       `json:"openFiles"` // the server's open file descriptors at the window's end
+	// DBConns is the SQLite connections the server holds: its descriptors
+	// open on the database file (one per connection of its pool).
+	DBConns int `json:"databaseConnections"`
 
 	Answered  int64   `json:"pollsAnswered"` // claims answered "nothing" in the window
 	Errors    int64   `json:"pollErrors"`
+	Refused   int64   `json:"pollsRefused"`     // of Errors: 503 or 429 answers (a limit said so)
+	LastError string  `json:"lastError"`        // the last poll error, if any
 	ClientCPU float64 `json:"clientCpuPercent"` // this program's own, for reference
+
+	// PushToClaim is `git push` started → the run's claim answered to a
+	// waiting runner, for runs pushed one at a time while all wait.
+	PushToClaim Latency `json:"pushToClaim"`
+	// GitPush is the duration of `git push` itself, for comparison.
+	GitPush Latency `json:"gitPush"`
 }
 
 // benchIdle registers n runners with a server process, keeps each in a
-// claim long poll for the window, and measures the server's memory and CPU.
+// claim long poll for the window, measures the server's memory and CPU,
+// then pushes runs one at a time while they wait and times each push to
+// its claim.
 func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*IdleResult, error) {
-	c, err := startCluster(ctx, bin, "")
+	c, err := startCluster(ctx, bin, idleWorkflow)
 	if err != nil {
 		return nil, err
 	}
@@ -57,91 +90,213 @@ func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*I
 	base := min(window, 10*time.Second)
 	progress("idle: server alone for %s", base)
 	res.BaselineWindowS = base.Seconds()
-	cpu, _, rss, err := watch(ctx, pid, base)
+	cpu, _, rss, err := watch(ctx, pid, base, nil)
 	if err != nil {
 		return nil, err
 	}
 	res.BaselineCPU, res.BaselineRSS = percent(cpu, base), rss
 
-	progress("idle: registering and approving %d runners", n)
-	transport := &http.Transport{MaxIdleConnsPerHost: n + 8, IdleConnTimeout: 2 * time.Minute}
-	defer transport.CloseIdleConnections()
+	ips := idleAddresses(n)
+	res.Addresses = max(1, len(ips))
+	progress("idle: registering and approving %d runners from %d client address(es)", n, res.Addresses)
+	transports := idleTransports(ips, n)
+	defer func() {
+		for _, t := range transports {
+			t.CloseIdleConnections()
+		}
+	}()
 	var desc api.DescribeServerOutput
 	if err := c.admin.Query(ctx, api.MethodDescribeServer, nil, &desc); err != nil {
 		return nil, fmt.Errorf("describe server: %w", err)
 	}
-	clients, err := registerRunners(ctx, c, desc.DID, transport, n)
+	t0 := time.Now()
+	clients, err := registerRunners(ctx, c, desc.DID, transports, n)
 	if err != nil {
 		return nil, err
 	}
+	res.RegisterS = time.Since(t0).Seconds()
 	if st, err := procStatus(pid); err == nil {
 		res.RegisteredRSS = st["VmRSS"]
 	}
 
 	pollCtx, stopPolls := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	p := &idlePollers{claims: make(chan claimSeen, 16)}
 	defer func() {
 		stopPolls()
-		wg.Wait()
+		p.wg.Wait()
 	}()
-	var answered, failed atomic.Int64
+	t0 = time.Now()
+	p.start(pollCtx, clients)
+	if err := waitAllWaiting(ctx, c, n, p); err != nil {
+		return nil, err
+	}
+	res.AllPollingS = time.Since(t0).Seconds()
+	// The last polls finish checking for work and start waiting.
+	time.Sleep(500 * time.Millisecond)
+
+	if err := measureIdle(ctx, c, p, res, window); err != nil {
+		return nil, err
+	}
+	pushes := idlePushes
+	if window < 10*time.Second {
+		pushes = 3
+	}
+	if err := pushWhileWaiting(ctx, c, p, res, pushes); err != nil {
+		return nil, err
+	}
+	progress("idle: push to claim p50 %.0f ms, p99 %.0f ms (%d pushes; git push alone p50 %.0f ms)",
+		res.PushToClaim.P50, res.PushToClaim.P99, res.PushToClaim.N, res.GitPush.P50)
+	return res, nil
+}
+
+// idlePushes is how many runs the idle benchmark pushes, one at a time,
+// while the runners wait (3 for a window under 10 s, the smoke run's).
+const idlePushes = 20
+
+// measureIdle measures the server for window while every runner waits.
+func measureIdle(ctx context.Context, c *cluster, p *idlePollers, res *IdleResult, window time.Duration) error {
+	pid := c.server.cmd.Process.Pid
+	progress("idle: %d runners long-polling; measuring for %s", res.Runners, window)
+	p.answered.Store(0)
+	p.failed.Store(0)
+	p.refused.Store(0)
+	client0 := selfCPU()
+	cpu, peak, rss, err := watch(ctx, pid, window, &res.CPUPerSecond)
+	if err != nil {
+		return err
+	}
+	res.CPU, res.PeakRSS, res.EndRSS = percent(cpu, window), peak, rss
+	res.ClientCPU = percent(selfCPU()-client0, window)
+	res.Answered, res.Errors, res.Refused = p.answered.Load(), p.failed.Load(), p.refused.Load()
+	if e := p.lastErr.Load(); e != nil {
+		res.LastError = *e
+	}
+	if st, err := procStatus(pid); err == nil {
+		res.HWM, res.Threads = st["VmHWM"], st["Threads"]
+	}
+	res.Files, res.DBConns, _ = openFiles(pid, filepath.Join(c.dir, "server", "knotless.db"))
+	progress("idle: server CPU %.2f%% of a core, RSS peak %.1f MiB, end %.1f MiB; %d open files, %d SQLite connections; %d polls answered, %d errors (%d refused)",
+		res.CPU, mib(res.PeakRSS), mib(res.EndRSS), res.Files, res.DBConns, res.Answered, res.Errors, res.Refused)
+	if res.LastError != "" {
+		progress("idle: last poll error: %s", res.LastError)
+	}
+	return nil
+}
+
+// pushWhileWaiting pushes n commits one at a time while the runners wait
+// and times each from the push's start to a runner's claim answered.
+func pushWhileWaiting(ctx context.Context, c *cluster, p *idlePollers, res *IdleResult, n int) error {
+	var toClaim, gitPush []time.Duration
+	for i := range n {
+		if _, err := c.commit(ctx, i); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := c.push(ctx); err != nil {
+			return err
+		}
+		gitPush = append(gitPush, time.Since(t0))
+		select {
+		case cl := <-p.claims:
+			toClaim = append(toClaim, cl.at.Sub(t0))
+		case <-time.After(time.Minute):
+			return fmt.Errorf("push %d: no runner claimed its run within a minute\n%s", i, c.logTails())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		time.Sleep(settle) // the claimant reports the run and polls again
+	}
+	res.PushToClaim, res.GitPush = latency(toClaim), latency(gitPush)
+	return nil
+}
+
+// claimSeen is a run a bench runner claimed, and when the answer came.
+type claimSeen struct {
+	run int64
+	at  time.Time
+}
+
+// idlePollers are the runners' long-poll loops and what they saw.
+type idlePollers struct {
+	wg                        sync.WaitGroup
+	answered, failed, refused atomic.Int64
+	lastErr                   atomic.Pointer[string]
+	claims                    chan claimSeen
+}
+
+// start runs one claim loop per client until ctx ends: a claimed run is
+// reported on p.claims and completed succeeded at once; after an error
+// the loop waits a second (the server's Retry-After is 5 s; knotless-run
+// backs off from 200 ms doubling).
+func (p *idlePollers) start(ctx context.Context, clients []*api.Client) {
 	for _, cl := range clients {
-		wg.Add(1)
+		p.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for pollCtx.Err() == nil {
+			defer p.wg.Done()
+			for ctx.Err() == nil {
 				var out api.ClaimOutput
-				err := cl.Procedure(pollCtx, api.MethodClaim, api.ClaimInput{Wait: claimWait}, &out)
+				err := cl.Procedure(ctx, api.MethodClaim, api.ClaimInput{Wait: claimWait}, &out)
 				switch {
-				case pollCtx.Err() != nil:
+				case ctx.Err() != nil:
 				case err != nil:
-					failed.Add(1)
+					p.failed.Add(1)
+					if api.IsError(err, http.StatusText(http.StatusServiceUnavailable)) || isLimit(err) {
+						p.refused.Add(1)
+					}
+					msg := err.Error()
+					p.lastErr.Store(&msg)
 					time.Sleep(time.Second)
+				case out.Run != nil:
+					select {
+					case p.claims <- claimSeen{run: out.Run.Run.ID, at: time.Now()}:
+					default:
+					}
+					_ = cl.Procedure(ctx, api.MethodComplete, api.CompleteInput{Run: out.Run.Run.ID,
+						State: api.StateSucceeded, EnvironmentRemoved: true}, nil)
 				default:
-					answered.Add(1)
+					p.answered.Add(1)
 				}
 			}
 		}()
 	}
-	if err := poll(ctx, time.Minute, "every runner to poll", func() (bool, error) {
-		var list api.ListRunnersOutput
-		if err := c.admin.Query(ctx, api.MethodListRunners, url.Values{"repo": {c.repo}}, &list); err != nil {
+}
+
+// isLimit reports whether err is a server's answer that a limit was
+// reached: 503 or 429.
+func isLimit(err error) bool {
+	var e *api.Error
+	return errors.As(err, &e) && (e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests)
+}
+
+// waitAllWaiting waits until the server holds n claims waiting (its
+// knotless_claims_waiting gauge), at most a minute plus a second per 100
+// runners.
+func waitAllWaiting(ctx context.Context, c *cluster, n int, p *idlePollers) error {
+	timeout := time.Minute + time.Duration(n/100)*time.Second
+	waiting := 0.0
+	err := pollEvery(ctx, 250*time.Millisecond, timeout, "every runner's claim to wait", func() (bool, error) {
+		v, err := scrapeMetric(ctx, c.url, "knotless_claims_waiting")
+		if err != nil {
 			return false, err
 		}
-		for _, r := range list.Runners {
-			if r.LastSeenAt == nil {
-				return false, nil
-			}
-		}
-		return len(list.Runners) == n, nil
-	}); err != nil {
-		return nil, err
-	}
-	// The last polls finish checking for work and start waiting.
-	time.Sleep(500 * time.Millisecond)
-
-	progress("idle: %d runners long-polling; measuring for %s", n, window)
-	answered.Store(0)
-	failed.Store(0)
-	client0 := selfCPU()
-	cpu, peak, rss, err := watch(ctx, pid, window)
+		waiting = v
+		return int(v) >= n, nil
+	})
 	if err != nil {
-		return nil, err
+		last := ""
+		if e := p.lastErr.Load(); e != nil {
+			last = "; the last poll error: " + *e
+		}
+		return fmt.Errorf("%w: %.0f of %d waiting, %d poll errors (%d refused by a limit)%s\n%s",
+			err, waiting, n, p.failed.Load(), p.refused.Load(), last, c.logTails())
 	}
-	res.CPU, res.PeakRSS, res.EndRSS = percent(cpu, window), peak, rss
-	res.ClientCPU = percent(selfCPU()-client0, window)
-	res.Answered, res.Errors = answered.Load(), failed.Load()
-	if st, err := procStatus(pid); err == nil {
-		res.HWM, res.Threads = st["VmHWM"], st["Threads"]
-	}
-	progress("idle: server CPU %.2f%% of a core, RSS peak %.1f MiB, end %.1f MiB; %d polls answered, %d errors",
-		res.CPU, mib(res.PeakRSS), mib(res.EndRSS), res.Answered, res.Errors)
-	return res, nil
+	return nil
 }
 
 // registerRunners makes n runner identities, registers them for c's
-// repository and approves them; it returns a client per runner.
-func registerRunners(ctx context.Context, c *cluster, audience string, transport http.RoundTripper, n int) ([]*api.Client, error) {
+// repository and approves them; it returns a client per runner, runner i
+// on transports[i*len(transports)/n].
+func registerRunners(ctx context.Context, c *cluster, audience string, transports []*http.Transport, n int) ([]*api.Client, error) {
 	clients := make([]*api.Client, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, 8)
@@ -151,7 +306,8 @@ func registerRunners(ctx context.Context, c *cluster, audience string, transport
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			clients[i], errs[i] = registerRunner(ctx, c, audience, transport, fmt.Sprintf("idle-%03d", i))
+			t := transports[i*len(transports)/n]
+			clients[i], errs[i] = registerRunner(ctx, c, audience, t, fmt.Sprintf("idle-%05d", i))
 		}()
 	}
 	wg.Wait()
@@ -194,13 +350,16 @@ func registerRunner(ctx context.Context, c *cluster, audience string, transport 
 }
 
 // watch samples process pid for d: the CPU time it used, its highest VmRSS
-// (sampled every 250 ms) and its VmRSS at the end.
-func watch(ctx context.Context, pid int, d time.Duration) (cpu time.Duration, peak, end int64, err error) {
+// (sampled every 250 ms) and its VmRSS at the end. If perSecond is not
+// nil, it receives the CPU of each whole second, as percent of one core.
+func watch(ctx context.Context, pid int, d time.Duration, perSecond *[]float64) (cpu time.Duration, peak, end int64, err error) {
 	cpu0, err := procCPU(pid)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(d)
+	secCPU, secAt := cpu0, start
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -210,6 +369,12 @@ func watch(ctx context.Context, pid int, d time.Duration) (cpu time.Duration, pe
 		}
 		end = st["VmRSS"]
 		peak = max(peak, end)
+		if now := time.Now(); perSecond != nil && now.Sub(secAt) >= time.Second {
+			if c, err := procCPU(pid); err == nil {
+				*perSecond = append(*perSecond, percent(c-secCPU, now.Sub(secAt)))
+				secCPU, secAt = c, now
+			}
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
