@@ -1,7 +1,6 @@
 package web
 
 import (
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,13 +11,11 @@ import (
 // renderPage renders one template as the handler does and returns the HTML.
 func renderPage(t *testing.T, name string, p page) string {
 	t.Helper()
-	h := New(Config{})
-	rec := httptest.NewRecorder()
-	h.render(rec, 200, name, p)
-	if rec.Code != 200 {
-		t.Fatalf("render %s: status %d", name, rec.Code)
+	var b strings.Builder
+	if err := New(Config{}).tmpl.ExecuteTemplate(&b, name, p); err != nil {
+		t.Fatalf("render %s: %v", name, err)
 	}
-	return rec.Body.String()
+	return b.String()
 }
 
 // The Schedules tab shows each schedule's next due time as a <time> in
@@ -66,7 +63,8 @@ func TestSchedulesTab_NextTimeProblemAndPausedShown(t *testing.T) {
 }
 
 // A pipeline a schedule started is marked "scheduled" on the Pipelines
-// tab, without "by schedule"; a pushed one still says its event and who.
+// tab and its run's page, without "by schedule"; a pushed one still says
+// its event and who.
 // Pins: "schedule by schedule", a scheduled pipeline looking like a push.
 func TestPipelinesTab_ScheduledPipelineIsMarked(t *testing.T) {
 	s := &Session{CSRF: "tok", Viewer: Viewer{Handle: "alice"}}
@@ -81,5 +79,14 @@ func TestPipelinesTab_ScheduledPipelineIsMarked(t *testing.T) {
 	}
 	if !strings.Contains(p1, "push by alice") || strings.Contains(p1, `class="badge scheduled"`) {
 		t.Errorf("the pushed pipeline:\n%s", p1)
+	}
+	run := Run{Run: api.Run{ID: 7, Repo: "alice/app", Pipeline: 2, Ref: "refs/heads/main", Event: api.EventSchedule, Actor: api.ScheduleActor}}
+	html = renderPage(t, "run.html", page{Title: "Run 7", Session: s, Repo: "alice/app", Tab: "pipelines", Data: struct {
+		Run
+		Steps []stepView
+		From  string
+	}{Run: run}})
+	if !strings.Contains(html, `class="badge scheduled"`) || strings.Contains(html, "by schedule") {
+		t.Errorf("the run page of a scheduled run does not mark it:\n%s", html)
 	}
 }
