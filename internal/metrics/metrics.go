@@ -17,10 +17,13 @@ import (
 const Namespace = "knotless"
 
 // NewRegistry returns a registry holding the Go runtime's and this
-// process's collectors and knotless_build_info{version} (always 1).
+// process's collectors, knotless_build_info{version} (always 1) and the
+// process-wide KubeClient metrics (no series until a kube executor
+// sends a request).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(KubeClient.Collectors()...)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "build_info",
 		Help: "Always 1; its version label is the program's version.", ConstLabels: prometheus.Labels{"version": version.Version}})
 	info.Set(1)

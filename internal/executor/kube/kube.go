@@ -202,10 +202,14 @@ func New(cfg Config) (*Executor, error) {
 	quietKlog(cfg.Logger)
 	rc := rest.CopyConfig(cfg.Rest)
 	// One runner makes few requests, but a burst of them (a pod, its
-	// watch, two execs) must not wait on client-go's default limiter.
+	// watch, two execs) must not wait on client-go's default limiter
+	// (5/10): DefaultQPS and DefaultBurst say why these.
 	if rc.QPS == 0 {
-		rc.QPS, rc.Burst = 50, 100
+		rc.QPS, rc.Burst = DefaultQPS, DefaultBurst
 	}
+	instrument(rc)
+	// The builds namespace's executor (newBuilds) shares the limiter.
+	cfg.Rest = rc
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube executor: client: %w", err)
@@ -216,7 +220,7 @@ func New(cfg Config) (*Executor, error) {
 		changed:   make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}
-	e.Base = agentenv.NewBase(Name, (*driver)(e), cfg.Config, labelValue)
+	e.Base = agentenv.NewBase(Name, accountedDriver{(*driver)(e)}, cfg.Config, labelValue)
 	if e.builds, err = newBuilds(cfg); err != nil {
 		return nil, fmt.Errorf("kube executor: %w", err)
 	}

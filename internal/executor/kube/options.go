@@ -39,6 +39,8 @@ type Options struct {
 	userNamespace  string
 	buildsNS       string
 	builderSeccomp string
+	qps            qpsValue
+	burst          burstValue
 }
 
 var _ executor.Options = (*Options)(nil)
@@ -65,6 +67,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.warmMaxAge, "warm-max-age", DefaultWarmMaxAge, "how long a warm pod waits for a run before it is replaced")
 	fs.StringVar(&o.buildsNS, "builds-namespace", "", "allow container builds (a workflow's container-builds: true): their job pods go to this namespace, labelled Pod Security baseline, with a BuildKit builder in a user namespace (docs/container-builds.md); empty: such workflows are refused before any pod exists")
 	fs.StringVar(&o.builderSeccomp, "builder-seccomp-profile", DefaultBuilderSeccompProfile, "the builder's Localhost seccomp profile, relative to the kubelet's seccomp directory, as deploy/kubernetes/builds installs it")
+	o.qps, o.burst = DefaultQPS, DefaultBurst
+	fs.Var(&o.qps, "kube-api-qps", "the most Kubernetes API requests a second the runner sends on average, all its runs together (client-go's token bucket; a number over 0, e.g. 20 or 0.5); a request over it waits in the runner, which a run's setup log says once it waited over 1 s, and knotless_runner_kube_client_throttle_seconds counts (docs/kubernetes.md)")
+	fs.Var(&o.burst, "kube-api-burst", "the most Kubernetes API requests the runner sends at once before --kube-api-qps holds them (the token bucket's size, at least 1)")
 	fs.StringVar(&o.userNamespace, "user-namespace", UserNamespaceAuto, "job pods in a user namespace of their own (hostUsers: false: the pod's root is not the node's), proven from inside each pod: auto (ask; where a node cannot give one, say so in the run's log and go on without), required (a run whose pod gets none ends errored before any step) or off")
 }
 
@@ -78,6 +83,16 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.qps == 0 && o.burst == 0 { // an Options not made by AddFlags
+		o.qps, o.burst = DefaultQPS, DefaultBurst
+	}
+	if err := o.qps.check(); err != nil {
+		return nil, fmt.Errorf("--kube-api-qps %v: %w", float32(o.qps), err)
+	}
+	if err := o.burst.check(); err != nil {
+		return nil, fmt.Errorf("--kube-api-burst %d: %w", int(o.burst), err)
+	}
+	rc.QPS, rc.Burst = float32(o.qps), int(o.burst)
 	cfg := Config{
 		Config: agentenv.ConfigOf(setup), Rest: rc, Namespace: ns,
 		RuntimeClass: o.runtimeClass, PullSecrets: o.pullSecrets,
@@ -141,7 +156,7 @@ func (o *Options) New(setup executor.Setup) (executor.Executor, error) {
 	}
 	ex.log.Info("kube executor ready: no disk floor (each pod's ephemeral-storage limit bounds it); --pids holds only in pods with a user namespace",
 		"server", rc.Host, "namespace", ns, "in_cluster", inCluster, "owner", ownerName(cfg.Owner), "agents", strings.Join(agents.Arches(), ","),
-		"user_namespace", ex.cfg.UserNamespace, "pids", ex.cfg.Pids)
+		"user_namespace", ex.cfg.UserNamespace, "pids", ex.cfg.Pids, "kube_api_qps", rc.QPS, "kube_api_burst", rc.Burst)
 	return ex, nil
 }
 
