@@ -305,7 +305,10 @@ func (s *session) printRun(w io.Writer, r api.Run, logsGone string) error {
 	fmt.Fprintf(w, "Run %d: %s\n", r.ID, stateText(r.State, r.Reason))
 	kv := newTable(w, "Repository:", r.Repo)
 	trigger := r.Event
-	if r.Actor != "" {
+	switch {
+	case r.Event == api.EventSchedule && r.Actor == api.ScheduleActor:
+		trigger = "scheduled" // not "schedule by schedule"
+	case r.Actor != "":
 		trigger += " by " + r.Actor
 	}
 	if r.PipelineRerunOf != 0 {
