@@ -691,3 +691,27 @@ func TestWeb_PipelineThatRanNothingIsListedWithItsNotes(t *testing.T) {
 		t.Errorf("GET /alice/app: %d, want pipeline 1 with its note:\n%s", code, body)
 	}
 }
+
+// Another account gets 404 for a repository's Schedules tab and cannot
+// pause its schedule through the web: the API's rule (owner or admin)
+// holds on the web routes too. Pins: the tab or its Pause form reachable
+// by anyone signed in.
+func TestWeb_StrangerGets404ForSchedulesAndCannotPauseOne(t *testing.T) {
+	t.Parallel()
+	f, bob, _ := strangerFixture(t)
+	f.push(t, servertest.WorkTree(t, map[string]string{".knotless/workflows/nightly.yml": nightly("")}), "+HEAD:refs/heads/main")
+	sc := f.oneSchedule(t)
+	if code, body := bob.get("/alice/app/-/schedules"); code != http.StatusNotFound || strings.Contains(body, "nightly") {
+		t.Errorf("bob GET schedules: %d, want 404", code)
+	}
+	if code := bob.post("/alice/app/-/schedules/pause", url.Values{"csrf": {bob.csrf()}, "id": {fmt.Sprint(sc.ID)}, "paused": {"1"}}); code != http.StatusNotFound {
+		t.Errorf("bob pauses: %d, want 404", code)
+	}
+	if sc = f.oneSchedule(t); sc.Paused {
+		t.Fatalf("bob paused alice's schedule through the web")
+	}
+	alice := signedIn(t, f.URL, f.token)
+	if code, body := alice.get("/alice/app/-/schedules"); code != http.StatusOK || !strings.Contains(body, "nightly") {
+		t.Errorf("alice GET schedules: %d", code)
+	}
+}
