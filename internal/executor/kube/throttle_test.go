@@ -94,7 +94,7 @@ func throttleWaited(t *testing.T) (seconds float64, requests uint64) {
 var waitedLine = regexp.MustCompile(`kube executor: waited ([0-9.]+m?s) for client-side throttling: \d+ of this run's API requests waited .*--kube-api-qps 1, --kube-api-burst 1`)
 
 // TestKube_ARunHeldByTheClientsRateLimitSaysSoInItsSetupLogAndIsCounted:
-// a runner given --kube-api-qps 1 --kube-burst 1 prepares three runs at
+// a runner given --kube-api-qps 1 --kube-api-burst 1 prepares three runs at
 // once: with the informer's list and watch that makes five rate-limited
 // requests in one bucket of one token a second, so one run's pod create
 // waits at least 2 s (one alone could find the token free). That run's
