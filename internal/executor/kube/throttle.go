@@ -24,11 +24,11 @@ import (
 // DefaultQPS and DefaultBurst bound the kube executor's API requests
 // (client-go's token bucket, one per executor, shared by all its runs):
 // on average DefaultQPS requests a second, up to DefaultBurst at once.
-// client-go's own 5 and 10 make a claim wait behind another's few
-// requests (a pod's create, its watch, a delete); a run makes about ten
-// rate-limited requests, so 50/100 start some five runs a second in a
-// burst of ten, well under what an API server's default API Priority and
-// Fairness level gives one client (docs/kubernetes.md).
+// A run sends two rate-limited requests (its pod's create and delete;
+// the exec stream and the runner's one watch are not held), so 50/100
+// let 100 runs claimed at once create their pods without waiting and
+// then 25 runs a second start and end, where client-go's own 5 and 10
+// would hold the last of 20 claimed at once some 2 s (docs/kubernetes.md).
 const (
 	DefaultQPS   = 50
 	DefaultBurst = 100
