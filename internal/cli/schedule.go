@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/units"
 )
 
 // `knotless schedule list|pause|resume` (issue 38): a repository's
@@ -121,20 +122,7 @@ func minIntervalText(secs int64) string {
 	if secs <= 0 {
 		return ""
 	}
-	return "; this server runs a schedule at most every " + wholeDuration(time.Duration(secs)*time.Second)
-}
-
-// wholeDuration is d without its zero tails: "5m" for 5m0s, "1h" for
-// 1h0m0s, "1h30m" for 1h30m0s.
-func wholeDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return "; this server runs a schedule at most every " + units.FormatDuration(time.Duration(secs)*time.Second)
 }
 
 // cronText is a schedule's expression and zone: "0 3 * * * (Europe/Berlin)".

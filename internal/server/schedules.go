@@ -12,6 +12,7 @@ import (
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/internal/schedule"
 	"knotless.dev/knotless/internal/store"
+	"knotless.dev/knotless/internal/units"
 	"knotless.dev/knotless/internal/workflow"
 )
 
@@ -229,7 +230,7 @@ func (s *Server) tooOften(spec *schedule.Spec, now time.Time) string {
 	least := s.cfg.Schedules.MinInterval
 	if iv := spec.MinInterval(now); iv > 0 && iv < least {
 		return fmt.Sprintf("it is due every %s at times, more often than this server runs a schedule (every %s at most: knotless-server --schedule-min-interval); it does not run",
-			shortDuration(iv), shortDuration(least))
+			units.FormatDuration(iv), units.FormatDuration(least))
 	}
 	return ""
 }
@@ -283,18 +284,6 @@ func describeCron(k store.ScheduleKey) string {
 
 // utcMinute writes a due time as "2026-12-08 03:00 UTC".
 func utcMinute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
-
-// shortDuration writes d without zero units: 5m, 1h30m, 24h.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
 
 // pushSchedules syncs the schedules after a push of the default branch
 // (at is "main at 1a2b3c4") and returns the pusher's lines about them.

@@ -3,6 +3,7 @@ package units
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -67,6 +68,17 @@ func TestParseCPUs(t *testing.T) {
 	for _, s := range []string{"", "0", "-1", "0.0001", "2 cores", "1Gi", "0.5m", "1k", "1000001"} {
 		if got, err := ParseCPUs(s); err == nil {
 			t.Errorf("ParseCPUs(%q) = %d, want an error", s, got)
+		}
+	}
+}
+
+func TestFormatDuration_LeavesOutZeroTails(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		5 * time.Minute: "5m", time.Hour: "1h", 90 * time.Minute: "1h30m", 90 * time.Second: "1m30s",
+		24 * time.Hour: "24h", 30 * time.Second: "30s",
+	} {
+		if got := FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%s) = %q, want %q", d, got, want)
 		}
 	}
 }

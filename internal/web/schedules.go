@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"knotless.dev/knotless/internal/api"
+	"knotless.dev/knotless/internal/units"
 )
 
 // The Schedules tab (issue 38): a repository's schedules, when each runs
@@ -41,7 +42,7 @@ func (h *Handler) schedules(w http.ResponseWriter, r *http.Request, s *Session) 
 	}
 	view := schedulesView{ScheduleList: l, CanPause: s.Viewer.Admin || r.PathValue("owner") == s.Viewer.Handle}
 	if l.MinIntervalSeconds > 0 {
-		view.MinInterval = wholeDuration(time.Duration(l.MinIntervalSeconds) * time.Second)
+		view.MinInterval = units.FormatDuration(time.Duration(l.MinIntervalSeconds) * time.Second)
 	}
 	for _, sc := range l.Schedules {
 		if sc.Problem != "" && !sc.Paused {
@@ -105,17 +106,4 @@ func until(t time.Time) string {
 	default:
 		return strings.TrimSuffix(fmt.Sprintf("in %dd %dh", int(d.Hours()/24), int(d%(24*time.Hour)/time.Hour)), " 0h")
 	}
-}
-
-// wholeDuration is d without its zero tails: "5m" for 5m0s, "1h" for
-// 1h0m0s, "1h30m" for 1h30m0s.
-func wholeDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
