@@ -1,0 +1,119 @@
+package kwok
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// NodeAnnotation marks the nodes kwok fakes (kwok's own convention).
+const NodeAnnotation = "kwok.x-k8s.io/node"
+
+// stages are kwok's "fast" stages (its module's kustomize/stage): a node
+// becomes Ready at once; a pod bound to one becomes Running at once, and
+// is removed at once when deleted. No heartbeat stage: nothing here marks
+// a node NotReady (no kube-controller-manager), so none is needed.
+var stages = []string{
+	"kustomize/stage/node/fast/node-initialize.yaml",
+	"kustomize/stage/pod/fast/pod-ready.yaml",
+	"kustomize/stage/pod/fast/pod-delete.yaml",
+}
+
+// StartKwok installs kwok's Exec CRD into c and starts kwok (bin, its
+// module at moduleDir: ModuleDir) managing the nodes annotated
+// NodeAnnotation=fake, with its server (the fake nodes' kubelet endpoint,
+// where the API server sends pods/exec) on a free loopback port. kwok runs
+// in a mount namespace of its own in which /bin/sh is PodShell (podshell.go),
+// so that an exec into a pod with an Exec object runs in that pod's own
+// root. Needs root (unshare, mount). Errors: a file, kubectl's, kwok's
+// start.
+func (c *ControlPlane) StartKwok(ctx context.Context, bin, moduleDir string) error {
+	var cfg strings.Builder
+	for _, s := range stages {
+		b, err := os.ReadFile(filepath.Join(moduleDir, s))
+		if err != nil {
+			return fmt.Errorf("kwok stages: %w", err)
+		}
+		cfg.WriteString("---\n")
+		cfg.Write(b)
+	}
+	cfgPath := filepath.Join(c.Dir, "kwok.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o600); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(moduleDir, "kustomize/crd/bases/kwok.x-k8s.io_execs.yaml")); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "crd/execs.kwok.x-k8s.io", "--timeout=60s"); err != nil {
+		return err
+	}
+	cert, key := filepath.Join(c.Dir, "kwok.crt"), filepath.Join(c.Dir, "kwok.key")
+	if err := selfSigned(cert, key); err != nil {
+		return err
+	}
+	shell, err := c.writePodShell()
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	kc, err := c.Kubeconfig(Token)
+	if err != nil {
+		return err
+	}
+	port := strconv.Itoa(ports[0])
+	args := []string{"--config=" + cfgPath, "--kubeconfig=" + kc,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=" + NodeAnnotation + "=fake",
+		"--node-ip=127.0.0.1", "--node-port=" + port, "--server-address=127.0.0.1:" + port,
+		"--tls-cert-file=" + cert, "--tls-private-key-file=" + key, "--enable-crds=Exec"}
+	// /usr/bin/sh resolves to dash: the mount covers the file /bin/sh
+	// names, in kwok's mount namespace only.
+	script := `set -e; mount --bind "$1" "$(readlink -f /bin/sh)"; shift; exec "$@"`
+	return c.start2("kwok", "/usr/bin/unshare", append([]string{"--mount", "--propagation", "private", c.realShell(), "-c", script, "kwok", shell, bin}, args...)...)
+}
+
+// start2 is start for a program outside bin/, logged as logs/NAME.log.
+func (c *ControlPlane) start2(name, path string, args ...string) error {
+	cmd, done, err := startLogged(path, filepath.Join(c.Dir, "logs", name+".log"), nil, args...)
+	if err != nil {
+		return err
+	}
+	c.procs, c.done = append(c.procs, cmd), append(c.done, done)
+	return nil
+}
+
+// AddNodes creates nodes kwok-node-FROM .. kwok-node-(TO-1), each with
+// allocatable 32 CPUs, 128 GiB and 110 pods (a common cloud machine and
+// the kubelet's default pod limit), through kubectl apply in batches of
+// 500. Errors: kubectl's.
+func (c *ControlPlane) AddNodes(ctx context.Context, from, to int) error {
+	for lo := from; lo < to; lo += 500 {
+		var b strings.Builder
+		for i := lo; i < min(to, lo+500); i++ {
+			fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-%d
+  annotations: {%s: fake}
+  labels: {type: kwok, kubernetes.io/hostname: kwok-node-%d, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  allocatable: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
+  capacity: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
+`, i, NodeAnnotation, i)
+		}
+		f := filepath.Join(c.Dir, "nodes.yaml")
+		if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
+			return err
+		}
+		if _, err := c.Kubectl(ctx, "apply", "--server-side", "-f", f); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,11 @@
+//go:build unix
+
+package kwok
+
+import (
+	"os"
+	"syscall"
+)
+
+// lockFile takes an exclusive flock of f, held until f is closed.
+func lockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }
