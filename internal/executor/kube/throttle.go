@@ -225,7 +225,7 @@ func (a throttleFacts) notes(lim *measuredLimiter) (client, apf string) {
 		if a.level != "" {
 			by = "API Priority and Fairness (priority level UID " + a.level + ")"
 		}
-		apf = fmt.Sprintf("the API server made this run wait: it answered %d of its API requests 429 Too Many Requests, by %s, asking for %s before each was sent again; the FlowSchema matching the runner's identity decides its share (docs/kubernetes.md)",
+		apf = fmt.Sprintf("the API server made this run wait: it answered %d of its API requests 429 Too Many Requests, by %s, asking for %s in all (Retry-After) before they were sent again; the FlowSchema matching the runner's identity decides its share (docs/kubernetes.md)",
 			a.refusals, by, a.retryAfter)
 	}
 	return client, apf

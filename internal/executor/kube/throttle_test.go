@@ -14,6 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/pflag"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
@@ -161,5 +167,112 @@ func TestKube_RunsUnderTheDefaultRateLimitSayNothingOfThrottling(t *testing.T) {
 		if !strings.Contains(l, "pod running on node") {
 			t.Errorf("setup log without its pod (the run proves nothing):\n%s", l)
 		}
+	}
+}
+
+// rejectingLevel makes a priority level of one share that rejects what
+// does not fit (429) and a FlowSchema sending the fixture's runner
+// identity's requests on pods to it (removed when the test ends), and
+// returns the level's UID.
+func (f *fixture) rejectingLevel(t *testing.T) types.UID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := "knotless-throttle-" + f.ns
+	plc := &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
+				LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+			}}}
+	fs := &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: name},
+			MatchingPrecedence:         100,
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
+					ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Name: "runner", Namespace: f.ns}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
+					Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}, APIGroups: []string{""},
+					Resources: []string{"pods"}, Namespaces: []string{f.ns}}},
+			}},
+		}}
+	fc := f.c.Client.FlowcontrolV1()
+	made, err := fc.PriorityLevelConfigurations().Create(ctx, plc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = fc.PriorityLevelConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if _, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fc.FlowSchemas().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return made.UID
+}
+
+// loadAsRunner lists the namespace's pods as the runner's identity from
+// n clients in a loop, without retries, until the test ends, keeping its
+// priority level full.
+func (f *fixture) loadAsRunner(t *testing.T, n int) {
+	t.Helper()
+	cfg := rest.CopyConfig(f.rest)
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if client.CoreV1().RESTClient().Get().Namespace(f.ns).Resource("pods").MaxRetries(0).Do(ctx).Error() != nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+}
+
+// TestKube_ARunRefusedByAPIPriorityAndFairnessSaysSoInItsSetupLog: a
+// FlowSchema gives the runner's identity a priority level of one share
+// that rejects what does not fit, clients of the same identity keep it
+// full, and runs are prepared one after another until one of their own
+// requests was answered 429 (at most two minutes: without a refusal the
+// test proves nothing and fails). That run is prepared all the same
+// (client-go and the runner send it again), its setup log says the API
+// server made it wait, by API Priority and Fairness, naming the level's
+// UID, and kube_throttled_runs_total{cause="apf"} counts it. The failure
+// it pins: a run slowed by the cluster's fairness read like a slow
+// runner.
+func TestKube_ARunRefusedByAPIPriorityAndFairnessSaysSoInItsSetupLog(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	uid := f.rejectingLevel(t)
+	ex := f.optionsExecutor(t)
+	apf0 := testutil.ToFloat64(metrics.KubeClient.ThrottledRuns.WithLabelValues("apf"))
+	f.loadAsRunner(t, 8)
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := 1; ; i++ {
+		l := f.prepareAtOnce(t, ex, 1)[0]
+		if strings.Contains(l, "the API server made this run wait") {
+			want := "by API Priority and Fairness (priority level UID " + string(uid) + ")"
+			if !strings.Contains(l, want) {
+				t.Errorf("setup log of a refused run does not say %q:\n%s", want, l)
+			}
+			t.Logf("run %d of its own was refused", i)
+			break
+		}
+		if t.Failed() || time.Now().After(deadline) {
+			t.Fatalf("none of %d runs' requests was refused in two minutes: the test proves nothing", i)
+		}
+	}
+	if n := testutil.ToFloat64(metrics.KubeClient.ThrottledRuns.WithLabelValues("apf")) - apf0; n < 1 {
+		t.Errorf("throttled runs (apf) grew by %v, want at least the refused run", n)
 	}
 }
