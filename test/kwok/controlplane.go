@@ -106,6 +106,9 @@ rules:
 // start or exits, with the last lines of its log; readiness not reached
 // within 90 s.
 func StartControlPlane(ctx context.Context, kube, dir string) (c *ControlPlane, err error) {
+	if _, err := os.Stat(kube); err != nil {
+		return nil, fmt.Errorf("the Kubernetes binary: %w (`make cluster-build` builds it; KNOTLESS_KUBE_BINARY names another)", err)
+	}
 	c = &ControlPlane{Dir: dir, AuditLog: filepath.Join(dir, "audit.log")}
 	defer func() {
 		if err != nil {

@@ -86,34 +86,3 @@ func (c *ControlPlane) start2(name, path string, args ...string) error {
 	c.procs, c.done = append(c.procs, cmd), append(c.done, done)
 	return nil
 }
-
-// AddNodes creates nodes kwok-node-FROM .. kwok-node-(TO-1), each with
-// allocatable 32 CPUs, 128 GiB and 110 pods (a common cloud machine and
-// the kubelet's default pod limit), through kubectl apply in batches of
-// 500. Errors: kubectl's.
-func (c *ControlPlane) AddNodes(ctx context.Context, from, to int) error {
-	for lo := from; lo < to; lo += 500 {
-		var b strings.Builder
-		for i := lo; i < min(to, lo+500); i++ {
-			fmt.Fprintf(&b, `---
-apiVersion: v1
-kind: Node
-metadata:
-  name: kwok-node-%d
-  annotations: {%s: fake}
-  labels: {type: kwok, kubernetes.io/hostname: kwok-node-%d, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
-status:
-  allocatable: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
-  capacity: {cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}
-`, i, NodeAnnotation, i)
-		}
-		f := filepath.Join(c.Dir, "nodes.yaml")
-		if err := os.WriteFile(f, []byte(b.String()), 0o600); err != nil {
-			return err
-		}
-		if _, err := c.Kubectl(ctx, "apply", "--server-side", "-f", f); err != nil {
-			return err
-		}
-	}
-	return nil
-}

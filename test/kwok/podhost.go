@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,10 +39,22 @@ type PodHost struct {
 	shell string
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	procs map[string]*os.Process // by pod name
-	// Started counts pods whose first process started.
+	mu      sync.Mutex
+	procs   map[string]*os.Process // by pod name
 	started int
+	seen    map[string]*PodTimes // by pod name
+}
+
+// FillerLabel marks pods PodHost leaves alone (no process, no Exec): the
+// benchmark's stand-ins for job pods that only need to exist.
+const FillerLabel = "kwok.knotless.dev/filler"
+
+// PodTimes is when PodHost's informer first saw a pod, and saw it Running
+// (kwok's pod-ready stage), by this machine's clock; Labels are its
+// labels then.
+type PodTimes struct {
+	Labels           map[string]string
+	Created, Running time.Time
 }
 
 // StartPodHost starts a PodHost over cp's Namespace; it stops with ctx.
@@ -56,7 +69,7 @@ func (cp *ControlPlane) StartPodHost(ctx context.Context, log *slog.Logger) (*Po
 	if err != nil {
 		return nil, err
 	}
-	h := &PodHost{cp: cp, dyn: dyn, shell: filepath.Join(cp.Dir, "bin", "podshell"), log: log, procs: map[string]*os.Process{}}
+	h := &PodHost{cp: cp, dyn: dyn, shell: filepath.Join(cp.Dir, "bin", "podshell"), log: log, procs: map[string]*os.Process{}, seen: map[string]*PodTimes{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(Namespace))
 	inf := f.Core().V1().Pods().Informer()
 	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -96,11 +109,44 @@ func (h *PodHost) Started() int {
 
 func (h *PodHost) dir(pod string) string { return filepath.Join(h.cp.Dir, "pods", pod) }
 
+// Times returns a copy of what PodHost saw of each pod, by pod name.
+func (h *PodHost) Times() map[string]PodTimes {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]PodTimes, len(h.seen))
+	for k, v := range h.seen {
+		out[k] = *v
+	}
+	return out
+}
+
+// observe records when a pod was first seen and seen Running.
+func (h *PodHost) observe(p *corev1.Pod) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.seen[p.Name]
+	if t == nil {
+		t = &PodTimes{Labels: p.Labels, Created: now}
+		h.seen[p.Name] = t
+	}
+	if t.Running.IsZero() && p.Status.Phase == corev1.PodRunning {
+		t.Running = now
+	}
+}
+
 // sync starts a bound pod's first process once, unless it is being
-// deleted.
+// deleted or is a filler.
 func (h *PodHost) sync(ctx context.Context, o any) {
 	p, ok := o.(*corev1.Pod)
-	if !ok || p.Spec.NodeName == "" || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
+	if !ok {
+		return
+	}
+	if _, filler := p.Labels[FillerLabel]; filler {
+		return
+	}
+	h.observe(p)
+	if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
 		return
 	}
 	h.mu.Lock()
