@@ -48,6 +48,7 @@ var (
 // time two replicas both fire (a fire that is not a compare-and-set), a
 // time lost with a restart, a burst of the missed times.
 func TestSchedules_EveryMinuteRunsOncePerMinuteOnTwoReplicasAcrossRestartsAndTheLatestMissedMinuteOnce(t *testing.T) {
+	t.Parallel() // mostly waiting for minute boundaries
 	w, rs := newReplicaWorld(t, 2, 30*time.Second, "--schedule-min-interval", "1m")
 	w.startRunner(w.registerRunner("r1"))
 
