@@ -2,6 +2,8 @@ package server
 
 import (
 	"container/list"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,22 +22,31 @@ import (
 // waiting longest, of the same address for the per-address limit, is
 // closed to make room: stalled headers and idle keep-alives cannot crowd
 // out a client that is about to send a request, and a client that opens
-// connections it does not use only closes its own. Only when every
-// connection counted against a limit is inside a request does the new one
-// not get in: past the per-address limit it is refused (503), past the
-// total limit Accept waits until one ends or waits (the kernel's listen
-// queue holds the rest).
+// connections it does not use only closes its own. A keep-alive idle for
+// less than idleGrace (KeepAliveGrace) is not closed: its client is about to send its next
+// request on it (a runner's next long poll follows the last at once), and
+// closing it would only make that client dial again and close another's.
+//
+// When no connection counted against a limit can be closed, the new one
+// is refused: 503 with Retry-After (refusal), which a runner retries with
+// its backoff. Only while maxRefusing refusals are still being written
+// (a flood) does Accept wait instead, until a connection ends or waits
+// (the kernel's listen queue holds the rest): the descriptors held stay
+// bounded by maxTotal plus maxRefusing.
 type connLimiter struct {
 	net.Listener
 	maxTotal, maxPerClient int
 	log                    *slog.Logger
+	idleGrace              time.Duration
+	maxRefusing            int
 
-	mu      sync.Mutex
-	changed *sync.Cond // a connection ended or began to wait, or the listener closed
-	total   int
-	clients map[string]*clientConns
-	waiting list.List // *limitedConn, longest waiting first
-	closed  bool
+	mu       sync.Mutex
+	changed  *sync.Cond // a connection ended or began to wait, or the listener closed
+	total    int
+	refusing int // refusals being written
+	clients  map[string]*clientConns
+	waiting  list.List // *limitedConn, longest waiting first
+	closed   bool
 
 	// what was refused or closed since the last log line about it
 	refused, evicted int
@@ -57,15 +68,21 @@ type limitedConn struct {
 	elem       *list.Element // in l.waiting while waiting
 	clientElem *list.Element // in the client's waiting while waiting
 	gone       bool          // no longer counted
+	// idleSince is when the connection's last request ended; zero while
+	// its first request's header has not been read.
+	idleSince time.Time
 }
 
 // limitLogEvery is how often at most the limiter logs that it refused or
 // closed connections: under attack, once per connection would be a flood.
 const limitLogEvery = time.Minute
 
+// defaultMaxRefusing is connLimiter.maxRefusing's.
+const defaultMaxRefusing = 256
+
 func newConnLimiter(ln net.Listener, maxTotal, maxPerClient int, log *slog.Logger) *connLimiter {
 	l := &connLimiter{Listener: ln, maxTotal: maxTotal, maxPerClient: maxPerClient, log: log,
-		clients: map[string]*clientConns{}}
+		idleGrace: KeepAliveGrace, maxRefusing: defaultMaxRefusing, clients: map[string]*clientConns{}}
 	l.changed = sync.NewCond(&l.mu)
 	return l
 }
@@ -101,11 +118,14 @@ func (l *connLimiter) admit(c net.Conn) (*limitedConn, error) {
 			c.Close()
 			return nil, net.ErrClosed
 		}
+		now := time.Now()
 		if cc := l.clients[client]; cc != nil && cc.n >= l.maxPerClient {
-			v := front(&cc.waiting)
+			v := l.victim(&cc.waiting, now)
 			if v == nil {
-				l.noteLocked(client, 1, 0)
-				go refuse(c)
+				if !l.refuseLocked(c, client, refusalPerClient) {
+					l.changed.Wait()
+					continue
+				}
 				return nil, nil
 			}
 			l.removeLocked(v)
@@ -114,14 +134,17 @@ func (l *connLimiter) admit(c net.Conn) (*limitedConn, error) {
 			continue
 		}
 		if l.total >= l.maxTotal {
-			if v := front(&l.waiting); v != nil {
+			if v := l.victim(&l.waiting, now); v != nil {
 				l.removeLocked(v)
 				victims = append(victims, v)
 				l.noteLocked(client, 0, 1)
 				continue
 			}
-			l.changed.Wait()
-			continue
+			if !l.refuseLocked(c, client, refusalTotal) {
+				l.changed.Wait()
+				continue
+			}
+			return nil, nil
 		}
 		break
 	}
@@ -147,7 +170,10 @@ func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch st {
-	case http.StateNew, http.StateIdle:
+	case http.StateNew:
+		l.waitLocked(lc)
+	case http.StateIdle:
+		lc.idleSince = time.Now()
 		l.waitLocked(lc)
 	case http.StateActive:
 		l.unwaitLocked(lc)
@@ -213,22 +239,70 @@ func (l *connLimiter) Close() error {
 	return l.Listener.Close()
 }
 
-func front(ls *list.List) *limitedConn {
-	if e := ls.Front(); e != nil {
-		return e.Value.(*limitedConn)
+// victim is the connection of ls (longest waiting first) to close to
+// make room: the first whose request header has not come yet, or that has
+// been idle since its last request for at least idleGrace; nil if none.
+func (l *connLimiter) victim(ls *list.List, now time.Time) *limitedConn {
+	for e := ls.Front(); e != nil; e = e.Next() {
+		if c := e.Value.(*limitedConn); c.idleSince.IsZero() || now.Sub(c.idleSince) >= l.idleGrace {
+			return c
+		}
 	}
 	return nil
 }
 
-// refusal is the answer to a connection past its address's limit.
-const refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
-	"Retry-After: 5\r\nConnection: close\r\nContent-Length: 52\r\n\r\n" +
-	"too many connections from your address; retry later\n"
+// refuseLocked answers c with refusal and closes it, in the background,
+// unless maxRefusing refusals are being written already (false: the
+// caller waits).
+func (l *connLimiter) refuseLocked(c net.Conn, client, refusal string) bool {
+	if l.refusing >= l.maxRefusing {
+		return false
+	}
+	l.refusing++
+	l.noteLocked(client, 1, 0)
+	go func() {
+		refuse(c, refusal)
+		l.mu.Lock()
+		l.refusing--
+		l.changed.Broadcast()
+		l.mu.Unlock()
+	}()
+	return true
+}
 
-func refuse(c net.Conn) {
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = c.Write([]byte(refusal))
-	c.Close()
+// RetryAfterConnLimit is the Retry-After, in seconds, of the 503 answered
+// to a connection past --max-conns or --max-conns-per-client.
+const RetryAfterConnLimit = 5
+
+// Answers to a connection past a limit, when none of the connections
+// counted against it can be closed to make room.
+var (
+	refusalPerClient = refusalAnswer("too many connections from your address (the server's --max-conns-per-client); retry later")
+	refusalTotal     = refusalAnswer("the server holds as many connections as it may (its --max-conns); retry later")
+)
+
+func refusalAnswer(msg string) string {
+	return fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
+		"Retry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n", RetryAfterConnLimit, len(msg)+1, msg)
+}
+
+// refuseDrain bounds how long refuse reads what the client sent.
+const refuseDrain = time.Second
+
+// refuse writes answer to c and closes it. A TCP connection is first
+// half-closed and what the client sends (its request, unread) read until
+// the client closes or refuseDrain ends: closing a socket with unread
+// bytes sends a reset, which can reach the client before the answer and
+// destroy it there.
+func refuse(c net.Conn, answer string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refuseDrain))
+	if _, err := c.Write([]byte(answer)); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}
 }
 
 // clientKey is the address a connection counts against: its IPv4

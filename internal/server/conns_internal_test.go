@@ -156,35 +156,78 @@ func TestConnLimiter_PerClientLimitRefusesWhenAllAreInRequests(t *testing.T) {
 	f.accept()
 }
 
-func TestConnLimiter_TotalLimitWaitsForARequestToEnd(t *testing.T) {
+// Before, past --max-conns Accept waited for a request to end and the
+// new connection sat in the listen queue with no answer: a runner's next
+// claim hung until its own timeout. It is refused now, saying which limit.
+func TestConnLimiter_TotalLimitRefusesWhenAllAreInRequestsWith503AndRetryAfter(t *testing.T) {
 	f := newLimiterFixture(t, 2, 2)
 	f.dial("10.0.0.1")
 	c1 := f.accept()
 	f.active(c1)
 	f.dial("10.0.0.2")
-	c2 := f.accept()
-	f.active(c2)
-	go f.dial("10.0.0.3")
+	f.active(f.accept())
+	closed, answer := closedByServer(f.dial("10.0.0.3"))
+	if !closed || !strings.HasPrefix(answer, "HTTP/1.1 503 ") || !strings.Contains(answer, "Retry-After: 5\r\n") ||
+		!strings.Contains(answer, "--max-conns)") {
+		t.Fatalf("third connection while two are in requests: closed %v, answer %q; want a 503 naming --max-conns, with Retry-After, and close", closed, answer)
+	}
 	f.notAccepted()
 	c1.Close() // the request ended and its connection with it
-	c3 := f.accept()
-	if c3.RemoteAddr().String() != "10.0.0.3:1234" {
+	f.dial("10.0.0.3")
+	if c3 := f.accept(); c3.RemoteAddr().String() != "10.0.0.3:1234" {
 		t.Fatalf("accepted %s, want 10.0.0.3", c3.RemoteAddr())
 	}
-	f.active(c3)
-	// c2's request ends and its connection waits for the next one: a new
-	// connection closes it to get in.
-	go f.dial("10.0.0.4")
-	f.notAccepted()
-	f.l.connState(c2, http.StateIdle)
-	f.accept()
-	if _, err := c2.Write([]byte("x")); err == nil {
-		t.Fatal("idle connection not closed to make room")
+}
+
+// Before, a keep-alive was closed for a new connection the moment its
+// request ended: past --max-conns, 5,000 runners long-polling closed each
+// other's connections between two polls (connection reset by peer) and
+// dialled again, for ever.
+func TestConnLimiter_AKeepAliveIdleUnderIdleGraceIsNotClosedForANewConnection(t *testing.T) {
+	f := newLimiterFixture(t, 1, 1)
+	f.l.idleGrace = 200 * time.Millisecond
+	f.dial("10.0.0.1")
+	c1 := f.accept()
+	f.active(c1)
+	f.l.connState(c1, http.StateIdle) // its request ended; its next comes at once
+	if closed, answer := closedByServer(f.dial("10.0.0.2")); !closed || !strings.HasPrefix(answer, "HTTP/1.1 503 ") {
+		t.Fatalf("new connection while the only one is idle for less than idleGrace: closed %v, answer %q; want 503", closed, answer)
 	}
+	f.notAccepted()
+	time.Sleep(f.l.idleGrace)
+	f.dial("10.0.0.2")
+	f.accept()
+	if _, err := c1.Write([]byte("x")); err == nil {
+		t.Fatal("connection idle past idleGrace not closed to make room")
+	}
+}
+
+// A flood of connections past the limits cannot make the server hold a
+// descriptor for each while it answers them: past maxRefusing answers
+// being written, Accept waits.
+func TestConnLimiter_RefusalsBeingWrittenAreBoundedByMaxRefusing(t *testing.T) {
+	f := newLimiterFixture(t, 1, 1)
+	f.l.maxRefusing = 1
+	f.dial("10.0.0.1")
+	f.active(f.accept())
+	slow := f.dial("10.0.0.2") // refused; it does not read the answer yet
+	third := f.dial("10.0.0.3")
+	third.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, _ := third.Read(make([]byte, 1)); n > 0 {
+		t.Fatal("a second refusal was written while the first was still being written (maxRefusing 1)")
+	}
+	if closed, answer := closedByServer(slow); !closed || !strings.HasPrefix(answer, "HTTP/1.1 503 ") {
+		t.Fatalf("first refused connection: closed %v, answer %q", closed, answer)
+	}
+	if closed, answer := closedByServer(third); !closed || !strings.HasPrefix(answer, "HTTP/1.1 503 ") {
+		t.Fatalf("connection that waited behind the first refusal: closed %v, answer %q; want 503 once it was written", closed, answer)
+	}
+	f.notAccepted()
 }
 
 func TestConnLimiter_CloseEndsAnAcceptWaitingForRoom(t *testing.T) {
 	f := newLimiterFixture(t, 1, 1)
+	f.l.maxRefusing = 0 // Accept waits rather than refuse
 	f.dial("10.0.0.1")
 	f.active(f.accept())
 	go f.dial("10.0.0.2")

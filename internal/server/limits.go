@@ -21,14 +21,15 @@ import (
 // BodyMinRate, an answer nobody reads.
 type Limits struct {
 	// MaxConns bounds the connections held at once. When a new one would
-	// pass it, the one that has waited longest for a request is closed; if
-	// every connection is inside a request, new ones wait in the listen
-	// queue until one ends.
+	// pass it, the one that has waited longest for a request (not a
+	// keep-alive idle for less than KeepAliveGrace) is closed; if none can be, the new one
+	// is refused: 503 with Retry-After (RetryAfterConnLimit), naming
+	// --max-conns.
 	MaxConns int
 	// MaxConnsPerClient bounds the connections of one client address (an
 	// IPv4 address, an IPv6 /64). Past it, the address's connection that
-	// has waited longest for a request is closed, or, if all are inside a
-	// request, the new one is refused (503). Behind a reverse proxy every
+	// has waited longest for a request is closed, as for MaxConns, or the
+	// new one is refused (503, naming --max-conns-per-client). Behind a reverse proxy every
 	// client has the proxy's address: raise it to about MaxConns.
 	MaxConnsPerClient int
 	// HeaderTimeout is how long a request's header may take to arrive.
@@ -48,6 +49,13 @@ type Limits struct {
 	// next part of an answer (a log, a pack) before it hangs up.
 	WriteStall time.Duration
 }
+
+// KeepAliveGrace is how long a connection idle between requests is not
+// closed to make room for a new one (Limits.MaxConns, MaxConnsPerClient):
+// its client is about to send its next request on it, as a runner's next
+// claim follows the last at once, a round trip later. It covers a slow
+// network's round trip.
+const KeepAliveGrace = time.Second
 
 // Defaults of Limits.
 const (
