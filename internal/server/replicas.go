@@ -42,8 +42,9 @@ func newReplicaID() string {
 
 // Payloads of notifications between replicas: "REPLICA KIND ID".
 const (
-	noteKey    = "key"    // ID is a hub key: notify it
-	noteQueued = "queued" // ID is a repository: offer its queued runs
+	noteKey       = "key"       // ID is a hub key: notify it
+	noteQueued    = "queued"    // ID is a repository: offer its queued runs
+	noteSchedules = "schedules" // ID is a repository whose schedules changed: look for the next due time
 )
 
 // notify wakes the waiters of key on every replica.
@@ -92,6 +93,8 @@ func (s *Server) listen(ctx context.Context) {
 			if err == nil && s.claims.waiting(repo) {
 				s.offerQueued(ctx, repo)
 			}
+		case noteSchedules:
+			s.wakeSchedules()
 		}
 	})
 }
@@ -100,6 +103,7 @@ func (s *Server) listen(ctx context.Context) {
 // meanwhile are lost, so every waiter looks again.
 func (s *Server) resync() {
 	s.hub.notifyAll()
+	s.wakeSchedules()
 	for _, repo := range s.claims.waitingRepos() {
 		s.offerQueued(context.Background(), repo)
 	}

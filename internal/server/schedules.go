@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,13 @@ func (s *Server) wakeSchedules() {
 	case s.sched.wake <- struct{}{}:
 	default:
 	}
+}
+
+// schedulesChanged wakes the loop of this replica and of every other
+// (a notification), so that a schedule due within Recheck is timed.
+func (s *Server) schedulesChanged(repoID int64) {
+	s.wakeSchedules()
+	s.publish(noteSchedules, strconv.FormatInt(repoID, 10))
 }
 
 // scheduleLoop fires due schedules until the server closes: it sleeps
@@ -331,7 +339,7 @@ func (s *Server) syncSchedules(ctx context.Context, repo store.Repo, dir string,
 	if _, err := s.store.SyncSchedules(ctx, repo.ID, want); err != nil {
 		return nil, err
 	}
-	s.wakeSchedules()
+	s.schedulesChanged(repo.ID)
 	return lines, nil
 }
 
@@ -442,7 +450,7 @@ func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request, a store.A
 		verb = "paused"
 	}
 	s.log.Info("schedule "+verb, "schedule", sc.ID, "repo", repo.FullName(), "workflow", sc.Workflow, "by", a.Handle)
-	s.wakeSchedules()
+	s.schedulesChanged(repo.ID)
 	dir, err := s.repoDir(repo.Owner, repo.Name)
 	if err != nil {
 		return err
