@@ -240,13 +240,17 @@ func inRepo(repo string) string {
 	return " in " + repo
 }
 
-// printRuns prints a table of runs.
+// printRuns prints a table of runs; a scheduled run's REF says so.
 func (s *session) printRuns(w io.Writer, runs []api.Run) error {
 	now := s.now()
 	t := newTable(w, "RUN", "PIPELINE", "REPO", "WORKFLOW", "REF", "COMMIT", "STATE", "CREATED", "DURATION")
 	for _, r := range runs {
+		ref := shortRef(r.Ref)
+		if r.Event == api.EventSchedule {
+			ref += " (scheduled)" // the pipeline a schedule started, not a push
+		}
 		t.row(strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.Pipeline, 10), r.Repo, r.Workflow+attemptText(r),
-			shortRef(r.Ref), shortSHA(r.SHA), stateText(r.State, r.Reason), ago(r.CreatedAt, now), runDuration(r, now))
+			ref, shortSHA(r.SHA), stateText(r.State, r.Reason), ago(r.CreatedAt, now), runDuration(r, now))
 	}
 	return t.flush()
 }

@@ -204,7 +204,7 @@ func TestSchedule_ListPauseResumeShowTheServersState(t *testing.T) {
 	if !strings.Contains(strings.Split(r.stdout, "\n")[1], next.Format("2006-01-02 15:04 UTC")+", pipeline ") {
 		t.Errorf("LAST after the schedule fired:\n%s", r.stdout)
 	}
-	if r := mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app"); !strings.Contains(r.stdout, "Scheduled by ") {
-		t.Errorf("run list of the scheduled run lacks its note:\n%s", r.stdout)
+	if r := mustRun(t, e, ExitOK, nil, "run", "list", "--repo", "admin/app"); !strings.Contains(r.stdout, "Scheduled by ") || !strings.Contains(r.stdout, "main (scheduled)") {
+		t.Errorf("run list of the scheduled run lacks its note or its mark:\n%s", r.stdout)
 	}
 }
