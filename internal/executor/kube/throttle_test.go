@@ -107,8 +107,8 @@ var waitedLine = regexp.MustCompile(`kube executor: waited ([0-9.]+m?s) for clie
 // setup log says how long it waited for client-side throttling, naming
 // the flags; knotless_runner_kube_client_throttle_seconds grew by at
 // least what the logs say, and kube_throttled_runs_total{cause="client"}
-// by as many runs. The failure it pins: a run slowed by the runner's own
-// limit read like a slow cluster.
+// by as many runs; a runner's registry exports all three. The failure it
+// pins: a run slowed by the runner's own limit read like a slow cluster.
 func TestKube_ARunHeldByTheClientsRateLimitSaysSoInItsSetupLogAndIsCounted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -142,6 +142,29 @@ func TestKube_ARunHeldByTheClientsRateLimitSaysSoInItsSetupLogAndIsCounted(t *te
 	}
 	if n := testutil.ToFloat64(metrics.KubeClient.Requests.WithLabelValues("create", "pods", "201")) - creates0; n < 3 {
 		t.Errorf("pod creates counted: %v, want at least the 3 runs'", n)
+	}
+	exportedByARunnersRegistry(t)
+}
+
+// exportedByARunnersRegistry checks that a registry as knotless-run's
+// --metrics-listen serves (metrics.NewRegistry) exports the kube client's
+// three metrics, and that they pass promlint.
+func exportedByARunnersRegistry(t *testing.T) {
+	t.Helper()
+	reg := metrics.NewRegistry()
+	for _, name := range []string{"knotless_runner_kube_api_requests_total", "knotless_runner_kube_client_throttle_seconds", "knotless_runner_kube_throttled_runs_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("a runner's registry exports %d series of %s (%v)", n, name, err)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "knotless_runner_kube") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
 	}
 }
 
