@@ -45,7 +45,10 @@ type Config struct {
 	agentenv.Config
 	// Rest is the client configuration (client-go): in-cluster, or from a
 	// kubeconfig with the standard loading rules (LoadClientConfig).
-	// Required.
+	// Required. Its QPS and Burst bound the executor's requests, all runs
+	// together (0: DefaultQPS and DefaultBurst; a negative QPS: no
+	// limit); New gives a copy of it a rate limiter whose waits are
+	// measured and a transport that counts each request (instrument).
 	Rest *rest.Config
 	// Namespace is where job pods are made. Required.
 	Namespace string

@@ -68,8 +68,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.buildsNS, "builds-namespace", "", "allow container builds (a workflow's container-builds: true): their job pods go to this namespace, labelled Pod Security baseline, with a BuildKit builder in a user namespace (docs/container-builds.md); empty: such workflows are refused before any pod exists")
 	fs.StringVar(&o.builderSeccomp, "builder-seccomp-profile", DefaultBuilderSeccompProfile, "the builder's Localhost seccomp profile, relative to the kubelet's seccomp directory, as deploy/kubernetes/builds installs it")
 	o.qps, o.burst = DefaultQPS, DefaultBurst
-	fs.Var(&o.qps, "kube-api-qps", "the most Kubernetes API requests a second the runner sends on average, all its runs together (client-go's token bucket; a number over 0, e.g. 20 or 0.5); a request over it waits in the runner, which a run's setup log says once it waited over 1 s, and knotless_runner_kube_client_throttle_seconds counts (docs/kubernetes.md)")
-	fs.Var(&o.burst, "kube-api-burst", "the most Kubernetes API requests the runner sends at once before --kube-api-qps holds them (the token bucket's size, at least 1)")
+	fs.Var(&o.qps, "kube-api-qps", "Kubernetes API requests a second the runner sends at most, on average, all its runs together (client-go's token bucket; over 0, e.g. 20 or 0.5): a request beyond it waits in the runner, and a run whose setup's requests waited over 1 s in total says so in its setup log (docs/kubernetes.md)")
+	fs.Var(&o.burst, "kube-api-burst", "Kubernetes API requests the runner may send at once before --kube-api-qps holds them (the token bucket's size; at least 1)")
 	fs.StringVar(&o.userNamespace, "user-namespace", UserNamespaceAuto, "job pods in a user namespace of their own (hostUsers: false: the pod's root is not the node's), proven from inside each pod: auto (ask; where a node cannot give one, say so in the run's log and go on without), required (a run whose pod gets none ends errored before any step) or off")
 }
 
