@@ -31,7 +31,7 @@ type world struct {
 func scaleWorkflow(matrix int) string {
 	vals := make([]string, matrix)
 	for i := range vals {
-		vals[i] = fmt.Sprint(i)
+		vals[i] = fmt.Sprintf("%q", fmt.Sprint(i))
 	}
 	return "name: scale\non:\n  manual: {}\nrunners: [scale]\nmatrix:\n  i: [" + strings.Join(vals, ", ") + "]\nsteps:\n  - name: clock\n    run: date +%s%N\n"
 }

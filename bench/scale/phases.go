@@ -128,7 +128,7 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 		runs = append(runs, rs...)
 	}
 	progress("triggered %d runs in %d pipelines in %.1f s", len(runs), len(pipelines), time.Since(t0).Seconds())
-	deadline := time.Now().Add(o.timeout)
+	deadline, lastProgress := time.Now().Add(o.timeout), time.Now()
 	for len(pipelines) > 0 {
 		for id := range pipelines {
 			rs, err := w.pipelineRuns(ctx, id, o.matrix)
@@ -154,8 +154,11 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("runs not final: %d pipelines left, %d runs final", len(pipelines), r.Final)
 		}
-		progress("%d of %d runs final, %d pods started", r.Final, len(runs), host.Started())
-		time.Sleep(2 * time.Second)
+		if time.Since(lastProgress) > 10*time.Second {
+			progress("%d of %d runs final, %d pods started", r.Final, len(runs), host.Started())
+			lastProgress = time.Now()
+		}
+		time.Sleep(time.Second)
 	}
 	r.RunsSeconds = time.Since(t0).Seconds()
 	measureRuns(runs, host, r)

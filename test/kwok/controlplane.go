@@ -145,6 +145,12 @@ func StartControlPlane(ctx context.Context, kube, dir string) (c *ControlPlane, 
 	p := func(f string) string { return filepath.Join(dir, f) }
 	if err := c.start("kube-apiserver", "--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports[2]),
+		// No Service "kubernetes" endpoints: nothing here dials it, and the
+		// reconciler refuses a loopback address.
+		"--endpoint-reconciler-type=none",
+		// No node lifecycle controller (kube-controller-manager) would
+		// lift the not-ready taint it puts on each new node.
+		"--disable-admission-plugins=TaintNodesByCondition",
 		"--cert-dir="+p("certs"), "--token-auth-file="+p("tokens.csv"), "--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.255.0.0/16", "--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+p("sa.key"), "--service-account-signing-key-file="+p("sa.key"),

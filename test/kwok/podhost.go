@@ -166,11 +166,12 @@ func (h *PodHost) start(ctx context.Context, p *corev1.Pod) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	user := podUser(p)
 	ex := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
 		"metadata": map[string]any{"name": p.Name, "namespace": p.Namespace},
 		"spec": map[string]any{"execs": []any{map[string]any{"local": map[string]any{
-			"envs": []any{map[string]any{"name": PodDirEnv, "value": dir}},
+			"envs": []any{map[string]any{"name": PodDirEnv, "value": dir}, map[string]any{"name": PodUserEnv, "value": user}},
 		}}}},
 	}}
 	if _, err := h.dyn.Resource(execGVR).Namespace(p.Namespace).Create(ctx, ex, metav1.CreateOptions{}); err != nil {
@@ -181,7 +182,7 @@ func (h *PodHost) start(ctx context.Context, p *corev1.Pod) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("pod %s: its container has no command (the image's entrypoint is not known here)", p.Name)
 	}
-	env := []string{PodDirEnv + "=" + dir}
+	env := []string{PodDirEnv + "=" + dir, PodUserEnv + "=" + user}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+e.Value)
@@ -197,6 +198,30 @@ func (h *PodHost) start(ctx context.Context, p *corev1.Pod) error {
 	h.started++
 	h.mu.Unlock()
 	return nil
+}
+
+// podUser is the UID:GID the pod's first container runs as (its security
+// context's, else the pod's), "" for root; a GID missing is the UID.
+func podUser(p *corev1.Pod) string {
+	var uid, gid *int64
+	if sc := p.Spec.SecurityContext; sc != nil {
+		uid, gid = sc.RunAsUser, sc.RunAsGroup
+	}
+	if sc := p.Spec.Containers[0].SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+	}
+	if uid == nil || *uid == 0 {
+		return ""
+	}
+	if gid == nil {
+		gid = uid
+	}
+	return fmt.Sprintf("%d:%d", *uid, *gid)
 }
 
 // remove ends a deleted pod's processes and removes its Exec object and

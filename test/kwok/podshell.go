@@ -10,6 +10,10 @@ import (
 // the directory that stands for the pod's file systems (PodHost).
 const PodDirEnv = "KNOTLESS_KWOK_POD_DIR"
 
+// PodUserEnv names, beside PodDirEnv, the UID:GID the pod's processes run
+// as (its security context's runAsUser and runAsGroup); empty: root.
+const PodUserEnv = "KNOTLESS_KWOK_POD_USER"
+
 // podShellScript is /bin/sh in kwok's mount namespace (StartKwok). kwok
 // runs an exec's command as it is, on this machine (its Exec objects
 // choose only a directory, variables and a user); the kube executor's
@@ -20,7 +24,8 @@ const PodDirEnv = "KNOTLESS_KWOK_POD_DIR"
 // pod's own /knotless, /workspace, /home/knotless and /tmp (directories
 // under PodDirEnv), chroots there and runs the real shell with the same
 // arguments: the pod's first process (PodHost) and each exec into the pod
-// meet at the same /knotless, as in a pod. Without it, it is the real
+// meet at the same /knotless, as in a pod; with PodUserEnv, as that user
+// (chroot --userspec), who owns the pod's directories. Without it, it is the real
 // shell. /usr is bound without its submounts: inside, /bin/sh is the
 // real shell again.
 const podShellScript = `#!REALSH
@@ -36,8 +41,9 @@ for d in bin sbin lib lib64; do [ -e "/usr/$d" ] && ln -s "usr/$d" "$r/$d"; done
 mkdir -p "$r/knotless" "$r/workspace" "$r/home/knotless" "$r/tmp"
 mount --bind "$p/knotless" "$r/knotless"; mount --bind "$p/workspace" "$r/workspace"
 mount --bind "$p/home" "$r/home/knotless"; mount --bind "$p/tmp" "$r/tmp"
-unset ` + PodDirEnv + `
-cd /; exec /usr/sbin/chroot "$r" /usr/bin/dash "$@"' podshell "$@"
+u=$` + PodUserEnv + `; unset ` + PodDirEnv + ` ` + PodUserEnv + `
+if [ -n "$u" ]; then chown "$u" "$p/knotless" "$p/workspace" "$p/home" "$p/tmp"; set -- --userspec="$u" "$r" /usr/bin/dash "$@"; else set -- "$r" /usr/bin/dash "$@"; fi
+cd /; exec /usr/sbin/chroot "$@"' podshell "$@"
 `
 
 // realShell is a copy of this machine's /bin/sh outside /usr, which
