@@ -283,3 +283,15 @@ bench-deploy: cluster-up
 .PHONY: bench-restart
 bench-restart: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench RunnerPodDeletedToStreamingAgain -benchtime 5x -timeout 30m -v ./test/e2e
+
+# Kube runners against a simulated cluster of 1,000 nodes through 5,000
+# runs (test/kwok, bench/scale): kwok (built once into
+# ~/.cache/knotless/tools) fakes the nodes of a throwaway control plane of
+# its own, never the local cluster's, and the real step agent serves each
+# pod (docs/scaling.md "A simulated cluster of 1,000 nodes"). Needs root and
+# the local cluster's kube binary (cluster-build), not the cluster running.
+# BENCH_SCALE_FLAGS sizes it (e.g. -nodes 10 -runs 20 -matrix 10 -capacity 5
+# -fill 50 -orphans 20, about 30 s once kwok is built).
+.PHONY: bench-scale
+bench-scale: build
+	$(GO) run ./bench/scale -bin $(BIN) $(BENCH_SCALE_FLAGS)
