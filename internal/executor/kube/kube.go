@@ -371,6 +371,7 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 	tick := time.NewTicker(time.Second) // the grace periods pass without events
 	defer tick.Stop()
 	var lastEvents time.Time
+	eventsEvery := time.Duration(0) // the first read: a second after the pod was created
 	for {
 		p, changed := e.pod(name)
 		if p != nil && running(p) {
@@ -383,8 +384,9 @@ func (e *Executor) waitRunning(ctx context.Context, spec executor.Spec, name str
 		}
 		// A scheduled pod whose sandbox the runtime cannot make stays
 		// ContainerCreating for ever; only the kubelet's events say why.
-		if p != nil && scheduled(p) && time.Since(lastEvents) >= sandboxPoll && time.Since(created) >= time.Second {
+		if p != nil && scheduled(p) && time.Since(lastEvents) >= eventsEvery && time.Since(created) >= time.Second {
 			lastEvents = time.Now()
+			eventsEvery = max(sandboxPoll, nextSandboxPoll(eventsEvery))
 			if f := e.sandboxFault(ctx, p, created); f != nil {
 				return nil, f
 			}

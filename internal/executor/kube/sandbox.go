@@ -28,9 +28,24 @@ const eventFailedSandbox = "FailedCreatePodSandBox"
 // fails the same way a minute later.
 const sandboxGrace = time.Minute
 
-// sandboxPoll is how often a scheduled pod that does not run yet has its
-// events read.
+// sandboxPoll is how long after its first read a scheduled pod that does
+// not run yet has its events read again; each later wait doubles, up to
+// sandboxPollMax (nextSandboxPoll). A fixed 3 s made a burst of 100 pods
+// that took ~100 s to start on a loaded node list events 26 times a run
+// (2,641 of the runner's 2,941 requests; docs/scaling.md), a third of
+// the default --kube-api-qps taken from the creates and execs.
 const sandboxPoll = 3 * time.Second
+
+// sandboxPollMax bounds the wait between two reads of a starting pod's
+// events: a sandbox failing past sandboxGrace ends its run at most this
+// much later.
+const sandboxPollMax = 24 * time.Second
+
+// nextSandboxPoll is the wait after one of every: twice it, at most
+// sandboxPollMax.
+func nextSandboxPoll(every time.Duration) time.Duration {
+	return min(2*every, sandboxPollMax)
+}
 
 // missingHandler matches a container runtime's refusal of a RuntimeClass
 // handler it does not have: containerd 1.6–2.x say `failed to get sandbox
