@@ -426,3 +426,41 @@ func TestLimits_LongPollAfterABodyOutlivesTheBodyDeadline(t *testing.T) {
 		t.Fatalf("claim waiting 2s: answered after %s with %+v; want after ~2s with no run", took, out.Run)
 	}
 }
+
+// Before, past --max-conns a new connection waited unanswered in the
+// listen queue while every connection held a long poll: a runner's next
+// claim hung until its own timeout, told nothing. It is answered at once
+// now: 503, Retry-After, and the limit's name, which knotless-run logs and
+// backs off from.
+func TestLimits_ARunnerPastMaxConnsIsToldAtOnceWith503NamingTheLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, servertest.Options{Limits: server.Limits{MaxConns: 3}})
+	run := queueOne(t, f, "runners: [elsewhere]\n")
+	r := f.RegisterRunner(t, f.repo, "r1", nil, true)
+	r.Client.HTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 {
+		longPoll(ctx, f, "127.0.0.2", run.ID)
+	}
+	var last error
+	var took time.Duration
+	ok := false
+	deadline := time.Now().Add(15 * time.Second)
+	for !ok && time.Now().Before(deadline) {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
+		var out api.ClaimOutput
+		last = r.Client.Procedure(cctx, api.MethodClaim, api.ClaimInput{Wait: 0}, &out)
+		took = time.Since(start)
+		ccancel()
+		var e *api.Error
+		ok = errors.As(last, &e) && e.Status == http.StatusServiceUnavailable &&
+			strings.Contains(e.Message, "--max-conns)") && took < time.Second
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !ok {
+		t.Fatalf("claim while 3 long polls hold --max-conns 3: %v after %s; want 503 naming --max-conns within a second", last, took.Round(time.Millisecond))
+	}
+	cancel()
+}
