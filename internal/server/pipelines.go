@@ -352,6 +352,11 @@ func (s *Server) afterPush(ctx context.Context, repo store.Repo, actor string, b
 			continue
 		}
 		lines = append(lines, pipelineLine(at, p, runs))
+		for _, r := range runs {
+			if r.Reason == api.ReasonWorkflowInvalid { // its first problem at FILE:LINE:COL, as lint says it
+				lines = append(lines, "  "+r.Message)
+			}
+		}
 		for _, n := range notes {
 			lines = append(lines, "  "+n)
 		}

@@ -168,11 +168,6 @@ func (s *Server) fireSchedule(ctx context.Context, sc store.Schedule, now time.T
 		next = now.AddDate(5, 0, 0)
 	}
 	if problem := s.tooOften(spec, now); problem != "" {
-		// Looked at again hourly: a server started with a lower
-		// --schedule-min-interval runs it from then on.
-		if hour := now.Add(time.Hour); next.Before(hour) {
-			next = hour
-		}
 		return s.skipSchedule(ctx, sc, next, problem)
 	}
 	repo, err := s.repoByFullName(ctx, sc.Repo)
@@ -183,20 +178,15 @@ func (s *Server) fireSchedule(ctx context.Context, sc store.Schedule, now time.T
 	if err != nil {
 		return false, err
 	}
-	branch, ref, sha, problem := s.scheduleBranch(ctx, dir, sc.Branch)
-	if problem != "" {
-		return s.skipSchedule(ctx, sc, next, problem)
-	}
-	files, notes, err := s.workflowsAt(ctx, dir, sha)
+	tgt, problem, err := s.scheduleTarget(ctx, dir, sc.ScheduleKey, nil)
 	if err != nil {
 		return false, err
 	}
-	parsed := parseAll(files)
-	if problem := scheduledWorkflowProblem(parsed, sc.Workflow, branch); problem != "" {
+	if problem != "" {
 		return s.skipSchedule(ctx, sc, next, problem)
 	}
-	ev := workflow.Event{Kind: workflow.EventSchedule, Ref: ref}
-	planned := planRuns(parsed, ev, false, func(pw parsedWorkflow) bool { return pw.Path == sc.Workflow })
+	ev := workflow.Event{Kind: workflow.EventSchedule, Ref: tgt.ref}
+	planned := planRuns(tgt.parsed, ev, false, func(pw parsedWorkflow) bool { return pw.Path == sc.Workflow })
 	head := []string{fmt.Sprintf("Scheduled by %s in %s, due %s.", describeCron(sc.ScheduleKey), sc.Workflow, utcMinute(due))}
 	if missed > 0 {
 		head = append(head, fmt.Sprintf("%d earlier %s passed while no server could start %s; only the latest runs.",
@@ -206,8 +196,8 @@ func (s *Server) fireSchedule(ctx context.Context, sc store.Schedule, now time.T
 		(*h)(sc.ID)
 	}
 	fire := &store.ScheduleFire{ID: sc.ID, Expected: sc.NextAt, Due: due, Next: next}
-	p, runs, err := s.createPipeline(ctx, repo, ref, sha, api.EventSchedule,
-		trigger{actor: api.ScheduleActor, notes: append(head, notes...), schedule: fire}, planned)
+	p, runs, err := s.createPipeline(ctx, repo, tgt.ref, tgt.sha, api.EventSchedule,
+		trigger{actor: api.ScheduleActor, notes: append(head, tgt.notes...), schedule: fire}, planned)
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil // another replica fired this time
 	}
@@ -233,36 +223,61 @@ func (s *Server) skipSchedule(ctx context.Context, sc store.Schedule, next time.
 }
 
 // tooOften is why spec may not run on this server (due more often than
-// Schedules.MinInterval), or "".
+// Schedules.MinInterval), or "". Each replica decides with its own
+// setting, so replicas should share one.
 func (s *Server) tooOften(spec *schedule.Spec, now time.Time) string {
 	least := s.cfg.Schedules.MinInterval
 	if iv := spec.MinInterval(now); iv > 0 && iv < least {
-		return fmt.Sprintf("it is due every %s at times, more often than this server runs a schedule (every %s at most: knotless-server --schedule-min-interval); it does not run",
+		return fmt.Sprintf("due as often as every %s, more often than this server allows (at most every %s: knotless-server --schedule-min-interval)",
 			units.FormatDuration(iv), units.FormatDuration(least))
 	}
 	return ""
 }
 
-// scheduleBranch resolves a schedule's branch ("" is the default branch)
-// to its ref and tip commit; problem says why it cannot (no such branch).
-func (s *Server) scheduleBranch(ctx context.Context, dir, branch string) (name, ref, sha, problem string) {
-	if branch == "" {
+// target is where a schedule runs now: its branch, the tip's ref and
+// commit, and the workflows there (with their notes, workflowsAt's).
+type target struct {
+	branch, ref, sha string
+	parsed           []parsedWorkflow
+	notes            []string
+}
+
+// scheduleTarget finds where schedule k runs now: the tip of its branch
+// ("" is the default branch) and the workflows there. problem says why it
+// cannot run there (no default branch, no such branch, no such file, or a
+// copy without on.schedule); err is a failure to read git. tips, when
+// not nil, keeps what was read by commit for the next call.
+func (s *Server) scheduleTarget(ctx context.Context, dir string, k store.ScheduleKey, tips map[string]*target) (t *target, problem string, err error) {
+	t = &target{branch: k.Branch}
+	if t.branch == "" {
 		out, err := s.git(ctx, dir, "symbolic-ref", "HEAD")
 		if err != nil {
-			return "", "", "", "the repository has no default branch"
+			return t, "the repository has no default branch", nil
 		}
-		branch = strings.TrimPrefix(strings.TrimSpace(string(out)), "refs/heads/")
+		t.branch = strings.TrimPrefix(strings.TrimSpace(string(out)), "refs/heads/")
 	}
-	ref = "refs/heads/" + branch
-	out, err := s.git(ctx, dir, "show-ref", "--verify", "--hash", "--", ref)
+	t.ref = "refs/heads/" + t.branch
+	out, err := s.git(ctx, dir, "show-ref", "--verify", "--hash", "--", t.ref)
 	if err != nil {
-		return branch, ref, "", fmt.Sprintf("branch %s does not exist: its times are skipped until it is pushed", api.VisibleText(branch))
+		return t, fmt.Sprintf("branch %s does not exist: its times are skipped until it is pushed", api.VisibleText(t.branch)), nil
 	}
 	sha, ok := s.commitOf(ctx, dir, strings.TrimSpace(string(out)))
 	if !ok {
-		return branch, ref, "", fmt.Sprintf("branch %s does not point at a commit", api.VisibleText(branch))
+		return t, fmt.Sprintf("branch %s does not point at a commit", api.VisibleText(t.branch)), nil
 	}
-	return branch, ref, sha, ""
+	if known := tips[sha]; known != nil {
+		t.sha, t.parsed, t.notes = sha, known.parsed, known.notes
+	} else {
+		files, notes, err := s.workflowsAt(ctx, dir, sha)
+		if err != nil {
+			return t, "", err
+		}
+		t.sha, t.parsed, t.notes = sha, parseAll(files), notes
+		if tips != nil {
+			tips[sha] = t
+		}
+	}
+	return t, scheduledWorkflowProblem(t.parsed, k.Workflow, t.branch), nil
 }
 
 // scheduledWorkflowProblem is why the file at wfPath on branch cannot be
@@ -281,13 +296,13 @@ func scheduledWorkflowProblem(parsed []parsedWorkflow, wfPath, branch string) st
 	return fmt.Sprintf("there is no %s on branch %s", wfPath, api.VisibleText(branch))
 }
 
-// describeCron writes a schedule for people: "`0 3 * * *` (UTC)".
+// describeCron writes a schedule for people: `"0 3 * * *" (UTC)`.
 func describeCron(k store.ScheduleKey) string {
 	zone := k.TimeZone
 	if zone == "" {
 		zone = "UTC"
 	}
-	return fmt.Sprintf("`%s` (%s)", api.VisibleText(k.Cron), api.VisibleText(zone))
+	return fmt.Sprintf("%q (%s)", api.VisibleText(k.Cron), api.VisibleText(zone))
 }
 
 // utcMinute writes a due time as "2026-12-08 03:00 UTC".
@@ -306,66 +321,89 @@ func (s *Server) pushSchedules(ctx context.Context, repo store.Repo, dir, at str
 
 // syncSchedules stores the schedules of parsed, the workflows at the tip
 // of repo's default branch, and returns what the pusher should read: each
-// schedule's next time, or why it does not run. A file that does not parse
-// keeps the schedules it had, so a typo neither drops nor resets them.
+// schedule's next time, that it is paused, or why it does not run. A file
+// that does not parse keeps the schedules it had (and a line says so), so
+// a typo neither drops nor resets them.
 func (s *Server) syncSchedules(ctx context.Context, repo store.Repo, dir string, parsed []parsedWorkflow) ([]string, error) {
 	now := s.now()
 	old, err := s.store.Schedules(ctx, repo.ID)
 	if err != nil {
 		return nil, err
 	}
-	broken := map[string]bool{}
+	broken := map[string]int{} // path → schedules it keeps
+	at := map[store.ScheduleKey]string{}
 	var want []store.NewSchedule
-	var lines []string
 	for _, pw := range parsed {
 		if pw.Err != nil {
-			broken[pw.Path] = true
+			broken[pw.Path] = 0
 			continue
 		}
 		for _, st := range pw.WF.On.Schedule {
-			ns, line := s.newSchedule(ctx, dir, pw.Path, st, now)
+			ns := newSchedule(pw.Path, st, now)
 			want = append(want, ns)
-			lines = append(lines, line)
+			at[ns.ScheduleKey] = fmt.Sprintf("%s:%d:%d: schedule %s", pw.Path, st.Line, st.Column, describeCron(ns.ScheduleKey))
 		}
 	}
 	for _, sc := range old {
-		if broken[sc.Workflow] {
+		if n, ok := broken[sc.Workflow]; ok {
+			broken[sc.Workflow] = n + 1
 			want = append(want, store.NewSchedule{ScheduleKey: sc.ScheduleKey, NextAt: sc.NextAt, Problem: sc.Problem})
 		}
 	}
 	if len(want) == 0 && len(old) == 0 {
 		return nil, nil
 	}
-	if _, err := s.store.SyncSchedules(ctx, repo.ID, want); err != nil {
+	rows, err := s.store.SyncSchedules(ctx, repo.ID, want)
+	if err != nil {
 		return nil, err
 	}
 	s.schedulesChanged(repo.ID)
+	var lines []string
+	tips := map[string]*target{}
+	for _, sc := range rows {
+		if where, ok := at[sc.ScheduleKey]; ok {
+			lines = append(lines, where+": "+s.scheduleState(ctx, dir, sc, now, tips))
+		}
+	}
+	for _, pw := range parsed {
+		if n := broken[pw.Path]; n > 0 {
+			lines = append(lines, fmt.Sprintf("%s does not parse, so its %d %s until it does (knotless workflow lint)",
+				pw.Path, n, plural(n, "schedule stays as it was", "schedules stay as they were")))
+		}
+	}
 	return lines, nil
 }
 
 // newSchedule makes the stored form of one on.schedule entry of the file
-// at wfPath, and the push's line about it.
-func (s *Server) newSchedule(ctx context.Context, dir, wfPath string, st workflow.ScheduleTrigger, now time.Time) (store.NewSchedule, string) {
+// at wfPath: its first time after now (the workflow parser checked the
+// expression; a zone this host lacks is the schedule's problem).
+func newSchedule(wfPath string, st workflow.ScheduleTrigger, now time.Time) store.NewSchedule {
 	zone := st.TimeZone
 	if zone == "" {
 		zone = "UTC"
 	}
 	ns := store.NewSchedule{ScheduleKey: store.ScheduleKey{Workflow: wfPath, Cron: st.Cron, TimeZone: zone, Branch: st.Branch}}
-	at := fmt.Sprintf("%s:%d:%d: schedule %s", wfPath, st.Line, st.Column, describeCron(ns.ScheduleKey))
 	spec, err := schedule.Parse(st.Cron, zone, now)
-	if err != nil { // the workflow parser checked it: a zone this host lacks
+	if err != nil {
 		ns.NextAt, ns.Problem = now.AddDate(5, 0, 0), err.Error()
-		return ns, at + ": " + err.Error()
+		return ns
 	}
 	ns.NextAt = spec.Next(now)
-	if ns.Problem = s.tooOften(spec, now); ns.Problem != "" {
-		return ns, at + ": " + ns.Problem
+	return ns
+}
+
+// scheduleState says in words what sc does next, as a push line ends:
+// "next run 2026-12-08 03:00 UTC on main", "paused by alice since ...",
+// or "not running: WHY".
+func (s *Server) scheduleState(ctx context.Context, dir string, sc store.Schedule, now time.Time, tips map[string]*target) string {
+	a := s.apiSchedule(ctx, dir, sc, now, tips)
+	switch {
+	case a.Paused:
+		return fmt.Sprintf("paused by %s since %s (knotless schedule resume %d --repo %s)", a.PausedBy, utcMinute(*a.PausedAt), a.ID, a.Repo)
+	case a.Problem != "":
+		return "not running: " + a.Problem
 	}
-	branch, _, _, problem := s.scheduleBranch(ctx, dir, st.Branch)
-	if problem != "" {
-		return ns, at + ": " + problem
-	}
-	return ns, fmt.Sprintf("%s: next run %s on %s", at, utcMinute(ns.NextAt), api.VisibleText(branch))
+	return fmt.Sprintf("next run %s on %s", utcMinute(*a.NextAt), api.VisibleText(a.Branch))
 }
 
 // listSchedules answers api.MethodListSchedules.
@@ -385,33 +423,36 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request, a store.A
 	}
 	out := api.ScheduleList{Schedules: make([]api.Schedule, 0, len(rows)),
 		MinIntervalSeconds: int64(s.cfg.Schedules.MinInterval / time.Second)}
+	now, tips := s.now(), map[string]*target{}
 	for _, sc := range rows {
-		out.Schedules = append(out.Schedules, s.apiSchedule(ctx, dir, sc))
+		out.Schedules = append(out.Schedules, s.apiSchedule(ctx, dir, sc, now, tips))
 	}
 	return writeJSON(w, out)
 }
 
-// apiSchedule converts a stored schedule, saying why it cannot run now
-// (due too often for this server, or its branch is missing) where that
-// holds today even if its last time ran.
-func (s *Server) apiSchedule(ctx context.Context, dir string, sc store.Schedule) api.Schedule {
+// apiSchedule converts a stored schedule. Its Problem is why it cannot
+// run now, checked now (a zone this host lacks, due too often for this
+// server, its branch or file missing there, or the file without
+// on.schedule), never a stale reason of an earlier time; then it has no
+// NextAt, nor while paused.
+func (s *Server) apiSchedule(ctx context.Context, dir string, sc store.Schedule, now time.Time, tips map[string]*target) api.Schedule {
 	out := api.Schedule{ID: sc.ID, Repo: sc.Repo, Workflow: sc.Workflow, Cron: sc.Cron, TimeZone: sc.TimeZone,
-		LastAt: sc.LastAt, LastPipeline: sc.LastPipelineID, Problem: sc.Problem,
+		LastAt: sc.LastAt, LastPipeline: sc.LastPipelineID,
 		Paused: sc.Paused, PausedBy: sc.PausedBy, PausedAt: sc.PausedAt}
-	next := sc.NextAt
-	branch, _, _, problem := s.scheduleBranch(ctx, dir, sc.Branch)
-	out.Branch = branch
-	if problem != "" {
-		out.Problem = problem
+	tgt, problem, err := s.scheduleTarget(ctx, dir, sc.ScheduleKey, tips)
+	out.Branch = tgt.branch
+	if err != nil {
+		problem = "its branch could not be read: the server's log says why"
+		s.log.Warn("read a schedule's branch", "schedule", sc.ID, "repo", sc.Repo, "err", err)
 	}
-	if spec, err := schedule.Parse(sc.Cron, sc.TimeZone, s.now()); err != nil {
-		out.Problem = err.Error()
-		next = time.Time{}
-	} else if p := s.tooOften(spec, s.now()); p != "" {
-		out.Problem = p
-		next = time.Time{}
+	if spec, err := schedule.Parse(sc.Cron, sc.TimeZone, now); err != nil {
+		problem = err.Error()
+	} else if p := s.tooOften(spec, now); p != "" {
+		problem = p
 	}
-	if !sc.Paused && !next.IsZero() {
+	out.Problem = problem
+	if !sc.Paused && problem == "" {
+		next := sc.NextAt
 		out.NextAt = &next
 	}
 	return out
@@ -455,5 +496,5 @@ func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request, a store.A
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, s.apiSchedule(ctx, dir, sc))
+	return writeJSON(w, s.apiSchedule(ctx, dir, sc, now, nil))
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -79,7 +80,7 @@ func TestSchedules_ADueTimeStartsOnePipelineMarkedAsScheduled(t *testing.T) {
 	if sc.NextAt == nil || sc.NextAt.UTC().Hour() != 3 || sc.NextAt.Minute() != 0 || !sc.NextAt.After(clock.Now()) || sc.Branch != "main" {
 		t.Fatalf("schedule after the push: %+v", sc)
 	}
-	if want := "nightly.yml:3:7: schedule `0 3 * * *` (UTC): next run " + sc.NextAt.UTC().Format("2006-01-02 15:04 UTC") + " on main"; !strings.Contains(out, want) {
+	if want := "nightly.yml:3:7: schedule \"0 3 * * *\" (UTC): next run " + sc.NextAt.UTC().Format("2006-01-02 15:04 UTC") + " on main"; !strings.Contains(out, want) {
 		t.Errorf("the push does not say %q:\n%s", want, out)
 	}
 	if n := fire(t, f.Server.Server); n != 0 || len(f.runs(t)) != 0 {
@@ -97,7 +98,7 @@ func TestSchedules_ADueTimeStartsOnePipelineMarkedAsScheduled(t *testing.T) {
 	if r.Event != api.EventSchedule || r.Actor != api.ScheduleActor || r.Ref != "refs/heads/main" || r.State != api.StateQueued {
 		t.Errorf("the scheduled run: event %q actor %q ref %q state %q", r.Event, r.Actor, r.Ref, r.State)
 	}
-	if want := "Scheduled by `0 3 * * *` (UTC) in .knotless/workflows/nightly.yml, due " + due.UTC().Format("2006-01-02 15:04 UTC") + "."; len(r.PipelineNotes) == 0 || r.PipelineNotes[0] != want {
+	if want := "Scheduled by \"0 3 * * *\" (UTC) in .knotless/workflows/nightly.yml, due " + due.UTC().Format("2006-01-02 15:04 UTC") + "."; len(r.PipelineNotes) == 0 || r.PipelineNotes[0] != want {
 		t.Errorf("the pipeline's notes %q, want first %q", r.PipelineNotes, want)
 	}
 	sc = f.oneSchedule(t)
@@ -137,12 +138,12 @@ func TestSchedules_AScheduleDueMoreOftenThanTheServerAllowsNeverRuns(t *testing.
 	f, clock := scheduleFixture(t, servertest.Options{})
 	wf := "on:\n  push: {branches: []}\n  schedule:\n    - cron: \"*/2 * * * *\"\nsteps:\n  - run: echo often\n"
 	out := f.PushDirOutput(t, servertest.WorkTree(t, map[string]string{".knotless/workflows/often.yml": wf}), f.repo, f.token, "HEAD:refs/heads/main")
-	const want = "often.yml:4:7: schedule `*/2 * * * *` (UTC): it is due every 2m at times, more often than this server runs a schedule (every 5m at most: knotless-server --schedule-min-interval); it does not run"
+	const want = "often.yml:4:7: schedule \"*/2 * * * *\" (UTC): not running: due as often as every 2m, more often than this server allows (at most every 5m: knotless-server --schedule-min-interval)"
 	if !strings.Contains(out, want) {
 		t.Errorf("the push does not say %q:\n%s", want, out)
 	}
 	sc := f.oneSchedule(t)
-	if sc.NextAt != nil || !strings.Contains(sc.Problem, "more often than this server runs a schedule") {
+	if sc.NextAt != nil || !strings.Contains(sc.Problem, "more often than this server allows") {
 		t.Errorf("the refused schedule is listed as %+v", sc)
 	}
 	clock.Advance(10 * time.Minute)
@@ -153,27 +154,34 @@ func TestSchedules_AScheduleDueMoreOftenThanTheServerAllowsNeverRuns(t *testing.
 
 // A schedule on a branch that does not exist says so on the push and in
 // the list; its due time is skipped (no run, the reason kept) and, once
-// the branch is pushed, its next time runs on that branch with that
-// branch's copy of the workflow. Pins: a schedule silently never
-// running.
+// the branch is pushed, the list says so at once (not at its next time)
+// and its next time runs on that branch with that branch's copy of the
+// workflow. Pins: a schedule silently never running, and a stale reason
+// shown until the next due time.
 func TestSchedules_AScheduleOnAMissingBranchSaysSoAndRunsOnceItExists(t *testing.T) {
 	f, clock := scheduleFixture(t, servertest.Options{})
 	dir := servertest.WorkTree(t, map[string]string{".knotless/workflows/nightly.yml": nightly("release")})
 	out := f.PushDirOutput(t, dir, f.repo, f.token, "HEAD:refs/heads/main")
-	if !strings.Contains(out, "schedule `0 3 * * *` (UTC): branch release does not exist: its times are skipped until it is pushed") {
+	if !strings.Contains(out, "schedule \"0 3 * * *\" (UTC): not running: branch release does not exist: its times are skipped until it is pushed") {
 		t.Errorf("the push does not name the missing branch:\n%s", out)
 	}
 	sc := f.oneSchedule(t)
-	advanceTo(clock, *sc.NextAt)
+	if sc.NextAt != nil || !strings.Contains(sc.Problem, "branch release does not exist") {
+		t.Errorf("listed before its time: %+v", sc)
+	}
+	clock.Advance(25 * time.Hour)
 	if fire(t, f.Server.Server); len(f.runs(t)) != 0 {
 		t.Fatalf("a schedule on a missing branch started a run")
 	}
-	if sc = f.oneSchedule(t); !strings.Contains(sc.Problem, "branch release does not exist") || sc.LastAt != nil {
+	if sc = f.oneSchedule(t); !strings.Contains(sc.Problem, "branch release does not exist") || sc.LastAt != nil || sc.NextAt != nil {
 		t.Errorf("after the skipped time: %+v", sc)
 	}
 	servertest.Commit(t, dir, map[string]string{"marker": "release's own"}, "release")
 	f.push(t, dir, "HEAD:refs/heads/release")
-	advanceTo(clock, *f.oneSchedule(t).NextAt)
+	if sc = f.oneSchedule(t); sc.Problem != "" || sc.NextAt == nil {
+		t.Fatalf("right after release was pushed, the list still says %q (next %v)", sc.Problem, sc.NextAt)
+	}
+	advanceTo(clock, *sc.NextAt)
 	fire(t, f.Server.Server)
 	runs := f.runs(t)
 	if len(runs) != 1 || runs[0].Ref != "refs/heads/release" || runs[0].Event != api.EventSchedule {
@@ -282,5 +290,66 @@ func TestSchedules_TheScheduleActorIsNoAccountsHandle(t *testing.T) {
 	err := f.Admin().Procedure(context.Background(), api.MethodCreateAccount, api.CreateAccountInput{Handle: api.ScheduleActor}, nil)
 	if err == nil || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("creating an account named %q: %v", api.ScheduleActor, err)
+	}
+}
+
+// A schedule a server refused as due too often runs at its next time
+// once a server allowing it (a lower --schedule-min-interval) starts on
+// the same data: the refusal moves it to its next time only, and the list
+// of the new server shows no stale refusal. Pins: a refused time moved an
+// hour ahead, so that the schedule stayed off for an hour after the limit
+// was lowered, and the list kept saying the old server's limit.
+func TestSchedules_ARefusedScheduleRunsOnceTheLimitAllowsIt(t *testing.T) {
+	clock := &servertest.Clock{}
+	strict := servertest.Options{Clock: clock, Schedules: server.Schedules{Recheck: time.Hour}}
+	f := newFixture(t, strict)
+	wf := "on:\n  schedule:\n    - cron: \"*/2 * * * *\"\nsteps:\n  - run: echo often\n"
+	f.push(t, servertest.WorkTree(t, map[string]string{".knotless/workflows/often.yml": wf}), "HEAD:refs/heads/main")
+	clock.Advance(3 * time.Minute)
+	fire(t, f.Server.Server)
+	if len(f.runs(t)) != 0 {
+		t.Fatalf("the strict server ran a schedule due every 2m")
+	}
+	f.Stop()
+
+	lenient := strict
+	lenient.DataDir, lenient.Schedules.MinInterval = f.DataDir, time.Minute
+	g := &fixture{Server: servertest.Start(t, lenient), token: f.token, repo: f.repo}
+	sc := g.oneSchedule(t)
+	if sc.Problem != "" || sc.NextAt == nil || sc.NextAt.Sub(clock.Now()) > 2*time.Minute {
+		t.Fatalf("on the lenient server the schedule is listed as %+v (now %v)", sc, clock.Now())
+	}
+	advanceTo(clock, *sc.NextAt)
+	if n := fire(t, g.Server.Server); n != 1 {
+		t.Fatalf("the lenient server started %d pipelines at the schedule's next time, want 1", n)
+	}
+}
+
+// A push of the default branch says a paused schedule is paused (and how
+// to resume it), not a next run it will not make; a file that does not
+// parse says its schedules stay as they were. Pins: "next run ..." said
+// for a paused schedule, and a typo's schedules kept without a word.
+func TestSchedules_APushSaysAPausedScheduleIsPausedAndABrokenFileKeepsItsSchedules(t *testing.T) {
+	f, _ := scheduleFixture(t, servertest.Options{})
+	dir := servertest.WorkTree(t, map[string]string{".knotless/workflows/nightly.yml": nightly("")})
+	f.push(t, dir, "HEAD:refs/heads/main")
+	sc := f.oneSchedule(t)
+	if err := f.alice().Procedure(context.Background(), api.MethodPauseSchedule, api.PauseScheduleInput{Repo: f.repo, ID: sc.ID, Paused: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	servertest.Commit(t, dir, map[string]string{"README": "more"}, "more")
+	out := f.PushDirOutput(t, dir, f.repo, f.token, "HEAD:refs/heads/main")
+	if want := "schedule \"0 3 * * *\" (UTC): paused by alice since "; !strings.Contains(out, want) ||
+		!strings.Contains(out, fmt.Sprintf("(knotless schedule resume %d --repo alice/app)", sc.ID)) || strings.Contains(out, "next run") {
+		t.Errorf("the push after a pause says:\n%s", out)
+	}
+	servertest.Commit(t, dir, map[string]string{".knotless/workflows/nightly.yml": "on:\n  schedule:\n    - cron: \"0 25 * * *\"\nsteps:\n  - run: echo\n"}, "typo")
+	out = f.PushDirOutput(t, dir, f.repo, f.token, "HEAD:refs/heads/main")
+	if !strings.Contains(out, ".knotless/workflows/nightly.yml does not parse, so its 1 schedule stays as it was until it does") ||
+		!strings.Contains(out, `.knotless/workflows/nightly.yml:3:13: schedule 1 cron: "0 25 * * *"`) {
+		t.Errorf("the push of a broken file says:\n%s", out)
+	}
+	if sc = f.oneSchedule(t); !sc.Paused || sc.Cron != "0 3 * * *" {
+		t.Errorf("the broken file's schedule after the push: %+v", sc)
 	}
 }

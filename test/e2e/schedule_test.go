@@ -28,7 +28,7 @@ const minuteLayout = "2006-01-02 15:04 UTC"
 
 var (
 	// nextRunSaid is the push's line about the schedule's next time.
-	nextRunSaid = regexp.MustCompile("schedule `\\* \\* \\* \\* \\*` \\(UTC\\): next run (\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC) on main")
+	nextRunSaid = regexp.MustCompile(`schedule "\* \* \* \* \*" \(UTC\): next run (\d{4}-\d\d-\d\d \d\d:\d\d UTC) on main`)
 	// dueNote is the due time in a scheduled pipeline's notes.
 	dueNote = regexp.MustCompile(`, due (\d{4}-\d\d-\d\d \d\d:\d\d UTC)\.`)
 	// listedNext and listedLast are knotless schedule list's NEXT and LAST.

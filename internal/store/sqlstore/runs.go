@@ -22,6 +22,13 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 	var ids []int64
 	err := d.tx(ctx, func(tx querier) error {
 		ids = make([]int64, 0, len(np.Runs)) // empty again when the transaction is retried
+		if np.Schedule != nil {
+			// First: a replica that lost the race takes no pipeline id
+			// (a gap in the numbers).
+			if err := fireSchedule(ctx, tx, np.RepoID, np.Schedule); err != nil {
+				return err
+			}
+		}
 		err := tx.QueryRowContext(ctx,
 			`INSERT INTO pipelines (repo_id, ref, sha, event, before_sha, actor, created_at, notes, rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			np.RepoID, np.Ref, np.SHA, np.Event, np.BeforeSHA, np.Actor, now, notesArg(np.Notes), np.RerunOf).Scan(&pid)
@@ -29,8 +36,8 @@ func (d *DB) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pi
 			return fmt.Errorf("insert pipeline: %w", err)
 		}
 		if np.Schedule != nil {
-			if err := fireSchedule(ctx, tx, np.RepoID, pid, np.Schedule); err != nil {
-				return err
+			if _, err := tx.ExecContext(ctx, `UPDATE schedules SET last_pipeline_id = ? WHERE id = ?`, pid, np.Schedule.ID); err != nil {
+				return fmt.Errorf("record schedule %d's pipeline: %w", np.Schedule.ID, err)
 			}
 		}
 		for _, r := range np.Runs {

@@ -190,17 +190,17 @@ func (d *DB) PauseSchedule(ctx context.Context, id int64, paused bool, by string
 	return s, err
 }
 
-// fireSchedule moves schedule f.ID's NextAt from f.Expected to f.Next for
-// pipeline pid of repoID, in CreatePipeline's transaction tx: ErrConflict
+// fireSchedule moves schedule f.ID's NextAt from f.Expected to f.Next (of
+// repository repoID), first in CreatePipeline's transaction tx: ErrConflict
 // when the schedule is paused, gone, or its NextAt is no longer Expected
 // (another replica fired or skipped that time), which rolls back the whole
 // pipeline. On PostgreSQL the UPDATE takes the row's lock: a second
 // replica firing the same time waits for the first to end, then fails to
 // serialize and runs again (DB.tx), and then finds NextAt moved.
-func fireSchedule(ctx context.Context, tx querier, repoID, pid int64, f *store.ScheduleFire) error {
-	res, err := tx.ExecContext(ctx, `UPDATE schedules SET next_at = ?, last_at = ?, last_pipeline_id = ?, problem = ''
+func fireSchedule(ctx context.Context, tx querier, repoID int64, f *store.ScheduleFire) error {
+	res, err := tx.ExecContext(ctx, `UPDATE schedules SET next_at = ?, last_at = ?, problem = ''
 		WHERE id = ? AND repo_id = ? AND next_at = ? AND NOT paused`,
-		ms(f.Next), ms(f.Due), pid, f.ID, repoID, ms(f.Expected))
+		ms(f.Next), ms(f.Due), f.ID, repoID, ms(f.Expected))
 	if err != nil {
 		return fmt.Errorf("fire schedule %d: %w", f.ID, err)
 	}
