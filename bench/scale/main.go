@@ -52,6 +52,9 @@ type Report struct {
 	// to its pod seen Running (this program's informer).
 	QueuedToRunningP50, QueuedToRunningP99 float64
 	Matched                                int
+	// DeliveryP50/P99 (ms): the step agent's delivery into the pod and
+	// its connection (the executor's setup log), over the first exec.
+	DeliveryP50, DeliveryP99 float64
 	// RequestsPerRun is the runners' API requests per run; ByVerb renders
 	// them by verb and resource.
 	RequestsPerRun float64
@@ -204,6 +207,7 @@ func printReport(r *Report) {
 	fmt.Printf("runs succeeded %d of %d final, in %.1f s\n", r.Succeeded, r.Final, r.RunsSeconds)
 	fmt.Printf("pods created per second %.1f (peak %d in one second)\n", r.PodsPerSecond, r.PeakPodsPerSecond)
 	fmt.Printf("queued -> Running p50 %.0f ms, p99 %.0f ms (%d runs matched to their pod)\n", r.QueuedToRunningP50, r.QueuedToRunningP99, r.Matched)
+	fmt.Printf("agent delivered and connected p50 %.0f ms, p99 %.0f ms\n", r.DeliveryP50, r.DeliveryP99)
 	fmt.Printf("API requests per run %.2f: %s\n", r.RequestsPerRun, r.ByVerb)
 	if r.Fill > 0 {
 		fmt.Printf("runner RSS idle %d KiB, with %d pods of its label %d KiB\n", r.RSSIdleKB, r.Fill, r.RSSFilledKB)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,6 +109,31 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// deliveries reads, from the server's stored setup logs (DATA/logs/RUN/0.log)
+// of runs, the kube executor's "step agent ... delivered (N MB) and
+// connected in D" line: the agent's delivery over the first exec, through
+// the API server and kwok's server to the pod.
+func deliveries(data string, runs []int64) []time.Duration {
+	var ds []time.Duration
+	for _, id := range runs {
+		b, err := os.ReadFile(filepath.Join(data, "logs", strconv.FormatInt(id, 10), "0.log"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			_, after, ok := strings.Cut(l, ") and connected in ")
+			if !ok || !strings.Contains(l, "step agent") {
+				continue
+			}
+			f, _, _ := strings.Cut(after, ";")
+			if d, err := time.ParseDuration(f); err == nil {
+				ds = append(ds, d)
+			}
+		}
+	}
+	return ds
 }
 
 // rssKB returns VmRSS of pid in KiB (/proc/PID/status).

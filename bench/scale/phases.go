@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -152,33 +153,52 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("runs not final: %d pipelines left, %d runs final", len(pipelines), r.Final)
+			// The figures of the runs that ended, then the error.
+			measureRuns(runs, host, r, filepath.Join(w.dir, "server"))
+			_ = measureRequests(cp, t0, r.Final, r)
+			return fmt.Errorf("runs not final: %d pipelines left, %d runs final (figures above are over those)", len(pipelines), r.Final)
 		}
 		if time.Since(lastProgress) > 10*time.Second {
 			progress("%d of %d runs final, %d pods started", r.Final, len(runs), host.Started())
 			lastProgress = time.Now()
 		}
-		time.Sleep(time.Second)
+		time.Sleep(5 * time.Second) // asking more often loads the server the runs need
 	}
 	r.RunsSeconds = time.Since(t0).Seconds()
-	measureRuns(runs, host, r)
+	measureRuns(runs, host, r, filepath.Join(w.dir, "server"))
 	time.Sleep(2 * time.Second) // the audit log's batch
-	counts, creates, err := requests(cp.AuditLog, kwok.RunnerUser, t0, time.Now())
-	if err != nil {
+	if err := measureRequests(cp, t0, len(runs), r); err != nil {
 		return err
 	}
-	r.RequestsPerRun = float64(total(counts)) / float64(len(runs))
-	r.ByVerb = perRun(counts, len(runs))
-	r.PodsPerSecond, r.PeakPodsPerSecond = createRate(creates)
 	if r.Succeeded != len(runs) {
 		return fmt.Errorf("%d of %d runs succeeded", r.Succeeded, len(runs))
 	}
 	return nil
 }
 
+// measureRequests reads the runners' requests since t0 from the audit
+// log: per run (of runs) and the pod creates' rate.
+func measureRequests(cp *kwok.ControlPlane, t0 time.Time, runs int, r *Report) error {
+	counts, creates, err := requests(cp.AuditLog, kwok.RunnerUser, t0, time.Now())
+	if err != nil {
+		return err
+	}
+	r.RequestsPerRun = float64(total(counts)) / float64(max(runs, 1))
+	r.ByVerb = perRun(counts, max(runs, 1))
+	r.PodsPerSecond, r.PeakPodsPerSecond = createRate(creates)
+	return nil
+}
+
 // measureRuns matches each run to its pod (label knotless.dev/run holds
 // the run's id) and takes queued -> Running.
-func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report) {
+func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report, data string) {
+	ids := make([]int64, len(runs))
+	for i, run := range runs {
+		ids[i] = run.ID
+	}
+	dl := deliveries(data, ids)
+	r.DeliveryP50 = float64(percentile(dl, 50).Microseconds()) / 1000
+	r.DeliveryP99 = float64(percentile(dl, 99).Microseconds()) / 1000
 	byRun := map[string]time.Time{}
 	for _, t := range host.Times() {
 		if !t.Running.IsZero() {
