@@ -145,11 +145,12 @@ func utcText(t time.Time) string {
 }
 
 // untilText says how soon t is from now in at most two units: "in 45s",
-// "in 12m 30s", "in 3h 12m", "in 2d 4h"; "due now" within 5 s either side,
-// "due 3m ago" for a time passed (the server has yet to start it).
+// "in 12m 30s", "in 3h 12m", "in 2d 4h"; "due now" from the time itself
+// to 5 s past it, "due 3m ago" for a time passed
+// longer (the server has yet to start it).
 func untilText(t, now time.Time) string {
 	d := t.Sub(now)
-	if d > -5*time.Second && d < 5*time.Second {
+	if d > -5*time.Second && d < time.Second {
 		return "due now"
 	}
 	ago := d < 0
@@ -279,7 +280,7 @@ func (o *schedulePauseOptions) run(ctx context.Context, s *session) error {
 	in := api.PauseScheduleInput{Repo: o.repo, ID: o.id, Paused: o.paused}
 	if err := s.procedure(ctx, api.MethodPauseSchedule, in, &out); err != nil {
 		var ae *api.Error
-		if errors.As(err, &ae) && ae.Status == http.StatusNotFound && ae.Message != "" && !strings.Contains(ae.Message, "schedule list") {
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound && strings.HasPrefix(ae.Message, "no schedule ") && !strings.Contains(ae.Message, "schedule list") {
 			ae.Message = withHint(ae.Message, "knotless schedule list "+o.repo+" shows its schedules")
 		}
 		return fmt.Errorf("%s schedule %d of %s: %w", o.verb(), o.id, o.repo, err)

@@ -85,7 +85,8 @@ func TestUntilText_AtMostTwoUnitsAndDueWhenPassed(t *testing.T) {
 		3*time.Hour + 12*time.Minute:                  "in 3h 12m",
 		3*time.Hour + 12*time.Minute + 40*time.Second: "in 3h 12m",
 		50*time.Hour + 10*time.Minute:                 "in 2d 2h",
-		2 * time.Second:                               "due now",
+		2 * time.Second:                               "in 2s",
+		-2 * time.Second:                              "due now",
 		-3 * time.Minute:                              "due 3m ago",
 	} {
 		if got := untilText(now.Add(d), now); got != want {
