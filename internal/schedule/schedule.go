@@ -49,6 +49,9 @@ func Parse(expr, zone string, now time.Time) (*Spec, error) {
 	}
 	s, err := parser.Parse(e)
 	if err != nil {
+		if field := badField(e); field != "" {
+			return nil, fmt.Errorf("%q is not a cron expression: %s", e, field)
+		}
 		return nil, fmt.Errorf("%q is not a cron expression: %s; write five fields (minute hour day-of-month month day-of-week) or a name such as @daily", e, reason(err))
 	}
 	sp := &Spec{expr: e, loc: loc, s: s}
@@ -78,6 +81,44 @@ func reason(err error) string {
 		return fmt.Sprintf("%q is not a number, a range (1-5), a list (1,15), a step (*/15) or a name (mon, jan)", m[1])
 	}
 	return msg
+}
+
+// fields names the five fields, in order, and their values.
+var fields = [5]struct{ name, values string }{
+	{"minute", "minutes are 0-59"},
+	{"hour", "hours are 0-23"},
+	{"day-of-month", "days of the month are 1-31"},
+	{"month", "months are 1-12 or jan-dec"},
+	{"day-of-week", "days of the week are 0-6 (0 is Sunday) or sun-sat"},
+}
+
+// badField says which of five fields robfig/cron refused, and why, in
+// words: `the hour field "25" is out of range: hours are 0-23`; "" when
+// e has not five fields or each parses alone (in the place of a "*").
+func badField(e string) string {
+	f := strings.Fields(e)
+	if len(f) != len(fields) {
+		return ""
+	}
+	for i := range f {
+		alone := []string{"*", "*", "*", "*", "*"}
+		alone[i] = f[i]
+		_, err := parser.Parse(strings.Join(alone, " "))
+		if err == nil {
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "above maximum") || strings.Contains(msg, "below minimum") {
+			msg = "is out of range: " + fields[i].values
+			if i == 4 && strings.Contains(f[i], "7") {
+				msg += "; for Sunday write 0 or sun"
+			}
+		} else {
+			msg = "is not taken: " + reason(err)
+		}
+		return fmt.Sprintf("the %s field %q %s", fields[i].name, f[i], msg)
+	}
+	return ""
 }
 
 // everyHint is five fields for an "@every D": every m minutes or h hours

@@ -131,7 +131,7 @@ var errorCases = []struct {
 	{"ScheduleCronNumber", "on:\n  schedule:\n    - cron: 5\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron must be a string; got a number, quote it: "5"`}},
 	{"ScheduleCronEmpty", "on:\n  schedule:\n    - cron: \" \"\nsteps: [{run: x}]\n", []string{"3:13: schedule 1 cron is empty"}},
 	{"ScheduleCronSixFields", "on:\n  schedule:\n    - cron: \"0 0 3 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 0 3 * * *" is not a cron expression: it has 6 fields, not 5`}},
-	{"ScheduleCronOutOfRange", "on:\n  schedule:\n    - cron: \"0 24 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 24 * * *" is not a cron expression: end of range (24) above maximum (23)`}},
+	{"ScheduleCronOutOfRange", "on:\n  schedule:\n    - cron: \"0 24 * * *\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "0 24 * * *" is not a cron expression: the hour field "24" is out of range: hours are 0-23`}},
 	{"ScheduleCronEvery", "on:\n  schedule:\n    - cron: \"@every 1h\"\nsteps: [{run: x}]\n", []string{`3:13: schedule 1 cron: "@every 1h" is not a cron expression: @every runs relative to when the server read it`}},
 	{"ScheduleCronZonePrefix", "on:\n  schedule:\n    - {cron: \"CRON_TZ=Europe/Berlin 0 3 * * *\"}\n", []string{
 		"1:1: missing steps",
