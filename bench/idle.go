@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +42,9 @@ type IdleResult struct {
 	Wait      int     `json:"claimWaitSeconds"`
 	WindowS   float64 `json:"windowSeconds"`
 	Addresses int     `json:"clientAddresses"` // client addresses the runners dial from (runnersPerAddress each)
+	// MaxConns is the server's --max-conns: its default, or raised to fit
+	// the runners (fitMaxConns).
+	MaxConns int `json:"serverMaxConns"`
 
 	BaselineWindowS float64 `json:"baselineWindowSeconds"`
 	BaselineRSS     int64   `json:"baselineRssBytes"` // no runners registered
@@ -79,13 +84,15 @@ type IdleResult struct {
 // then pushes runs one at a time while they wait and times each push to
 // its claim.
 func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*IdleResult, error) {
+	maxConns, restore := fitMaxConns(n)
 	c, err := startCluster(ctx, bin, idleWorkflow)
+	restore()
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	pid := c.server.cmd.Process.Pid
-	res := &IdleResult{Runners: n, Wait: claimWait, WindowS: window.Seconds()}
+	res := &IdleResult{Runners: n, Wait: claimWait, WindowS: window.Seconds(), MaxConns: maxConns}
 
 	base := min(window, 10*time.Second)
 	progress("idle: server alone for %s", base)
@@ -147,6 +154,30 @@ func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*I
 	progress("idle: push to claim p50 %.0f ms, p99 %.0f ms (%d pushes; git push alone p50 %.0f ms)",
 		res.PushToClaim.P50, res.PushToClaim.P99, res.PushToClaim.N, res.GitPush.P50)
 	return res, nil
+}
+
+// serverDefaultMaxConns is knotless-server's default --max-conns.
+const serverDefaultMaxConns = 4096
+
+// fitMaxConns makes the server the benchmark starts hold n runners'
+// connections, and the benchmark's own, unless KNOTLESS_MAX_CONNS is set:
+// past the default --max-conns the runners past it would be refused (503)
+// and the benchmark would time out (docs/scaling.md, "One server, many
+// waiting runners"). It returns the server's --max-conns and what undoes
+// the setting once the server started.
+func fitMaxConns(n int) (int, func()) {
+	const env = "KNOTLESS_MAX_CONNS"
+	if v := os.Getenv(env); v != "" {
+		m, _ := strconv.Atoi(v)
+		return m, func() {}
+	}
+	if n+64 <= serverDefaultMaxConns {
+		return serverDefaultMaxConns, func() {}
+	}
+	m := n + n/5 + 64
+	progress("idle: %d runners are past the server's default --max-conns %d: starting it with --max-conns %d (%s)", n, serverDefaultMaxConns, m, env)
+	os.Setenv(env, strconv.Itoa(m))
+	return m, func() { os.Unsetenv(env) }
 }
 
 // idlePushes is how many runs the idle benchmark pushes, one at a time,
