@@ -254,3 +254,21 @@ func allCommands(c *cobra.Command) []*cobra.Command {
 	}
 	return out
 }
+
+// A token with a line break in it (a file holding a command's whole
+// output, used as KNOTLESS_TOKEN) is a usage error naming where it came
+// from, and the token is not printed. Pins: "cannot reach the server:
+// net/http: invalid header field value for Authorization", exit 3, which
+// sent the user looking at their network.
+func TestToken_WithALineBreakIsAUsageErrorNamingWhereItCameFrom(t *testing.T) {
+	e := isolatedEnv(t)
+	e[EnvServer] = "http://127.0.0.1:1"
+	e[EnvToken] = "Account alice created.\nkn_secretpart"
+	r := runCLI(t, e, t.TempDir(), nil, "run", "list", "--repo", "alice/app")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "the API token from KNOTLESS_TOKEN is not one token: it has a space or a line break at character 8") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "kn_secretpart") {
+		t.Errorf("the error prints the token: %q", r.stderr)
+	}
+}

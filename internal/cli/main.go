@@ -177,6 +177,15 @@ func (s *session) api() (*api.Client, error) {
 		}
 		return nil, usageErrorf("%v (server URL from %s)", err, from)
 	}
+	if i := strings.IndexFunc(c.Token, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		from := path + " (fix it with knotless login)"
+		if s.getenv(EnvToken) != "" {
+			from = EnvToken
+		}
+		// Said without the token: it may be a real one with a line
+		// beside it, e.g. a file that holds a command's whole output.
+		return nil, usageErrorf("the API token from %s is not one token: it has a space or a line break at character %d (a file with more than the token in it?)", from, i+1)
+	}
 	s.client = s.newClient(c.Server, c.Token)
 	return s.client, nil
 }
