@@ -162,7 +162,7 @@ func (o *serverOptions) bind(cmd *cobra.Command) {
 	f.DurationVar(&o.cfg.HandoverGrace, "handover-grace", server.DefaultHandoverGrace,
 		"how long the runs of a stopping runner that handed them over wait for its next process before they end errored/runner-lost")
 	f.IntVar(&o.cfg.Limits.MaxConns, "max-conns", server.DefaultMaxConns,
-		"connections held at once; past it the one waiting longest for a request is closed, or new ones wait")
+		"connections held at once; past it the one waiting longest for a request is closed (a keep-alive idle under 1 s is not), or new ones are refused (503, Retry-After: 5)")
 	f.IntVar(&o.cfg.Limits.MaxConnsPerClient, "max-conns-per-client", server.DefaultMaxConnsPerClient,
 		"connections of one client address (IPv6: /64) held at once; behind a reverse proxy raise it to --max-conns")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
