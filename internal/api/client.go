@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,10 @@ type Error struct {
 	Name    string `json:"error"`          // e.g. ErrNotFound
 	Message string `json:"message"`        // person-readable
 	Size    *int64 `json:"size,omitempty"` // with ErrOffsetGap: bytes stored
+	// RetryAfter is the answer's Retry-After (RFC 9110 10.2.3, in
+	// seconds), the least wait the server asks for before a retry; 0 when
+	// absent. RetryWait waits at least that long.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *Error) Error() string {
@@ -168,6 +173,9 @@ func (c *Client) Do(ctx context.Context, method, nsid string, params url.Values,
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &Error{Status: resp.StatusCode}
+	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(min(secs, 3600)) * time.Second
+	}
 	if json.Unmarshal(data, e) != nil || e.Name == "" {
 		e.Name = http.StatusText(resp.StatusCode)
 		e.Message = strings.TrimSpace(string(data))
@@ -229,11 +237,18 @@ func Unreachable(err error) bool {
 // that failed with err: Backoff capped at max, or at UnreachableBackoff
 // when the server is Unreachable, with jitter (between half of it and all
 // of it) so that runners waiting out the same outage do not come back in
-// step.
+// step. When the server said how long to wait (Error.RetryAfter, e.g. a
+// 503 past its --max-conns), the wait is at least that, spread by up to a
+// fifth more.
 func RetryWait(n int, err error, max time.Duration) time.Duration {
 	if Unreachable(err) {
 		max = min(max, UnreachableBackoff)
 	}
 	d := Backoff(n, max)
-	return d/2 + rand.N(d/2+1)
+	wait := d/2 + rand.N(d/2+1)
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > wait {
+		wait = e.RetryAfter + rand.N(e.RetryAfter/5+1)
+	}
+	return wait
 }

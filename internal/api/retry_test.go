@@ -45,3 +45,32 @@ func TestRetryWait_ServerBackAfterOutageIsReachedWithinASecond(t *testing.T) {
 		t.Error("a timeout or another error taken for an unreachable server")
 	}
 }
+
+// A server answering 503 with Retry-After: 5 (past its --max-conns) is
+// retried after at least 5 s, not after the first backoff's ~200 ms: the
+// client reads the header into Error.RetryAfter. Pins: thousands of
+// refused runners coming back at once, ignoring the server's wait.
+func TestRetryWait_WaitsAtLeastTheServersRetryAfter(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"ServerBusy","message":"the server holds as many connections as it may"}`))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	callErr := (&Client{BaseURL: "http://" + ln.Addr().String()}).Query(context.Background(), "dev.knotless.test", nil, nil)
+	var e *Error
+	if !errors.As(callErr, &e) || e.RetryAfter != 5*time.Second || !Retryable(callErr) {
+		t.Fatalf("the 503's error: %#v", callErr)
+	}
+	for n := 0; n < 5; n++ {
+		if d := RetryWait(n, callErr, 15*time.Second); d < 5*time.Second || d > 15*time.Second {
+			t.Errorf("retry %d waits %s, want between the server's 5 s and the cap", n, d)
+		}
+	}
+}
