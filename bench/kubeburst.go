@@ -186,15 +186,22 @@ type burstWorld struct {
 	push int // pushes made
 }
 
-// phase starts runner name with flags, waits for its warm pods, pushes n
-// runs at once, waits until all are final, reads their figures and stops
-// the runner (SIGTERM) and waits until the namespace has no pod left.
+// phase waits until the namespace holds no pod, starts runner name with
+// flags, waits for its warm pods, pushes n runs at once, waits until all
+// are final, reads their figures and stops the runner (SIGTERM).
 func (w *burstWorld) phase(ctx context.Context, name string, warm int, flags []string) (*BurstPhase, error) {
+	// The phase before deleted its job pods as its runs ended.
+	if err := poll(ctx, 2*time.Minute, "the namespace's pods gone", func() (bool, error) {
+		l, err := w.kc.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0, nil
+	}); err != nil {
+		return nil, err
+	}
 	if err := w.c.startRunner(ctx, name, flags...); err != nil {
 		return nil, err
 	}
 	p := w.c.runner(name)
-	defer w.stopRunner(ctx, p)
+	defer w.stopRunner(p)
 	if err := w.c.waitRunnerPolling(ctx, name); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, w.c.logTails())
 	}
@@ -236,9 +243,8 @@ func (w *burstWorld) phase(ctx context.Context, name string, warm int, flags []s
 }
 
 // stopRunner stops the runner process (SIGTERM, its runs are final by
-// then) and waits until the namespace holds no pod: the next phase starts
-// on an empty namespace.
-func (w *burstWorld) stopRunner(ctx context.Context, p *proc) {
+// then); the warm pods it leaves go with the namespace.
+func (w *burstWorld) stopRunner(p *proc) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -246,10 +252,6 @@ func (w *burstWorld) stopRunner(ctx context.Context, p *proc) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
-	_ = poll(ctx, 2*time.Minute, "the namespace's pods gone", func() (bool, error) {
-		l, err := w.kc.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, nil
-	})
 }
 
 // commitBurst writes the n burst workflows into the checkout and commits
