@@ -19,4 +19,8 @@ const (
 	// ErrTooManyRegistrations (429, with Retry-After): the client address
 	// sent more runner registrations than the server allows per minute.
 	ErrTooManyRegistrations = "TooManyRegistrations"
+	// ErrServerBusy (503, with Retry-After): the server's database did not
+	// answer within the server's own time limit (e.g. thousands of runners
+	// starting their long polls at once); retry after the wait it gives.
+	ErrServerBusy = "ServerBusy"
 )

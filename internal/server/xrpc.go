@@ -207,6 +207,12 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 		e = xerr(http.StatusConflict, api.ErrConflict, "%s: try again", storeMessage(err, store.ErrConflict))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		// The server's own bound on a database call ran out: overload,
+		// which a retry after a wait gets through, not a fault.
+		s.log.Warn("request timed out inside the server", "method", nsid, "err", err)
+		e = xerr(http.StatusServiceUnavailable, api.ErrServerBusy, "the server is busy (its database did not answer in time); retry in %d s", RetryAfterBusy)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterBusy))
 	default:
 		s.log.Error("request failed", "method", nsid, "err", err)
 		e = xerr(http.StatusInternalServerError, api.ErrInternal, "internal error; see the server log")
@@ -214,6 +220,10 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 	s.metrics.apiErrors.WithLabelValues(metrics.Code(e.Status)).Inc()
 	writeError(w, e)
 }
+
+// RetryAfterBusy is the Retry-After, in seconds, of an api.ErrServerBusy
+// answer.
+const RetryAfterBusy = 5
 
 // storeMessage is a store error's text without the sentinel the store
 // wrapped at its end ("run 5: not found" → "run 5"), so that the answer
