@@ -21,9 +21,48 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"knotless.dev/knotless/internal/api"
-	"knotless.dev/knotless/test/kubetest"
 )
+
+// The local cluster's state directory (test/cluster; KNOTLESS_TEST_CLUSTER
+// overrides it, as for the tests): admin.kubeconfig and logs/audit*.log.
+const (
+	clusterStateEnv = "KNOTLESS_TEST_CLUSTER"
+	clusterStateDir = "/var/lib/knotless-test-cluster"
+)
+
+// localCluster is the local cluster as the burst benchmark uses it.
+type localCluster struct {
+	Client     kubernetes.Interface
+	Kubeconfig string // the admin's
+	AuditLog   string // the API server's audit log (JSON lines)
+}
+
+// loadLocalCluster reads the admin kubeconfig from the local cluster's
+// state directory and checks that the API server answers /readyz.
+func loadLocalCluster(ctx context.Context) (*localCluster, error) {
+	dir := os.Getenv(clusterStateEnv)
+	if dir == "" {
+		dir = clusterStateDir
+	}
+	kc := &localCluster{Kubeconfig: filepath.Join(dir, "admin.kubeconfig"), AuditLog: filepath.Join(dir, "logs", "audit.log")}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", kc.Kubeconfig, err)
+	}
+	if kc.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := kc.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx); err != nil {
+		return nil, fmt.Errorf("GET %s/readyz: %w", cfg.Host, err)
+	}
+	return kc, nil
+}
 
 // burstLines is how many numbered lines each burst step prints after its
 // clock: the log is whole when all of them are there, in order.
@@ -116,8 +155,8 @@ const kubeBurstName = "kubeburst"
 
 // burstConfig is what the kubeburst flags ask for.
 type burstConfig struct {
-	runs, warm         int
-	cpus, memory, disk string
+	runs, warm                int
+	cpus, memory, disk, image string
 }
 
 // kubeBurstFlags are the kubeburst benchmark's flags, registered before
@@ -129,6 +168,7 @@ var kubeBurstFlags = func() *burstConfig {
 	flag.StringVar(&bc.cpus, "kube-cpus", "10m", "kubeburst benchmark: each job pod's CPU (--cpus; requests = limits), small so that -kube-runs pods fit the node")
 	flag.StringVar(&bc.memory, "kube-memory", "64Mi", "kubeburst benchmark: each job pod's memory (--memory)")
 	flag.StringVar(&bc.disk, "kube-disk", "64Mi", "kubeburst benchmark: each job pod's ephemeral storage (--disk)")
+	flag.StringVar(&bc.image, "kube-image", "localhost/knotless/job-base:1", "kubeburst benchmark: the job image (--image; the local cluster's job-base image by default)")
 	return bc
 }()
 
@@ -140,14 +180,14 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 	if bc.runs < 1 || bc.warm < 0 {
 		return nil, fmt.Errorf("-kube-runs must be at least 1 and -kube-warm at least 0")
 	}
-	kc, err := kubetest.Load(ctx)
+	kc, err := loadLocalCluster(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the local cluster (make cluster-up): %w", err)
 	}
 	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		GenerateName: "kburst-",
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest", kubetest.TestLabel: "kubetest"},
+			"pod-security.kubernetes.io/enforce-version": "latest", "knotless.dev/test": "kubetest"},
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create namespace: %w", err)
@@ -162,8 +202,8 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 	defer c.Close()
 	res := &KubeBurstResult{Runs: bc.runs, CPUs: bc.cpus, Memory: bc.memory, Namespace: ns.Name,
 		StepClock: "/proc/uptime in the job pod + this machine's boot time (the node is this machine)"}
-	flags := []string{"--executor", "kube", "--kubeconfig", filepath.Join(kc.StateDir, "admin.kubeconfig"),
-		"--namespace", ns.Name, "--image", kubetest.JobBaseImage, "--cpus", bc.cpus, "--memory", bc.memory,
+	flags := []string{"--executor", "kube", "--kubeconfig", kc.Kubeconfig,
+		"--namespace", ns.Name, "--image", bc.image, "--cpus", bc.cpus, "--memory", bc.memory,
 		"--disk", bc.disk, "--capacity", strconv.Itoa(bc.runs), "--stop-wait", "30s"}
 	w := burstWorld{c: c, kc: kc, ns: ns.Name, n: bc.runs}
 	if res.Cold, err = w.phase(ctx, "burst-cold", 0, flags); err != nil {
@@ -180,7 +220,7 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 // burstWorld is one burst benchmark's server, cluster and namespace.
 type burstWorld struct {
 	c    *cluster
-	kc   *kubetest.Cluster
+	kc   *localCluster
 	ns   string
 	n    int
 	push int // pushes made
@@ -442,7 +482,7 @@ func peakRSS(pid int, stop <-chan struct{}) int64 {
 // any resource but the namespace itself) counted by "verb resource[/sub]"
 // and divided by runs, and the scheduler's FailedScheduling events.
 func (w *burstWorld) audit(ctx context.Context, from, to time.Time, runs int) (map[string]float64, int, error) {
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(w.kc.AuditLogPath), "audit*.log"))
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(w.kc.AuditLog), "audit*.log"))
 	counts := map[string]float64{}
 	unsched := map[string]bool{}
 	for _, path := range files {
@@ -459,10 +499,18 @@ func (w *burstWorld) audit(ctx context.Context, from, to time.Time, runs int) (m
 	return counts, len(unsched), nil
 }
 
-// auditLine is what audit reads of one audit event.
+// auditLine is what audit reads of one audit event (audit.k8s.io/v1).
 type auditLine struct {
-	kubetest.AuditEvent
-	RequestObject struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+	} `json:"objectRef"`
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	RequestObject            struct {
 		Reason    string `json:"reason"`
 		Regarding struct {
 			Name string `json:"name"`
@@ -496,9 +544,6 @@ func (w *burstWorld) auditFile(ctx context.Context, path string, from, to time.T
 		}
 		if !strings.HasPrefix(e.UserAgent, "knotless-run/") && !strings.HasPrefix(e.UserAgent, "Go-http-client/") {
 			continue // not the runner's (the exec streams' upgrade carries Go's user agent)
-		}
-		if e.User.Username == "system:node:"+w.kc.NodeName {
-			continue
 		}
 		key := e.Verb + " " + e.ObjectRef.Resource
 		if e.ObjectRef.Subresource != "" {
