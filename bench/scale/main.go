@@ -52,6 +52,10 @@ type Report struct {
 	// to its pod seen Running (this program's informer).
 	QueuedToRunningP50, QueuedToRunningP99 float64
 	Matched                                int
+	// ClaimedToRunningP50/P99 (ms): a run's start (claimed by a runner,
+	// the server's clock) to its pod seen Running: without the wait for a
+	// free slot of --capacity.
+	ClaimedToRunningP50, ClaimedToRunningP99 float64
 	// DeliveryP50/P99 (ms): the step agent's delivery into the pod and
 	// its connection (the executor's setup log), over the first exec.
 	DeliveryP50, DeliveryP99 float64
@@ -207,6 +211,7 @@ func printReport(r *Report) {
 	fmt.Printf("runs succeeded %d of %d final, in %.1f s\n", r.Succeeded, r.Final, r.RunsSeconds)
 	fmt.Printf("pods created per second %.1f (peak %d in one second)\n", r.PodsPerSecond, r.PeakPodsPerSecond)
 	fmt.Printf("queued -> Running p50 %.0f ms, p99 %.0f ms (%d runs matched to their pod)\n", r.QueuedToRunningP50, r.QueuedToRunningP99, r.Matched)
+	fmt.Printf("claimed -> Running p50 %.0f ms, p99 %.0f ms\n", r.ClaimedToRunningP50, r.ClaimedToRunningP99)
 	fmt.Printf("agent delivered and connected p50 %.0f ms, p99 %.0f ms\n", r.DeliveryP50, r.DeliveryP99)
 	fmt.Printf("API requests per run %.2f: %s\n", r.RequestsPerRun, r.ByVerb)
 	if r.Fill > 0 {

@@ -116,7 +116,7 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 	time.Sleep(2 * time.Second) // the runners' first long poll; not part of any figure
 	t0 := time.Now()
 	var runs []api.Run
-	pipelines := map[int64]bool{}
+	pipelines, started := map[int64]bool{}, map[int64]*time.Time{}
 	for len(runs) < r.Runs {
 		rs, err := w.trigger(ctx)
 		if err != nil {
@@ -149,12 +149,13 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 					if run.State == api.StateSucceeded {
 						r.Succeeded++
 					}
+					started[run.ID] = run.StartedAt
 				}
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			// The figures of the runs that ended, then the error.
-			measureRuns(runs, host, r, filepath.Join(w.dir, "server"))
+			measureRuns(runs, host, r, filepath.Join(w.dir, "server"), started)
 			_ = measureRequests(cp, t0, r.Final, r)
 			return fmt.Errorf("runs not final: %d pipelines left, %d runs final (figures above are over those)", len(pipelines), r.Final)
 		}
@@ -165,7 +166,7 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 		time.Sleep(5 * time.Second) // asking more often loads the server the runs need
 	}
 	r.RunsSeconds = time.Since(t0).Seconds()
-	measureRuns(runs, host, r, filepath.Join(w.dir, "server"))
+	measureRuns(runs, host, r, filepath.Join(w.dir, "server"), started)
 	time.Sleep(2 * time.Second) // the audit log's batch
 	if err := measureRequests(cp, t0, len(runs), r); err != nil {
 		return err
@@ -191,7 +192,7 @@ func measureRequests(cp *kwok.ControlPlane, t0 time.Time, runs int, r *Report) e
 
 // measureRuns matches each run to its pod (label knotless.dev/run holds
 // the run's id) and takes queued -> Running.
-func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report, data string) {
+func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report, data string, started map[int64]*time.Time) {
 	ids := make([]int64, len(runs))
 	for i, run := range runs {
 		ids[i] = run.ID
@@ -205,17 +206,22 @@ func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report, data string) {
 			byRun[t.Labels["knotless.dev/run"]] = t.Running
 		}
 	}
-	var ds []time.Duration
+	var ds, cs []time.Duration
 	for _, run := range runs {
 		id := fmt.Sprint(run.ID)
 		for _, k := range []string{id, "run-" + id} {
 			if t, ok := byRun[k]; ok {
 				ds = append(ds, t.Sub(run.CreatedAt))
+				if st := started[run.ID]; st != nil {
+					cs = append(cs, t.Sub(*st))
+				}
 				break
 			}
 		}
 	}
 	r.Matched = len(ds)
+	r.ClaimedToRunningP50 = float64(percentile(cs, 50).Microseconds()) / 1000
+	r.ClaimedToRunningP99 = float64(percentile(cs, 99).Microseconds()) / 1000
 	r.QueuedToRunningP50 = float64(percentile(ds, 50).Microseconds()) / 1000
 	r.QueuedToRunningP99 = float64(percentile(ds, 99).Microseconds()) / 1000
 }
