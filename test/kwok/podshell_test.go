@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // TestPodShell_EachPodHasItsOwnRootAsItsUser pins what lets the real
@@ -18,11 +20,9 @@ import (
 // first's agent socket.
 func TestPodShell_EachPodHasItsOwnRootAsItsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (mount namespaces, chroot)")
+		testenv.Skipf(t, "needs root (mount namespaces, chroot)")
 	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare (util-linux)")
-	}
+	testenv.LookPath(t, "unshare", "util-linux")
 	c := &ControlPlane{Dir: t.TempDir()}
 	if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
