@@ -51,7 +51,8 @@ func main() {
 	restarts := flag.Int("restarts", 10, "restart benchmark: runner restarts")
 	runners := flag.Int("runners", 200, "idle benchmark: runners long-polling")
 	idle := flag.Duration("idle", 30*time.Second, "idle benchmark: measuring window")
-	only := flag.String("only", strings.Join(benchmarks, ","), "benchmarks to run, comma-separated: "+strings.Join(benchmarks, ", "))
+	only := flag.String("only", strings.Join(benchmarks, ","), "benchmarks to run, comma-separated: "+strings.Join(benchmarks, ", ")+
+		"; and "+kubeBurstName+", only when named (it needs the local Kubernetes cluster: make cluster-up)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	flag.Parse()
 
@@ -59,7 +60,7 @@ func main() {
 	for _, name := range strings.Split(*only, ",") {
 		name = strings.TrimSpace(name)
 		if !slices.Contains(benchmarks, name) && name != kubeBurstName {
-			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want %s)\n", name, strings.Join(benchmarks, ", "))
+			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want %s or %s)\n", name, strings.Join(benchmarks, ", "), kubeBurstName)
 			os.Exit(2)
 		}
 		selected[name] = true
