@@ -3,9 +3,9 @@ package kwok
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
+
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // Version is kwok's module version that Install builds: the newest the Go
@@ -16,64 +16,16 @@ const Version = "v0.8.0"
 // that fakes nodes and pods, and serves their exec), not kwokctl.
 const Module = "sigs.k8s.io/kwok"
 
-// ToolsDir is where Install keeps the binary: $KNOTLESS_TOOLS_DIR, else
-// the user's cache directory's knotless/tools (~/.cache/knotless/tools),
-// beside the tests' S3 server (internal/objstore/s3test).
-func ToolsDir() (string, error) {
-	if d := os.Getenv("KNOTLESS_TOOLS_DIR"); d != "" {
-		return d, nil
-	}
-	c, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(c, "knotless", "tools"), nil
-}
+// ToolsDir is where Install keeps the binary (testenv.ToolsDir), beside
+// the tests' S3 server (internal/objstore/s3test).
+func ToolsDir() (string, error) { return testenv.ToolsDir() }
 
-// Install returns the path of kwok at Version, building it with `go
-// install sigs.k8s.io/kwok/cmd/kwok@Version` (from the Go module proxy;
-// CGO_ENABLED=0, -trimpath) when ToolsDir does not hold it yet. Concurrent
-// callers, in one process or many, build it once (a flock). A cold build
-// (empty module and build caches) took 371 s on this 2-core machine under
-// load (docs/scaling.md). Errors: the go command's, with its output.
-func Install() (string, error) {
-	dir, err := ToolsDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "kwok-"+Version)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".kwok.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := lockFile(lock); err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // another process built it meanwhile
-	}
-	gobin, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(gobin)
-	cmd := exec.Command("go", "install", Module+"/cmd/kwok@"+Version)
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-buildvcs=false -trimpath", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s/cmd/kwok@%s: %v\n%s", Module, Version, err, out)
-	}
-	if err := os.Rename(filepath.Join(gobin, "kwok"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
-}
+// Install returns the path of kwok at Version, building its cmd/kwok with
+// `go install` (from the Go module proxy) when ToolsDir does not hold it
+// yet, once across processes (testenv.InstallGoTool). A cold build (empty
+// module and build caches) took 371 s on this 2-core machine under load
+// (docs/scaling.md). Errors: the go command's, with its output.
+func Install() (string, error) { return testenv.InstallGoTool(Module+"/cmd/kwok", Version) }
 
 // ModuleDir returns the directory of kwok's module at Version in the Go
 // module cache (`go mod download -json`), where its CRDs

@@ -20,7 +20,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"knotless.dev/knotless/internal/objstore"
+	"knotless.dev/knotless/internal/testenv"
 )
 
 // Version is versitygw's module version that Install builds.
@@ -37,62 +37,16 @@ const Version = "v1.8.0"
 // Module is the package Install builds.
 const Module = "github.com/versity/versitygw/cmd/versitygw"
 
-// ToolsDir is where Install keeps the binary: $KNOTLESS_TOOLS_DIR, else
-// the user's cache directory's knotless/tools (~/.cache/knotless/tools),
-// outside any work tree so a clean clone reuses it.
-func ToolsDir() (string, error) {
-	if d := os.Getenv("KNOTLESS_TOOLS_DIR"); d != "" {
-		return d, nil
-	}
-	c, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(c, "knotless", "tools"), nil
-}
+// ToolsDir is where Install keeps the binary (testenv.ToolsDir:
+// ~/.cache/knotless/tools, outside any work tree so a clean clone reuses
+// it).
+func ToolsDir() (string, error) { return testenv.ToolsDir() }
 
 // Install returns the path of versitygw at Version, building it with `go
-// install` (from the Go module proxy) when ToolsDir does not hold it yet.
-// Concurrent callers, in one process or many, build it once (a flock).
-// Errors: the go command's, with its output.
-func Install() (string, error) {
-	dir, err := ToolsDir()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "versitygw-"+Version)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".versitygw.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := lockFile(lock); err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // another process built it meanwhile
-	}
-	gobin, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(gobin)
-	cmd := exec.Command("go", "install", Module+"@"+Version)
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-buildvcs=false -trimpath", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install %s@%s: %v\n%s", Module, Version, err, out)
-	}
-	if err := os.Rename(filepath.Join(gobin, "versitygw"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
-}
+// install` (from the Go module proxy) when ToolsDir does not hold it yet,
+// once across processes (testenv.InstallGoTool). Errors: the go command's,
+// with its output.
+func Install() (string, error) { return testenv.InstallGoTool(Module, Version) }
 
 // Server is one running versitygw.
 type Server struct {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package kwok
+package testenv
 
 import (
 	"os"
