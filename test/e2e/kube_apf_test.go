@@ -10,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/api"
 	"knotless.dev/knotless/test/kubetest"
@@ -53,36 +50,8 @@ func TestE2E_KubeRunnerThrottledByAPIPriorityAndFairnessEndsEveryRunWithItsTrueR
 	k := newKubeRunner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	name := "knotless-throttle-" + k.ns
-	plc := &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
-				LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
-			}}}
-	fs := &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: name},
-			MatchingPrecedence:         100,
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
-					ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Name: "runner", Namespace: k.ns}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
-					Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}, APIGroups: []string{""},
-					Resources: []string{"pods"}, Namespaces: []string{k.ns}}},
-			}},
-		}}
-	fc := k.c.Client.FlowcontrolV1()
-	if _, err := fc.PriorityLevelConfigurations().Create(ctx, plc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fc.PriorityLevelConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	if _, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fc.FlowSchemas().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	k.c.RejectingPriorityLevel(t, k.ns)
+	name := "knotless-throttle-" + k.ns // the level RejectingPriorityLevel made
 
 	w := newWorld(t, 30*time.Second)
 	args := append(append([]string{}, k.args...), "--capacity", "8", "--cpus", "50m", "--memory", "64Mi")

@@ -14,12 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/pflag"
-	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	"knotless.dev/knotless/internal/executor"
 	"knotless.dev/knotless/internal/executor/kube"
@@ -194,46 +191,12 @@ func TestKube_RunsUnderTheDefaultRateLimitSayNothingOfThrottling(t *testing.T) {
 	}
 }
 
-// rejectingLevel makes a priority level of one share that rejects what
-// does not fit (429) and a FlowSchema sending the fixture's runner
-// identity's requests on pods to it (removed when the test ends), and
-// returns the level's UID.
+// rejectingLevel is kubetest's RejectingPriorityLevel for the fixture's
+// namespace: the runner identity's requests on pods go to a one-share
+// level that rejects.
 func (f *fixture) rejectingLevel(t *testing.T) types.UID {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	name := "knotless-throttle-" + f.ns
-	plc := &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
-				LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
-			}}}
-	fs := &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: name},
-			MatchingPrecedence:         100,
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
-					ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Name: "runner", Namespace: f.ns}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
-					Verbs: []string{"create", "get", "list", "watch", "delete", "patch"}, APIGroups: []string{""},
-					Resources: []string{"pods"}, Namespaces: []string{f.ns}}},
-			}},
-		}}
-	fc := f.c.Client.FlowcontrolV1()
-	made, err := fc.PriorityLevelConfigurations().Create(ctx, plc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = fc.PriorityLevelConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	if _, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fc.FlowSchemas().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	return made.UID
+	return f.c.RejectingPriorityLevel(t, f.ns)
 }
 
 // loadAsRunner lists the namespace's pods as the runner's identity from
