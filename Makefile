@@ -129,6 +129,7 @@ test-part-kube-bench:
 	@$(call timed,$(KUBE_PKG): the other tests and the benchmarks,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -skip '$(GVISOR_TESTS)' -bench . -benchtime 1x ./$(KUBE_PKG))
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 	@$(call timed,bench program: kube burst,$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST))
+	@$(call timed,bench program: simulated cluster,$(TESTBUILD) $(BENCH_SMOKE_SCALE))
 
 # Every benchmark once at its smallest, so that one which no longer runs
 # fails the tests instead of the next measurement: each go test Benchmark*
@@ -140,11 +141,16 @@ BENCH_SMOKE_PROGRAM := $(GO) run ./bench -bin $(BIN) -n 1 -log-mb 1 -log-runs 1 
 # The kube burst (bench -only kubeburst, docs/scaling.md "One kube runner,
 # many job pods") at two runs and a warm pod: about 10 s on the local cluster.
 BENCH_SMOKE_KUBE_BURST := $(GO) run ./bench -bin $(BIN) -only kubeburst -kube-runs 2 -kube-warm 1 -kube-cpus 100m
+# The simulated cluster (bench-scale, docs/scaling.md "A simulated cluster
+# of 1,000 nodes") at 10 nodes and 20 runs, with a sweep of 20 orphans:
+# 34-47 s once kwok is built (`make kwok`, which .ci/run runs).
+BENCH_SMOKE_SCALE := $(GO) run ./bench/scale -bin $(BIN) -nodes 10 -runs 20 -matrix 10 -capacity 5 -fill 50 -orphans 20
 .PHONY: bench-smoke
-bench-smoke: build cluster-up docker-up
+bench-smoke: build kwok cluster-up docker-up
 	$(TESTBUILD) $(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
 	$(TESTBUILD) $(BENCH_SMOKE_PROGRAM)
 	$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST)
+	$(TESTBUILD) $(BENCH_SMOKE_SCALE)
 
 # The kube executor's shared suite (executortest), its secret and
 # hardening tests and doctor with every job pod in gVisor: RuntimeClass
@@ -182,6 +188,13 @@ cluster-build: cluster-harness
 .PHONY: s3-server
 s3-server:
 	$(GO) run ./internal/objstore/s3test/install
+
+# kwok (test/kwok.Version), for the scale benchmark (bench-scale and its
+# tiny version in `make test`), cached in ~/.cache/knotless/tools beside
+# the S3 server; .ci/run builds it beside the other builds.
+.PHONY: kwok
+kwok:
+	$(GO) run ./test/kwok/install
 
 cluster-up: cluster-harness
 	$(CLUSTER) up
