@@ -36,6 +36,8 @@ type Report struct {
 	Idle    *IdleResult    `json:"idle,omitempty"`
 	// KubeBurst is kubeburst's (bench/kubeburst.go), only when -only names it.
 	KubeBurst *KubeBurstResult `json:"kubeBurst,omitempty"`
+	// KubeLogs is kubelogs's (bench/kubelogs.go), only when -only names it.
+	KubeLogs *KubeLogsResult `json:"kubeLogs,omitempty"`
 }
 
 // benchmarks are the names -only takes, in the order they run.
@@ -52,15 +54,15 @@ func main() {
 	runners := flag.Int("runners", 200, "idle benchmark: runners long-polling")
 	idle := flag.Duration("idle", 30*time.Second, "idle benchmark: measuring window")
 	only := flag.String("only", strings.Join(benchmarks, ","), "benchmarks to run, comma-separated: "+strings.Join(benchmarks, ", ")+
-		"; and "+kubeBurstName+", only when named (it needs the local Kubernetes cluster: make cluster-up)")
+		"; and "+kubeBurstName+" and "+kubeLogsName+", only when named (they need the local Kubernetes cluster: make cluster-up)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	flag.Parse()
 
 	selected := map[string]bool{}
 	for _, name := range strings.Split(*only, ",") {
 		name = strings.TrimSpace(name)
-		if !slices.Contains(benchmarks, name) && name != kubeBurstName {
-			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want %s or %s)\n", name, strings.Join(benchmarks, ", "), kubeBurstName)
+		if !slices.Contains(benchmarks, name) && name != kubeBurstName && name != kubeLogsName {
+			fmt.Fprintf(os.Stderr, "bench: -only: unknown benchmark %q (want %s, %s or %s)\n", name, strings.Join(benchmarks, ", "), kubeBurstName, kubeLogsName)
 			os.Exit(2)
 		}
 		selected[name] = true
@@ -95,6 +97,7 @@ func main() {
 	} else {
 		printReport(os.Stdout, rep)
 		printKubeBurst(os.Stdout, rep.KubeBurst)
+		printKubeLogs(os.Stdout, rep.KubeLogs)
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -145,6 +148,11 @@ func runSelected(ctx context.Context, rep *Report, selected map[string]bool, cfg
 	if selected[kubeBurstName] {
 		if rep.KubeBurst, err = benchKubeBurst(ctx, cfg.bin, kubeBurstFlags); err != nil {
 			return fmt.Errorf("kubeburst benchmark: %w", err)
+		}
+	}
+	if selected[kubeLogsName] {
+		if rep.KubeLogs, err = benchKubeLogs(ctx, cfg.bin, kubeLogsFlags); err != nil {
+			return fmt.Errorf("kubelogs benchmark: %w", err)
 		}
 	}
 	if selected["idle"] {
