@@ -170,10 +170,17 @@ func machineBusy() int64 {
 	return total
 }
 
-// podsUsage is the kubepods cgroup's CPU usage in µs (cgroup v2), 0 when
-// there is none.
+// podsUsage is the kubepods cgroup's CPU usage in µs (the kubelet's
+// cgroupfs driver: cgroup v1's cpuacct hierarchy, or v2), 0 when there is
+// none.
 func podsUsage() int64 {
-	for _, p := range []string{"/sys/fs/cgroup/kubepods.slice/cpu.stat", "/sys/fs/cgroup/kubepods/cpu.stat"} {
+	for _, p := range []string{"/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/kubepods/cpuacct.usage"} {
+		if b, err := os.ReadFile(p); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return n / 1000
+		}
+	}
+	for _, p := range []string{"/sys/fs/cgroup/kubepods/cpu.stat", "/sys/fs/cgroup/kubepods.slice/cpu.stat"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue

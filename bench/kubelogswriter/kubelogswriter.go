@@ -34,7 +34,7 @@ func main() {
 	barrier := flag.String("barrier", "", "HOST:PORT to wait at for the start time")
 	connect := flag.String("connect", "", "HOST:PORT to write to over TCP (after a line holding -id) instead of stdout")
 	id := flag.String("id", "", "the stream's name, sent to -barrier and -connect")
-	tick := flag.Duration("tick", 10*time.Millisecond, "how often the lines due are written")
+	tick := flag.Duration("tick", 20*time.Millisecond, "how often the lines due are written")
 	flag.Parse()
 	if *barrier != "" {
 		start, err := wait(*barrier, *id)
