@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -98,6 +99,9 @@ type KubeBurstResult struct {
 	StepClock string      `json:"stepClock"`
 	Cold      *BurstPhase `json:"cold"`
 	Warm      *BurstPhase `json:"warm,omitempty"`
+	// Floor is the same burst made by a bare client-go program
+	// (bench/kubefloor.go), unless -kube-floor=false.
+	Floor *FloorResult `json:"floor,omitempty"`
 }
 
 // BurstPhase is one burst: durations in ms, from each run's queued time
@@ -128,6 +132,10 @@ type BurstPhase struct {
 	// Unschedulable is how many job pods the scheduler first refused
 	// (FailedScheduling events in the namespace, from the audit log).
 	Unschedulable int `json:"podsFirstUnschedulable"`
+
+	// jobPod is the body of the runner's first `create pods` request in
+	// the burst (audit log), for the floor's spec check.
+	jobPod json.RawMessage
 }
 
 // Spread is a set of durations in ms: nearest-rank percentiles.
@@ -180,6 +188,9 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 	if bc.runs < 1 || bc.warm < 0 {
 		return nil, fmt.Errorf("-kube-runs must be at least 1 and -kube-warm at least 0")
 	}
+	if err := checkFloorFlags(); err != nil {
+		return nil, err
+	}
 	kc, err := loadLocalCluster(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the local cluster (make cluster-up): %w", err)
@@ -206,8 +217,35 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 		"--namespace", ns.Name, "--image", bc.image, "--cpus", bc.cpus, "--memory", bc.memory,
 		"--disk", bc.disk, "--capacity", strconv.Itoa(bc.runs), "--stop-wait", "30s"}
 	w := burstWorld{c: c, kc: kc, ns: ns.Name, n: bc.runs}
+	// The floor and the cold burst one after the other, each from a
+	// quiet cluster (quietCluster), the floor first unless -kube-floor-order
+	// after; the warm burst last (its runner leaves its warm pods).
+	floor := func() error {
+		if !*kubeFloorOn {
+			return nil
+		}
+		res.Floor, err = benchFloor(ctx, kc, bc, *kubeFloorOrder, ns.Name)
+		return err
+	}
+	if *kubeFloorOrder == "before" {
+		if err := floor(); err != nil {
+			return res, err
+		}
+	}
 	if res.Cold, err = w.phase(ctx, "burst-cold", 0, flags); err != nil {
 		return res, fmt.Errorf("cold: %w", err)
+	}
+	if *kubeFloorOrder == "after" {
+		if err := floor(); err != nil {
+			return res, err
+		}
+	}
+	if res.Floor != nil {
+		p, err := floorPod(res.Floor.Namespace, "", "", bc)
+		if err != nil {
+			return res, err
+		}
+		res.Floor.SpecCheck = specCheck(p, res.Cold.jobPod)
 	}
 	if bc.warm > 0 {
 		if res.Warm, err = w.phase(ctx, "burst-warm", bc.warm, append(flags, "--warm-pods", strconv.Itoa(bc.warm))); err != nil {
@@ -230,11 +268,9 @@ type burstWorld struct {
 // flags, waits for its warm pods, pushes n runs at once, waits until all
 // are final, reads their figures and stops the runner (SIGTERM).
 func (w *burstWorld) phase(ctx context.Context, name string, warm int, flags []string) (*BurstPhase, error) {
-	// The phase before deleted its job pods as its runs ended.
-	if err := poll(ctx, 2*time.Minute, "the namespace's pods gone", func() (bool, error) {
-		l, err := w.kc.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, nil
-	}); err != nil {
+	// The phase before deleted its job pods as its runs ended; the
+	// floor its pods.
+	if err := quietCluster(ctx, w.kc.Client, w.ns); err != nil {
 		return nil, err
 	}
 	if err := w.c.startRunner(ctx, name, flags...); err != nil {
@@ -276,7 +312,13 @@ func (w *burstWorld) phase(ctx context.Context, name string, warm int, flags []s
 	if err := w.readRuns(ctx, runs, ph); err != nil {
 		return ph, err
 	}
-	ph.Requests, ph.Unschedulable, err = w.audit(ctx, t0, time.Now(), len(runs))
+	a, err := auditScan(ctx, w.kc.AuditLog, w.ns, t0, time.Now(), func(ua string) bool {
+		// The exec streams' upgrade carries Go's user agent.
+		return strings.HasPrefix(ua, "knotless-run/") || strings.HasPrefix(ua, "Go-http-client/")
+	})
+	if err == nil {
+		ph.Requests, ph.Unschedulable, ph.jobPod = perRun(a.counts, len(runs)), len(a.unsched), a.jobPod
+	}
 	progress("kubeburst %s: %d runs, %d succeeded, %d whole logs, queued → first step p50 %.0f ms p99 %.0f ms",
 		name, len(runs), ph.Succeeded, ph.WholeLogs, ph.FirstStep.P50, ph.FirstStep.P99)
 	return ph, err
@@ -477,29 +519,42 @@ func peakRSS(pid int, stop <-chan struct{}) int64 {
 	}
 }
 
-// audit reads the API server's audit log for the namespace's requests
-// between from and to: the runner's (its user, the cluster's admin, on
-// any resource but the namespace itself) counted by "verb resource[/sub]"
-// and divided by runs, and the scheduler's FailedScheduling events.
-func (w *burstWorld) audit(ctx context.Context, from, to time.Time, runs int) (map[string]float64, int, error) {
-	files, _ := filepath.Glob(filepath.Join(filepath.Dir(w.kc.AuditLog), "audit*.log"))
-	counts := map[string]float64{}
-	unsched := map[string]bool{}
+// auditFigures is what auditScan read of one namespace's requests.
+type auditFigures struct {
+	counts  map[string]float64 // requests by "verb resource[/sub]"
+	unsched map[string]bool    // pods with a FailedScheduling event
+	jobPod  json.RawMessage    // the body of the first counted `create pods`
+}
+
+// auditScan reads the API server's audit log (logPath and its rotated
+// audit-*.log beside it) for namespace ns's requests between from and to:
+// those whose user agent ours accepts, on any resource but the namespace
+// itself, counted by "verb resource[/sub]"; the scheduler's
+// FailedScheduling events; the first counted pod create's request body.
+func auditScan(ctx context.Context, logPath, ns string, from, to time.Time, ours func(userAgent string) bool) (auditFigures, error) {
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(logPath), "audit*.log"))
+	a := auditFigures{counts: map[string]float64{}, unsched: map[string]bool{}}
 	for _, path := range files {
 		if st, err := os.Stat(path); err != nil || st.ModTime().Before(from) {
 			continue
 		}
-		if err := w.auditFile(ctx, path, from, to, counts, unsched); err != nil {
-			return nil, 0, err
+		if err := a.scanFile(ctx, path, ns, from, to, ours); err != nil {
+			return a, err
 		}
 	}
-	for k := range counts {
-		counts[k] /= float64(max(runs, 1))
-	}
-	return counts, len(unsched), nil
+	return a, nil
 }
 
-// auditLine is what audit reads of one audit event (audit.k8s.io/v1).
+// perRun is counts divided by runs.
+func perRun(counts map[string]float64, runs int) map[string]float64 {
+	out := make(map[string]float64, len(counts))
+	for k, v := range counts {
+		out[k] = v / float64(max(runs, 1))
+	}
+	return out
+}
+
+// auditLine is what auditScan reads of one audit event (audit.k8s.io/v1).
 type auditLine struct {
 	Stage     string `json:"stage"`
 	Verb      string `json:"verb"`
@@ -509,16 +564,19 @@ type auditLine struct {
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
 	} `json:"objectRef"`
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
-	RequestObject            struct {
-		Reason    string `json:"reason"`
-		Regarding struct {
-			Name string `json:"name"`
-		} `json:"regarding"`
-	} `json:"requestObject"`
+	RequestReceivedTimestamp time.Time       `json:"requestReceivedTimestamp"`
+	RequestObject            json.RawMessage `json:"requestObject"`
 }
 
-func (w *burstWorld) auditFile(ctx context.Context, path string, from, to time.Time, counts map[string]float64, unsched map[string]bool) error {
+// auditEvent is what auditScan reads of an event's body.
+type auditEvent struct {
+	Reason    string `json:"reason"`
+	Regarding struct {
+		Name string `json:"name"`
+	} `json:"regarding"`
+}
+
+func (a *auditFigures) scanFile(ctx context.Context, path, ns string, from, to time.Time, ours func(string) bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("the API server's audit log: %w", err)
@@ -526,30 +584,36 @@ func (w *burstWorld) auditFile(ctx context.Context, path string, from, to time.T
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	quoted := []byte(`"` + w.ns + `"`)
+	quoted := []byte(`"` + ns + `"`)
 	for sc.Scan() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !strings.Contains(sc.Text(), string(quoted)) {
+		if !bytes.Contains(sc.Bytes(), quoted) {
 			continue
 		}
 		var e auditLine
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.ObjectRef == nil ||
-			e.ObjectRef.Namespace != w.ns || e.RequestReceivedTimestamp.Before(from) || e.RequestReceivedTimestamp.After(to) {
+			e.ObjectRef.Namespace != ns || e.RequestReceivedTimestamp.Before(from) || e.RequestReceivedTimestamp.After(to) {
 			continue
 		}
-		if e.ObjectRef.Resource == "events" && e.RequestObject.Reason == "FailedScheduling" {
-			unsched[e.RequestObject.Regarding.Name] = true
+		if e.ObjectRef.Resource == "events" {
+			var ev auditEvent
+			if json.Unmarshal(e.RequestObject, &ev) == nil && ev.Reason == "FailedScheduling" {
+				a.unsched[ev.Regarding.Name] = true
+			}
 		}
-		if !strings.HasPrefix(e.UserAgent, "knotless-run/") && !strings.HasPrefix(e.UserAgent, "Go-http-client/") {
-			continue // not the runner's (the exec streams' upgrade carries Go's user agent)
+		if !ours(e.UserAgent) {
+			continue
 		}
 		key := e.Verb + " " + e.ObjectRef.Resource
 		if e.ObjectRef.Subresource != "" {
 			key += "/" + e.ObjectRef.Subresource
 		}
-		counts[key]++
+		if key == "create pods" && a.jobPod == nil && len(e.RequestObject) > 0 {
+			a.jobPod = slices.Clone(e.RequestObject)
+		}
+		a.counts[key]++
 	}
 	return sc.Err()
 }
@@ -572,17 +636,24 @@ func printKubeBurst(w io.Writer, r *KubeBurstResult) {
 			ph.TookWarm, ph.PodRunning.P50, ph.PodRunning.P99, ph.AgentConnected.P50, ph.AgentConnected.P99)
 		fmt.Fprintf(w, "    runner: peak RSS %.0f MiB, CPU %.1f s (%.0f %% of one core); pods first unschedulable: %d\n",
 			mib(ph.RunnerPeakRSS), ph.RunnerCPUSeconds, ph.RunnerCPUPercent, ph.Unschedulable)
-		keys := make([]string, 0, len(ph.Requests))
-		for k := range ph.Requests {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var parts []string
-		total := 0.0
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s %.2f", k, ph.Requests[k]))
-			total += ph.Requests[k]
-		}
-		fmt.Fprintf(w, "    API requests per run (audit log): %.2f: %s\n", total, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "    API requests per run (audit log): %s\n", requestsLine(ph.Requests))
 	}
+	printFloor(w, r)
+}
+
+// requestsLine is a per-run (or per-pod) request count as "total: verb
+// resource n, ...", by key.
+func requestsLine(req map[string]float64) string {
+	keys := make([]string, 0, len(req))
+	total := 0.0
+	for k, v := range req {
+		keys = append(keys, k)
+		total += v
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.2f", k, req[k])
+	}
+	return fmt.Sprintf("%.2f: %s", total, strings.Join(parts, ", "))
 }

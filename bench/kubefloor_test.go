@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"knotless.dev/knotless/internal/executor/kube"
+)
+
+// The floor's pod is the kube executor's job pod (kube.BenchPod: podFor
+// with the default Config) at the same sizes and image, metadata and PID
+// 1 aside; the only fields apart are the two BenchPod leaves as the
+// runner does not: the pull policy (BenchPod's Never, the runner's the
+// image's default) and the user namespace (the runner's --user-namespace
+// auto asks for one).
+func TestFloorPod_IsTheKubeExecutorsJobPod(t *testing.T) {
+	job := kube.BenchPod("ns", floorContainer)
+	bc := &burstConfig{cpus: "1", memory: "128Mi", disk: "256Mi", image: job.Spec.Containers[0].Image}
+	floor, err := floorPod("ns", "floor-000", "x", bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := specCheck(floor, b)
+	want := `differs: spec.containers[0].imagePullPolicy: floor null, job pod "Never"; spec.hostUsers: floor false, job pod null`
+	if got != want {
+		t.Errorf("specCheck(floorPod, kube.BenchPod) = %s\nwant %s", got, want)
+	}
+
+	// A field apart anywhere is said with its path.
+	job.Spec.Containers[0].ImagePullPolicy = ""
+	job.Spec.HostUsers = floor.Spec.HostUsers
+	job.Spec.Volumes[2].EmptyDir.SizeLimit = nil
+	b, _ = json.Marshal(job)
+	if got := specCheck(floor, b); !strings.HasPrefix(got, "differs: spec.volumes[2].emptyDir.sizeLimit: floor \"256Mi\", job pod null") ||
+		strings.Count(got, ";") != 0 {
+		t.Errorf("specCheck with the job pod's third emptyDir unlimited = %s", got)
+	}
+	job.Spec.Volumes[2].EmptyDir.SizeLimit = floor.Spec.Volumes[2].EmptyDir.SizeLimit
+	job.Spec.Containers[0].Command = []string{"other"}
+	job.Labels = map[string]string{"other": "x"}
+	b, _ = json.Marshal(job)
+	if got := specCheck(floor, b); got != "same (metadata and command aside)" {
+		t.Errorf("specCheck of the same pod but for labels and command = %s", got)
+	}
+	if got := specCheck(floor, nil); !strings.HasPrefix(got, "not checked") {
+		t.Errorf("specCheck without a job pod = %s", got)
+	}
+}
