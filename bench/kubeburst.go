@@ -270,7 +270,7 @@ type burstWorld struct {
 func (w *burstWorld) phase(ctx context.Context, name string, warm int, flags []string) (*BurstPhase, error) {
 	// The phase before deleted its job pods as its runs ended; the
 	// floor its pods.
-	if err := quietCluster(ctx, w.kc.Client, w.ns); err != nil {
+	if err := quietCluster(ctx, w.kc.Client, shimSettle(w.n), w.ns); err != nil {
 		return nil, err
 	}
 	if err := w.c.startRunner(ctx, name, flags...); err != nil {
