@@ -454,9 +454,19 @@ func (b *Base) Recover(ctx context.Context, h executor.Handle) (executor.Session
 	return s, nil
 }
 
+// SweepAtOnce is how many environments Sweep removes at once. A runner's
+// start may find a thousand left by a runner killed under load; removed
+// one after another they took 30 s (a pod's deletion is a request and a
+// wait for it to go: docs/scaling.md). The driver's own limits (the kube
+// client's --kube-api-qps) still bound the rate.
+const SweepAtOnce = 16
+
 // Sweep removes every environment Driver.List finds whose ID is not in
-// keep and that no live session of this Base holds; see
-// executor.Executor.Sweep. Errors of single environments are joined.
+// keep and that no live session of this Base holds, up to SweepAtOnce at
+// once; see executor.Executor.Sweep. Each removal is logged and told to
+// Config.Observer. Errors of single environments are joined, in List's
+// order; once ctx ends no further removal starts, those under way see ctx,
+// and ctx's error is joined too.
 func (b *Base) Sweep(ctx context.Context, keep []string) error {
 	list, err := b.driver.List(ctx)
 	if err != nil {
@@ -466,23 +476,35 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 	for _, id := range append(slices.Clone(keep), b.live.IDs()...) {
 		kept[b.key(id)] = true
 	}
-	var errs []error
-	for _, l := range list {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("sweep %s environments: %w", b.name, err))...)
-		}
+	errs := make([]error, len(list)+1)
+	slots := make(chan struct{}, SweepAtOnce)
+	var wg sync.WaitGroup
+	for i, l := range list {
 		if kept[l.ID] {
 			continue
 		}
-		if err := l.Remove(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sweep %s: %w", l.Name, err))
-			continue
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
 		}
-		if o := b.cfg.Observer; o != nil {
-			o.EnvironmentRemoved(b.name)
+		if err := ctx.Err(); err != nil {
+			errs[len(list)] = fmt.Errorf("sweep %s environments: %w", b.name, err)
+			break
 		}
-		b.log().Info("removed an environment no run of this runner holds", "executor", b.name, "environment", l.Name, "run", l.ID)
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := l.Remove(ctx); err != nil {
+				errs[i] = fmt.Errorf("sweep %s: %w", l.Name, err)
+				return
+			}
+			if o := b.cfg.Observer; o != nil {
+				o.EnvironmentRemoved(b.name)
+			}
+			b.log().Info("removed an environment no run of this runner holds", "executor", b.name, "environment", l.Name, "run", l.ID)
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -374,14 +374,23 @@ func (e *Executor) claimWarm(ctx context.Context, spec executor.Spec, serve agen
 	return env, nil
 }
 
-// Sweep removes every environment of this runner no run holds (Base's),
-// keeping the warm pool's pods, and then, unless ephemeral, starts the
-// warm pool: the runner calls it once at its start.
+// Sweep removes every environment of this runner no run holds (Base's:
+// up to agentenv.SweepAtOnce pods at once, the client's --kube-api-qps
+// bounding the rate), keeping the warm pool's pods, in the job pods' and
+// the builds namespace at once, and then, unless ephemeral, starts the
+// warm pool: the runner calls it once at its start. Errors of both
+// namespaces are joined.
 func (e *Executor) Sweep(ctx context.Context, keep []string) error {
 	if e.pool != nil {
 		keep = append(keep, e.pool.ids()...)
 	}
-	err := errors.Join(e.Base.Sweep(ctx, keep), e.sweepBuilds(ctx, keep))
+	var builds error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); builds = e.sweepBuilds(ctx, keep) }()
+	err := e.Base.Sweep(ctx, keep)
+	wg.Wait()
+	err = errors.Join(err, builds)
 	if e.pool != nil {
 		e.poolOnce.Do(e.pool.start)
 	}
