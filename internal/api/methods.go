@@ -96,7 +96,9 @@ const (
 	MethodRemoveRunner = "dev.knotless.runner.remove"
 
 	// P, runner (approved). In: ClaimInput. Out: ClaimOutput. Long-polls up
-	// to ClaimInput.Wait seconds for a queued run the runner qualifies for.
+	// to ClaimInput.Wait seconds for a queued run the runner qualifies for;
+	// claims one (in ClaimOutput.Run), or up to ClaimInput.Max when set (in
+	// ClaimOutput.Runs), each under its own lease.
 	MethodClaim = "dev.knotless.runner.claim"
 	// P, runner. In: HeartbeatInput. Out: HeartbeatOutput. Renews the lease of
 	// a claimed run and tells the runner whether it was cancelled.

@@ -68,6 +68,32 @@ func (c *RunnerClient) Claim(ctx context.Context, wait time.Duration) (*ClaimedR
 	return out.Run, nil
 }
 
+// ClaimRuns is Claim for a runner that can take up to n runs now
+// (ClaimInput.Max; n < 1 counts as 1, more than MaxClaimRuns as
+// MaxClaimRuns): it long-polls for up to wait and returns the runs
+// claimed, 1..n oldest first, or none (nil, nil) when none came. The
+// runner holds every run returned, each under its own lease, and must
+// start them all. A server that predates ClaimInput.Max answers one run.
+// Never more than n runs are returned: should a server answer more (none
+// does), the rest are left to lapse (errored/runner-lost) and the error
+// says which, beside the n runs returned.
+func (c *RunnerClient) ClaimRuns(ctx context.Context, wait time.Duration, n int) ([]*ClaimedRun, error) {
+	n = min(MaxClaimRuns, max(n, 1))
+	var out ClaimOutput
+	if err := c.xrpc.Procedure(ctx, MethodClaim, ClaimInput{Wait: int(wait / time.Second), Max: n}, &out); err != nil {
+		return nil, err
+	}
+	runs := out.Claimed()
+	if len(runs) > n {
+		extra := make([]int64, 0, len(runs)-n)
+		for _, r := range runs[n:] {
+			extra = append(extra, r.Run.ID)
+		}
+		return runs[:n], fmt.Errorf("%s: the server answered %d runs to a claim of at most %d; runs %v are left to lapse", MethodClaim, len(runs), n, extra)
+	}
+	return runs, nil
+}
+
 // Heartbeat renews the lease of run; the answer says whether a person
 // asked to cancel it. ErrRunFinished and ErrNotFound mean the
 // server ended the run or forgot it.

@@ -561,17 +561,52 @@ type ListRunnersOutput struct {
 	Cursor  string   `json:"cursor,omitempty"`
 }
 
+// MaxClaimRuns is the most runs one answer of MethodClaim carries: a
+// larger ClaimInput.Max counts as this many.
+const MaxClaimRuns = 100
+
 // ClaimInput is the body of MethodClaim.
 type ClaimInput struct {
 	// Wait is how long the server may hold the request open, in seconds
 	// (0..60; 0 answers at once).
 	Wait int `json:"wait"`
+	// Max is how many runs the runner can take now (its free slots,
+	// 1..MaxClaimRuns; more counts as MaxClaimRuns). When it is set, the
+	// answer lists the runs in ClaimOutput.Runs: as soon as one run can be
+	// claimed, the server claims up to Max of the queued runs this runner
+	// qualifies for, oldest first, each under a lease of its own as if
+	// claimed alone. 0 (absent, as from a runner older than Max) claims
+	// one run, answered in ClaimOutput.Run. A server older than Max
+	// ignores it and answers one run in Run.
+	Max int `json:"max,omitempty"`
 }
 
-// ClaimOutput is the answer of MethodClaim; Run is nil when nothing was
-// claimed within the wait.
+// ClaimOutput is the answer of MethodClaim: nothing when no run was
+// claimed within the wait; else the claimed run in Run when the request
+// had no Max, or the claimed runs (1..Max, oldest first) in Runs when it
+// had. ClaimOutput.Claimed reads either.
 type ClaimOutput struct {
-	Run *ClaimedRun `json:"run,omitempty"`
+	Run  *ClaimedRun   `json:"run,omitempty"`
+	Runs []*ClaimedRun `json:"runs,omitempty"`
+}
+
+// Claimed returns the runs an answer carries, from Runs and Run (nil
+// when none), so that a runner that sent Max also reads the one-run
+// answer of an older server.
+func (o ClaimOutput) Claimed() []*ClaimedRun {
+	out := make([]*ClaimedRun, 0, len(o.Runs)+1)
+	if o.Run != nil {
+		out = append(out, o.Run)
+	}
+	for _, r := range o.Runs {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // ClaimedRun is everything a runner needs to execute a run.

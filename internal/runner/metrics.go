@@ -42,7 +42,7 @@ func NewMetrics() *Metrics {
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "agent_reconnects_total",
 			Help: "Dropped connections to a step agent dialed again successfully, by executor."}, []string{"executor"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "claims_total",
-			Help: "Claims (long polls) this runner made, by result: run, none (the wait ran out) or error."}, []string{"result"}),
+			Help: "Claims (long polls) this runner made, by result: run (it claimed one run or several), none (the wait ran out) or error."}, []string{"result"}),
 	}
 	m.Registry.MustRegister(m.runs, m.stepDuration, m.logBytes, m.envMade, m.envRemoved, m.reconnects, m.claims)
 	return m
@@ -80,16 +80,17 @@ func (m *Metrics) EnvironmentRemoved(ex string) { m.envRemoved.WithLabelValues(e
 // AgentReconnected implements executor.Observer.
 func (m *Metrics) AgentReconnected(ex string) { m.reconnects.WithLabelValues(ex).Inc() }
 
-// claimed counts one claim's result.
+// claimed counts one claim's result: got is whether it claimed any run
+// (one or several), err its error.
 func (m *Metrics) claimed(got bool, err error) {
 	if m == nil {
 		return
 	}
 	switch {
-	case err != nil:
-		m.claims.WithLabelValues("error").Inc()
 	case got:
 		m.claims.WithLabelValues("run").Inc()
+	case err != nil:
+		m.claims.WithLabelValues("error").Inc()
 	default:
 		m.claims.WithLabelValues("none").Inc()
 	}

@@ -414,7 +414,11 @@ func (r *Runner) spoolCount() int {
 
 // claimLoop long-polls for runs while a slot is free, until ctx ends or
 // the server answers a claim with 401 InvalidToken: it does not know this
-// runner (recorded with refused).
+// runner (recorded with refused). Each claim asks for as many runs as
+// slots are free (at least one, at most api.MaxClaimRuns), so a burst of
+// queued runs fills them in one answer, and start is called for every run
+// of the answer, each holding one of those slots; the slots left over are
+// given back.
 func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(*api.ClaimedRun)) {
 	failures := 0
 	approvalLogged := time.Time{}
@@ -424,13 +428,30 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		case <-ctx.Done():
 			return
 		}
-		cr, err := r.claim(ctx)
-		if cr != nil {
-			failures = 0
+		free := 1
+	more:
+		for free < api.MaxClaimRuns {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+		runs, err := r.claim(ctx, free)
+		for _, cr := range runs {
 			start(cr)
+		}
+		for range free - len(runs) {
+			<-slots
+		}
+		if len(runs) > 0 {
+			if err != nil { // the server answered more runs than asked for
+				r.log.Error("the claim's answer held more runs than free slots", "err", err)
+			}
+			failures = 0
 			continue
 		}
-		<-slots
 		if ctx.Err() != nil {
 			return
 		}
@@ -474,12 +495,13 @@ func isUnknownRunner(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Name == api.ErrInvalidToken
 }
 
-func (r *Runner) claim(ctx context.Context) (*api.ClaimedRun, error) {
+// claim long-polls for up to n runs (the free slots) for Config.ClaimWait.
+func (r *Runner) claim(ctx context.Context, n int) ([]*api.ClaimedRun, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.ClaimWait+30*time.Second)
 	defer cancel()
-	run, err := r.client.Claim(cctx, r.cfg.ClaimWait)
-	r.cfg.Metrics.claimed(run != nil, err)
-	return run, err
+	runs, err := r.client.ClaimRuns(cctx, r.cfg.ClaimWait, n)
+	r.cfg.Metrics.claimed(len(runs) > 0, err)
+	return runs, err
 }
 
 // handle executes one claimed run and starts shipping its spool.

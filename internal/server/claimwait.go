@@ -113,20 +113,20 @@ func (c *claimWaiters) beforeLook(w *claimWaiter) *store.Run {
 
 // afterLook records what a look found: fresh is the runner as the look
 // read it (nil if it failed before), queued the runs it saw queued,
-// claimed the id of the run it claimed (0: none). If pending (from
-// beforeLook) was still queued and is not what w claimed, it passes to
-// another waiter, or, when w claimed another run, to whoever follows once
-// w leaves.
-func (c *claimWaiters) afterLook(w *claimWaiter, fresh *store.Runner, queued []store.Run, claimed int64, pending *store.Run) {
+// claimed the ids of the runs it claimed (none: empty). If pending (from
+// beforeLook) was still queued and is not among what w claimed, it passes
+// to another waiter, or, when w claimed other runs, to whoever follows
+// once w leaves.
+func (c *claimWaiters) afterLook(w *claimWaiter, fresh *store.Runner, queued []store.Run, claimed []int64, pending *store.Run) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fresh != nil {
 		w.x = *fresh
 	}
-	if pending == nil || pending.ID == claimed || !slices.ContainsFunc(queued, func(r store.Run) bool { return r.ID == pending.ID }) {
+	if pending == nil || slices.Contains(claimed, pending.ID) || !slices.ContainsFunc(queued, func(r store.Run) bool { return r.ID == pending.ID }) {
 		return
 	}
-	if claimed != 0 {
+	if len(claimed) > 0 {
 		w.pending = pending // w is about to leave, which offers it
 		return
 	}

@@ -52,7 +52,7 @@ func TestClaimWaiters_QueuedRunWakesOneQualifyingWaiterAndPassesOnWhenNotTaken(t
 	// b looks and finds run 11 queued but claims an older run 9: 11 goes on
 	// once b leaves.
 	p := c.beforeLook(b)
-	c.afterLook(b, nil, []store.Run{{ID: 9}, {ID: 11}}, 9, p)
+	c.afterLook(b, nil, []store.Run{{ID: 9}, {ID: 11}}, []int64{9}, p)
 	late := enter(4, "d")
 	c.leave(b)
 	if !woken(late) {
@@ -60,7 +60,7 @@ func TestClaimWaiters_QueuedRunWakesOneQualifyingWaiterAndPassesOnWhenNotTaken(t
 	}
 	// d looks and the run is gone (another runner took it): nobody more.
 	p = c.beforeLook(late)
-	c.afterLook(late, nil, nil, 0, p)
+	c.afterLook(late, nil, nil, nil, p)
 	if st := s.ClaimStats(); st.Woken != 4 || st.Waiting != 3 {
 		t.Errorf("stats = %+v, want 4 wakes, 3 waiting (g, d and the one in repository 2)", st)
 	}

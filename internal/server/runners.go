@@ -257,6 +257,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 	}
 	session := r.Header.Get(api.SessionHeader)
 	wait := time.Duration(min(max(in.Wait, 0), 60)) * time.Second
+	n := min(max(in.Max, 1), api.MaxClaimRuns) // no Max: one run, in Run
 	// Registered before the first look: a run queued after it wakes us.
 	waiter, err := s.enterClaim(x)
 	if err != nil {
@@ -269,17 +270,20 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 		// A new session or a handover ends this one: answer at once.
 		ended := s.hub.wait(runnerKey(x.ID))
 		pending := s.claims.beforeLook(waiter)
-		got, look, err := s.tryClaim(ctx, x, session)
-		var claimed int64
-		if got != nil {
-			claimed = got.Run.ID
+		got, look, err := s.tryClaim(ctx, x, session, n)
+		claimed := make([]int64, 0, len(got))
+		for _, c := range got {
+			claimed = append(claimed, c.Run.ID)
 		}
 		s.claims.afterLook(waiter, look.runner, look.queued, claimed, pending)
-		if err != nil || got != nil {
-			if err != nil {
-				return err
+		if err != nil {
+			return err
+		}
+		if len(got) > 0 {
+			if in.Max == 0 {
+				return writeJSON(w, api.ClaimOutput{Run: got[0]})
 			}
-			return writeJSON(w, api.ClaimOutput{Run: got})
+			return writeJSON(w, api.ClaimOutput{Runs: got})
 		}
 		if wait == 0 {
 			return writeJSON(w, api.ClaimOutput{})
@@ -304,12 +308,13 @@ type claimLook struct {
 	queued []store.Run
 }
 
-// tryClaim claims the oldest queued run of x's repository that x qualifies
-// for, or returns nil. Only the runner's open session claims.
-func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (claimed *api.ClaimedRun, look claimLook, err error) {
+// tryClaim claims up to n of the oldest queued runs of x's repository
+// that x qualifies for, or returns none. Only the runner's open session
+// claims.
+func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string, n int) (claimed []*api.ClaimedRun, look claimLook, err error) {
 	start := time.Now()
 	defer func() {
-		if claimed != nil {
+		if len(claimed) > 0 {
 			s.metrics.claimLatency.Observe(time.Since(start).Seconds())
 		}
 	}()
@@ -338,68 +343,114 @@ func (s *Server) tryClaim(ctx context.Context, x store.Runner, session string) (
 		return nil, look, err
 	}
 	look.queued = queued
-	out, err := s.claimFirst(ctx, x, session, queued)
+	out, err := s.claimFirst(ctx, x, session, queued, n)
 	return out, look, err
 }
 
-// claimFirst claims the first run of queued x qualifies for and can get.
-// A run with services goes only to a runner whose executor runs images:
-// not to one whose latest process said it runs the shell executor.
-func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run) (*api.ClaimedRun, error) {
-	var executorName *string
-	for _, run := range queued {
-		if !qualifies(x, run) {
-			continue
-		}
-		if run.Services > 0 {
-			if executorName == nil {
-				procs, err := s.store.RunnerProcesses(ctx, x.RepoID)
-				if err != nil {
-					return nil, err
-				}
-				name := procs[x.ID].Executor
-				executorName = &name
+// claimAnswerBytes bounds the workflow sources and secrets of one claim
+// answer of several runs: once the runs claimed hold this many bytes, the
+// answer claims no more (it always holds one run, and runs stay at most
+// 1 MiB of source each).
+const claimAnswerBytes = 4 << 20
+
+// claimFirst claims the first n runs of queued x qualifies for and can
+// get, one at a time, each as a claim of its own (store.ClaimRun: its own
+// lease, the session fence, the group and needs checked anew, so a run
+// held back by one claimed just before is not taken). A run with services
+// goes only to a runner whose executor runs images: not to one whose
+// latest process said it runs the shell executor. An error after some
+// runs were claimed ends the answer with those (they are the runner's
+// now); an error before, with the error.
+func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run, n int) (claimed []*api.ClaimedRun, err error) {
+	var executorName *string // read once, when a run has services
+	executor := func() (string, error) {
+		if executorName == nil {
+			procs, err := s.store.RunnerProcesses(ctx, x.RepoID)
+			if err != nil {
+				return "", err
 			}
-			if !runsImages(*executorName) {
-				continue
-			}
+			name := procs[x.ID].Executor
+			executorName = &name
 		}
-		token, err := newToken(runTokenPrefix)
-		if err != nil {
-			return nil, err
-		}
-		now := time.Now()
-		run, err = s.store.ClaimRun(ctx, run.ID, store.Claim{RunnerID: x.ID, RunnerName: x.Name, Session: session,
-			TokenHash: hashToken(token), Now: now, LeaseUntil: now.Add(s.cfg.Lease)})
-		if errors.Is(err, store.ErrConflict) {
-			continue // another runner was faster (or the session just ended: the next look says so)
-		}
-		if err != nil {
-			return nil, err
-		}
-		s.touchRunner(ctx, x.ID)
-		s.notify(runKey(run.ID))
-		if run.ClaimedAt != nil {
-			s.metrics.queueWait.Observe(run.ClaimedAt.Sub(run.CreatedAt).Seconds())
-		}
-		out, err := s.claimed(ctx, run, x, token)
-		if err != nil {
-			// The runner will never see this run: end it so nobody waits.
-			msg := fmt.Sprintf("server could not hand the run to runner %s: %v", x.Name, err)
-			if ended, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
-				State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now(), EnvironmentRemoved: true}); cerr != nil {
-				s.log.Error("end unclaimable run", "run", run.ID, "err", cerr)
-			} else {
-				s.runEnded(context.WithoutCancel(ctx), ended)
-			}
-			s.notify(runKey(run.ID))
-			return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
-		}
-		s.log.Info("run claimed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
-			"runner", x.Name, "secrets", len(out.Secrets)+len(out.SecretBytes))
-		return out, nil
+		return *executorName, nil
 	}
-	return nil, nil
+	size := 0
+	for _, run := range queued {
+		if len(claimed) >= n || size >= claimAnswerBytes {
+			break
+		}
+		out, err := s.claimOne(ctx, x, session, run, executor)
+		if err != nil {
+			if len(claimed) == 0 {
+				return nil, err
+			}
+			s.log.Error("claim of several ends early", "runner", x.Name, "repo", x.Repo, "runs", len(claimed), "err", err)
+			break
+		}
+		if out != nil {
+			claimed = append(claimed, out)
+			size += len(out.WorkflowSource)
+			for _, v := range out.Secrets {
+				size += len(v)
+			}
+			for _, v := range out.SecretBytes {
+				size += len(v)
+			}
+		}
+	}
+	return claimed, nil
+}
+
+// claimOne claims run for x if x qualifies for it and can get it; nil
+// when not (another runner was faster, the run is held back, or x cannot
+// run it). executor names the executor of x's latest process.
+func (s *Server) claimOne(ctx context.Context, x store.Runner, session string, run store.Run, executor func() (string, error)) (*api.ClaimedRun, error) {
+	if !qualifies(x, run) {
+		return nil, nil
+	}
+	if run.Services > 0 {
+		name, err := executor()
+		if err != nil {
+			return nil, err
+		}
+		if !runsImages(name) {
+			return nil, nil
+		}
+	}
+	token, err := newToken(runTokenPrefix)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	run, err = s.store.ClaimRun(ctx, run.ID, store.Claim{RunnerID: x.ID, RunnerName: x.Name, Session: session,
+		TokenHash: hashToken(token), Now: now, LeaseUntil: now.Add(s.cfg.Lease)})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, nil // another runner was faster (or the session just ended: the next look says so)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.touchRunner(ctx, x.ID)
+	s.notify(runKey(run.ID))
+	if run.ClaimedAt != nil {
+		s.metrics.queueWait.Observe(run.ClaimedAt.Sub(run.CreatedAt).Seconds())
+	}
+	out, err := s.claimed(ctx, run, x, token)
+	if err != nil {
+		// The runner will never see this run: end it so nobody waits.
+		msg := fmt.Sprintf("server could not hand the run to runner %s: %v", x.Name, err)
+		if ended, cerr := s.store.CompleteRun(context.WithoutCancel(ctx), run.ID, store.RunFinal{
+			State: api.StateErrored, Reason: api.ReasonExecutor, Message: msg, At: time.Now(), EnvironmentRemoved: true}); cerr != nil {
+			s.log.Error("end unclaimable run", "run", run.ID, "err", cerr)
+		} else {
+			s.runEnded(context.WithoutCancel(ctx), ended)
+		}
+		s.notify(runKey(run.ID))
+		return nil, fmt.Errorf("claim run %d: %w", run.ID, err)
+	}
+	s.log.Info("run claimed", "run", run.ID, "repo", run.Repo, "workflow", run.Workflow,
+		"runner", x.Name, "secrets", len(out.Secrets)+len(out.SecretBytes))
+	return out, nil
 }
 
 // claimed assembles what the runner needs for a run it just claimed.
