@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -116,5 +117,67 @@ func TestClient_AppendLogFileSendsExactlyItsRangeWithALength(t *testing.T) {
 		if length != n || !bytes.Equal(got, data[10:10+n]) {
 			t.Fatalf("AppendLogFile of %d bytes: the server got %d bytes (Content-Length %d), want bytes 10-%d of the file", n, len(got), length, 10+n)
 		}
+	}
+}
+
+// ClaimRuns sends the runner's free slots as Max (at least 1, at most
+// MaxClaimRuns) and reads both answers: the runs of a server that knows
+// Max, and the one run (in Run) of an older server that ignores it. More
+// runs than asked for are cut to Max, the error naming the rest.
+func TestClaimRuns_SendsMaxAndReadsTheOneRunOfAnOlderServer(t *testing.T) {
+	var mu sync.Mutex
+	var maxes []int
+	var answer ClaimOutput
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in ClaimInput
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		maxes = append(maxes, in.Max)
+		out := answer
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	defer hs.Close()
+	c := NewRunnerClient(&Client{BaseURL: hs.URL})
+	ctx := context.Background()
+	set := func(out ClaimOutput) {
+		mu.Lock()
+		answer = out
+		mu.Unlock()
+	}
+	ids := func(runs []*ClaimedRun) []int64 {
+		var out []int64
+		for _, r := range runs {
+			out = append(out, r.Run.ID)
+		}
+		return out
+	}
+
+	set(ClaimOutput{Run: &ClaimedRun{Run: Run{ID: 7}}}) // an older server
+	if runs, err := c.ClaimRuns(ctx, 0, 5); err != nil || len(runs) != 1 || runs[0].Run.ID != 7 {
+		t.Fatalf("ClaimRuns from an older server: %v, %v; want run 7", ids(runs), err)
+	}
+	set(ClaimOutput{Runs: []*ClaimedRun{{Run: Run{ID: 1}}, {Run: Run{ID: 2}}}})
+	if runs, err := c.ClaimRuns(ctx, 0, 5); err != nil || len(runs) != 2 || runs[0].Run.ID != 1 || runs[1].Run.ID != 2 {
+		t.Fatalf("ClaimRuns: %v, %v; want runs 1 and 2", ids(runs), err)
+	}
+	set(ClaimOutput{})
+	if runs, err := c.ClaimRuns(ctx, 0, 1000); err != nil || runs != nil {
+		t.Fatalf("ClaimRuns with nothing claimed: %v, %v", ids(runs), err)
+	}
+	if cr, err := c.Claim(ctx, 0); err != nil || cr != nil {
+		t.Fatalf("Claim with nothing claimed: %+v, %v", cr, err)
+	}
+	set(ClaimOutput{Runs: []*ClaimedRun{{Run: Run{ID: 1}}, {Run: Run{ID: 2}}, {Run: Run{ID: 3}}}})
+	runs, err := c.ClaimRuns(ctx, 0, 0)
+	if len(runs) != 1 || runs[0].Run.ID != 1 || err == nil || !strings.Contains(err.Error(), "[2 3]") {
+		t.Fatalf("ClaimRuns of 1 answered 3: %v, %v; want run 1 and an error naming runs 2 and 3", ids(runs), err)
+	}
+	// Claim sends no Max (an older runner's request): one run, in Run.
+	if want := []int{5, 5, MaxClaimRuns, 0, 1}; !slices.Equal(maxes, want) {
+		t.Errorf("Max sent = %v, want %v", maxes, want)
 	}
 }
