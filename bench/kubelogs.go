@@ -278,7 +278,7 @@ func (b *barrier) serve() {
 			b.names[strings.TrimSpace(name)] = true
 			if !b.start.IsZero() {
 				b.late++
-				fmt.Fprintf(c, "start %d\n", time.Now().UnixNano())
+				fmt.Fprintf(c, "start %d\n", max(b.start.UnixNano(), time.Now().UnixNano()))
 				c.Close()
 				return
 			}

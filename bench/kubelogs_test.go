@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +68,52 @@ func TestLineStreamIsWholeOnlyWithEveryLineInOrder(t *testing.T) {
 	changed.finish(50)
 	if changed.whole(50) || changed.bad != 1 {
 		t.Errorf("a stream with a byte of line 3 changed: whole %v, bad %d (want 1)", changed.whole(50), changed.bad)
+	}
+}
+
+func TestBarrierStartsEveryWriterAtTheSameTimeAndLatecomersAtOnce(t *testing.T) {
+	b, err := newBarrier("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	arrive := func(id string) (chan time.Time, error) {
+		c, err := net.Dial("tcp", b.addr())
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(c, "%s\n", id)
+		got := make(chan time.Time, 1)
+		go func() {
+			defer c.Close()
+			s, _ := bufio.NewReader(c).ReadString('\n')
+			ns, _ := strconv.ParseInt(strings.TrimPrefix(strings.TrimSpace(s), "start "), 10, 64)
+			got <- time.Unix(0, ns)
+		}()
+		return got, nil
+	}
+	var waits []chan time.Time
+	for i := range 3 {
+		w, err := arrive(strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, w)
+	}
+	start, got, err := b.release(context.Background(), 3, 10*time.Second, 200*time.Millisecond)
+	if err != nil || got != 3 {
+		t.Fatalf("release: %d arrived, %v", got, err)
+	}
+	for i, w := range waits {
+		if s := <-w; !s.Equal(start) {
+			t.Errorf("writer %d was told %v, want the common start %v", i, s, start)
+		}
+	}
+	late, err := arrive("late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-late; s.Before(start) || b.latecomers() != 1 {
+		t.Errorf("a latecomer was told %v (common start %v), latecomers %d", s, start, b.latecomers())
 	}
 }
