@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,9 +37,17 @@ func createBenchNamespace(ctx context.Context, kc *localCluster, prefix string) 
 	return ns.Name, nil
 }
 
-// deleteNamespace deletes ns (its pods with it) and does not wait.
+// deleteNamespace deletes ns (its pods with it) and waits up to 3 minutes
+// for it to be gone, so that its pods' ends do not load the next figures.
 func deleteNamespace(kc *localCluster, ns string) {
-	_ = kc.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	ctx := context.Background()
+	if err := kc.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		return
+	}
+	_ = pollEvery(ctx, time.Second, 3*time.Minute, "namespace "+ns+" gone", func() (bool, error) {
+		_, err := kc.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }
 
 // bareContainer is the container name of the bare paths' pods.
