@@ -48,18 +48,17 @@ type proc struct {
 // checkout holding workflow (the YAML of .knotless/workflows/bench.yml),
 // committed but not pushed.
 func startCluster(ctx context.Context, bin, workflow string) (c *cluster, err error) {
-	dir, err := os.MkdirTemp("", "knotless-bench.")
+	c, err = newCluster(bin)
 	if err != nil {
-		return nil, fmt.Errorf("make temporary directory: %w", err)
+		return nil, err
 	}
-	c = &cluster{bin: bin, dir: dir, repo: "admin/bench", git: filepath.Join(dir, "checkout"), runners: map[string][]string{}}
 	defer func() {
 		if err != nil {
 			c.Close()
 			c = nil
 		}
 	}()
-	data := filepath.Join(dir, "server")
+	data := filepath.Join(c.dir, "server")
 	c.server, err = c.start("knotless-server",
 		"--data", data, "--listen", "127.0.0.1:0", "--lease", "30s", "--log-level", "warn",
 		"--max-registrations-per-minute", "1000000") // the benchmarks register many runners from one address
@@ -72,26 +71,42 @@ func startCluster(ctx context.Context, bin, workflow string) (c *cluster, err er
 	if err := c.waitFile(ctx, filepath.Join(data, "admin.token"), &c.token); err != nil {
 		return c, err
 	}
+	return c, c.setUp(ctx, workflow)
+}
+
+// newCluster makes a cluster's temporary directory; nothing runs yet.
+func newCluster(bin string) (*cluster, error) {
+	dir, err := os.MkdirTemp("", "knotless-bench.")
+	if err != nil {
+		return nil, fmt.Errorf("make temporary directory: %w", err)
+	}
+	return &cluster{bin: bin, dir: dir, repo: "admin/bench", git: filepath.Join(dir, "checkout"), runners: map[string][]string{}}, nil
+}
+
+// setUp makes the admin's client on c.url and c.token (the server must
+// answer), the repository admin/bench and, unless workflow is empty, the
+// local checkout holding it, committed but not pushed.
+func (c *cluster) setUp(ctx context.Context, workflow string) error {
 	c.admin = &api.Client{BaseURL: c.url, Auth: api.BearerToken(c.token)}
 	if err := c.admin.Procedure(ctx, api.MethodCreateRepo, api.CreateRepoInput{Repo: c.repo}, nil); err != nil {
-		return c, fmt.Errorf("create repository %s: %w", c.repo, err)
+		return fmt.Errorf("create repository %s: %w", c.repo, err)
 	}
 	if workflow == "" {
-		return c, nil
+		return nil
 	}
 	wf := filepath.Join(c.git, ".knotless", "workflows", "bench.yml")
 	if err := os.MkdirAll(filepath.Dir(wf), 0o755); err != nil {
-		return c, fmt.Errorf("make checkout: %w", err)
+		return fmt.Errorf("make checkout: %w", err)
 	}
 	if err := os.WriteFile(wf, []byte(workflow), 0o644); err != nil {
-		return c, fmt.Errorf("write workflow: %w", err)
+		return fmt.Errorf("write workflow: %w", err)
 	}
 	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"commit", "-q", "-m", "bench workflow"}} {
 		if _, err := c.gitCmd(ctx, args...); err != nil {
-			return c, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // start runs program from the bin directory with its output in DIR/NAME.log.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -66,6 +68,15 @@ type IdleResult struct {
 	// open on the database file (one per connection of its pool).
 	DBConns int `json:"databaseConnections"`
 
+	// StartErrors, StartRefused and StartErrorKinds are the polls that
+	// failed from the first poll to every runner waiting (the thundering
+	// herd of their first polls), of them the 503/429 answers, and the
+	// failures by kind ("503 ServerBusy", "connection reset", ...).
+	StartErrors     int64            `json:"startPollErrors"`
+	StartRefused    int64            `json:"startPollsRefused"`
+	StartErrorKinds map[string]int64 `json:"startPollErrorKinds,omitempty"`
+	StartLastError  string           `json:"startLastError,omitempty"`
+
 	Answered  int64   `json:"pollsAnswered"` // claims answered "nothing" in the window
 	Errors    int64   `json:"pollErrors"`
 	Refused   int64   `json:"pollsRefused"`     // of Errors: 503 or 429 answers (a limit said so)
@@ -77,6 +88,18 @@ type IdleResult struct {
 	PushToClaim Latency `json:"pushToClaim"`
 	// GitPush is the duration of `git push` itself, for comparison.
 	GitPush Latency `json:"gitPush"`
+
+	// With -idle-replicas (PostgreSQL, bench/idlepg.go): the figures of each
+	// replica and of PostgreSQL, and how many of the pushes' claims another
+	// replica than the one pushed to answered (woken by LISTEN/NOTIFY).
+	Replicas      []ReplicaFigures `json:"replicas,omitempty"`
+	Postgres      *PostgresFigures `json:"postgres,omitempty"`
+	ClaimsByOther int              `json:"claimsByOtherReplica,omitempty"`
+	// PushToClaimOther is push → claim of the pushes (every other one)
+	// whose workflow only the runners of replica 1 qualify for, pushed to
+	// replica 0: the claim is woken through PostgreSQL's NOTIFY.
+	PushToClaimOther Latency          `json:"pushToClaimOtherReplica,omitzero"`
+	ErrorKinds       map[string]int64 `json:"pollErrorKinds,omitempty"` // the window's poll failures by kind
 }
 
 // benchIdle registers n runners with a server process, keeps each in a
@@ -84,6 +107,9 @@ type IdleResult struct {
 // then pushes runs one at a time while they wait and times each push to
 // its claim.
 func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*IdleResult, error) {
+	if *idleReplicas > 0 {
+		return benchIdleReplicas(ctx, bin, n, *idleReplicas, window)
+	}
 	maxConns, restore := fitMaxConns(n)
 	c, err := startCluster(ctx, bin, idleWorkflow)
 	restore()
@@ -138,6 +164,7 @@ func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*I
 		return nil, err
 	}
 	res.AllPollingS = time.Since(t0).Seconds()
+	p.startFigures(res)
 	// The last polls finish checking for work and start waiting.
 	time.Sleep(500 * time.Millisecond)
 
@@ -188,9 +215,7 @@ const idlePushes = 20
 func measureIdle(ctx context.Context, c *cluster, p *idlePollers, res *IdleResult, window time.Duration) error {
 	pid := c.server.cmd.Process.Pid
 	progress("idle: %d runners long-polling; measuring for %s", res.Runners, window)
-	p.answered.Store(0)
-	p.failed.Store(0)
-	p.refused.Store(0)
+	p.reset()
 	client0 := selfCPU()
 	cpu, peak, rss, err := watch(ctx, pid, window, &res.CPUPerSecond)
 	if err != nil {
@@ -198,10 +223,7 @@ func measureIdle(ctx context.Context, c *cluster, p *idlePollers, res *IdleResul
 	}
 	res.CPU, res.PeakRSS, res.EndRSS = percent(cpu, window), peak, rss
 	res.ClientCPU = percent(selfCPU()-client0, window)
-	res.Answered, res.Errors, res.Refused = p.answered.Load(), p.failed.Load(), p.refused.Load()
-	if e := p.lastErr.Load(); e != nil {
-		res.LastError = *e
-	}
+	p.windowFigures(res)
 	if st, err := procStatus(pid); err == nil {
 		res.HWM, res.Threads = st["VmHWM"], st["Threads"]
 	}
@@ -217,9 +239,24 @@ func measureIdle(ctx context.Context, c *cluster, p *idlePollers, res *IdleResul
 // pushWhileWaiting pushes n commits one at a time while the runners wait
 // and times each from the push's start to a runner's claim answered.
 func pushWhileWaiting(ctx context.Context, c *cluster, p *idlePollers, res *IdleResult, n int) error {
-	var toClaim, gitPush []time.Duration
+	return pushWhileWaitingFar(ctx, c, p, res, n, "")
+}
+
+// pushWhileWaitingFar is pushWhileWaiting where, unless far is empty,
+// every other push (the odd ones) commits the workflow far instead of
+// idleWorkflow: one only another replica's runners qualify for, whose
+// push → claim times also go to res.PushToClaimOther.
+func pushWhileWaitingFar(ctx context.Context, c *cluster, p *idlePollers, res *IdleResult, n int, far string) error {
+	var toClaim, toClaimFar, gitPush []time.Duration
 	for i := range n {
-		if _, err := c.commit(ctx, i); err != nil {
+		wf := ""
+		if far != "" {
+			wf = idleWorkflow
+			if i%2 == 1 {
+				wf = far
+			}
+		}
+		if _, err := c.commitWorkflow(ctx, i, wf); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -230,6 +267,12 @@ func pushWhileWaiting(ctx context.Context, c *cluster, p *idlePollers, res *Idle
 		select {
 		case cl := <-p.claims:
 			toClaim = append(toClaim, cl.at.Sub(t0))
+			if far != "" && i%2 == 1 {
+				toClaimFar = append(toClaimFar, cl.at.Sub(t0))
+			}
+			if cl.replica != 0 {
+				res.ClaimsByOther++ // the push went to replica 0
+			}
 		case <-time.After(time.Minute):
 			return fmt.Errorf("push %d: no runner claimed its run within a minute\n%s", i, c.logTails())
 		case <-ctx.Done():
@@ -238,13 +281,18 @@ func pushWhileWaiting(ctx context.Context, c *cluster, p *idlePollers, res *Idle
 		time.Sleep(settle) // the claimant reports the run and polls again
 	}
 	res.PushToClaim, res.GitPush = latency(toClaim), latency(gitPush)
+	if far != "" {
+		res.PushToClaimOther = latency(toClaimFar)
+	}
 	return nil
 }
 
-// claimSeen is a run a bench runner claimed, and when the answer came.
+// claimSeen is a run a bench runner claimed, when the answer came, and
+// the replica that answered (0 with one server).
 type claimSeen struct {
-	run int64
-	at  time.Time
+	run     int64
+	at      time.Time
+	replica int
 }
 
 // idlePollers are the runners' long-poll loops and what they saw.
@@ -253,6 +301,90 @@ type idlePollers struct {
 	answered, failed, refused atomic.Int64
 	lastErr                   atomic.Pointer[string]
 	claims                    chan claimSeen
+	// replicas is how many replicas the runners are spread over: runner i
+	// dials replica i mod replicas (0 or 1: one server).
+	replicas int
+
+	mu    sync.Mutex
+	kinds map[string]int64 // failures by errorKind since the last reset
+}
+
+// fail counts a failed poll.
+func (p *idlePollers) fail(err error) {
+	p.failed.Add(1)
+	if isLimit(err) {
+		p.refused.Add(1)
+	}
+	msg := err.Error()
+	p.lastErr.Store(&msg)
+	p.mu.Lock()
+	if p.kinds == nil {
+		p.kinds = map[string]int64{}
+	}
+	p.kinds[errorKind(err)]++
+	p.mu.Unlock()
+}
+
+// reset forgets the failures and answers counted so far.
+func (p *idlePollers) reset() {
+	p.answered.Store(0)
+	p.failed.Store(0)
+	p.refused.Store(0)
+	p.lastErr.Store(nil)
+	p.mu.Lock()
+	p.kinds = nil
+	p.mu.Unlock()
+}
+
+// takeKinds returns the failures by kind counted since the last reset.
+func (p *idlePollers) takeKinds() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.kinds)
+}
+
+// startFigures stores the failures of the polls' start in res.
+func (p *idlePollers) startFigures(res *IdleResult) {
+	res.StartErrors, res.StartRefused, res.StartErrorKinds = p.failed.Load(), p.refused.Load(), p.takeKinds()
+	if e := p.lastErr.Load(); e != nil {
+		res.StartLastError = *e
+	}
+	if res.StartErrors > 0 {
+		progress("idle: while the polls started: %d poll errors (%d refused by a limit): %v; the last: %s",
+			res.StartErrors, res.StartRefused, res.StartErrorKinds, res.StartLastError)
+	}
+}
+
+// windowFigures stores the answers and failures of the measuring window
+// in res.
+func (p *idlePollers) windowFigures(res *IdleResult) {
+	res.Answered, res.Errors, res.Refused = p.answered.Load(), p.failed.Load(), p.refused.Load()
+	res.ErrorKinds = p.takeKinds()
+	if e := p.lastErr.Load(); e != nil {
+		res.LastError = *e
+	}
+}
+
+// errorKind names a failed poll's kind: the answer's status and XRPC
+// error name, or what the connection did.
+func errorKind(err error) string {
+	var e *api.Error
+	switch {
+	case errors.As(err, &e):
+		if e.RetryAfter > 0 {
+			return fmt.Sprintf("%d %s, Retry-After %s", e.Status, e.Name, e.RetryAfter)
+		}
+		return fmt.Sprintf("%d %s", e.Status, e.Name)
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed (EOF)"
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		return "timeout"
+	}
+	return "other"
 }
 
 // start runs one claim loop per client until ctx ends: a claimed run is
@@ -260,7 +392,8 @@ type idlePollers struct {
 // the loop waits a second (the server's Retry-After is 5 s; knotless-run
 // backs off from 200 ms doubling).
 func (p *idlePollers) start(ctx context.Context, clients []*api.Client) {
-	for _, cl := range clients {
+	for i, cl := range clients {
+		replica := i % max(1, p.replicas)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -270,16 +403,11 @@ func (p *idlePollers) start(ctx context.Context, clients []*api.Client) {
 				switch {
 				case ctx.Err() != nil:
 				case err != nil:
-					p.failed.Add(1)
-					if api.IsError(err, http.StatusText(http.StatusServiceUnavailable)) || isLimit(err) {
-						p.refused.Add(1)
-					}
-					msg := err.Error()
-					p.lastErr.Store(&msg)
+					p.fail(err)
 					time.Sleep(time.Second)
 				case out.Run != nil:
 					select {
-					case p.claims <- claimSeen{run: out.Run.Run.ID, at: time.Now()}:
+					case p.claims <- claimSeen{run: out.Run.Run.ID, at: time.Now(), replica: replica}:
 					default:
 					}
 					_ = cl.Procedure(ctx, api.MethodComplete, api.CompleteInput{Run: out.Run.Run.ID,
@@ -303,15 +431,25 @@ func isLimit(err error) bool {
 // knotless_claims_waiting gauge), at most a minute plus a second per 100
 // runners.
 func waitAllWaiting(ctx context.Context, c *cluster, n int, p *idlePollers) error {
+	return waitAllWaitingOn(ctx, c, []string{c.url}, n, p)
+}
+
+// waitAllWaitingOn is waitAllWaiting over replicas at urls: the sum of
+// their gauges.
+func waitAllWaitingOn(ctx context.Context, c *cluster, urls []string, n int, p *idlePollers) error {
 	timeout := time.Minute + time.Duration(n/100)*time.Second
 	waiting := 0.0
 	err := pollEvery(ctx, 250*time.Millisecond, timeout, "every runner's claim to wait", func() (bool, error) {
-		v, err := scrapeMetric(ctx, c.url, "knotless_claims_waiting")
-		if err != nil {
-			return false, err
+		sum := 0.0
+		for _, u := range urls {
+			v, err := scrapeMetric(ctx, u, "knotless_claims_waiting")
+			if err != nil {
+				return false, err
+			}
+			sum += v
 		}
-		waiting = v
-		return int(v) >= n, nil
+		waiting = sum
+		return int(sum) >= n, nil
 	})
 	if err != nil {
 		last := ""
@@ -328,6 +466,14 @@ func waitAllWaiting(ctx context.Context, c *cluster, n int, p *idlePollers) erro
 // repository and approves them; it returns a client per runner, runner i
 // on transports[i*len(transports)/n].
 func registerRunners(ctx context.Context, c *cluster, audience string, transports []*http.Transport, n int) ([]*api.Client, error) {
+	return registerRunnersOn(ctx, []*cluster{c}, audience, transports, n)
+}
+
+// registerRunnersOn is registerRunners with runner i registered with and
+// dialling replicas[i mod len(replicas)] (each a view of one cluster with
+// its url and admin client on that replica); with more than one replica
+// it has the label replica-(i mod len(replicas)) besides idle.
+func registerRunnersOn(ctx context.Context, replicas []*cluster, audience string, transports []*http.Transport, n int) ([]*api.Client, error) {
 	clients := make([]*api.Client, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, 8)
@@ -338,14 +484,18 @@ func registerRunners(ctx context.Context, c *cluster, audience string, transport
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			t := transports[i*len(transports)/n]
-			clients[i], errs[i] = registerRunner(ctx, c, audience, t, fmt.Sprintf("idle-%05d", i))
+			labels := []string{"idle"}
+			if len(replicas) > 1 {
+				labels = append(labels, fmt.Sprintf("replica-%d", i%len(replicas)))
+			}
+			clients[i], errs[i] = registerRunner(ctx, replicas[i%len(replicas)], audience, t, fmt.Sprintf("idle-%05d", i), labels)
 		}()
 	}
 	wg.Wait()
 	return clients, errors.Join(errs...)
 }
 
-func registerRunner(ctx context.Context, c *cluster, audience string, transport http.RoundTripper, name string) (*api.Client, error) {
+func registerRunner(ctx context.Context, c *cluster, audience string, transport http.RoundTripper, name string, labels []string) (*api.Client, error) {
 	key, err := svcauth.GenerateKey()
 	if err != nil {
 		return nil, err
@@ -361,7 +511,7 @@ func registerRunner(ctx context.Context, c *cluster, audience string, transport 
 		return signer.AuthFunc()(req, nsid)
 	}}
 	if err := reg.Procedure(ctx, api.MethodRegisterRunner,
-		api.RegisterRunnerInput{Repo: c.repo, Name: name, Labels: []string{"idle"}}, nil); err != nil {
+		api.RegisterRunnerInput{Repo: c.repo, Name: name, Labels: labels}, nil); err != nil {
 		return nil, fmt.Errorf("register runner %s: %w", name, err)
 	}
 	if err := c.admin.Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: c.repo, Name: name}, nil); err != nil {
