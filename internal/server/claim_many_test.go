@@ -118,13 +118,30 @@ func TestClaim_WithoutMaxClaimsOneRunInRunAsBefore(t *testing.T) {
 // Claims of several, racing from several runners (each with its
 // --max-claims-per-runner long polls open) for one burst, never hand one
 // run to two claims: every run is claimed exactly once, by the runner it
-// records.
+// records. On SQLite, and on PostgreSQL with the runners spread over two
+// replicas.
 func TestClaim_RacingClaimsOfSeveralNeverGiveOneRunTwice(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, servertest.Options{})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, servertest.Options{})
+		raceClaimsOfSeveral(t, f, f.Server, f.Server)
+	})
+	t.Run("postgres-two-replicas", func(t *testing.T) {
+		t.Parallel()
+		a, b := replicas(t, servertest.Options{})
+		raceClaimsOfSeveral(t, a, a.Server, b)
+	})
+}
+
+// raceClaimsOfSeveral registers 3 runners of f's repository, through
+// servers in turn, opens every long poll they may (Max 4 each), pushes 10
+// runs through f and checks that each was handed to one claim, whose
+// runner it records, and all were.
+func raceClaimsOfSeveral(t *testing.T, f *fixture, servers ...*servertest.Server) {
 	var runners []*servertest.Runner
 	for i := range 3 {
-		runners = append(runners, f.RegisterRunner(t, f.repo, fmt.Sprintf("r%d", i), nil, true))
+		runners = append(runners, servers[i%len(servers)].RegisterRunner(t, f.repo, fmt.Sprintf("r%d", i), nil, true))
 	}
 	var mu sync.Mutex
 	got := map[int64][]string{} // run → the runners whose answers held it
@@ -135,7 +152,7 @@ func TestClaim_RacingClaimsOfSeveralNeverGiveOneRunTwice(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				var out api.ClaimOutput
-				if err := r.Client.Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 3, Max: 4}, &out); err != nil {
+				if err := r.Client.Procedure(context.Background(), api.MethodClaim, api.ClaimInput{Wait: 5, Max: 4}, &out); err != nil {
 					t.Errorf("claim by %s: %v", r.Name, err)
 					return
 				}
@@ -150,8 +167,13 @@ func TestClaim_RacingClaimsOfSeveralNeverGiveOneRunTwice(t *testing.T) {
 			}()
 		}
 	}
+	distinct := slices.Compact(slices.Clone(servers))
 	testwait.For(t, 10*time.Second, "every claim to wait", func() bool {
-		return f.ClaimStats().Waiting == len(runners)*server.DefaultMaxClaimsPerRunner
+		n := 0
+		for _, s := range distinct {
+			n += s.ClaimStats().Waiting
+		}
+		return n == len(runners)*server.DefaultMaxClaimsPerRunner
 	})
 	queued := pushMany(t, f, 10, "")
 	wg.Wait()
