@@ -207,11 +207,17 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, nsid string, e
 		e = xerr(http.StatusConflict, api.ErrConflict, "%s: try again", storeMessage(err, store.ErrConflict))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-		// The server's own bound on a database call ran out: overload,
-		// which a retry after a wait gets through, not a fault.
-		s.log.Warn("request timed out inside the server", "method", nsid, "err", err)
-		e = xerr(http.StatusServiceUnavailable, api.ErrServerBusy, "the server is busy (its database did not answer in time); retry in %d s", RetryAfterBusy)
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil,
+		errors.Is(err, store.ErrBusy):
+		// The server's own bound on a database call ran out, or a
+		// transaction kept colliding with others through its retries:
+		// overload, which a retry after a wait gets through, not a fault.
+		s.log.Warn("the server is busy: a request's database call timed out or kept colliding", "method", nsid, "err", err)
+		why := "its database did not answer in time"
+		if errors.Is(err, store.ErrBusy) {
+			why = "its database's writes kept colliding"
+		}
+		e = xerr(http.StatusServiceUnavailable, api.ErrServerBusy, "the server is busy (%s); retry in %d s", why, RetryAfterBusy)
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterBusy))
 	default:
 		s.log.Error("request failed", "method", nsid, "err", err)

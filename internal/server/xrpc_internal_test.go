@@ -46,3 +46,22 @@ func TestWriteErr_AServerSideTimeoutIsBusyWithRetryAfterNotInternal(t *testing.T
 		t.Errorf("another error answered %d, want 500", w.Code)
 	}
 }
+
+// A transaction that kept colliding with others through all its retries
+// (store.ErrBusy: PostgreSQL's serialization failures) is answered 503
+// ServerBusy with Retry-After, not 500. Pins: 82 of 10,000 runners
+// registering 8 at a time with two replicas on PostgreSQL were answered
+// "500 internal error" (insert runner: could not serialize access, SQLSTATE
+// 40001), and the registration failed instead of being retried.
+func TestWriteErr_ATransactionThatKeptCollidingIsBusyWithRetryAfterNotInternal(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	s.metrics = &serverMetrics{apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"code"})}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/xrpc/dev.knotless.runner.register", nil)
+	s.writeErr(w, r, "dev.knotless.runner.register",
+		fmt.Errorf("%w (20 attempts): insert runner r1: could not serialize access", store.ErrBusy))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "5" || !strings.Contains(w.Body.String(), `"ServerBusy"`) ||
+		!strings.Contains(w.Body.String(), "kept colliding") {
+		t.Fatalf("answer %d, Retry-After %q, body %s", w.Code, w.Header().Get("Retry-After"), w.Body.String())
+	}
+}

@@ -27,6 +27,10 @@ var (
 	// ErrAccountDisabled: AccountByToken found the token, but an admin
 	// disabled its account.
 	ErrAccountDisabled = errors.New("account disabled")
+	// ErrBusy: a transaction kept colliding with others (PostgreSQL's
+	// serialization failures or deadlocks) through every retry; the same
+	// call made again later may succeed.
+	ErrBusy = errors.New("database busy: the transaction kept colliding with others")
 )
 
 // Account is a user of the server.

@@ -167,19 +167,30 @@ func (d *DB) migrate(ctx context.Context, migrations fs.FS) error {
 // with a retryable error.
 const maxTxAttempts = 20
 
+// maxTxBackoff bounds the random wait between two attempts of tx, which
+// doubles from 2 ms: the 20 attempts span up to about 2.7 s (1.3 s on
+// average).
+const maxTxBackoff = 200 * time.Millisecond
+
 // tx runs fn in one transaction, committing when it returns nil. A
 // transaction the database aborted to keep transactions serializable is
-// run again, from the start, a few times: fn must set everything it
-// returns through its closure afresh on each call.
+// run again, from the start, up to maxTxAttempts times: fn must set
+// everything it returns through its closure afresh on each call. When the
+// last attempt collides too, the error wraps store.ErrBusy.
 func (d *DB) tx(ctx context.Context, fn func(querier) error) error {
 	for attempt := 1; ; attempt++ {
 		err := d.tx1(ctx, fn)
-		if err == nil || d.dialect.Retryable == nil || !d.dialect.Retryable(err) || attempt == maxTxAttempts {
+		if err == nil || d.dialect.Retryable == nil || !d.dialect.Retryable(err) {
 			return err
 		}
-		// Back off a little, at random, so that the transactions that
-		// collided do not collide again.
-		wait := time.Duration(rand.Int64N(int64(attempt) * int64(2*time.Millisecond)))
+		if attempt == maxTxAttempts {
+			return fmt.Errorf("%w (%d attempts): %w", store.ErrBusy, attempt, err)
+		}
+		// Back off, at random and longer each time, so that the
+		// transactions that collided do not collide again: many writers
+		// at once (thousands of runners registering) collide for longer
+		// than a few milliseconds.
+		wait := time.Duration(rand.Int64N(int64(min(maxTxBackoff, (2*time.Millisecond)<<min(attempt-1, 16)))))
 		select {
 		case <-ctx.Done():
 			return err
