@@ -51,7 +51,10 @@ type IdleResult struct {
 	BaselineWindowS float64 `json:"baselineWindowSeconds"`
 	BaselineRSS     int64   `json:"baselineRssBytes"` // no runners registered
 	BaselineCPU     float64 `json:"baselineCpuPercent"`
-	RegisterS       float64 `json:"registerSeconds"`    // registering, approving and starting a session for all
+	RegisterS       float64 `json:"registerSeconds"` // registering, approving and starting a session for all
+	// RegisterRetries counts the calls of registering that failed with a
+	// 5xx answer and were made again (retrying).
+	RegisterRetries int64   `json:"registerRetries"`
 	RegisteredRSS   int64   `json:"registeredRssBytes"` // runners registered, none polling
 	AllPollingS     float64 `json:"allPollingSeconds"`  // from the first poll to every runner's claim waiting
 
@@ -148,6 +151,7 @@ func benchIdle(ctx context.Context, bin string, n int, window time.Duration) (*I
 		return nil, err
 	}
 	res.RegisterS = time.Since(t0).Seconds()
+	res.RegisterRetries = registerRetries.Swap(0)
 	if st, err := procStatus(pid); err == nil {
 		res.RegisteredRSS = st["VmRSS"]
 	}
@@ -495,6 +499,27 @@ func registerRunnersOn(ctx context.Context, replicas []*cluster, audience string
 	return clients, errors.Join(errs...)
 }
 
+// registerAttempts bounds how often registerRunner makes a call (register,
+// approve, start a session) that failed with a retryable error (a 5xx
+// answer), a second apart; registerRetries counts the retries.
+const registerAttempts = 5
+
+var registerRetries atomic.Int64
+
+// retrying calls f until it succeeds, fails with an error that is not
+// api.Retryable, or registerAttempts calls failed.
+func retrying(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || !api.Retryable(err) || attempt == registerAttempts || ctx.Err() != nil {
+			return err
+		}
+		registerRetries.Add(1)
+		progress("idle: %v; retrying in a second", err)
+		time.Sleep(time.Second)
+	}
+}
+
 func registerRunner(ctx context.Context, c *cluster, audience string, transport http.RoundTripper, name string, labels []string) (*api.Client, error) {
 	key, err := svcauth.GenerateKey()
 	if err != nil {
@@ -510,16 +535,21 @@ func registerRunner(ctx context.Context, c *cluster, audience string, transport 
 		req.Header.Set(api.RegistrationTokenHeader, c.token) // the admin's API token
 		return signer.AuthFunc()(req, nsid)
 	}}
-	if err := reg.Procedure(ctx, api.MethodRegisterRunner,
-		api.RegisterRunnerInput{Repo: c.repo, Name: name, Labels: labels}, nil); err != nil {
+	if err := retrying(ctx, func() error {
+		return reg.Procedure(ctx, api.MethodRegisterRunner, api.RegisterRunnerInput{Repo: c.repo, Name: name, Labels: labels}, nil)
+	}); err != nil {
 		return nil, fmt.Errorf("register runner %s: %w", name, err)
 	}
-	if err := c.admin.Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: c.repo, Name: name}, nil); err != nil {
+	if err := retrying(ctx, func() error {
+		return c.admin.Procedure(ctx, api.MethodApproveRunner, api.RunnerRef{Repo: c.repo, Name: name}, nil)
+	}); err != nil {
 		return nil, fmt.Errorf("approve runner %s: %w", name, err)
 	}
 	// Runner calls but register and startSession carry the session.
 	var sess api.StartSessionOutput
-	if err := cl.Procedure(ctx, api.MethodStartSession, api.StartSessionInput{Executor: "bench"}, &sess); err != nil {
+	if err := retrying(ctx, func() error {
+		return cl.Procedure(ctx, api.MethodStartSession, api.StartSessionInput{Executor: "bench"}, &sess)
+	}); err != nil {
 		return nil, fmt.Errorf("start session of runner %s: %w", name, err)
 	}
 	auth := cl.Auth

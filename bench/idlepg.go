@@ -259,6 +259,10 @@ func benchIdleReplicas(ctx context.Context, bin string, n, replicas int, window 
 		return nil, err
 	}
 	res.RegisterS = time.Since(t0).Seconds()
+	res.RegisterRetries = registerRetries.Swap(0)
+	if res.RegisterRetries > 0 {
+		progress("idle: %d calls of registering failed with a 5xx answer and were made again", res.RegisterRetries)
+	}
 	for i, p := range rc.replicas {
 		if st, err := procStatus(p.cmd.Process.Pid); err == nil {
 			res.Replicas[i].RegisteredRSS = st["VmRSS"]
