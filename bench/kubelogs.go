@@ -52,7 +52,7 @@ var kubeLogsFlags = func() *kubeLogsConfig {
 	flag.StringVar(&k.cpus, "kube-log-cpus", "15m", "kubelogs benchmark: each job pod's CPU (--cpus; requests = limits); the bare paths' pods request as much and have no limit")
 	flag.StringVar(&k.memory, "kube-log-memory", "64Mi", "kubelogs benchmark: each pod's memory")
 	flag.StringVar(&k.image, "kube-log-image", "localhost/knotless/job-base:1", "kubelogs benchmark: the pods' image (busybox is enough: the writer is a static program the benchmark builds)")
-	flag.StringVar(&k.paths, "kube-log-paths", "knotless", "kubelogs benchmark: the paths measured, comma-separated, in order: knotless (runs of a kube runner: step agent, pods/exec, runner, server), exec (a bare pods/exec of the writer, read by this program), dial (the writer dialling a TCP listener of this program over the pod network)")
+	flag.StringVar(&k.paths, "kube-log-paths", "knotless", "kubelogs benchmark: the paths measured, comma-separated, in order: knotless (runs of a kube runner: step agent, pods/exec, runner, server), exec (a bare pods/exec of the writer, read by this program), dial (the writer dialling a TCP listener of this program over the pod network), shell (runs of a shell runner on this machine: the runner and server without Kubernetes)")
 	return k
 }()
 
@@ -143,36 +143,44 @@ func benchKubeLogs(ctx context.Context, bin string, k *kubeLogsConfig) (*KubeLog
 	}
 	paths := strings.Split(k.paths, ",")
 	for _, p := range paths {
-		if !slices.Contains([]string{"knotless", "exec", "dial"}, p) {
-			return nil, fmt.Errorf("-kube-log-paths: unknown path %q (want knotless, exec, dial)", p)
+		if !slices.Contains([]string{"knotless", "exec", "dial", "shell"}, p) {
+			return nil, fmt.Errorf("-kube-log-paths: unknown path %q (want knotless, exec, dial, shell)", p)
 		}
 	}
-	kc, err := loadLocalCluster(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("the local cluster (make cluster-up): %w", err)
+	// The shell path alone needs no cluster.
+	var kc *localCluster
+	host := "127.0.0.1"
+	if slices.ContainsFunc(paths, func(p string) bool { return p != "shell" }) {
+		var err error
+		if kc, err = loadLocalCluster(ctx); err != nil {
+			return nil, fmt.Errorf("the local cluster (make cluster-up): %w", err)
+		}
+		if host, err = podReachableHost(ctx, kc); err != nil {
+			return nil, err
+		}
 	}
 	writer, err := buildLogsWriter(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(filepath.Dir(writer))
-	host, err := podReachableHost(ctx, kc)
-	if err != nil {
-		return nil, err
-	}
 	res := &KubeLogsResult{Streams: k.streams, MBps: k.mbps, Seconds: k.seconds, CPUs: k.cpus, Memory: k.memory,
 		Lines: fmt.Sprintf("%d-byte numbered lines, each with the writer's clock (Unix ns; the node is this machine) and a payload of random base64 (zstd, which the step agent applies to each frame, shrinks a line to about 0.55 of its size), written every 20 ms; a stream waits at a barrier so that all start together", kubelogsline.Len)}
 	var errs []error
 	for _, p := range paths {
-		lw, err := newLogsWorld(ctx, kc, k, writer, host)
+		wkc := kc
+		if p == "shell" {
+			wkc = nil
+		}
+		lw, err := newLogsWorld(ctx, wkc, k, writer, host)
 		if err != nil {
 			return res, err
 		}
 		res.Namespace = lw.ns
 		var lp *LogsPath
 		switch p {
-		case "knotless":
-			lp, err = lw.knotless(ctx, bin)
+		case "knotless", "shell":
+			lp, err = lw.knotless(ctx, bin, p)
 		case "exec", "dial":
 			lp, err = lw.bare(ctx, p)
 		}
@@ -526,22 +534,32 @@ type logsWorld struct {
 	bar    *barrier
 }
 
+// newLogsWorld makes a path's barrier and, on the cluster (kc not nil),
+// its namespace.
 func newLogsWorld(ctx context.Context, kc *localCluster, k *kubeLogsConfig, writer, host string) (*logsWorld, error) {
-	ns, err := createBenchNamespace(ctx, kc, "klogs-")
-	if err != nil {
-		return nil, err
+	w := &logsWorld{kc: kc, k: k, writer: writer, host: host}
+	if kc != nil {
+		var err error
+		if w.ns, err = createBenchNamespace(ctx, kc, "klogs-"); err != nil {
+			return nil, err
+		}
 	}
 	b, err := newBarrier(host)
 	if err != nil {
-		deleteNamespace(kc, ns)
+		w.close()
 		return nil, err
 	}
-	return &logsWorld{kc: kc, k: k, writer: writer, host: host, ns: ns, bar: b}, nil
+	w.bar = b
+	return w, nil
 }
 
 func (w *logsWorld) close() {
-	w.bar.close()
-	deleteNamespace(w.kc, w.ns)
+	if w.bar != nil {
+		w.bar.close()
+	}
+	if w.ns != "" {
+		deleteNamespace(w.kc, w.ns)
+	}
 }
 
 // lines is how many lines each writer writes.
@@ -562,8 +580,9 @@ func (w *logsWorld) startTimeout() time.Duration {
 }
 
 // knotless measures the product's path: N runs of one kube runner, each
-// step the writer (committed into the checkout, copied in with it).
-func (w *logsWorld) knotless(ctx context.Context, bin string) (*LogsPath, error) {
+// step the writer (committed into the checkout, copied in with it); with
+// path "shell", of one shell runner on this machine instead.
+func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, error) {
 	c, err := startCluster(ctx, bin, "")
 	if err != nil {
 		return nil, err
@@ -576,10 +595,11 @@ func (w *logsWorld) knotless(ctx context.Context, bin string) (*LogsPath, error)
 	}
 	perStep := w.lines()*kubelogsline.Len + 1<<20
 	disk := fmt.Sprintf("%dMi", max(64, 2*perStep>>20+16))
-	flags := []string{"--executor", "kube", "--kubeconfig", w.kc.Kubeconfig,
-		"--namespace", w.ns, "--image", w.k.image, "--cpus", w.k.cpus, "--memory", w.k.memory,
-		"--disk", disk, "--capacity", strconv.Itoa(n), "--stop-wait", "30s",
-		"--log-limit", fmt.Sprintf("%dMi", 2*perStep>>20+1)}
+	flags := []string{"--capacity", strconv.Itoa(n), "--stop-wait", "30s", "--log-limit", fmt.Sprintf("%dMi", 2*perStep>>20+1)}
+	if path == "knotless" {
+		flags = append(flags, "--executor", "kube", "--kubeconfig", w.kc.Kubeconfig,
+			"--namespace", w.ns, "--image", w.k.image, "--cpus", w.k.cpus, "--memory", w.k.memory, "--disk", disk)
+	}
 	if err := c.startRunner(ctx, "logs", flags...); err != nil {
 		return nil, err
 	}
@@ -592,7 +612,7 @@ func (w *logsWorld) knotless(ctx context.Context, bin string) (*LogsPath, error)
 	if err := c.push(ctx); err != nil {
 		return nil, err
 	}
-	lp := &LogsPath{Path: "knotless"}
+	lp := &LogsPath{Path: path}
 	start, got, err := w.bar.release(ctx, n, w.startTimeout(), 500*time.Millisecond)
 	if err != nil {
 		return nil, err
