@@ -446,6 +446,7 @@ func (r *Runner) claimLoop(ctx context.Context, slots chan struct{}, start func(
 			<-slots
 		}
 		if len(runs) > 0 {
+			r.log.Debug("claim answered", "runs", len(runs), "free_slots", free)
 			if err != nil { // the server answered more runs than asked for
 				r.log.Error("the claim's answer held more runs than free slots", "err", err)
 			}
