@@ -132,6 +132,9 @@ type ProcCost struct {
 	Procs   int     `json:"processes"`
 	Cores   float64 `json:"cores"`
 	PeakRSS int64   `json:"peakRssBytes"` // the highest sum over its processes, sampled every 250 ms
+	// MsPerMB is its CPU time from the start until the path delivered
+	// every byte, in ms per megabyte delivered.
+	MsPerMB float64 `json:"cpuMsPerMB"`
 }
 
 // benchKubeLogs runs the kube log streams benchmark on the local cluster
@@ -624,8 +627,8 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 	if err := smp.window(ctx, start, w.k.seconds); err != nil {
 		return nil, err
 	}
-	lp.Costs, lp.BusyCores = smp.costs()
 	runs, err := bw.waitAllFinal(ctx, sha)
+	smp.tail()
 	lp.Late = w.bar.latecomers() + n - got
 	if err != nil {
 		return lp, fmt.Errorf("%w\n%s", err, c.logTails())
@@ -647,6 +650,7 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 		}
 	}
 	summarizeStreams(lp, h, streams, w.lines())
+	lp.Costs, lp.BusyCores = smp.costs(float64(lp.Delivered) / 1e6)
 	lp.RunFinal = spread(final)
 	return lp, nil
 }
@@ -755,7 +759,7 @@ func printKubeLogs(w io.Writer, r *KubeLogsResult) {
 			if c.PeakRSS > 0 {
 				fmt.Fprintf(w, " %.0f MiB", mib(c.PeakRSS))
 			}
-			fmt.Fprint(w, ";")
+			fmt.Fprintf(w, " %.1f ms/MB;", c.MsPerMB)
 		}
 		fmt.Fprintln(w)
 		for _, pr := range p.Problems {

@@ -243,7 +243,6 @@ func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 	if err := smp.window(ctx, start, w.k.seconds); err != nil {
 		return nil, err
 	}
-	lp.Costs, lp.BusyCores = smp.costs()
 	finished := make(chan struct{})
 	go func() { done.Wait(); close(finished) }()
 	select {
@@ -253,6 +252,7 @@ func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 	case <-ctx.Done():
 		return lp, ctx.Err()
 	}
+	smp.tail()
 	lp.Late = w.bar.latecomers() + n - got
 	for i, err := range errs {
 		if err != nil {
@@ -260,5 +260,6 @@ func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 		}
 	}
 	summarizeStreams(lp, h, streams, w.lines())
+	lp.Costs, lp.BusyCores = smp.costs(float64(lp.Delivered) / 1e6)
 	return lp, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,8 @@ var logsComponents = []struct{ name, comm string }{
 	{"containerd", "containerd"},
 	{"containerd shims", "containerd-shim"},
 	{"etcd", "etcd"},
+	{"step agents (and their exec bridges)", "knotless-agent"},
+	{"writers", "kubelogswriter"},
 }
 
 // sampler reads the CPU time and RSS of the cluster's processes (by
@@ -35,6 +38,10 @@ type sampler struct {
 	pods0    int64 // kubepods cgroup usage_usec
 	pods1    int64
 	wall     time.Duration
+	t0       time.Time
+	cpuWin   map[int]time.Duration // cpu1 at the window's end
+	cpuTail  map[int]time.Duration // cpu1 when tail was called
+	busyTail int64
 }
 
 func newSampler(explicit map[string]int) *sampler {
@@ -98,7 +105,7 @@ func (s *sampler) window(ctx context.Context, start time.Time, secs float64) err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	t0 := time.Now()
+	s.t0 = time.Now()
 	s.busy0, s.pods0 = machineBusy(), podsUsage()
 	s.sample()
 	end := start.Add(time.Duration(secs * float64(time.Second)))
@@ -116,16 +123,28 @@ func (s *sampler) window(ctx context.Context, start time.Time, secs float64) err
 		s.sample()
 	}
 	s.busy1, s.pods1 = machineBusy(), podsUsage()
-	s.wall = time.Since(t0)
+	s.wall = time.Since(s.t0)
+	s.cpuWin = maps.Clone(s.cpu1)
 	return nil
 }
 
+// tail samples once more when the path has delivered every byte (after
+// window): costs then also says the CPU time from the start to here per
+// megabyte. A process that ended before counts up to its last sample.
+func (s *sampler) tail() {
+	s.sample()
+	s.cpuTail = maps.Clone(s.cpu1)
+	s.busyTail = machineBusy()
+}
+
 // costs returns each component's cores and peak RSS over the window (the
-// pods' cgroup as "pods (writers, agents)"), and the machine's busy cores.
-func (s *sampler) costs() ([]ProcCost, float64) {
+// pods' cgroup as "pods (cgroup kubepods)"), with, after tail, its CPU
+// milliseconds per megabyte of mb delivered; and the machine's busy cores
+// over the window.
+func (s *sampler) costs(mb float64) ([]ProcCost, float64) {
 	by := map[string]*ProcCost{}
 	for pid, name := range s.comp {
-		c1, ok := s.cpu1[pid]
+		c1, ok := s.cpuWin[pid]
 		if !ok {
 			continue
 		}
@@ -136,6 +155,9 @@ func (s *sampler) costs() ([]ProcCost, float64) {
 		}
 		pc.Procs++
 		pc.Cores += (c1 - s.cpu0[pid]).Seconds() / s.wall.Seconds()
+		if ct, ok := s.cpuTail[pid]; ok && mb > 0 {
+			pc.MsPerMB += (ct - s.cpu0[pid]).Seconds() * 1e3 / mb
+		}
 	}
 	var out []ProcCost
 	for name, pc := range by {
@@ -147,6 +169,9 @@ func (s *sampler) costs() ([]ProcCost, float64) {
 	}
 	slices.SortFunc(out, func(a, b ProcCost) int { return strings.Compare(a.Name, b.Name) })
 	busy := float64(s.busy1-s.busy0) / clockTicks / s.wall.Seconds()
+	if s.cpuTail != nil && mb > 0 {
+		out = append(out, ProcCost{Name: "machine (all processes)", MsPerMB: float64(s.busyTail-s.busy0) / clockTicks * 1e3 / mb})
+	}
 	return out, busy
 }
 
