@@ -105,7 +105,12 @@ type LogsPath struct {
 	BusyCores float64 `json:"machineBusyCores"`
 	// RunFinal is, per run (knotless only), the writer's last write to
 	// the run recorded final: the whole log shipped to the server.
-	RunFinal Spread   `json:"lastWriteToRunFinal,omitempty"`
+	RunFinal Spread `json:"lastWriteToRunFinal,omitempty"`
+	// LineTimesPerSecond is, per run (knotless, shell), the line time
+	// records the server stored over the writer's seconds: how many
+	// pieces a second the runner read from the step (one record per
+	// read that began a line in a new millisecond).
+	LineTimesPerSecond SpreadF `json:"lineTimesPerStreamSecond,omitempty"`
 	Problems []string `json:"problems,omitempty"`
 }
 
@@ -636,15 +641,18 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 	h := newDelayHist()
 	var streams []*lineStream
 	var final []time.Duration
+	var perSec []float64
 	for _, r := range runs {
 		s := &lineStream{h: h}
 		streams = append(streams, s)
 		if r.State != api.StateSucceeded {
 			s.problem("run %d ended %s %s: %s", r.ID, r.State, r.Reason, r.Message)
 		}
-		if err := w.readRunLog(ctx, c, r.ID, s); err != nil {
+		nt, err := w.readRunLog(ctx, c, r.ID, s)
+		if err != nil {
 			return lp, err
 		}
+		perSec = append(perSec, float64(nt)/w.k.seconds)
 		if r.FinishedAt != nil && s.end {
 			final = append(final, r.FinishedAt.Sub(time.Unix(0, s.lastNS)))
 		}
@@ -652,6 +660,7 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 	summarizeStreams(lp, h, streams, w.lines())
 	lp.Costs, lp.BusyCores = smp.costs(float64(lp.Delivered) / 1e6)
 	lp.RunFinal = spread(final)
+	lp.LineTimesPerSecond = spreadF(perSec)
 	return lp, nil
 }
 
@@ -695,16 +704,17 @@ steps:
 // readRunLog feeds run's step 1 log, as the server serves it, into s, each
 // piece stamped with the line time the server stored for it (read from
 // the server's times file: DATA/logs/RUN/1.times, api.LineTime records,
-// the runner's clock in ms when it read the line).
-func (w *logsWorld) readRunLog(ctx context.Context, c *cluster, run int64, s *lineStream) error {
+// the runner's clock in ms when it read the line). It returns how many
+// line times there were.
+func (w *logsWorld) readRunLog(ctx context.Context, c *cluster, run int64, s *lineStream) (int, error) {
 	times, err := api.ReadLineTimesFile(filepath.Join(c.dir, "server", "logs", strconv.FormatInt(run, 10), "1.times"), 0, 1<<62, 0, false)
 	if err != nil {
-		return fmt.Errorf("read the line times of run %d: %w", run, err)
+		return 0, fmt.Errorf("read the line times of run %d: %w", run, err)
 	}
 	resp, err := c.admin.Do(ctx, http.MethodGet, api.MethodGetRunLog,
 		url.Values{"run": {fmt.Sprint(run)}, "step": {"1"}}, "", nil)
 	if err != nil {
-		return fmt.Errorf("read log of run %d: %w", run, err)
+		return 0, fmt.Errorf("read log of run %d: %w", run, err)
 	}
 	defer resp.Body.Close()
 	r := bufio.NewReaderSize(resp.Body, 1<<20)
@@ -726,10 +736,10 @@ func (w *logsWorld) readRunLog(ctx context.Context, c *cluster, run int64, s *li
 		s.feed(buf[:n], tns)
 		off += int64(n)
 		if err == io.EOF {
-			return nil
+			return len(times), nil
 		}
 		if err != nil {
-			return fmt.Errorf("read log of run %d: %w", run, err)
+			return len(times), fmt.Errorf("read log of run %d: %w", run, err)
 		}
 	}
 }
@@ -750,7 +760,8 @@ func printKubeLogs(w io.Writer, r *KubeLogsResult) {
 		fmt.Fprintf(w, "    writers: achieved %.3f MB/s p50 (min %.3f), most late %.0f ms",
 			p.WriterMBps.P50, p.WriterMBps.Min, p.WriterLateMs)
 		if p.RunFinal.N > 0 {
-			fmt.Fprintf(w, "; last write → run final p50 %.0f ms, max %.0f ms", p.RunFinal.P50, p.RunFinal.Max)
+			fmt.Fprintf(w, "; last write → run final p50 %.0f ms, max %.0f ms; the runner's reads (line times) a second p50 %.0f",
+				p.RunFinal.P50, p.RunFinal.Max, p.LineTimesPerSecond.P50)
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "    machine: %.2f of %d cores busy;", p.BusyCores, runtime.NumCPU())
