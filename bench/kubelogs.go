@@ -110,8 +110,8 @@ type LogsPath struct {
 	// records the server stored over the writer's seconds: how many
 	// pieces a second the runner read from the step (one record per
 	// read that began a line in a new millisecond).
-	LineTimesPerSecond SpreadF `json:"lineTimesPerStreamSecond,omitempty"`
-	Problems []string `json:"problems,omitempty"`
+	LineTimesPerSecond SpreadF  `json:"lineTimesPerStreamSecond,omitempty"`
+	Problems           []string `json:"problems,omitempty"`
 }
 
 // SpreadF is a set of values: nearest-rank percentiles.
