@@ -766,7 +766,10 @@ func printKubeLogs(w io.Writer, r *KubeLogsResult) {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "    machine: %.2f of %d cores busy;", p.BusyCores, runtime.NumCPU())
 		for _, c := range p.Costs {
-			fmt.Fprintf(w, " %s %.3f cores", c.Name, c.Cores)
+			fmt.Fprintf(w, " %s", c.Name)
+			if c.Cores > 0 {
+				fmt.Fprintf(w, " %.3f cores", c.Cores)
+			}
 			if c.PeakRSS > 0 {
 				fmt.Fprintf(w, " %.0f MiB", mib(c.PeakRSS))
 			}
