@@ -40,6 +40,7 @@ type kubeLogsConfig struct {
 	cpus, memory  string
 	image         string
 	paths         string
+	tick          time.Duration
 }
 
 // kubeLogsFlags are the kubelogs benchmark's flags, registered before main
@@ -53,6 +54,7 @@ var kubeLogsFlags = func() *kubeLogsConfig {
 	flag.StringVar(&k.memory, "kube-log-memory", "64Mi", "kubelogs benchmark: each pod's memory")
 	flag.StringVar(&k.image, "kube-log-image", "localhost/knotless/job-base:1", "kubelogs benchmark: the pods' image (busybox is enough: the writer is a static program the benchmark builds)")
 	flag.StringVar(&k.paths, "kube-log-paths", "knotless", "kubelogs benchmark: the paths measured, comma-separated, in order: knotless (runs of a kube runner: step agent, pods/exec, runner, server), exec (a bare pods/exec of the writer, read by this program), dial (the writer dialling a TCP listener of this program over the pod network), shell (runs of a shell runner on this machine: the runner and server without Kubernetes)")
+	flag.DurationVar(&k.tick, "kube-log-tick", 20*time.Millisecond, "kubelogs benchmark: how often each writer writes the lines due (one write each time)")
 	return k
 }()
 
@@ -62,6 +64,7 @@ type KubeLogsResult struct {
 	Streams   int     `json:"streams"`
 	MBps      float64 `json:"mbPerSecondEach"`
 	Seconds   float64 `json:"seconds"`
+	Tick      string  `json:"writeEvery"`
 	CPUs      string  `json:"cpus"`
 	Memory    string  `json:"memory"`
 	Namespace string  `json:"namespace"`
@@ -146,8 +149,8 @@ type ProcCost struct {
 // (test/cluster) over each path k.paths names. It fails when a stream lost
 // or changed a line.
 func benchKubeLogs(ctx context.Context, bin string, k *kubeLogsConfig) (*KubeLogsResult, error) {
-	if k.streams < 1 || k.mbps <= 0 || k.seconds <= 0 {
-		return nil, errors.New("-kube-log-streams must be at least 1, -kube-log-mbps and -kube-log-seconds above 0")
+	if k.streams < 1 || k.mbps <= 0 || k.seconds <= 0 || k.tick < time.Millisecond {
+		return nil, errors.New("-kube-log-streams must be at least 1, -kube-log-mbps and -kube-log-seconds above 0, -kube-log-tick at least 1ms")
 	}
 	paths := strings.Split(k.paths, ",")
 	for _, p := range paths {
@@ -172,8 +175,8 @@ func benchKubeLogs(ctx context.Context, bin string, k *kubeLogsConfig) (*KubeLog
 		return nil, err
 	}
 	defer os.RemoveAll(filepath.Dir(writer))
-	res := &KubeLogsResult{Streams: k.streams, MBps: k.mbps, Seconds: k.seconds, CPUs: k.cpus, Memory: k.memory,
-		Lines: fmt.Sprintf("%d-byte numbered lines, each with the writer's clock (Unix ns; the node is this machine) and a payload of random base64 (zstd, which the step agent applies to each frame, shrinks a line to about 0.55 of its size), written every 20 ms; a stream waits at a barrier so that all start together", kubelogsline.Len)}
+	res := &KubeLogsResult{Streams: k.streams, MBps: k.mbps, Seconds: k.seconds, Tick: k.tick.String(), CPUs: k.cpus, Memory: k.memory,
+		Lines: fmt.Sprintf("%d-byte numbered lines, each with the writer's clock (Unix ns; the node is this machine) and a payload of random base64 (zstd, which the step agent applies to each frame, shrinks a line to about 0.55 of its size), written every %s; a stream waits at a barrier so that all start together", kubelogsline.Len, k.tick)}
 	var errs []error
 	for _, p := range paths {
 		wkc := kc
@@ -578,7 +581,8 @@ func (w *logsWorld) lines() int64 {
 // writerArgs are the writer's flags for stream id.
 func (w *logsWorld) writerArgs(id int) []string {
 	return []string{"-barrier", w.bar.addr(), "-id", strconv.Itoa(id),
-		"-rate", strconv.FormatInt(int64(w.k.mbps*1e6), 10), "-seconds", strconv.FormatFloat(w.k.seconds, 'f', -1, 64)}
+		"-rate", strconv.FormatInt(int64(w.k.mbps*1e6), 10), "-seconds", strconv.FormatFloat(w.k.seconds, 'f', -1, 64),
+		"-tick", w.k.tick.String()}
 }
 
 // startTimeout is how long the barrier waits for every writer: pods of a
