@@ -630,7 +630,7 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 		return nil, err
 	}
 	if got < n {
-		progress("kubelogs knotless: %d of %d writers at the barrier after %s; started without the rest", got, n, w.startTimeout())
+		progress("kubelogs %s: %d of %d writers at the barrier after %s; started without the rest", path, got, n, w.startTimeout())
 	}
 	smp := newSampler(map[string]int{"knotless-run": p.cmd.Process.Pid, "knotless-server": c.server.cmd.Process.Pid})
 	if err := smp.window(ctx, start, w.k.seconds); err != nil {

@@ -126,7 +126,7 @@ func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 			return nil, fmt.Errorf("create pod %d: %w", i, err)
 		}
 	}
-	if err := poll(ctx, w.startTimeout(), fmt.Sprintf("%d pods running", n), func() (bool, error) {
+	if err := pollEvery(ctx, time.Second, w.startTimeout(), fmt.Sprintf("%d pods running", n), func() (bool, error) {
 		l, err := w.kc.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
