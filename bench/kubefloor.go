@@ -299,7 +299,7 @@ func floorSleep(ctx context.Context, d time.Duration) error {
 type floorPodResult struct {
 	running, command, exec time.Duration
 	commandAt              time.Time // when the command read the uptime it printed
-	ran, printed           bool
+	created, ran, printed  bool
 	err                    error
 }
 
@@ -375,9 +375,12 @@ func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order st
 		}()
 	}
 	wg.Wait()
-	// Every pod's deletion was asked for; wait for the watch to see them
-	// gone (grace period 0: at once).
-	for _, pod := range pods {
+	// Every pod made was deleted; wait for the watch to see them gone
+	// (grace period 0: at once).
+	for i, pod := range pods {
+		if !out[i].created {
+			continue
+		}
 		select {
 		case <-fw.pods[pod.Name].gone:
 		case <-time.After(time.Until(t0.Add(timeout + 30*time.Second))):
@@ -432,6 +435,7 @@ func floorOne(ctx context.Context, cfg *rest.Config, client kubernetes.Interface
 		return r
 	}
 	createdAt := time.Now()
+	r.created = true
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
