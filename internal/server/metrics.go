@@ -42,7 +42,7 @@ func newServerMetrics(s *Server) *serverMetrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "run_queue_wait_seconds",
 			Help: "Time from a run's creation to its claim, for the runs this replica handed to a runner.", Buckets: metrics.DurationBuckets}),
 		claimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "claim_latency_seconds",
-			Help:    "Time a successful claim took from the look at the queue to the run handed over (database and secrets; not the long poll's wait).",
+			Help:    "Time a successful claim took from the look at the queue to its runs handed over (one, or several for a claim with max; database and secrets; not the long poll's wait).",
 			Buckets: metrics.LatencyBuckets}),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "step_duration_seconds",
 			Help: "Time steps ran, as their runners measured it, by final step state.", Buckets: metrics.DurationBuckets}, []string{"state"}),
