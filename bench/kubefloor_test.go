@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"knotless.dev/knotless/internal/executor/kube"
 )
 
@@ -50,4 +52,44 @@ func TestFloorPod_IsTheKubeExecutorsJobPod(t *testing.T) {
 	if got := specCheck(floor, nil); !strings.HasPrefix(got, "not checked") {
 		t.Errorf("specCheck without a job pod = %s", got)
 	}
+}
+
+// The floor's watch says a pod runs only once its container is running,
+// ends the wait at once with the reason of a container that cannot start,
+// and says a pod gone when it is deleted.
+func TestFloorWatch_RunningOnlyWithTheContainerRunningHopelessAtOnce(t *testing.T) {
+	fw := &floorWatch{pods: map[string]*floorPodState{}}
+	for _, n := range []string{"a", "b"} {
+		fw.pods[n] = &floorPodState{running: make(chan struct{}), gone: make(chan struct{})}
+	}
+	closed := func(c chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	pod := func(name string, phase corev1.PodPhase, cs corev1.ContainerState) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{Name: floorContainer, State: cs}}}}
+		p.Name = name
+		return p
+	}
+	fw.seen(pod("a", corev1.PodRunning, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}), false)
+	if closed(fw.pods["a"].running) {
+		t.Fatal("a pod Running with its container still creating is said running")
+	}
+	fw.seen(pod("a", corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}), false)
+	if !closed(fw.pods["a"].running) || fw.pods["a"].err != nil || fw.pods["a"].runAt.IsZero() {
+		t.Fatalf("a pod whose container runs: running %v, err %v, at %v", closed(fw.pods["a"].running), fw.pods["a"].err, fw.pods["a"].runAt)
+	}
+	fw.seen(pod("b", corev1.PodPending, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "not present"}}), false)
+	if !closed(fw.pods["b"].running) || fw.pods["b"].err == nil || !strings.Contains(fw.pods["b"].err.Error(), "ErrImageNeverPull") {
+		t.Fatalf("a pod whose image is never pulled: ended %v, err %v", closed(fw.pods["b"].running), fw.pods["b"].err)
+	}
+	fw.seen(pod("a", corev1.PodRunning, corev1.ContainerState{}), true)
+	if !closed(fw.pods["a"].gone) {
+		t.Fatal("a deleted pod is not said gone")
+	}
+	fw.seen(pod("other", corev1.PodRunning, corev1.ContainerState{}), false) // not the floor's: ignored
 }
