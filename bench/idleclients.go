@@ -46,18 +46,27 @@ func idleAddresses(n int) []net.IP {
 	return ips
 }
 
+// idleConnTimeout is how long the runners' transports keep a connection
+// with no request: Go's default, under knotless-server's keep-alive idle
+// timeout (server.DefaultIdleTimeout, 2 minutes), so
+// that a connection idle since its runner registered (registering 10,000
+// takes about 2 minutes) is dropped by the client, not closed by the
+// server as the runner's first poll goes out on it (that poll failed with
+// EOF: 1,306 of 10,000 in one run).
+const idleConnTimeout = 90 * time.Second
+
 // idleTransports returns one HTTP transport per address of ips (one with
 // no local address if ips is empty), each keeping a connection per runner
 // that uses it.
 func idleTransports(ips []net.IP, n int) []*http.Transport {
 	if len(ips) == 0 {
-		return []*http.Transport{{MaxIdleConnsPerHost: n + 8, IdleConnTimeout: 2 * time.Minute}}
+		return []*http.Transport{{MaxIdleConnsPerHost: n + 8, IdleConnTimeout: idleConnTimeout}}
 	}
 	per := (n + len(ips) - 1) / len(ips)
 	ts := make([]*http.Transport, len(ips))
 	for i, ip := range ips {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 30 * time.Second}
-		ts[i] = &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: per + 8, IdleConnTimeout: 2 * time.Minute}
+		ts[i] = &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: per + 8, IdleConnTimeout: idleConnTimeout}
 	}
 	return ts
 }
