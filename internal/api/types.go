@@ -575,8 +575,8 @@ type ClaimInput struct {
 	// answer lists the runs in ClaimOutput.Runs: as soon as one run can be
 	// claimed, the server claims up to Max of the queued runs this runner
 	// qualifies for, oldest first, each under a lease of its own as if
-	// claimed alone. 0 (absent, as from a runner older than Max) claims
-	// one run, answered in ClaimOutput.Run. A server older than Max
+	// claimed alone. 0 (absent, as from a runner older than Max) or less
+	// claims one run, answered in ClaimOutput.Run. A server older than Max
 	// ignores it and answers one run in Run.
 	Max int `json:"max,omitempty"`
 }

@@ -257,7 +257,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 	}
 	session := r.Header.Get(api.SessionHeader)
 	wait := time.Duration(min(max(in.Wait, 0), 60)) * time.Second
-	n := min(max(in.Max, 1), api.MaxClaimRuns) // no Max: one run, in Run
+	n := min(max(in.Max, 1), api.MaxClaimRuns) // no Max (0 or less): one run, in Run
 	// Registered before the first look: a run queued after it wakes us.
 	waiter, err := s.enterClaim(x)
 	if err != nil {
@@ -280,7 +280,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, x store.Runner) e
 			return err
 		}
 		if len(got) > 0 {
-			if in.Max == 0 {
+			if in.Max <= 0 {
 				return writeJSON(w, api.ClaimOutput{Run: got[0]})
 			}
 			return writeJSON(w, api.ClaimOutput{Runs: got})
@@ -361,7 +361,8 @@ const claimAnswerBytes = 4 << 20
 // latest process said it runs the shell executor. An error after some
 // runs were claimed ends the answer with those (they are the runner's
 // now); an error before, with the error.
-func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run, n int) (claimed []*api.ClaimedRun, err error) {
+func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string, queued []store.Run, n int) ([]*api.ClaimedRun, error) {
+	var claimed []*api.ClaimedRun
 	var executorName *string // read once, when a run has services
 	executor := func() (string, error) {
 		if executorName == nil {
@@ -376,15 +377,17 @@ func (s *Server) claimFirst(ctx context.Context, x store.Runner, session string,
 	}
 	size := 0
 	for _, run := range queued {
-		if len(claimed) >= n || size >= claimAnswerBytes {
-			break
+		if len(claimed) >= n || size >= claimAnswerBytes || (len(claimed) > 0 && ctx.Err() != nil) {
+			break // enough, or the runner went away: claim no more for it
 		}
 		out, err := s.claimOne(ctx, x, session, run, executor)
 		if err != nil {
 			if len(claimed) == 0 {
 				return nil, err
 			}
-			s.log.Error("claim of several ends early", "runner", x.Name, "repo", x.Repo, "runs", len(claimed), "err", err)
+			if ctx.Err() == nil {
+				s.log.Error("claim of several ends early", "runner", x.Name, "repo", x.Repo, "runs", len(claimed), "err", err)
+			}
 			break
 		}
 		if out != nil {
