@@ -151,7 +151,7 @@ func (o *runOptions) bind(cmd *cobra.Command) {
 	o.exf = addExecutorFlags(f, "where runs execute")
 	f.StringVar(&o.statePath, "state", "", "state file written by login")
 	f.StringVar(&o.work, "work", "", "work directory for mirrors, workspaces and spools")
-	f.IntVar(&o.cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once")
+	f.IntVar(&o.cfg.Capacity, "capacity", runner.DefaultCapacity, "runs executed at once; each claim asks the server for as many runs as slots are free (up to 100 in one answer)")
 	f.BoolVar(&o.handover, "handover", true, "on SIGTERM, hand the runs over to the next process on this work directory and exit at once; false: stop like on SIGINT")
 	f.DurationVar(&o.cfg.StopWait, "stop-wait", runner.DefaultStopWait, "on SIGINT (or SIGTERM with --handover=false), how long running runs may finish before they are cancelled (a second signal cancels at once)")
 	f.Var(envflag.Size{P: &o.logLimit}, "log-limit", "most log bytes kept per step (e.g. 64Mi); past it a marker line, the step keeps running")
