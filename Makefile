@@ -128,6 +128,7 @@ test-part-kube-bench:
 	@$(call timed,gVisor suite,$(TESTBUILD) $(CLUSTER_REQUIRED) KNOTLESS_TEST_RUNTIME_CLASS=gvisor $(TESTREPORT) -- $(GO) test -count=1 -timeout 30m -run '$(GVISOR_TESTS)' ./$(KUBE_PKG))
 	@$(call timed,$(KUBE_PKG): the other tests and the benchmarks,$(TESTBUILD) $(CLUSTER_REQUIRED) $(MACHINE_REQUIRED) $(BROWSER_REQUIRED) $(TESTREPORT) -- $(GO) test -count=1 -timeout 40m -skip '$(GVISOR_TESTS)' -bench . -benchtime 1x ./$(KUBE_PKG))
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
+	@$(call timed,bench program: idle runners on two replicas,$(TESTBUILD) $(BENCH_SMOKE_IDLE_REPLICAS))
 	@$(call timed,bench program: kube burst,$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST))
 	@$(call timed,bench program: simulated cluster,$(TESTBUILD) $(BENCH_SMOKE_SCALE))
 
@@ -138,6 +139,9 @@ test-part-kube-bench:
 # ones beside the tests). The figures it prints mean nothing (one sample,
 # no baseline interleaving).
 BENCH_SMOKE_PROGRAM := $(GO) run ./bench -bin $(BIN) -n 1 -log-mb 1 -log-runs 1 -steps 2 -steps-runs 1 -restarts 1 -runners 5 -idle 2s
+# The idle runners on two replicas on PostgreSQL (docs/scaling.md "One
+# server, many waiting runners"): about 10 s.
+BENCH_SMOKE_IDLE_REPLICAS := $(GO) run ./bench -bin $(BIN) -only idle -runners 5 -idle 2s -idle-replicas 2
 # The kube burst (bench -only kubeburst, docs/scaling.md "One kube runner,
 # many job pods") at two runs and a warm pod: about 10 s on the local cluster.
 BENCH_SMOKE_KUBE_BURST := $(GO) run ./bench -bin $(BIN) -only kubeburst -kube-runs 2 -kube-warm 1 -kube-cpus 100m
@@ -149,6 +153,7 @@ BENCH_SMOKE_SCALE := $(GO) run ./bench/scale -bin $(BIN) -nodes 10 -runs 20 -mat
 bench-smoke: build kwok cluster-up docker-up
 	$(TESTBUILD) $(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
 	$(TESTBUILD) $(BENCH_SMOKE_PROGRAM)
+	$(TESTBUILD) $(BENCH_SMOKE_IDLE_REPLICAS)
 	$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST)
 	$(TESTBUILD) $(BENCH_SMOKE_SCALE)
 

@@ -302,7 +302,6 @@ func benchIdleReplicas(ctx context.Context, bin string, n, replicas int, window 
 	res.ClientCPU = percent(selfCPU()-client0, window)
 	p.windowFigures(res)
 	mon.fill(ctx, res, s)
-	printIdleReplicas(os.Stderr, res)
 	if res.LastError != "" {
 		progress("idle: last poll error: %s", res.LastError)
 	}

@@ -69,8 +69,11 @@ func printReport(w io.Writer, rep Report) {
 	}
 
 	if d := rep.Idle; d != nil {
-		fmt.Fprintf(w, "\n5. %d idle runners long-polling one server (claim wait %d s): the server process\n",
-			d.Runners, d.Wait)
+		what := "one server (claim wait %d s): the server process"
+		if len(d.Replicas) > 0 {
+			what = "the replicas (claim wait %d s): the replicas' processes, summed"
+		}
+		fmt.Fprintf(w, "\n5. %d idle runners long-polling "+what+"\n", d.Runners, d.Wait)
 		row := func(name, rss, cpu string) { fmt.Fprintf(w, "   %-40s %12s %20s\n", name, rss, cpu) }
 		row("", "RSS", "CPU (% of one core)")
 		row(fmt.Sprintf("alone, no runners (%.0f s)", d.BaselineWindowS),
@@ -83,6 +86,7 @@ func printReport(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "   %d polls answered and renewed in the window, %d errors; server threads %d;\n"+
 			"   this program's own CPU (the %d clients, not counted above) %.2f%%\n",
 			d.Answered, d.Errors, d.Threads, d.Runners, d.ClientCPU)
+		printIdleReplicas(w, d)
 	}
 }
 
