@@ -65,9 +65,26 @@ func fillPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 	return nil
 }
 
-// fill creates n filler pods (50 at a time), the first keep labelled
-// FillerLabel=keep, the others FillerLabel=drop.
+// fill creates n filler pods labelled as runner scale-0's job pods of
+// runs orphan-I, the first keep labelled FillerLabel=keep, the others
+// FillerLabel=drop.
 func (h *harness) fill(ctx context.Context, n, keep int) error {
+	return h.fillWith(ctx, n, func(i int) (string, map[string]string) {
+		v := "drop"
+		if i < keep {
+			v = "keep"
+		}
+		return fmt.Sprintf("knotless-run-orphan-%d", i), map[string]string{
+			"app.kubernetes.io/managed-by": "knotless", "knotless.dev/runner": "scale-0",
+			"knotless.dev/run": fmt.Sprintf("orphan-%d", i), kwok.FillerLabel: v}
+	})
+}
+
+// fillWith creates n pods (50 at a time), pod I named and labelled as
+// meta(I) says, each a container that only sleeps, bound by the scheduler
+// to a fake node. With kwok.FillerLabel among its labels PodHost runs
+// nothing in it.
+func (h *harness) fillWith(ctx context.Context, n int, meta func(i int) (string, map[string]string)) error {
 	sem := make(chan struct{}, 50)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -77,35 +94,21 @@ func (h *harness) fill(ctx context.Context, n, keep int) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			v := "drop"
-			if i < keep {
-				v = "keep"
+			name, labels := meta(i)
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "job", Image: "kwok.invalid/job:fake",
+					Command: []string{"/bin/sh", "-c", "sleep 3600"}}}, RestartPolicy: corev1.RestartPolicyNever},
 			}
-			if err := h.fillPod(ctx, i, v); err != nil {
+			if _, err := h.cs.CoreV1().Pods(kwok.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				mu.Lock()
-				firstErr = err
+				firstErr = fmt.Errorf("create filler pod %s: %w", name, err)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	return firstErr
-}
-
-// fillPod creates one pod labelled as runner scale-0's job pod of run
-// orphan-I, bound by the scheduler to a fake node.
-func (h *harness) fillPod(ctx context.Context, i int, v string) error {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("knotless-run-orphan-%d", i), Labels: map[string]string{
-			"app.kubernetes.io/managed-by": "knotless", "knotless.dev/runner": "scale-0",
-			"knotless.dev/run": fmt.Sprintf("orphan-%d", i), kwok.FillerLabel: v}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "job", Image: "kwok.invalid/job:fake",
-			Command: []string{"/bin/sh", "-c", "sleep 3600"}}}, RestartPolicy: corev1.RestartPolicyNever},
-	}
-	if _, err := h.cs.CoreV1().Pods(kwok.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create filler pod %d: %w", i, err)
-	}
-	return nil
 }
 
 // count returns the number of pods in the namespace with label key (any

@@ -5,7 +5,9 @@
 // queued -> Running p50/p99, the runners' Kubernetes API requests per run
 // (the control plane's audit log), a runner's RSS with 5,000 pods of its
 // label in its informer, and the sweep after a runner is SIGKILLed with
-// 1,000 pods of runs it no longer holds. `make bench-scale` runs it at
+// 1,000 pods of runs it no longer holds; and, beside each, the floor:
+// bare client-go doing the same API calls on the same control plane
+// (floor.go; -floor=false skips it). `make bench-scale` runs it at
 // 1,000 nodes and 5,000 runs; it prints a report and asserts only that
 // every run succeeded. Needs root, the local cluster's kube binary
 // (`make cluster-build`) and the built programs (`make build`).
@@ -33,7 +35,7 @@ type options struct {
 	runners, capacity   int
 	fill, orphans       int
 	timeout             time.Duration
-	keep, asJSON        bool
+	keep, asJSON, floor bool
 }
 
 // Report is what one invocation measured.
@@ -72,6 +74,33 @@ type Report struct {
 	SweepSeconds  float64
 	SweepRequests int
 	SweepByVerb   string
+	// CreatedToRunningP50/P99 (ms): a runner's job pod first seen to seen
+	// Running, both by PodHost's informer; FloorCreatedToRunningP50/P99
+	// the same of the floor's pods.
+	CreatedToRunningP50, CreatedToRunningP99 float64
+
+	// The floor (-floor): bare client-go (floor.go) doing what the runs
+	// did. FloorPods pods (FloorFailed of them failed) in FloorSeconds;
+	// FloorPodsPerSecond and FloorPeakPodsPerSecond its pod creates (audit
+	// log) as PodsPerSecond's.
+	FloorPods, FloorFailed                             int
+	FloorSeconds                                       float64
+	FloorPodsPerSecond                                 float64
+	FloorPeakPodsPerSecond                             int
+	FloorCreatedToRunningP50, FloorCreatedToRunningP99 float64
+	// FloorExecP50/P99 (ms): its one exec carrying the agent's bytes, from
+	// the first attempt to the end of the one that ran; FloorExecAttempts
+	// the attempts per pod (kwok answering "no exec found" meanwhile).
+	FloorExecP50, FloorExecP99 float64
+	FloorExecAttempts          float64
+	// FloorRequestsPerPod is its API requests per pod; FloorByVerb renders
+	// them by verb and resource.
+	FloorRequestsPerPod float64
+	FloorByVerb         string
+	// FloorSweepSeconds is its list of Orphans pods to the last one gone;
+	// FloorSweepRequests its API requests meanwhile.
+	FloorSweepSeconds  float64
+	FloorSweepRequests int
 }
 
 func main() {
@@ -87,6 +116,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Hour, "the whole benchmark's deadline")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, audit log)")
 	flag.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	flag.BoolVar(&o.floor, "floor", true, "after the runs, do the same API calls with bare client-go (the floor), and a bare sweep of -orphans pods")
 	flag.Parse()
 	if o.nodes < 1 || o.runs < 1 || o.matrix < 1 || o.matrix > 256 || o.runners < 1 || o.capacity < 1 || o.fill < 0 || o.orphans < 0 || o.orphans > o.fill {
 		fmt.Fprintln(os.Stderr, "scale: -nodes, -runs, -runners, -capacity must be at least 1, -matrix 1-256, -orphans at most -fill")
@@ -186,6 +216,11 @@ func run(ctx context.Context, o options) (*Report, error) {
 	if err := runsPhase(ctx, o, cp, w, host, r); err != nil {
 		return r, fmt.Errorf("%w\n%s", err, tails(dir, cp))
 	}
+	if o.floor {
+		if err := floorPhase(ctx, o, cp, host, h, r); err != nil {
+			return r, fmt.Errorf("%w\n%s", err, tails(dir, cp))
+		}
+	}
 	if o.fill > 0 {
 		if err := fillPhase(ctx, o, cp, w, h, r); err != nil {
 			return r, fmt.Errorf("%w\n%s", err, tails(dir, cp))
@@ -212,6 +247,7 @@ func printReport(r *Report) {
 	fmt.Printf("pods created per second %.1f (peak %d in one second)\n", r.PodsPerSecond, r.PeakPodsPerSecond)
 	fmt.Printf("queued -> Running p50 %.0f ms, p99 %.0f ms (%d runs matched to their pod)\n", r.QueuedToRunningP50, r.QueuedToRunningP99, r.Matched)
 	fmt.Printf("claimed -> Running p50 %.0f ms, p99 %.0f ms\n", r.ClaimedToRunningP50, r.ClaimedToRunningP99)
+	fmt.Printf("pod created -> Running p50 %.0f ms, p99 %.0f ms (PodHost's informer)\n", r.CreatedToRunningP50, r.CreatedToRunningP99)
 	fmt.Printf("agent delivered and connected p50 %.0f ms, p99 %.0f ms\n", r.DeliveryP50, r.DeliveryP99)
 	fmt.Printf("API requests per run %.2f: %s\n", r.RequestsPerRun, r.ByVerb)
 	if r.Fill > 0 {
@@ -219,5 +255,14 @@ func printReport(r *Report) {
 	}
 	if r.Orphans > 0 {
 		fmt.Printf("sweep of %d orphans after SIGKILL: %.1f s from restart, %d API requests (%s)\n", r.Orphans, r.SweepSeconds, r.SweepRequests, r.SweepByVerb)
+	}
+	if r.FloorPods > 0 {
+		fmt.Printf("floor (bare client-go, the same calls): %d pods in %.1f s (%.1f a second; %d failed)\n", r.FloorPods, r.FloorSeconds, float64(r.FloorPods)/r.FloorSeconds, r.FloorFailed)
+		fmt.Printf("floor: pods created per second %.1f (peak %d in one second), pod created -> Running p50 %.0f ms, p99 %.0f ms\n", r.FloorPodsPerSecond, r.FloorPeakPodsPerSecond, r.FloorCreatedToRunningP50, r.FloorCreatedToRunningP99)
+		fmt.Printf("floor: exec with the agent's bytes p50 %.0f ms, p99 %.0f ms, %.2f attempts a pod\n", r.FloorExecP50, r.FloorExecP99, r.FloorExecAttempts)
+		fmt.Printf("floor: API requests per pod %.2f: %s\n", r.FloorRequestsPerPod, r.FloorByVerb)
+	}
+	if r.FloorSweepSeconds > 0 {
+		fmt.Printf("floor: sweep of %d orphans (list, deletes under the runner's rate limit): %.1f s, %d API requests\n", r.Orphans, r.FloorSweepSeconds, r.FloorSweepRequests)
 	}
 }

@@ -224,4 +224,5 @@ func measureRuns(runs []api.Run, host *kwok.PodHost, r *Report, data string, sta
 	r.ClaimedToRunningP99 = float64(percentile(cs, 99).Microseconds()) / 1000
 	r.QueuedToRunningP50 = float64(percentile(ds, 50).Microseconds()) / 1000
 	r.QueuedToRunningP99 = float64(percentile(ds, 99).Microseconds()) / 1000
+	r.CreatedToRunningP50, r.CreatedToRunningP99 = createdToRunning(host, func(l map[string]string) bool { return l["knotless.dev/run"] != "" })
 }

@@ -35,12 +35,16 @@ func KubeBinary() string {
 }
 
 // Token is the bearer token of the control plane's user "admin" (group
-// system:masters); RunnerToken that of user "knotless-runner", which the
-// audit log tells apart. Both are for this throwaway control plane only.
+// system:masters); RunnerToken that of user "knotless-runner" and
+// FloorToken that of user "bare-client-go" (the benchmark's floor: bare
+// client-go doing a runner's API calls), which the audit log tells
+// apart. All are for this throwaway control plane only.
 const (
 	Token       = "kwok-bench-admin"
 	RunnerToken = "kwok-bench-runner"
 	RunnerUser  = "knotless-runner"
+	FloorToken  = "kwok-bench-floor"
+	FloorUser   = "bare-client-go"
 )
 
 // ControlPlane is a throwaway Kubernetes control plane of its own (etcd,
@@ -178,7 +182,8 @@ func StartControlPlane(ctx context.Context, kube, dir string) (c *ControlPlane, 
 // writeFiles writes the token file, the service-account key and the audit
 // policy.
 func (c *ControlPlane) writeFiles() error {
-	tokens := Token + ",admin,admin,system:masters\n" + RunnerToken + "," + RunnerUser + "," + RunnerUser + ",system:masters\n"
+	tokens := Token + ",admin,admin,system:masters\n" + RunnerToken + "," + RunnerUser + "," + RunnerUser + ",system:masters\n" +
+		FloorToken + "," + FloorUser + "," + FloorUser + ",system:masters\n"
 	if err := os.WriteFile(filepath.Join(c.Dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}

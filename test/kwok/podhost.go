@@ -44,6 +44,7 @@ type PodHost struct {
 	procs   map[string]*os.Process // by pod name
 	started int
 	seen    map[string]*PodTimes // by pod name
+	first   *corev1.Pod          // the first pod seen that is no filler
 }
 
 // FillerLabel marks pods PodHost leaves alone (no process, no Exec): the
@@ -121,11 +122,25 @@ func (h *PodHost) Times() map[string]PodTimes {
 	return out
 }
 
+// FirstPod returns a copy of the first pod PodHost saw that is no filler
+// (as the informer first saw it), nil before any.
+func (h *PodHost) FirstPod() *corev1.Pod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.first == nil {
+		return nil
+	}
+	return h.first.DeepCopy()
+}
+
 // observe records when a pod was first seen and seen Running.
 func (h *PodHost) observe(p *corev1.Pod) {
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.first == nil {
+		h.first = p.DeepCopy()
+	}
 	t := h.seen[p.Name]
 	if t == nil {
 		t = &PodTimes{Labels: p.Labels, Created: now}
