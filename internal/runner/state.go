@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/atcrypto"
 
@@ -202,7 +203,7 @@ func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 		req.Header.Set(api.RegistrationTokenHeader, opts.Token)
 		return signed(req, nsid)
 	}
-	if err := reg.Procedure(ctx, api.MethodRegisterRunner, in, nil); err != nil {
+	if err := registerRunner(ctx, reg, in); err != nil {
 		if api.IsError(err, api.ErrConflict) && !strings.Contains(err.Error(), "knotless runner remove") {
 			return nil, fmt.Errorf("register runner %s for %s: %w: choose another --name, or have an owner remove the old runner first (knotless runner remove %s --repo %s)",
 				opts.Name, opts.Repo, err, opts.Name, opts.Repo)
@@ -221,4 +222,34 @@ func Login(ctx context.Context, opts LoginOptions) (*State, error) {
 		return nil, fmt.Errorf("runner %s is registered but its state was not saved (remove it with `knotless runner remove`): %w", opts.Name, err)
 	}
 	return st, nil
+}
+
+// LoginAttempts is how many times Login sends its registration while the
+// server answers 503 Service Unavailable: a server that says it did
+// nothing (its database's writes kept colliding or did not answer in
+// time, ServerBusy; or it holds as many connections as it may), so the
+// same request may be sent again. Between attempts Login waits as
+// api.RetryWait says (at least the answer's Retry-After, else 200 ms
+// doubling, jittered), up to LoginMaxWait each.
+const (
+	LoginAttempts = 5
+	LoginMaxWait  = 15 * time.Second
+)
+
+// registerRunner calls dev.knotless.runner.register with in, again while
+// the answer is 503 (see LoginAttempts); ctx bounds the waits. It returns
+// the last attempt's error, or ctx's.
+func registerRunner(ctx context.Context, reg *api.Client, in api.RegisterRunnerInput) error {
+	for n := 0; ; n++ {
+		err := reg.Procedure(ctx, api.MethodRegisterRunner, in, nil)
+		var e *api.Error
+		if err == nil || n+1 >= LoginAttempts || !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(api.RetryWait(n, err, LoginMaxWait)):
+		}
+	}
 }

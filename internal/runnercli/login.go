@@ -30,6 +30,10 @@ an API token of an account that owns the repository. Give it with --token or,
 better (command lines are visible to other users), KNOTLESS_REGISTRATION_TOKEN;
 it is sent in a request header, never in a URL, and is not stored.
 
+A server that answers 503 (busy: its database's writes kept colliding, or it
+holds as many connections as it may) did nothing: login sends the registration
+again, up to 5 times, waiting at least the answer's Retry-After.
+
 A runner that was removed on the server logs in again with --force (a new
 identity, approved anew).`,
 		Example: `  knotless-run login --server https://ci.example.com --repo alice/app \
