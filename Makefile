@@ -130,6 +130,7 @@ test-part-kube-bench:
 	@$(call timed,bench program,$(TESTBUILD) $(BENCH_SMOKE_PROGRAM))
 	@$(call timed,bench program: idle runners on two replicas,$(TESTBUILD) $(BENCH_SMOKE_IDLE_REPLICAS))
 	@$(call timed,bench program: kube burst,$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST))
+	@$(call timed,bench program: kube log streams,$(TESTBUILD) $(BENCH_SMOKE_KUBE_LOGS))
 	@$(call timed,bench program: simulated cluster,$(TESTBUILD) $(BENCH_SMOKE_SCALE))
 
 # Every benchmark once at its smallest, so that one which no longer runs
@@ -145,6 +146,10 @@ BENCH_SMOKE_IDLE_REPLICAS := $(GO) run ./bench -bin $(BIN) -only idle -runners 5
 # The kube burst (bench -only kubeburst, docs/scaling.md "One kube runner,
 # many job pods") at two runs and a warm pod: about 10 s on the local cluster.
 BENCH_SMOKE_KUBE_BURST := $(GO) run ./bench -bin $(BIN) -only kubeburst -kube-runs 2 -kube-warm 1 -kube-cpus 100m
+# Concurrent log streams through a kube runner (bench -only kubelogs,
+# docs/scaling.md "Log streams through the API server") at two streams of
+# 1 MB/s for 3 s; fails if a line is lost, torn or out of order: about 15 s.
+BENCH_SMOKE_KUBE_LOGS := $(GO) run ./bench -bin $(BIN) -only kubelogs -kube-log-streams 2 -kube-log-seconds 3 -kube-log-cpus 100m
 # The simulated cluster (bench-scale, docs/scaling.md "A simulated cluster
 # of 1,000 nodes") at 10 nodes and 20 runs, with a sweep of 20 orphans:
 # 34-47 s once kwok is built (`make kwok`, which .ci/run runs).
@@ -155,6 +160,7 @@ bench-smoke: build kwok cluster-up docker-up
 	$(TESTBUILD) $(BENCH_SMOKE_PROGRAM)
 	$(TESTBUILD) $(BENCH_SMOKE_IDLE_REPLICAS)
 	$(TESTBUILD) $(BENCH_SMOKE_KUBE_BURST)
+	$(TESTBUILD) $(BENCH_SMOKE_KUBE_LOGS)
 	$(TESTBUILD) $(BENCH_SMOKE_SCALE)
 
 # The kube executor's shared suite (executortest), its secret and
