@@ -313,6 +313,28 @@ bench-deploy: cluster-up
 bench-restart: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) test -count=1 -run '^$$' -bench RunnerPodDeletedToStreamingAgain -benchtime 5x -timeout 30m -v ./test/e2e
 
+# The scale benchmarks of docs/scaling.md, each at its documented size;
+# the FLAGS variables size them (`make test` runs each tiny).
+# Idle runners long-polling one server on SQLite, or with
+# BENCH_IDLE_FLAGS='-runners 10000 -idle-replicas 2' two replicas on
+# PostgreSQL ("One server, many waiting runners"; the runners dial from
+# 127.0.0.2 upwards).
+BENCH_IDLE_FLAGS ?= -runners 10000 -idle 30s
+.PHONY: bench-idle bench-kube-burst bench-kube-logs
+bench-idle: build
+	$(GO) run ./bench -bin $(BIN) -only idle $(BENCH_IDLE_FLAGS)
+# One kube runner, 100 runs at once, cold and with a warm pool of 10, with
+# the floor (bare client-go, the same pods) in the same invocation ("One
+# kube runner, many job pods").
+BENCH_KUBE_BURST_FLAGS ?= -kube-runs 100 -kube-warm 10 -kube-cpus 10m -kube-memory 64Mi -kube-disk 64Mi
+bench-kube-burst: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) run ./bench -bin $(BIN) -only kubeburst $(BENCH_KUBE_BURST_FLAGS)
+# Concurrent 1 MB/s log streams through a kube runner, beside a bare exec
+# and a pod dialling this machine ("Log streams through the API server").
+BENCH_KUBE_LOGS_FLAGS ?= -kube-log-streams 25 -kube-log-seconds 20 -kube-log-cpus 50m
+bench-kube-logs: build cluster-up
+	$(CLUSTER_REQUIRED) $(GO) run ./bench -bin $(BIN) -only kubelogs $(BENCH_KUBE_LOGS_FLAGS)
+
 # Kube runners against a simulated cluster of 1,000 nodes through 5,000
 # runs (test/kwok, bench/scale): kwok (built once into
 # ~/.cache/knotless/tools) fakes the nodes of a throwaway control plane of
