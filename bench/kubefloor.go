@@ -141,6 +141,7 @@ func floorPod(namespace, name, label string, bc *burstConfig) (*corev1.Pod, erro
 			TerminationGracePeriodSeconds: ptr.To[int64](2),
 			ActiveDeadlineSeconds:         ptr.To[int64](3600 + 120),
 			HostUsers:                     ptr.To(false),
+			NodeSelector:                  map[string]string{"kubernetes.io/os": "linux"}, // the runner's (nodeSelector)
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
 				RunAsUser:      ptr.To[int64](uid),
@@ -565,9 +566,22 @@ func specCheck(floor *corev1.Pod, jobPod json.RawMessage) string {
 	if err := json.Unmarshal(jobPod, &job); err != nil {
 		return "not checked: " + err.Error()
 	}
+	// The audit log has the request as decoded, the API server's defaults
+	// filled in: the floor's pod gets them too.
+	floor = floor.DeepCopy()
+	floor.Spec.DNSPolicy, floor.Spec.SchedulerName = job.Spec.DNSPolicy, job.Spec.SchedulerName
+	for i := range floor.Spec.Containers {
+		if i < len(job.Spec.Containers) {
+			c, jc := &floor.Spec.Containers[i], job.Spec.Containers[i]
+			if c.ImagePullPolicy == "" {
+				c.ImagePullPolicy = jc.ImagePullPolicy
+			}
+			c.TerminationMessagePath = jc.TerminationMessagePath
+		}
+	}
 	norm := func(p *corev1.Pod) any {
 		p = p.DeepCopy()
-		p.ObjectMeta = metav1.ObjectMeta{}
+		p.ObjectMeta, p.TypeMeta = metav1.ObjectMeta{}, metav1.TypeMeta{}
 		for i := range p.Spec.Containers {
 			p.Spec.Containers[i].Command, p.Spec.Containers[i].Args = nil, nil
 		}

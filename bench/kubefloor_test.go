@@ -12,10 +12,11 @@ import (
 
 // The floor's pod is the kube executor's job pod (kube.BenchPod: podFor
 // with the default Config) at the same sizes and image, metadata and PID
-// 1 aside; the only fields apart are the two BenchPod leaves as the
+// 1 aside; the only fields apart are those BenchPod leaves as the
 // runner does not: the pull policy (BenchPod's Never, the runner's the
-// image's default) and the user namespace (the runner's --user-namespace
-// auto asks for one).
+// image's default, which the API server fills in the same), the user
+// namespace (the runner's --user-namespace auto asks for one) and the
+// runner's node selector on the OS.
 func TestFloorPod_IsTheKubeExecutorsJobPod(t *testing.T) {
 	job := kube.BenchPod("ns", floorContainer)
 	bc := &burstConfig{cpus: "1", memory: "128Mi", disk: "256Mi", image: job.Spec.Containers[0].Image}
@@ -28,14 +29,14 @@ func TestFloorPod_IsTheKubeExecutorsJobPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := specCheck(floor, b)
-	want := `differs: spec.containers[0].imagePullPolicy: floor null, job pod "Never"; spec.hostUsers: floor false, job pod null`
+	want := `differs: spec.hostUsers: floor false, job pod null; spec.nodeSelector: floor {"kubernetes.io/os":"linux"}, job pod null`
 	if got != want {
 		t.Errorf("specCheck(floorPod, kube.BenchPod) = %s\nwant %s", got, want)
 	}
 
 	// A field apart anywhere is said with its path.
 	job.Spec.Containers[0].ImagePullPolicy = ""
-	job.Spec.HostUsers = floor.Spec.HostUsers
+	job.Spec.HostUsers, job.Spec.NodeSelector = floor.Spec.HostUsers, floor.Spec.NodeSelector
 	job.Spec.Volumes[2].EmptyDir.SizeLimit = nil
 	b, _ = json.Marshal(job)
 	if got := specCheck(floor, b); !strings.HasPrefix(got, "differs: spec.volumes[2].emptyDir.sizeLimit: floor \"256Mi\", job pod null") ||
