@@ -199,7 +199,10 @@ func (rc *replicaCluster) Close() {
 // each on its replica), and the runs are pushed to replica 0, so that a
 // claim answered by another replica was woken through PostgreSQL
 // (LISTEN/NOTIFY). The top-level RSS and CPU figures of the result sum
-// the replicas'; Replicas and Postgres hold each one's.
+// the replicas'; Replicas and Postgres hold each one's. Long because it
+// is the benchmark's steps in order (PostgreSQL, the replicas, the
+// registrations, the polls, the window, the pushes), each reading the
+// last one's state, as benchIdle's are.
 func benchIdleReplicas(ctx context.Context, bin string, n, replicas int, window time.Duration) (*IdleResult, error) {
 	per := (n + replicas - 1) / replicas
 	maxConns, restore := fitMaxConns(per)

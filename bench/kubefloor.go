@@ -308,7 +308,9 @@ type floorPodResult struct {
 // its own, once the namespaces in quiet hold no pod. It fails when a pod
 // never runs or its command prints no uptime within 3 minutes and a
 // second per pod (the burst's own bound); the figures gathered so far
-// are returned with the error.
+// are returned with the error. Long because the floor's steps (quiet,
+// namespace, watch, creates, execs, deletes, the audit log's count) share
+// one watch and one set of timings, in order.
 func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order string, quiet ...string) (*FloorResult, error) {
 	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		GenerateName: "kfloor-",

@@ -99,6 +99,9 @@ func (sw stampWriter) Write(p []byte) (int, error) {
 // "exec": the API server and the kubelet carry the bytes, kube.PodExec,
 // as the kube executor's stream) or over a TCP connection the writer
 // dials to this machine's pod-network address (path "dial").
+// Long because it is one measurement in order: the pods, their barrier,
+// the readers of every stream, the samples of each process, and the checks
+// of every line; split, each part would take the others' state.
 func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 	n := w.k.streams
 	cfg, err := clientcmd.BuildConfigFromFlags("", w.kc.Kubeconfig)
