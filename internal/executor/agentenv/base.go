@@ -51,6 +51,10 @@ type Listed struct {
 	// Remove removes it with everything it runs, as Env.Remove with the
 	// agent not asked first. Idempotent.
 	Remove func(ctx context.Context) error
+	// After: Sweep removes it only once every listed entry without After
+	// is removed (or failed): a thing the others use while they exist,
+	// e.g. a Docker volume a listed container still mounts.
+	After bool
 }
 
 // Environment is what every driver writes of an environment: how its
@@ -463,7 +467,8 @@ const SweepAtOnce = 16
 
 // Sweep removes every environment Driver.List finds whose ID is not in
 // keep and that no live session of this Base holds, up to SweepAtOnce at
-// once; see executor.Executor.Sweep. Each removal is logged and told to
+// once; the entries marked Listed.After go once all the others have; see
+// executor.Executor.Sweep. Each removal is logged and told to
 // Config.Observer. Errors of single environments are joined, in List's
 // order; once ctx ends no further removal starts, those under way see ctx,
 // and ctx's error is joined too.
@@ -477,10 +482,24 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 		kept[b.key(id)] = true
 	}
 	errs := make([]error, len(list)+1)
+	for _, after := range []bool{false, true} {
+		if !b.removeListed(ctx, list, func(l Listed) bool { return !kept[l.ID] && l.After == after }, errs) {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeListed removes the entries of list that pick selects, up to
+// SweepAtOnce at once, and waits for them; entry i's error goes to
+// errs[i], ctx's to errs[len(list)]. It reports whether ctx was still live
+// when every removal had started.
+func (b *Base) removeListed(ctx context.Context, list []Listed, pick func(Listed) bool, errs []error) bool {
 	slots := make(chan struct{}, SweepAtOnce)
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i, l := range list {
-		if kept[l.ID] {
+		if !pick(l) {
 			continue
 		}
 		select {
@@ -489,7 +508,7 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 		}
 		if err := ctx.Err(); err != nil {
 			errs[len(list)] = fmt.Errorf("sweep %s environments: %w", b.name, err)
-			break
+			return false
 		}
 		wg.Add(1)
 		go func() {
@@ -504,8 +523,7 @@ func (b *Base) Sweep(ctx context.Context, keep []string) error {
 			b.log().Info("removed an environment no run of this runner holds", "executor", b.name, "environment", l.Name, "run", l.ID)
 		}()
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return true
 }
 
 // Held is how many environments live sessions of this Base hold or are

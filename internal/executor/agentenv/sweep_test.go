@@ -24,6 +24,7 @@ import (
 type listDriver struct {
 	n      int
 	remove func(ctx context.Context, i int) error
+	after  func(i int) bool // Listed.After of entry i; nil: none
 }
 
 func (d *listDriver) Make(context.Context, executor.Spec, agent.Serve) (*agentenv.Env, error) {
@@ -38,7 +39,7 @@ func (d *listDriver) List(context.Context) ([]agentenv.Listed, error) {
 	out := make([]agentenv.Listed, d.n)
 	for i := range out {
 		out[i] = agentenv.Listed{ID: fmt.Sprintf("run-%d", i), Name: fmt.Sprintf("env %d", i),
-			Remove: func(ctx context.Context) error { return d.remove(ctx, i) }}
+			Remove: func(ctx context.Context) error { return d.remove(ctx, i) }, After: d.after != nil && d.after(i)}
 	}
 	return out, nil
 }
@@ -185,5 +186,43 @@ func TestBase_SweepStartsNoRemovalOnceItsContextEnds(t *testing.T) {
 	}
 	if got := started.Load(); got != agentenv.SweepAtOnce {
 		t.Errorf("%d removals started, want %d: none after ctx ended", got, agentenv.SweepAtOnce)
+	}
+}
+
+// TestBase_SweepRemovesTheEntriesMarkedAfterOnceAllTheOthersAreGone: an
+// entry marked Listed.After (a Docker builder's volume) starts its removal
+// only when every other entry's removal has ended. Pins: with removals at
+// once, the docker executor's sweep removed a builder's volume while its
+// containers still mounted it ("volume is in use",
+// TestDocker_ContainerBuildLeftoversAreSwept in a cold CI run).
+func TestBase_SweepRemovesTheEntriesMarkedAfterOnceAllTheOthersAreGone(t *testing.T) {
+	const n = 8
+	var mu sync.Mutex
+	ended, early := 0, 0
+	d := &listDriver{n: n, after: func(i int) bool { return i%2 == 0 }, remove: func(_ context.Context, i int) error {
+		if i%2 == 0 {
+			mu.Lock()
+			if ended < n/2 {
+				early++
+			}
+			mu.Unlock()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		ended++
+		mu.Unlock()
+		return nil
+	}}
+	var log syncbuf.Buffer
+	obs := &removals{}
+	if err := sweepBase(d, &log, obs).Sweep(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if early != 0 {
+		t.Errorf("%d entries marked After began before the %d others had gone", early, n/2)
+	}
+	if got := obs.n.Load(); got != n {
+		t.Errorf("%d removals observed, want %d", got, n)
 	}
 }

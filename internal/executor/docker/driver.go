@@ -266,7 +266,7 @@ func (d *driver) List(ctx context.Context) ([]agentenv.Listed, error) {
 	}
 	for _, v := range vols {
 		name := v.Name
-		out = append(out, agentenv.Listed{ID: v.Labels[agentenv.LabelRun], Name: "volume " + name,
+		out = append(out, agentenv.Listed{ID: v.Labels[agentenv.LabelRun], Name: "volume " + name, After: true,
 			Remove: func(ctx context.Context) error {
 				if err := e.api.VolumeRemove(ctx, name, true); err != nil && !errdefs.IsNotFound(err) {
 					return fmt.Errorf("remove volume %s: %w", name, err)
