@@ -42,6 +42,20 @@ type localCluster struct {
 	AuditLog   string // the API server's audit log (JSON lines)
 }
 
+// createBenchNamespace creates a namespace named prefix and a random tail,
+// Pod Security "restricted", labelled as the kube tests' are.
+func createBenchNamespace(ctx context.Context, kc *localCluster, prefix string) (string, error) {
+	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: prefix,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted",
+			"pod-security.kubernetes.io/enforce-version": "latest", "knotless.dev/test": "kubetest"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("create namespace: %w", err)
+	}
+	return ns.Name, nil
+}
+
 // loadLocalCluster reads the admin kubeconfig from the local cluster's
 // state directory and checks that the API server answers /readyz.
 func loadLocalCluster(ctx context.Context) (*localCluster, error) {
@@ -195,28 +209,24 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 	if err != nil {
 		return nil, fmt.Errorf("the local cluster (make cluster-up): %w", err)
 	}
-	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: "kburst-",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest", "knotless.dev/test": "kubetest"},
-	}}, metav1.CreateOptions{})
+	ns, err := createBenchNamespace(ctx, kc, "kburst-")
 	if err != nil {
-		return nil, fmt.Errorf("create namespace: %w", err)
+		return nil, err
 	}
 	defer func() {
-		_ = kc.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
+		_ = kc.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
 	c, err := startCluster(ctx, bin, "")
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	res := &KubeBurstResult{Runs: bc.runs, CPUs: bc.cpus, Memory: bc.memory, Namespace: ns.Name,
+	res := &KubeBurstResult{Runs: bc.runs, CPUs: bc.cpus, Memory: bc.memory, Namespace: ns,
 		StepClock: "/proc/uptime in the job pod + this machine's boot time (the node is this machine)"}
 	flags := []string{"--executor", "kube", "--kubeconfig", kc.Kubeconfig,
-		"--namespace", ns.Name, "--image", bc.image, "--cpus", bc.cpus, "--memory", bc.memory,
+		"--namespace", ns, "--image", bc.image, "--cpus", bc.cpus, "--memory", bc.memory,
 		"--disk", bc.disk, "--capacity", strconv.Itoa(bc.runs), "--stop-wait", "30s"}
-	w := burstWorld{c: c, kc: kc, ns: ns.Name, n: bc.runs}
+	w := burstWorld{c: c, kc: kc, ns: ns, n: bc.runs}
 	// The floor and the cold burst one after the other, each from a
 	// quiet cluster (quietCluster), the floor first unless -kube-floor-order
 	// after; the warm burst last (its runner leaves its warm pods).
@@ -224,7 +234,7 @@ func benchKubeBurst(ctx context.Context, bin string, bc *burstConfig) (*KubeBurs
 		if !*kubeFloorOn {
 			return nil
 		}
-		res.Floor, err = benchFloor(ctx, kc, bc, *kubeFloorOrder, ns.Name)
+		res.Floor, err = benchFloor(ctx, kc, bc, *kubeFloorOrder, ns)
 		return err
 	}
 	if *kubeFloorOrder == "before" {

@@ -312,19 +312,15 @@ type floorPodResult struct {
 // namespace, watch, creates, execs, deletes, the audit log's count) share
 // one watch and one set of timings, in order.
 func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order string, quiet ...string) (*FloorResult, error) {
-	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: "kfloor-",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest", "knotless.dev/test": "kubetest"},
-	}}, metav1.CreateOptions{})
+	ns, err := createBenchNamespace(ctx, kc, "kfloor-")
 	if err != nil {
-		return nil, fmt.Errorf("floor: create namespace: %w", err)
+		return nil, fmt.Errorf("floor: %w", err)
 	}
 	defer func() {
-		_ = kc.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns.Name, metav1.DeleteOptions{})
+		_ = kc.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
-	res := &FloorResult{Pods: bc.runs, Namespace: ns.Name, Order: order}
-	if err := quietCluster(ctx, kc.Client, shimSettle(bc.runs), append(quiet, ns.Name)...); err != nil {
+	res := &FloorResult{Pods: bc.runs, Namespace: ns, Order: order}
+	if err := quietCluster(ctx, kc.Client, shimSettle(bc.runs), append(quiet, ns)...); err != nil {
 		return res, fmt.Errorf("floor: %w", err)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc.Kubeconfig)
@@ -336,11 +332,11 @@ func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order st
 	if err != nil {
 		return res, err
 	}
-	label := ns.Name
+	label := ns
 	pods := make([]*corev1.Pod, bc.runs)
 	fw := &floorWatch{pods: map[string]*floorPodState{}}
 	for i := range pods {
-		if pods[i], err = floorPod(ns.Name, fmt.Sprintf("floor-%03d", i), label, bc); err != nil {
+		if pods[i], err = floorPod(ns, fmt.Sprintf("floor-%03d", i), label, bc); err != nil {
 			return res, err
 		}
 		fw.pods[pods[i].Name] = &floorPodState{running: make(chan struct{}), gone: make(chan struct{})}
@@ -355,11 +351,11 @@ func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order st
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	ready := make(chan struct{})
-	go fw.run(wctx, client.CoreV1().Pods(ns.Name), "knotless.dev/floor="+label, ready)
+	go fw.run(wctx, client.CoreV1().Pods(ns), "knotless.dev/floor="+label, ready)
 	select {
 	case <-ready:
 	case <-time.After(30 * time.Second):
-		return res, fmt.Errorf("floor: the watch of namespace %s did not open in 30 s", ns.Name)
+		return res, fmt.Errorf("floor: the watch of namespace %s did not open in 30 s", ns)
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
@@ -411,7 +407,7 @@ func benchFloor(ctx context.Context, kc *localCluster, bc *burstConfig, order st
 		}
 	}
 	res.PodRunning, res.FirstCommand, res.Exec = spread(running), spread(command), spread(exec)
-	a, aerr := auditScan(ctx, kc.AuditLog, ns.Name, from, end, func(ua string) bool {
+	a, aerr := auditScan(ctx, kc.AuditLog, ns, from, end, func(ua string) bool {
 		return strings.HasPrefix(ua, floorUserAgent) || strings.HasPrefix(ua, "Go-http-client/")
 	})
 	if aerr == nil {

@@ -625,12 +625,9 @@ func (w *logsWorld) knotless(ctx context.Context, bin, path string) (*LogsPath, 
 		return nil, err
 	}
 	lp := &LogsPath{Path: path}
-	start, got, err := w.bar.release(ctx, n, w.startTimeout(), 500*time.Millisecond)
+	start, got, err := w.release(ctx, path, n)
 	if err != nil {
 		return nil, err
-	}
-	if got < n {
-		progress("kubelogs %s: %d of %d writers at the barrier after %s; started without the rest", path, got, n, w.startTimeout())
 	}
 	smp := newSampler(map[string]int{"knotless-run": p.cmd.Process.Pid, "knotless-server": c.server.cmd.Process.Pid})
 	if err := smp.window(ctx, start, w.k.seconds); err != nil {
@@ -746,6 +743,18 @@ func (w *logsWorld) readRunLog(ctx context.Context, c *cluster, run int64, s *li
 			return len(times), fmt.Errorf("read log of run %d: %w", run, err)
 		}
 	}
+}
+
+// release starts path's n writers together (the barrier's release, half
+// a second ahead) once all of them are at the barrier, or after
+// startTimeout with those that are, which it says; it returns the common
+// start and how many writers it started.
+func (w *logsWorld) release(ctx context.Context, path string, n int) (time.Time, int, error) {
+	start, got, err := w.bar.release(ctx, n, w.startTimeout(), 500*time.Millisecond)
+	if err == nil && got < n {
+		progress("kubelogs %s: %d of %d writers at the barrier after %s; started without the rest", path, got, n, w.startTimeout())
+	}
+	return start, got, err
 }
 
 // printKubeLogs prints r as a table; nothing when r is nil.

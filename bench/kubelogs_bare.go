@@ -23,20 +23,6 @@ import (
 	"knotless.dev/knotless/internal/executor/kube"
 )
 
-// createBenchNamespace creates a namespace named prefix and a random tail,
-// Pod Security "restricted", labelled as the kube tests' are.
-func createBenchNamespace(ctx context.Context, kc *localCluster, prefix string) (string, error) {
-	ns, err := kc.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: prefix,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest", "knotless.dev/test": "kubetest"},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("create namespace: %w", err)
-	}
-	return ns.Name, nil
-}
-
 // deleteNamespace deletes ns (its pods with it) and waits up to 3 minutes
 // for it to be gone, so that its pods' ends do not load the next figures.
 func deleteNamespace(kc *localCluster, ns string) {
@@ -235,12 +221,9 @@ func (w *logsWorld) bare(ctx context.Context, path string) (*LogsPath, error) {
 		}()
 	}
 	lp := &LogsPath{Path: path}
-	start, got, err := w.bar.release(ctx, n, w.startTimeout(), 500*time.Millisecond)
+	start, got, err := w.release(ctx, path, n)
 	if err != nil {
 		return nil, err
-	}
-	if got < n {
-		progress("kubelogs %s: %d of %d writers at the barrier after %s; started without the rest", path, got, n, w.startTimeout())
 	}
 	smp := newSampler(map[string]int{"bench (the reader)": os.Getpid()})
 	if err := smp.window(ctx, start, w.k.seconds); err != nil {

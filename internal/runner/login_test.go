@@ -39,19 +39,28 @@ func busyProxy(t *testing.T, target string, busy int32) (*httptest.Server, *atom
 	return srv, &calls
 }
 
-// A registration the server answered 503 ServerBusy is sent again. Before,
-// `knotless-run login` exited 1 at the first such answer ("register runner
-// NAME for REPO: ServerBusy: ...; retry in 5 s") when thousands of runners
-// registered at once on two PostgreSQL replicas, though the server had
-// done nothing and asked to be asked again.
-func TestLogin_ARegistrationTheServerWasTooBusyForIsSentAgainAndRegisters(t *testing.T) {
+// busyServer starts a real server with alice's repository alice/app and
+// busyProxy in front of it, answering the first busy registrations 503;
+// it returns the server, alice's token, the proxy and its count.
+func busyServer(t *testing.T, busy int32) (*servertest.Server, string, *httptest.Server, *atomic.Int32) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: starts a server")
 	}
 	srv := servertest.Start(t, servertest.Options{})
 	token := srv.CreateAccount(t, "alice")
 	srv.CreateRepo(t, token, "app")
-	proxy, calls := busyProxy(t, srv.URL, 2)
+	proxy, calls := busyProxy(t, srv.URL, busy)
+	return srv, token, proxy, calls
+}
+
+// A registration the server answered 503 ServerBusy is sent again. Before,
+// `knotless-run login` exited 1 at the first such answer ("register runner
+// NAME for REPO: ServerBusy: ...; retry in 5 s") when thousands of runners
+// registered at once on two PostgreSQL replicas, though the server had
+// done nothing and asked to be asked again.
+func TestLogin_ARegistrationTheServerWasTooBusyForIsSentAgainAndRegisters(t *testing.T) {
+	srv, token, proxy, calls := busyServer(t, 2)
 	state := filepath.Join(t.TempDir(), "runner.json")
 	st, err := Login(context.Background(), LoginOptions{Server: proxy.URL, Repo: "alice/app", Name: "r1", State: state, Token: srv.AdminToken})
 	if err != nil {
@@ -73,13 +82,7 @@ func TestLogin_ARegistrationTheServerWasTooBusyForIsSentAgainAndRegisters(t *tes
 // returns its answer: no endless retry, and the error says what the
 // server said.
 func TestLogin_AServerThatStaysBusyGetsLoginAttemptsAndItsAnswerIsTheError(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: starts a server")
-	}
-	srv := servertest.Start(t, servertest.Options{})
-	token := srv.CreateAccount(t, "alice")
-	srv.CreateRepo(t, token, "app")
-	proxy, calls := busyProxy(t, srv.URL, 1000)
+	srv, _, proxy, calls := busyServer(t, 1000)
 	_, err := Login(context.Background(), LoginOptions{Server: proxy.URL, Repo: "alice/app", Name: "r1", State: filepath.Join(t.TempDir(), "runner.json"), Token: srv.AdminToken})
 	if err == nil || !api.IsError(err, api.ErrServerBusy) || !strings.Contains(err.Error(), "register runner r1 for alice/app") {
 		t.Fatalf("login against a busy server: %v, want the server's ServerBusy for r1", err)
