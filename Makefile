@@ -152,10 +152,10 @@ BENCH_SMOKE_KUBE_BURST := $(GO) run ./bench -bin $(BIN) -only kubeburst -kube-ru
 BENCH_SMOKE_KUBE_LOGS := $(GO) run ./bench -bin $(BIN) -only kubelogs -kube-log-streams 2 -kube-log-seconds 3 -kube-log-cpus 100m
 # The simulated cluster (bench-scale, docs/scaling.md "A simulated cluster
 # of 1,000 nodes") at 10 nodes and 20 runs, with a sweep of 20 orphans:
-# 34-47 s once kwok is built (`make kwok`, which .ci/run runs).
+# 34-47 s (kwok is in the cluster's kube binary, cluster-build).
 BENCH_SMOKE_SCALE := $(GO) run ./bench/scale -bin $(BIN) -nodes 10 -runs 20 -matrix 10 -capacity 5 -fill 50 -orphans 20
 .PHONY: bench-smoke
-bench-smoke: build kwok cluster-up docker-up
+bench-smoke: build cluster-up docker-up
 	$(TESTBUILD) $(CLUSTER_REQUIRED) $(BROWSER_REQUIRED) $(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./...
 	$(TESTBUILD) $(BENCH_SMOKE_PROGRAM)
 	$(TESTBUILD) $(BENCH_SMOKE_IDLE_REPLICAS)
@@ -199,13 +199,6 @@ cluster-build: cluster-harness
 .PHONY: s3-server
 s3-server:
 	$(GO) run ./internal/objstore/s3test/install
-
-# kwok (test/kwok.Version), for the scale benchmark (bench-scale and its
-# tiny version in `make test`), cached in ~/.cache/knotless/tools beside
-# the S3 server; .ci/run builds it beside the other builds.
-.PHONY: kwok
-kwok:
-	$(GO) run ./test/kwok/install
 
 cluster-up: cluster-harness
 	$(CLUSTER) up
@@ -336,13 +329,13 @@ bench-kube-logs: build cluster-up
 	$(CLUSTER_REQUIRED) $(GO) run ./bench -bin $(BIN) -only kubelogs $(BENCH_KUBE_LOGS_FLAGS)
 
 # Kube runners against a simulated cluster of 1,000 nodes through 5,000
-# runs (test/kwok, bench/scale): kwok (built once into
-# ~/.cache/knotless/tools) fakes the nodes of a throwaway control plane of
+# runs (test/kwok, bench/scale): kwok (built into the local cluster's
+# multi-call kube binary, cluster-build) fakes the nodes of a throwaway control plane of
 # its own, never the local cluster's, and the real step agent serves each
 # pod (docs/scaling.md "A simulated cluster of 1,000 nodes"). Needs root and
 # the local cluster's kube binary (cluster-build), not the cluster running.
 # BENCH_SCALE_FLAGS sizes it (e.g. -nodes 10 -runs 20 -matrix 10 -capacity 5
-# -fill 50 -orphans 20, about 30 s once kwok is built).
+# -fill 50 -orphans 20, about 30 s).
 .PHONY: bench-scale
-bench-scale: build
+bench-scale: build cluster-build
 	$(GO) run ./bench/scale -bin $(BIN) $(BENCH_SCALE_FLAGS)

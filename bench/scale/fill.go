@@ -129,6 +129,9 @@ func waitCount(ctx context.Context, h *harness, key string, n int) error {
 		if err == nil && got == n {
 			return nil
 		}
+		if err := h.cp.Exited(); err != nil {
+			return fmt.Errorf("waiting for %d pods labelled %s (%d): %w", n, key, got, err)
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("waiting for %d pods labelled %s: %d (%v)", n, key, got, err)
 		}

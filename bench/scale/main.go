@@ -164,22 +164,17 @@ func run(ctx context.Context, o options) (*Report, error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	progress("installing kwok %s", kwok.Version)
-	kwokBin, err := kwok.Install()
-	if err != nil {
-		return nil, err
-	}
 	modDir, err := kwok.ModuleDir()
 	if err != nil {
 		return nil, err
 	}
-	progress("starting the control plane in %s", dir)
+	progress("starting the control plane (kwok %s) in %s", kwok.Version, dir)
 	cp, err := kwok.StartControlPlane(ctx, kwok.KubeBinary(), filepath.Join(dir, "cluster"))
 	if err != nil {
 		return nil, err
 	}
 	defer cp.Stop()
-	if err := cp.StartKwok(ctx, kwokBin, modDir); err != nil {
+	if err := cp.StartKwok(ctx, modDir); err != nil {
 		return nil, err
 	}
 	r := &Report{Nodes: o.nodes, Runs: roundUp(o.runs, o.matrix), Runners: o.runners, Capacity: o.capacity, Fill: o.fill, Orphans: o.orphans}

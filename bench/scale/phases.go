@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -20,6 +22,7 @@ import (
 // the audit log tells its requests from the runners').
 type harness struct {
 	cs *kubernetes.Clientset
+	cp *kwok.ControlPlane // its processes' exits end the waits at once
 }
 
 func newHarness(ctx context.Context, cp *kwok.ControlPlane) (*harness, error) {
@@ -28,7 +31,7 @@ func newHarness(ctx context.Context, cp *kwok.ControlPlane) (*harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &harness{cs: cs}
+	h := &harness{cs: cs, cp: cp}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kwok.Namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace: %w", err)
 	}
@@ -83,6 +86,9 @@ func (h *harness) waitReady(ctx context.Context, n int, timeout time.Duration) e
 		}
 		if ready >= n {
 			return nil
+		}
+		if err := h.cp.Exited(); err != nil {
+			return fmt.Errorf("waiting for nodes Ready (%d of %d): %w", ready, n, err)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("timed out waiting for nodes Ready: %d of %d (%v)", ready, n, err)
@@ -153,11 +159,12 @@ func runsPhase(ctx context.Context, o options, cp *kwok.ControlPlane, w *world, 
 				}
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		exited := cp.Exited()
+		if exited != nil || time.Now().After(deadline) || ctx.Err() != nil {
 			// The figures of the runs that ended, then the error.
 			measureRuns(runs, host, r, filepath.Join(w.dir, "server"), started)
 			_ = measureRequests(cp, t0, r.Final, r)
-			return fmt.Errorf("runs not final: %d pipelines left, %d runs final (figures above are over those)", len(pipelines), r.Final)
+			return fmt.Errorf("runs not final: %d pipelines left, %d runs final (figures above are over those): %w", len(pipelines), r.Final, cmp.Or(exited, ctx.Err(), errors.New("the -timeout passed")))
 		}
 		if time.Since(lastProgress) > 10*time.Second {
 			progress("%d of %d runs final, %d pods started", r.Final, len(runs), host.Started())

@@ -35,6 +35,12 @@ const (
 	// old patches are not reused (and the other is not rebuilt).
 	NetworkPoliciesPatchLevel = "knotless2"
 	CoreDNSPatchLevel         = "knotless2"
+	// KubeModuleLevel names the revision of the kube/ module's programs
+	// and requirements beyond Kubernetes' own (knotless1: kwok joined
+	// them). Bump it whenever kube/main.go's programs or kube/go.mod's
+	// other requirements change, so a cached binary without them is not
+	// reused.
+	KubeModuleLevel = "knotless1"
 	// GVisorModule and GVisorVersion name gVisor's module: gVisor tags no
 	// module versions; the module proxy serves its `go` branch (the Go
 	// source the project generates from its Bazel tree) as pseudo-versions.
@@ -69,7 +75,7 @@ const (
 // BuildOptions configures Build and CachedBinaries.
 type BuildOptions struct {
 	// CacheDir is where binaries are kept, one directory per component and
-	// version (<CacheDir>/kubernetes-v1.37.2/kube). Default DefaultCacheDir.
+	// version (<CacheDir>/kubernetes-v1.37.2-knotless1/kube). Default DefaultCacheDir.
 	CacheDir string
 	// SourceDir is the test/cluster directory of the work tree; its kube/
 	// subdirectory is the module of the multi-call Kubernetes binary. Needed
@@ -87,8 +93,9 @@ type BuildOptions struct {
 // Binaries holds absolute paths of the cluster's binaries in the cache.
 type Binaries struct {
 	// Kube is the multi-call binary: kube-apiserver, kube-controller-manager,
-	// kube-scheduler, kubelet, kube-proxy, kubectl and etcd, picked by argv[0]
-	// or by the first argument.
+	// kube-scheduler, kubelet, kube-proxy, kubectl, etcd and kwok (for the
+	// scale benchmark's simulated cluster, test/kwok), picked by argv[0] or
+	// by the first argument.
 	Kube string
 	// NetworkPolicies is kube-network-policies with our build-time changes: it
 	// queues packets through the x_tables NFQUEUE target and reads KUBECONFIG.
@@ -128,7 +135,7 @@ func (o BuildOptions) paths() Binaries {
 	o = o.withDefaults()
 	dir, _ := filepath.Abs(o.CacheDir)
 	return Binaries{
-		Kube:            filepath.Join(dir, "kubernetes-"+KubernetesVersion, "kube"),
+		Kube:            filepath.Join(dir, "kubernetes-"+KubernetesVersion+"-"+KubeModuleLevel, "kube"),
 		NetworkPolicies: filepath.Join(dir, "kube-network-policies-"+NetworkPoliciesVersion+"-"+NetworkPoliciesPatchLevel, "kube-network-policies"),
 		CoreDNS:         filepath.Join(dir, "coredns-"+CoreDNSVersion+"-"+CoreDNSPatchLevel, "coredns"),
 		Runsc:           filepath.Join(dir, gvisorDir, "runsc"),

@@ -41,7 +41,7 @@ func TestCachedBinaries_OnlyWhenAllAreExecutables(t *testing.T) {
 		t.Fatal("empty cache reported as complete")
 	}
 	want := map[string]string{
-		b.Kube:            filepath.Join(o.CacheDir, "kubernetes-v1.37.2", "kube"),
+		b.Kube:            filepath.Join(o.CacheDir, "kubernetes-v1.37.2-knotless1", "kube"),
 		b.NetworkPolicies: filepath.Join(o.CacheDir, "kube-network-policies-v0.8.0-knotless2", "kube-network-policies"),
 		b.CoreDNS:         filepath.Join(o.CacheDir, "coredns-v1.15.0-knotless2", "coredns"),
 		b.Runsc:           filepath.Join(o.CacheDir, "gvisor-v0.0.0-20260905035102-160fafc42237-knotless1", "runsc"),
@@ -81,9 +81,10 @@ func TestCachedBinaries_OnlyWhenAllAreExecutables(t *testing.T) {
 	}
 }
 
+// The path is also test/kwok's KubeBinary default: change both.
 func TestCachedBinaries_DefaultCacheDir(t *testing.T) {
 	b, _ := CachedBinaries(BuildOptions{})
-	if want := "/var/cache/knotless-test-cluster/kubernetes-v1.37.2/kube"; b.Kube != want {
+	if want := "/var/cache/knotless-test-cluster/kubernetes-v1.37.2-knotless1/kube"; b.Kube != want {
 		t.Errorf("Kube = %s, want %s", b.Kube, want)
 	}
 }

@@ -24,14 +24,15 @@ import (
 )
 
 // KubeBinary is the local cluster's multi-call Kubernetes binary
-// (test/cluster: kube-apiserver, kube-scheduler, kubectl and etcd, picked
-// by argv[0]) in its default binary cache; $KNOTLESS_KUBE_BINARY overrides
-// it. `make cluster-build` builds it.
+// (test/cluster: kube-apiserver, kube-scheduler, kubectl, etcd and kwok,
+// picked by argv[0]) in its default binary cache (test/cluster's
+// TestCachedBinaries_DefaultCacheDir pins the same path);
+// $KNOTLESS_KUBE_BINARY overrides it. `make cluster-build` builds it.
 func KubeBinary() string {
 	if p := os.Getenv("KNOTLESS_KUBE_BINARY"); p != "" {
 		return p
 	}
-	return "/var/cache/knotless-test-cluster/kubernetes-v1.37.2/kube"
+	return "/var/cache/knotless-test-cluster/kubernetes-v1.37.2-knotless1/kube"
 }
 
 // Token is the bearer token of the control plane's user "admin" (group
@@ -63,6 +64,7 @@ type ControlPlane struct {
 
 	procs []*exec.Cmd
 	done  []chan struct{}
+	names []string // each process's log name (logs/NAME.log)
 }
 
 // Kubeconfig returns the path of a kubeconfig for the control plane as
@@ -105,7 +107,8 @@ rules:
 `
 
 // StartControlPlane starts etcd, kube-apiserver and kube-scheduler from
-// kube (KubeBinary) on free loopback ports in dir, and waits until the
+// kube (KubeBinary, which StartKwok also runs as kwok) on free loopback
+// ports in dir, and waits until the
 // API server is ready. Stop ends them. Errors: a process that does not
 // start or exits, with the last lines of its log; readiness not reached
 // within 90 s.
@@ -124,7 +127,7 @@ func StartControlPlane(ctx context.Context, kube, dir string) (c *ControlPlane, 
 			return c, err
 		}
 	}
-	for _, n := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kubectl"} {
+	for _, n := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kwok"} {
 		if err := os.Symlink(kube, filepath.Join(dir, "bin", n)); err != nil && !errors.Is(err, os.ErrExist) {
 			return c, err
 		}
@@ -201,11 +204,33 @@ func (c *ControlPlane) writeFiles() error {
 // start runs bin/NAME (argv[0] NAME, which picks the multi-call binary's
 // program) in its own process group, output to logs/NAME.log.
 func (c *ControlPlane) start(name string, args ...string) error {
-	cmd, done, err := startLogged(filepath.Join(c.Dir, "bin", name), filepath.Join(c.Dir, "logs", name+".log"), nil, args...)
+	return c.start2(name, filepath.Join(c.Dir, "bin", name), args...)
+}
+
+// start2 runs path with args as the process NAME (its log logs/NAME.log,
+// its name in Exited's errors): start's programs, and kwok behind unshare.
+func (c *ControlPlane) start2(name, path string, args ...string) error {
+	cmd, done, err := startLogged(path, filepath.Join(c.Dir, "logs", name+".log"), nil, args...)
 	if err != nil {
 		return err
 	}
-	c.procs, c.done = append(c.procs, cmd), append(c.done, done)
+	c.procs, c.done, c.names = append(c.procs, cmd), append(c.done, done), append(c.names, name)
+	return nil
+}
+
+// Exited returns nil while every process of the control plane (kwok
+// among them) runs, else an error naming the first that exited, with
+// the last lines of its log: a wait on what one of them does (a node
+// Ready, a pod Running) calls it so that it ends at once, not at its
+// deadline.
+func (c *ControlPlane) Exited() error {
+	for i, d := range c.done {
+		select {
+		case <-d:
+			return fmt.Errorf("%s exited: %s", c.names[i], c.LogTail(c.names[i]))
+		default:
+		}
+	}
 	return nil
 }
 
@@ -245,12 +270,8 @@ func (c *ControlPlane) waitReady(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i, d := range c.done {
-			select {
-			case <-d:
-				return fmt.Errorf("%s exited: %s", filepath.Base(c.procs[i].Path), c.LogTail(filepath.Base(c.procs[i].Path)))
-			default:
-			}
+		if err := c.Exited(); err != nil {
+			return err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("kube-apiserver %s not ready in 90 s (%v): %s", c.Server, err, c.LogTail("kube-apiserver"))
@@ -288,7 +309,7 @@ func (c *ControlPlane) Stop() {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		stopGroup(c.procs[i], c.done[i])
 	}
-	c.procs, c.done = nil, nil
+	c.procs, c.done, c.names = nil, nil, nil
 }
 
 func stopGroup(cmd *exec.Cmd, done chan struct{}) {

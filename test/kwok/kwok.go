@@ -22,7 +22,8 @@ var stages = []string{
 	"kustomize/stage/pod/fast/pod-delete.yaml",
 }
 
-// StartKwok installs kwok's Exec CRD into c and starts kwok (bin, its
+// StartKwok installs kwok's Exec CRD into c and starts kwok (the
+// multi-call binary StartControlPlane was given, as argv[0] "kwok"; its
 // module at moduleDir: ModuleDir) managing the nodes annotated
 // NodeAnnotation=fake, with its server (the fake nodes' kubelet endpoint,
 // where the API server sends pods/exec) on a free loopback port. kwok runs
@@ -30,7 +31,7 @@ var stages = []string{
 // so that an exec into a pod with an Exec object runs in that pod's own
 // root. Needs root (unshare, mount). Errors: a file, kubectl's, kwok's
 // start.
-func (c *ControlPlane) StartKwok(ctx context.Context, bin, moduleDir string) error {
+func (c *ControlPlane) StartKwok(ctx context.Context, moduleDir string) error {
 	var cfg strings.Builder
 	for _, s := range stages {
 		b, err := os.ReadFile(filepath.Join(moduleDir, s))
@@ -74,15 +75,5 @@ func (c *ControlPlane) StartKwok(ctx context.Context, bin, moduleDir string) err
 	// /usr/bin/sh resolves to dash: the mount covers the file /bin/sh
 	// names, in kwok's mount namespace only.
 	script := `set -e; mount --bind "$1" "$(readlink -f /bin/sh)"; shift; exec "$@"`
-	return c.start2("kwok", "/usr/bin/unshare", append([]string{"--mount", "--propagation", "private", c.realShell(), "-c", script, "kwok", shell, bin}, args...)...)
-}
-
-// start2 is start for a program outside bin/, logged as logs/NAME.log.
-func (c *ControlPlane) start2(name, path string, args ...string) error {
-	cmd, done, err := startLogged(path, filepath.Join(c.Dir, "logs", name+".log"), nil, args...)
-	if err != nil {
-		return err
-	}
-	c.procs, c.done = append(c.procs, cmd), append(c.done, done)
-	return nil
+	return c.start2("kwok", "/usr/bin/unshare", append([]string{"--mount", "--propagation", "private", c.realShell(), "-c", script, "kwok", shell, filepath.Join(c.Dir, "bin", "kwok")}, args...)...)
 }

@@ -1,6 +1,7 @@
 // Command kube is one binary holding every program of the test cluster:
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kube-proxy, kubectl and etcd. It picks the program by the base name it was
+// kube-proxy, kubectl and etcd, and kwok (kwok.go: the scale benchmark's
+// fake nodes, test/kwok). It picks the program by the base name it was
 // started as (hyperkube style), or by its first argument:
 //
 //	kube kubelet --config=...   # same as a link named kubelet
@@ -44,6 +45,7 @@ var programs = map[string]func() int{
 	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
 	"kubectl":                 runKubectl,
 	"etcd":                    func() int { etcdmain.Main(os.Args); return 0 },
+	"kwok":                    runKwok,
 }
 
 func runKubectl() int {
