@@ -339,9 +339,17 @@ func TestShipper_RecoveredSpoolResumesWithoutDuplicates(t *testing.T) {
 	appendStep(t, sp, api.UpdateStepInput{Step: 1, Name: "s", State: api.StepRunning})
 	w, _ := sp.Log(1)
 	w.Write([]byte("first half\n"))
-	// A first process ships part of it, then dies.
+	// A first process ships part of it and the step update, then dies.
+	// It dies once its cursor holds both: what a process had not yet
+	// recorded as acknowledged is sent again, by design (the server takes
+	// a step update twice alike). Waiting only for the log bytes, the
+	// test cancelled while the step update was in flight and failed
+	// with "step update sent 2 times" (a cold CI run).
 	cancel, done := startShipper(t, srv, sp)
-	testwait.For(t, 5*time.Second, "first half shipped", func() bool { return len(srv.log(10, 1)) == 11 })
+	testwait.For(t, 5*time.Second, "first half and the step update acknowledged", func() bool {
+		cur, err := sp.loadCursor()
+		return err == nil && cur.Logs[1] == 11 && cur.Entries == 1 && len(srv.log(10, 1)) == 11
+	})
 	cancel()
 	<-done
 	w.Write([]byte("second half\n"))
