@@ -335,7 +335,7 @@ bench-kube-logs: build cluster-up
 # pod (docs/scaling.md "A simulated cluster of 1,000 nodes"). Needs root and
 # the local cluster's kube binary (cluster-build), not the cluster running.
 # BENCH_SCALE_FLAGS sizes it (e.g. -nodes 10 -runs 20 -matrix 10 -capacity 5
-# -fill 50 -orphans 20, about 30 s).
+# -fill 50 -orphans 20, about 40 s; the defaults take an hour or more).
 .PHONY: bench-scale
 bench-scale: build cluster-build
 	$(GO) run ./bench/scale -bin $(BIN) $(BENCH_SCALE_FLAGS)

@@ -33,7 +33,7 @@ import (
 // The floor of the kube burst: what a bare client-go program pays for the
 // same pods. Flags of its own, registered before main parses them.
 var (
-	kubeFloorOn    = flag.Bool("kube-floor", true, "kubeburst benchmark: also run the floor in the same invocation: a bare client-go program (in this process) that creates -kube-runs pods at once, the job pods' spec with a shell as PID 1, waits for each Running (one watch), execs `cat /proc/uptime` once in each and deletes it")
+	kubeFloorOn    = flag.Bool("kube-floor", true, "kubeburst benchmark: also run the floor in the same invocation: a bare client-go program (in this process) that creates -kube-runs pods at once, the job pods' spec with a shell as PID 1, waits for each Running (one watch), execs 'cat /proc/uptime' once in each and deletes it")
 	kubeFloorOrder = flag.String("kube-floor-order", "before", "kubeburst benchmark: run the floor before or after the cold burst (each starts once the namespaces hold no pod and the node's sandboxes have settled)")
 )
 

@@ -112,11 +112,27 @@ func main() {
 	flag.IntVar(&o.runners, "runners", 1, "kube runners")
 	flag.IntVar(&o.capacity, "capacity", 50, "runs at once per runner (--capacity)")
 	flag.IntVar(&o.fill, "fill", 5000, "pods of runner 0's label it holds no run of, for its RSS (0: skip)")
-	flag.IntVar(&o.orphans, "orphans", 1000, "of those, pods alive when runner 0 is SIGKILLed and restarted (0: skip)")
+	flag.IntVar(&o.orphans, "orphans", 1000, "of the -fill pods, how many are alive when runner 0 is SIGKILLed and restarted, for the sweep (at most -fill; 0: skip)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Hour, "the whole benchmark's deadline")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, audit log)")
 	flag.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
 	flag.BoolVar(&o.floor, "floor", true, "after the runs, do the same API calls with bare client-go (the floor), and a bare sweep of -orphans pods")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), `Usage: scale [flags]
+
+Runs Knotless kube runners against a simulated cluster (kwok, on a control
+plane of its own, never the local cluster's) and prints each figure beside
+its floor, bare client-go doing the same API calls. Needs root, the local
+cluster's kube binary (make cluster-build) and the built programs (make
+build). The defaults (1,000 nodes, 5,000 runs) take an hour or more on two
+cores; a tiny run, about 40 s:
+
+  scale -nodes 10 -runs 20 -matrix 10 -capacity 5 -fill 50 -orphans 20
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if o.nodes < 1 || o.runs < 1 || o.matrix < 1 || o.matrix > 256 || o.runners < 1 || o.capacity < 1 || o.fill < 0 || o.orphans < 0 || o.orphans > o.fill {
 		fmt.Fprintln(os.Stderr, "scale: -nodes, -runs, -runners, -capacity must be at least 1, -matrix 1-256, -orphans at most -fill")
